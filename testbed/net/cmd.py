@@ -1,0 +1,64 @@
+"""Runs argument lists (never shell strings) and turns failures into readable errors."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+from testbed.errors import MissingRequirement, TestbedError
+
+Argv = Sequence[str]
+
+
+class CommandFailed(TestbedError):
+    def __init__(self, argv: Argv, returncode: int, stderr: str):
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr.strip()
+        super().__init__(f"`{' '.join(self.argv)}` failed ({returncode}): {self.stderr}")
+
+
+class Runner:
+    """Executes commands; the one place the data plane touches the kernel."""
+
+    def run(self, argv: Argv, *, check: bool = True, timeout: float = 30.0,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        try:
+            proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                                  input=input, check=False)
+        except FileNotFoundError:
+            raise MissingRequirement(f"{argv[0]} not found: {install_hint(argv[0])}") from None
+        if check and proc.returncode != 0:
+            raise CommandFailed(argv, proc.returncode, proc.stderr)
+        return proc
+
+    def run_all(self, commands: Sequence[Argv]) -> None:
+        for argv in commands:
+            self.run(argv)
+
+
+def in_ns(ns: str, argv: Argv) -> list[str]:
+    """The argv that runs `argv` inside network namespace `ns`."""
+    return ["ip", "netns", "exec", ns, *argv]
+
+
+_HINTS = {
+    "ip": "install iproute2 (apt-get install -y iproute2)",
+    "tc": "install iproute2 (apt-get install -y iproute2)",
+    "iperf3": "install iperf3 (apt-get install -y iperf3)",
+    "ss": "install iproute2 (apt-get install -y iproute2)",
+    "sysctl": "install procps (apt-get install -y procps)",
+}
+
+
+def install_hint(binary: str) -> str:
+    return _HINTS.get(binary, f"install {binary} and make sure it is on PATH")
+
+
+def require_binaries(*names: str) -> None:
+    missing = [n for n in names if shutil.which(n) is None]
+    if missing:
+        raise MissingRequirement(
+            "; ".join(f"{n} not found: {install_hint(n)}" for n in missing)
+        )

@@ -1,0 +1,94 @@
+"""Slice shaping: one HTB tree per direction of the bottleneck, one class per slice.
+
+A `Shaper` is plain data that lists the `tc` commands for one interface. Uplink shaping sits on
+the UPF's N6 side and classifies by source subnet; downlink shaping sits on the UPF's N3 bridge
+and classifies by destination subnet. Each slice class is guaranteed its reservation and may
+borrow up to its ceiling (or the link capacity); unsliced traffic falls into a default class.
+With slicing off, every packet shares one class: the "no slice" baseline of Fig 5.7/5.8.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from testbed.config import LinkSpec, SliceSpec
+
+Direction = Literal["uplink", "downlink"]
+
+ROOT_CLASS = "1:1"
+DEFAULT_MINOR = 0xFF
+MIN_RATE_KBIT = 8  # HTB needs a positive rate: a best-effort slice gets this and borrows the rest
+QUANTUM = 1514  # equal quanta: excess bandwidth is shared evenly between borrowing classes
+
+
+def _kbit(mbit: float) -> str:
+    return f"{max(round(mbit * 1000), MIN_RATE_KBIT)}kbit"
+
+
+@dataclass(frozen=True)
+class SliceClass:
+    """The HTB class (and its leaf queue) that carries one slice in one direction."""
+
+    slice: str
+    classid: str
+    leaf_handle: str
+    rate_mbit: float
+    ceil_mbit: float
+    match: str  # subnet in CIDR form
+
+
+@dataclass(frozen=True)
+class Shaper:
+    device: str
+    direction: Direction
+    link: LinkSpec
+    slices: tuple[SliceSpec, ...]
+
+    @property
+    def classes(self) -> list[SliceClass]:
+        """Slice classes first, then the default class (slice name '-')."""
+        cap = self.link.capacity_mbit
+        out: list[SliceClass] = []
+        if self.link.slicing:
+            for i, s in enumerate(self.slices):
+                out.append(SliceClass(s.name, f"1:{0x100 + i:x}", f"{0x10 + i:x}:",
+                                      s.guaranteed_mbit, s.ceiling_mbit or cap, str(s.subnet)))
+            rest = max(cap - sum(s.guaranteed_mbit for s in self.slices), 0.0)
+        else:
+            rest = cap
+        out.append(SliceClass("-", f"1:{DEFAULT_MINOR:x}", "ff:", rest, cap, "0.0.0.0/0"))
+        return out
+
+    def commands(self) -> list[list[str]]:
+        """`tc` commands (without the namespace wrapper) that install the tree on `device`."""
+        dev = self.device
+        cap = _kbit(self.link.capacity_mbit)
+        cmds = [
+            ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb",
+             "default", f"{DEFAULT_MINOR:x}"],
+            ["tc", "class", "add", "dev", dev, "parent", "1:", "classid", ROOT_CLASS, "htb",
+             "rate", cap, "ceil", cap, "quantum", str(QUANTUM)],
+        ]
+        key = "src" if self.direction == "uplink" else "dst"
+        for c in self.classes:
+            cmds.append(["tc", "class", "add", "dev", dev, "parent", ROOT_CLASS, "classid",
+                         c.classid, "htb", "rate", _kbit(c.rate_mbit), "ceil", _kbit(c.ceil_mbit),
+                         "quantum", str(QUANTUM)])
+            cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", c.classid, "handle",
+                         c.leaf_handle, *self._leaf()])
+            if c.slice != "-":
+                cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip",
+                             "prio", "1", "u32", "match", "ip", key, c.match,
+                             "flowid", c.classid])
+        return cmds
+
+    def _leaf(self) -> list[str]:
+        limit = str(self.link.queue_packets)
+        if self.link.delay_ms > 0:
+            return ["netem", "delay", f"{self.link.delay_ms:g}ms", "limit", limit]
+        return ["pfifo", "limit", limit]
+
+
+def shapers_for(link: LinkSpec, slices: list[SliceSpec], *, n3: str, n6: str) -> list[Shaper]:
+    return [Shaper(n6, "uplink", link, tuple(slices)), Shaper(n3, "downlink", link, tuple(slices))]
