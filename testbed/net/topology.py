@@ -84,15 +84,17 @@ class Topology:
                 next_host[s.name] += 1
                 ues.append(UE(g.name, i, s.name, addr, ue_hosts[g.name]))
         topo = cls(spec, prefix, upf, dn, ue_hosts, links, ues)
-        n6_net = spec.dn_subnet
-        topo.addresses.append((Intf(upf, N6), ipaddress.IPv4Interface(f"{topo.upf_n6_addr}/{n6_net.prefixlen}")))
-        topo.addresses.append((Intf(dn, N6), ipaddress.IPv4Interface(f"{topo.dn_addr}/{n6_net.prefixlen}")))
+        n6_len = spec.dn_subnet.prefixlen
+        topo._address(Intf(upf, N6), topo.upf_n6_addr, n6_len)
+        topo._address(Intf(dn, N6), topo.dn_addr, n6_len)
         for s in spec.slices:
-            topo.addresses.append((Intf(upf, N3), ipaddress.IPv4Interface(f"{s.gateway}/{s.subnet.prefixlen}")))
+            topo._address(Intf(upf, N3), s.gateway, s.subnet.prefixlen)
         for ue in ues:
-            prefixlen = spec.slice(ue.slice).subnet.prefixlen
-            topo.addresses.append((Intf(ue.host, RAN), ipaddress.IPv4Interface(f"{ue.address}/{prefixlen}")))
+            topo._address(Intf(ue.host, RAN), ue.address, spec.slice(ue.slice).subnet.prefixlen)
         return topo
+
+    def _address(self, intf: Intf, addr: ipaddress.IPv4Address, prefixlen: int) -> None:
+        self.addresses.append((intf, ipaddress.IPv4Interface(f"{addr}/{prefixlen}")))
 
     @property
     def upf_n6_addr(self) -> ipaddress.IPv4Address:

@@ -1,0 +1,32 @@
+"""One scaler period of one service, as raw counts: what every metrics backend produces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WindowMetrics:
+    """What a service did in one scaler period (30 s, time-scaled on the local profile).
+
+    The simulator, the local testbed (in-process load balancer) and the lab (Prometheus) all
+    produce this; the scaler's state builder normalises it. Counts, not rates, so windows add up.
+    """
+
+    service: str
+    seconds: float  # length of the window
+    arrivals: int  # requests that arrived at the service in the window
+    completed: int  # requests that finished (success or failure) in the window
+    violations: int  # failed, dropped, timed out, or slower than the SLO threshold
+    utilization: float  # mean over per-second samples of mean over ready instances of
+    #                     min(in_flight, capacity) / capacity  (the dissertation's definition)
+    instances: int  # ready instances at the end of the window
+    mean_proc_time_ms: float | None = None  # mean latency of completed requests
+
+    @property
+    def request_rate(self) -> float:
+        return self.arrivals / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def slo_violation_rate(self) -> float:
+        return self.violations / self.completed if self.completed else 0.0
