@@ -1,3 +1,264 @@
-"""Data-plane commands: up, down, status, exec, traffic, demo."""
+"""Data-plane commands: up, down, status, exec, traffic iperf, demo."""
 
-from testbed.cli import app  # noqa: F401
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from testbed.cli import app, console
+from testbed.config import TestbedSpec, load_testbed
+from testbed.errors import StateError, TestbedError
+from testbed.net.cmd import require_binaries
+from testbed.net.iperf import IperfResult, IperfSession, save_json
+from testbed.net.local import LocalTestbed, class_counters, recorded_testbeds, require_root, teardown
+from testbed.net.state import TestbedState, load_state
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Testbed file (YAML); "
+                                                "the built-in default when omitted.")]
+NameOpt = Annotated[str | None, typer.Option("--name", "-n", help="Which testbed (its `name:`); "
+                                             "needed only when several are up.")]
+
+traffic_app = typer.Typer(help="Run traffic through a running testbed.", no_args_is_help=True)
+app.add_typer(traffic_app, name="traffic")
+
+
+def _sigterm_as_interrupt() -> None:
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _running(name: str | None) -> TestbedState:
+    if name:
+        return load_state(name)
+    names = recorded_testbeds()
+    if not names:
+        raise StateError("no testbed is up; start one with `testbed up`")
+    if len(names) > 1:
+        raise StateError(f"several testbeds are up ({', '.join(names)}); pick one with --name")
+    return load_state(names[0])
+
+
+def _topology(state: TestbedState) -> LocalTestbed:
+    return LocalTestbed(TestbedSpec.model_validate(state.spec))
+
+
+@app.command()
+def up(config: ConfigOpt = None,
+       no_slicing: Annotated[bool, typer.Option("--no-slicing", help="One shared class for all "
+                                                "traffic (the no-slice baseline).")] = False) -> None:
+    """Bring up the local testbed: namespaces, links, slice shaping.
+
+    Example: [bold]testbed up -c testbed.yaml[/]
+    """
+    spec = load_testbed(config)
+    if no_slicing:
+        spec = spec.model_copy(update={"link": spec.link.model_copy(update={"slicing": False})})
+    _sigterm_as_interrupt()
+    t0 = time.monotonic()
+    tb = LocalTestbed(spec)
+    with console.status(f"bringing up testbed [bold]{spec.name}[/]…"):
+        tb.up()
+    topo = tb.topology
+    console.print(f"[green]up[/] testbed [bold]{spec.name}[/] in {time.monotonic() - t0:.2f} s: "
+                  f"{len(topo.namespaces)} namespaces, {len(spec.slices)} slices, "
+                  f"{len(topo.ues)} UEs, bottleneck {spec.link.capacity_mbit:g} Mbit/s "
+                  f"({'sliced' if spec.link.slicing else 'no slicing'}); "
+                  f"data network at {topo.dn_addr}")
+
+
+@app.command()
+def down(name: NameOpt = None,
+         all_: Annotated[bool, typer.Option("--all", help="Every recorded testbed.")] = False) -> None:
+    """Remove a testbed and everything it started; works after a crash from its state file.
+
+    Example: [bold]testbed down[/]   or   [bold]testbed down --all[/]
+    """
+    require_root("testbed down")
+    if all_:
+        names = recorded_testbeds()
+    elif name:
+        names = [name]
+    else:
+        names = recorded_testbeds()
+        if len(names) > 1:
+            raise StateError(f"several testbeds are up ({', '.join(names)}); "
+                             "pick one with --name or use --all")
+    if not names:
+        console.print("nothing to remove: no testbed is recorded as up")
+        return
+    for n in names:
+        t0 = time.monotonic()
+        removed = teardown(n)
+        console.print(f"[green]down[/] testbed [bold]{n}[/] in {time.monotonic() - t0:.2f} s "
+                      f"({len(removed)} namespaces removed)")
+
+
+@app.command()
+def status(name: NameOpt = None,
+           as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False
+           ) -> None:
+    """Show namespaces, addresses and per-slice HTB counters of a running testbed.
+
+    Example: [bold]testbed status[/]
+    """
+    require_root("testbed status")
+    state = _running(name)
+    tb = _topology(state)
+    counters = class_counters(state)
+    if as_json:
+        print(json.dumps({
+            "name": state.name, "status": state.status, "namespaces": state.namespaces,
+            "dn_addr": str(tb.topology.dn_addr),
+            "ues": [{"group": u.group, "slice": u.slice, "address": str(u.address),
+                     "namespace": u.host.name} for u in tb.topology.ues],
+            "classes": [c.__dict__ for c in counters],
+        }, indent=2))
+        return
+    console.print(f"testbed [bold]{state.name}[/] ({state.status}), data network "
+                  f"{tb.topology.dn_addr}, bottleneck {tb.spec.link.capacity_mbit:g} Mbit/s")
+    ues = Table("namespace", "slice", "UE addresses", title="UE groups")
+    for group, host in tb.topology.ue_hosts.items():
+        addrs = ", ".join(str(u.address) for u in tb.topology.ues_of_group(group))
+        ues.add_row(host.name, tb.topology.slice_of_group(group).name, addrs)
+    console.print(ues)
+    classes = Table("direction", "slice", "class", "rate Mbit/s", "ceil Mbit/s", "bytes",
+                    "packets", "drops", "overlimits", "backlog", title="HTB classes (UPF)")
+    for c in counters:
+        classes.add_row(c.direction, c.slice if c.slice != "-" else "(default)", c.classid,
+                        f"{c.rate_mbit:g}", f"{c.ceil_mbit:g}", f"{c.bytes:,}", f"{c.packets:,}",
+                        str(c.drops), str(c.overlimits), str(c.backlog_packets))
+    console.print(classes)
+
+
+@app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def exec_(ue: Annotated[str, typer.Argument(help="UE group name (its namespace).")],
+          command: Annotated[list[str], typer.Argument(help="Command and arguments, after --.")],
+          name: NameOpt = None) -> None:
+    """Run a command inside a UE group's namespace (TESTBED_UE_ADDR = its first UE's address).
+
+    Example: [bold]testbed exec ai -- ping -c 3 10.200.0.2[/]
+    """
+    require_root("testbed exec")
+    state = _running(name)
+    tb = _topology(state)
+    if ue not in tb.topology.ue_hosts:
+        raise TestbedError(f"no UE group {ue!r} (groups: {', '.join(tb.topology.ue_hosts)})")
+    env = dict(os.environ, TESTBED_UE_ADDR=str(tb.topology.ues_of_group(ue)[0].address),
+               TESTBED_DN_ADDR=str(tb.topology.dn_addr))
+    sys.stdout.flush()
+    os.execvpe("ip", ["ip", "netns", "exec", tb.topology.ue_hosts[ue].name, *command], env)
+
+
+def print_iperf(results: list[IperfResult], per_flow: bool = True) -> None:
+    table = Table("slice", "UE", "direction", "flow", "goodput Mbit/s", "retransmits", "RTT ms")
+    for r in results:
+        if per_flow and len(r.flows) > 1:
+            for f in r.flows:
+                table.add_row(r.slice, r.ue, r.direction, str(f.stream), f"{f.goodput_mbit:.2f}",
+                              _fmt(f.retransmits), _fmt(f.mean_rtt_ms))
+        table.add_row(f"[bold]{r.slice}[/]", r.ue, r.direction, "total",
+                      f"[bold]{r.total_mbit:.2f}[/]", _fmt(r.retransmits), _fmt(r.mean_rtt_ms))
+    console.print(table)
+
+
+def _fmt(v: float | int | None) -> str:
+    if v is None:
+        return "–"
+    return f"{v:.1f}" if isinstance(v, float) else str(v)
+
+
+def _run_dir(out: Path | None, label: str) -> Path:
+    return out or Path("runs") / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{label}"
+
+
+@traffic_app.command("iperf")
+def traffic_iperf(
+    slice_: Annotated[str, typer.Option("--slice", "-s", help="Slice whose UE sends.")],
+    flows: Annotated[int, typer.Option("--flows", "-P", min=1, max=128, help="Parallel flows.")] = 1,
+    duration: Annotated[float, typer.Option("--duration", "-t", min=1, help="Seconds.")] = 10,
+    reverse: Annotated[bool, typer.Option("--reverse", "-R", help="Downlink (DN → UE).")] = False,
+    omit: Annotated[int, typer.Option(help="Seconds of slow start to leave out.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Where iperf3's JSON is kept "
+                                             "(default runs/<time>-iperf/).")] = None,
+    name: NameOpt = None,
+) -> None:
+    """iperf3 between a slice's UE and the data network: per-flow and total goodput.
+
+    Example: [bold]testbed traffic iperf --slice be --flows 10 --duration 10 --reverse[/]
+    """
+    require_root("testbed traffic")
+    require_binaries("iperf3")
+    _sigterm_as_interrupt()
+    tb = _topology(_running(name))
+    session = IperfSession.start(tb.topology, slice_, flows=flows, duration=duration,
+                                 reverse=reverse, omit=omit)
+    try:
+        with console.status(f"iperf3: {flows} flow(s) in slice {slice_} for {duration:g} s…"):
+            result = session.wait()
+    finally:
+        session.stop()
+    path = save_json(result, _run_dir(out, "iperf"), f"iperf3-{slice_}-{result.direction}")
+    if as_json:
+        print(json.dumps({**result.summary(), "json": str(path)}, indent=2))
+        return
+    print_iperf([result])
+    console.print(f"iperf3 JSON kept in {path}")
+
+
+@app.command()
+def demo(
+    config: ConfigOpt = None,
+    flows: Annotated[int, typer.Option(help="Best-effort flows beside the AI flow.")] = 10,
+    duration: Annotated[float, typer.Option(help="Seconds per measurement.")] = 5,
+) -> None:
+    """The main job on the local profile: bring up a testbed, show slicing at work with iperf3
+    (with and without slicing, uplink), print a summary, tear down.
+
+    Example: [bold]testbed demo --flows 20[/]
+    """
+    require_root("testbed demo")
+    require_binaries("ip", "tc", "iperf3")
+    _sigterm_as_interrupt()
+    base = load_testbed(config)
+    if len(base.slices) < 2:
+        raise TestbedError("the demo needs two slices (a guaranteed one and a best-effort one)")
+    guaranteed = max(base.slices, key=lambda s: s.guaranteed_mbit)
+    besteffort = next(s for s in base.slices if s.name != guaranteed.name)
+    rows = []
+    for slicing in (True, False):
+        spec = base.model_copy(update={"link": base.link.model_copy(update={"slicing": slicing})})
+        label = "sliced" if slicing else "no slicing"
+        with console.status(f"{label}: 1 flow in {guaranteed.name!r} vs {flows} in "
+                            f"{besteffort.name!r} for {duration:g} s…"), LocalTestbed(spec) as tb:
+            a = IperfSession.start(tb.topology, guaranteed.name, flows=1, duration=duration, omit=1)
+            b = IperfSession.start(tb.topology, besteffort.name, flows=flows, duration=duration,
+                                   omit=1)
+            try:
+                ra, rb = a.wait(), b.wait()
+            finally:
+                a.stop()
+                b.stop()
+        rows.append((label, ra, rb))
+    table = Table("shaping", f"{guaranteed.name} goodput", f"{guaranteed.name} RTT ms",
+                  f"{besteffort.name} goodput ({flows} flows)", "link",
+                  title=f"Slice {guaranteed.name!r} guaranteed {guaranteed.guaranteed_mbit:g} "
+                        f"Mbit/s of {base.link.capacity_mbit:g} Mbit/s (uplink)")
+    for label, ra, rb in rows:
+        ok = ra.total_mbit >= 0.95 * guaranteed.guaranteed_mbit
+        mark = "[green]✓[/]" if ok else "[red]✗[/]"
+        table.add_row(label, f"{mark} {ra.total_mbit:.1f} Mbit/s", _fmt(ra.mean_rtt_ms),
+                      f"{rb.total_mbit:.1f} Mbit/s", f"{ra.total_mbit + rb.total_mbit:.1f} Mbit/s")
+    console.print(table)
+    console.print("testbed removed; nothing left behind.")

@@ -19,6 +19,7 @@ from testbed.net.cmd import in_ns
 
 PREFIX_ROOT = "tb"
 N3, N6, RAN = "n3", "n6", "ran0"
+GSO_MAX_SIZE = 1514
 
 
 def prefix_for(name: str) -> str:
@@ -140,7 +141,10 @@ class Topology:
             cmds.append(["ip", "-n", intf.host.name, "addr", "add", str(iface), "dev", intf.name])
         for link in self.links:
             for end in (link.a, link.b):
-                cmds.append(["ip", "-n", end.host.name, "link", "set", end.name, "up"])
+                # Segmentation offload would hand HTB 64 KB super-packets: shaping turns bursty,
+                # fairness between classes skews and packet-count queue limits hold megabytes.
+                cmds.append(["ip", "-n", end.host.name, "link", "set", end.name, "gso_max_size",
+                             str(GSO_MAX_SIZE), "up"])
         cmds.append(["ip", "-n", self.upf.name, "link", "set", N3, "up"])
         cmds.append(in_ns(self.upf.name, ["sysctl", "-qw", "net.ipv4.ip_forward=1"]))
         cmds.append(["ip", "-n", self.dn.name, "route", "add", "default", "via", str(self.upf_n6_addr)])

@@ -1,0 +1,253 @@
+"""`LocalTestbed`: realises a testbed spec as namespaces, veths and HTB classes, and removes it.
+
+    with LocalTestbed(load_testbed()) as tb:      # up(); down() on exit, Ctrl-C or error
+        print(tb.topology.dn_addr)
+
+`teardown(name)` removes a testbed from its state file alone, for `testbed down` after a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from testbed.config import TestbedSpec
+from testbed.errors import MissingRequirement, StateError
+from testbed.net.cmd import CommandFailed, Runner, require_binaries
+from testbed.net.shaping import Shaper, shapers_for
+from testbed.net.state import (
+    TestbedState,
+    create_state,
+    load_state,
+    process_start_time,
+    recorded_names,
+    remove_state,
+    save_state,
+    state_path,
+)
+from testbed.net.topology import N3, N6, Topology, prefix_for
+
+
+def require_root(what: str = "the local data plane") -> None:
+    if os.geteuid() != 0:
+        raise MissingRequirement(
+            f"{what} needs root (network namespaces, tc): run it as root, e.g. `sudo testbed up`"
+        )
+
+
+def netns_list(runner: Runner) -> list[str]:
+    out = runner.run(["ip", "netns", "list"]).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+class LocalTestbed:
+    """One testbed on this machine; owns its namespaces and everything inside them."""
+
+    def __init__(self, spec: TestbedSpec, runner: Runner | None = None):
+        self.spec = spec
+        self.topology = Topology.from_spec(spec)
+        self.runner = runner or Runner()
+        self._up = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def shapers(self) -> list[Shaper]:
+        return shapers_for(self.spec.link, list(self.spec.slices), n3=N3, n6=N6)
+
+    def shaping_commands(self) -> list[list[str]]:
+        """tc commands, namespaced to the UPF, for both directions of the bottleneck."""
+        ns = self.topology.upf.name
+        return [["tc", "-n", ns, *cmd[1:]] for s in self.shapers for cmd in s.commands()]
+
+    def up(self) -> None:
+        """Create everything; on any failure or interrupt, remove what was created and re-raise."""
+        require_root()
+        require_binaries("ip", "tc", "sysctl")
+        leftovers = [n for n in netns_list(self.runner) if n.startswith(self.topology.prefix + "-")]
+        if state_path(self.name).exists():
+            create_state(self._state("building"))  # raises the "already up" error
+        if leftovers:
+            raise StateError(
+                f"namespaces of an earlier testbed {self.name!r} are still here "
+                f"({', '.join(leftovers)}); run `testbed down --name {self.name}` first"
+            )
+        create_state(self._state("building"))
+        try:
+            self.runner.run_all(self.topology.build_commands())
+            if self.spec.link.delay_ms > 0:
+                self._require_netem()
+            self.runner.run_all(self.shaping_commands())
+            save_state(self._state("up"))
+            self._up = True
+        except BaseException:
+            teardown(self.name, self.runner)
+            raise
+
+    def down(self) -> None:
+        teardown(self.name, self.runner)
+        self._up = False
+
+    def __enter__(self) -> LocalTestbed:
+        self.up()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    def _state(self, status: str) -> TestbedState:
+        return TestbedState(
+            name=self.name,
+            prefix=self.topology.prefix,
+            status=status,
+            namespaces=self.topology.namespaces,
+            spec=self.spec.model_dump(mode="json"),
+        )
+
+    def _require_netem(self) -> None:
+        probe = ["tc", "-n", self.topology.upf.name, "qdisc", "add", "dev", "lo", "root",
+                 "netem", "delay", "1ms"]
+        try:
+            self.runner.run(probe)
+        except CommandFailed as exc:
+            raise MissingRequirement(
+                "link.delay_ms needs the netem qdisc, which this kernel lacks "
+                f"(tc: {exc.stderr.splitlines()[-1] if exc.stderr else 'failed'}); "
+                "set link.delay_ms: 0 or load sch_netem"
+            ) from None
+        self.runner.run(["tc", "-n", self.topology.upf.name, "qdisc", "del", "dev", "lo", "root"])
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Ignore Ctrl-C while cleaning up, so a second Ctrl-C cannot leave half a testbed."""
+    try:
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _kill(pids: list[int], grace: float = 1.0) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [p for p in alive if _alive(p)]
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie child of ours still answers kill(0): reap it
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    return True
+
+
+def teardown(name: str, runner: Runner | None = None) -> list[str]:
+    """Remove testbed `name`: its processes, namespaces (with their links and qdiscs), state.
+
+    Works from the state file, and also finds namespaces by prefix when the state is gone.
+    Returns the namespaces removed.
+    """
+    runner = runner or Runner()
+    with _sigint_deferred():
+        prefix = prefix_for(name)
+        try:
+            state: TestbedState | None = load_state(name)
+        except StateError:
+            state = None
+        present = netns_list(runner)
+        wanted = set(state.namespaces if state else [])
+        wanted |= {n for n in present if n.startswith(prefix + "-")}
+        doomed = [n for n in present if n in wanted]
+        pids: list[int] = []
+        for ns in doomed:
+            out = runner.run(["ip", "netns", "pids", ns], check=False).stdout
+            pids += [int(p) for p in out.split() if p.isdigit()]
+        if state:
+            pids += [p.pid for p in state.processes if process_start_time(p.pid) == p.start_time]
+        _kill(sorted(set(pids)))
+        for ns in doomed:
+            runner.run(["ip", "netns", "del", ns], check=False)
+        remove_state(name)
+        return doomed
+
+
+def recorded_testbeds() -> list[str]:
+    return recorded_names()
+
+
+@dataclass(frozen=True)
+class ClassCounters:
+    """Counters of one HTB class (one slice in one direction)."""
+
+    direction: str
+    slice: str
+    classid: str
+    rate_mbit: float
+    ceil_mbit: float
+    bytes: int
+    packets: int
+    drops: int
+    overlimits: int
+    backlog_packets: int
+
+
+_CLASS_RE = re.compile(
+    r"class htb (?P<id>\S+) .*?\n\s*Sent (?P<bytes>\d+) bytes (?P<pkts>\d+) pkt "
+    r"\(dropped (?P<drops>\d+), overlimits (?P<over>\d+).*?\n\s*backlog \S+ (?P<qlen>\d+)p",
+    re.S,
+)
+
+
+def parse_htb_classes(text: str) -> dict[str, dict[str, int]]:
+    """Counters per classid from `tc -s class show` text (iproute2 prints no JSON for HTB)."""
+    out = {}
+    for block in re.split(r"\n\s*\n", text):
+        m = _CLASS_RE.search(block)
+        if m:
+            out[m["id"]] = {"bytes": int(m["bytes"]), "packets": int(m["pkts"]),
+                            "drops": int(m["drops"]), "overlimits": int(m["over"]),
+                            "qlen": int(m["qlen"])}
+    return out
+
+
+def class_counters(tb_state: TestbedState, runner: Runner | None = None) -> list[ClassCounters]:
+    """Read the HTB class counters of both directions from the kernel."""
+    runner = runner or Runner()
+    tb = LocalTestbed(TestbedSpec.model_validate(tb_state.spec), runner)
+    out: list[ClassCounters] = []
+    for shaper in tb.shapers:
+        text = runner.run(["tc", "-n", tb.topology.upf.name, "-s", "class", "show", "dev",
+                           shaper.device]).stdout
+        by_id = parse_htb_classes(text)
+        for c in shaper.classes:
+            k = by_id.get(c.classid, {})
+            out.append(ClassCounters(
+                shaper.direction, c.slice, c.classid, c.rate_mbit, c.ceil_mbit,
+                k.get("bytes", 0), k.get("packets", 0), k.get("drops", 0),
+                k.get("overlimits", 0), k.get("qlen", 0),
+            ))
+    return out
