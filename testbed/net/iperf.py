@@ -31,7 +31,7 @@ class IperfFailed(TestbedError):
 class FlowResult:
     stream: int
     goodput_mbit: float  # received bits per second, in Mbit/s
-    retransmits: int | None  # sender-side; None where iperf3 does not report it (reverse mode)
+    retransmits: int | None  # sender-side; None where the sender's report is missing
     mean_rtt_ms: float | None
 
 
@@ -58,18 +58,23 @@ def parse_iperf_json(raw: dict[str, Any], *, slice_name: str, ue: str, reverse: 
     if "error" in raw and not raw.get("end", {}).get("streams"):
         raise IperfFailed(f"iperf3 failed: {raw['error']}")
     end = raw.get("end", {})
+    # In reverse mode the server sends; its own report (--get-server-output) has RTT and
+    # retransmits, the client's has none.
+    sender_end = raw.get("server_output_json", {}).get("end", {}) if reverse else end
+    sender_streams = sender_end.get("streams", [])
     flows = []
     for i, stream in enumerate(end.get("streams", [])):
-        sender, receiver = stream.get("sender", {}), stream.get("receiver", {})
+        receiver = stream.get("receiver", {})
+        sender = sender_streams[i].get("sender", {}) if i < len(sender_streams) else {}
         rtt = sender.get("mean_rtt")
         flows.append(FlowResult(
             stream=i,
             goodput_mbit=receiver.get("bits_per_second", 0.0) / 1e6,
-            retransmits=None if reverse else sender.get("retransmits"),
-            mean_rtt_ms=None if reverse or rtt is None else rtt / 1000.0,
+            retransmits=sender.get("retransmits"),
+            mean_rtt_ms=None if rtt is None else rtt / 1000.0,
         ))
     total = end.get("sum_received", {}).get("bits_per_second", 0.0) / 1e6
-    retrans = None if reverse else end.get("sum_sent", {}).get("retransmits")
+    retrans = sender_end.get("sum_sent", {}).get("retransmits")
     rtts = [f.mean_rtt_ms for f in flows if f.mean_rtt_ms is not None]
     seconds = end.get("sum_received", {}).get("seconds", 0.0)
     return IperfResult(slice_name, ue, "downlink" if reverse else "uplink", flows, total, retrans,
@@ -119,14 +124,14 @@ class IperfSession:
         cls._reserved.add(port)
         dn = str(topology.dn_addr)
         server = subprocess.Popen(
-            in_ns(topology.dn.name, ["iperf3", "-s", "-1", "-B", dn, "-p", str(port)]),
+            in_ns(topology.dn.name, ["iperf3", "-s", "-1", "-J", "-B", dn, "-p", str(port)]),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             _wait_listening(topology, port, runner, server)
             argv = ["iperf3", "-c", dn, "-p", str(port), "-B", str(ue.address), "-P", str(flows),
                     "-t", f"{duration:g}", "-O", str(omit), "-J", "--connect-timeout", "3000"]
             if reverse:
-                argv.append("-R")
+                argv += ["-R", "--get-server-output"]  # the server is the sender: its RTTs
             client = subprocess.Popen(in_ns(ue.host.name, argv), stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True)
         except BaseException:

@@ -1,0 +1,99 @@
+"""The data-plane commands as a user runs them: a subprocess per command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import namespaces_with_prefix
+
+
+def testbed(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, COLUMNS="200"))
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def _file(tmp_path: Path, name: str) -> Path:
+    p = tmp_path / "tb.yaml"
+    text = (Path("testbed/config/default_testbed.yaml").read_text()
+            .replace("name: main", f"name: {name}"))
+    p.write_text(text)
+    return p
+
+
+def test_help_lists_commands_with_examples():
+    out = testbed("--help", check=True).stdout
+    for cmd in ("up", "down", "status", "exec", "traffic", "demo"):
+        assert cmd in out
+    assert "Example" in testbed("traffic", "iperf", "--help", check=True).stdout
+
+
+def test_config_error_names_file_line_field_and_exits_nonzero(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("slices:\n  - name: ai\n    sst: 1\n    sd: \"0x1G\"\n    subnet: 10.1.0.0/24\n"
+                   "ue_groups:\n  - {name: a, slice: ai}\n")
+    proc = testbed("up", "-c", str(bad))
+    assert proc.returncode == 2
+    assert f"{bad}:4: slices[0].sd:" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.needs_root
+def test_up_status_exec_traffic_down(tmp_path, tb_name):
+    cfg = _file(tmp_path, tb_name)
+    up = testbed("up", "-c", str(cfg), check=True)
+    try:
+        assert f"up testbed {tb_name}" in up.stdout
+        again = testbed("up", "-c", str(cfg))
+        assert again.returncode != 0 and "already up" in again.stderr
+        st = json.loads(testbed("status", "--name", tb_name, "--json", check=True).stdout)
+        assert st["status"] == "up" and len(st["namespaces"]) == 4
+        assert {c["slice"] for c in st["classes"]} == {"ai", "be", "-"}
+        ex = testbed("exec", "--name", tb_name, "ai", "--", "ip", "-br", "addr", check=True)
+        assert "10.45.0.2/24" in ex.stdout
+        ping = testbed("exec", "--name", tb_name, "be", "--", "ping", "-c", "1", "-W", "2",
+                       "10.200.0.2")
+        assert ping.returncode == 0, ping.stdout + ping.stderr
+        tr = testbed("traffic", "iperf", "--name", tb_name, "--slice", "be", "--flows", "3",
+                     "--duration", "1", "--json", "--out", str(tmp_path / "run"), check=True)
+        summary = json.loads(tr.stdout)
+        assert len(summary["flows"]) == 3 and summary["total_mbit"] > 1
+        assert Path(summary["json"]).exists()
+        human = testbed("status", "--name", tb_name, check=True).stdout
+        assert "HTB classes" in human and "uplink" in human
+    finally:
+        down = testbed("down", "--name", tb_name)
+    assert down.returncode == 0 and "down testbed" in down.stdout
+    assert namespaces_with_prefix(f"tb-{tb_name}-") == []
+
+
+@pytest.mark.needs_root
+def test_commands_on_a_missing_testbed_fail_clearly(tb_name):
+    proc = testbed("status", "--name", tb_name)
+    assert proc.returncode != 0 and f"no testbed named '{tb_name}'" in proc.stderr
+
+
+def test_not_root_is_one_clear_line(monkeypatch):
+    from testbed.errors import MissingRequirement
+    from testbed.net import local
+
+    monkeypatch.setattr(local.os, "geteuid", lambda: 1000)
+    with pytest.raises(MissingRequirement, match="needs root"):
+        local.require_root()
+
+
+def test_missing_binary_names_the_package(monkeypatch):
+    from testbed.errors import MissingRequirement
+    from testbed.net import cmd
+
+    monkeypatch.setattr(cmd.shutil, "which", lambda name: None)
+    with pytest.raises(MissingRequirement, match=r"iperf3 not found: install iperf3 \(apt-get"):
+        cmd.require_binaries("iperf3")

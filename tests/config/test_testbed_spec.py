@@ -1,0 +1,142 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed.config import load_testbed, parse_yaml, testbed_from_yaml
+from testbed.errors import ConfigError
+
+GOOD = """\
+name: lab1
+link:
+  capacity_mbit: 100
+slices:
+  - name: ai
+    sst: 1
+    sd: "000001"
+    subnet: 10.45.0.0/24
+    guaranteed_mbit: 20
+  - name: be
+    sst: 2
+    subnet: 10.46.0.0/24
+ue_groups:
+  - name: ai
+    slice: ai
+    count: 3
+"""
+
+
+def load(text: str):
+    return testbed_from_yaml(parse_yaml(text, "tb.yaml"))
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(ConfigError) as exc:
+        load(text)
+    return [str(p) for p in exc.value.problems]
+
+
+def test_good_file_loads_with_defaults():
+    spec = load(GOOD)
+    assert spec.name == "lab1"
+    assert spec.slice("ai").sd == "000001"
+    assert spec.slice("be").sd is None
+    assert spec.slice("be").guaranteed_mbit == 0
+    assert spec.link.slicing is True and spec.link.delay_ms == 0
+    assert spec.groups_of("ai")[0].count == 3
+
+
+def test_builtin_default_is_valid():
+    spec = load_testbed()
+    assert {s.name for s in spec.slices} == {"ai", "be"}
+    assert sum(s.guaranteed_mbit for s in spec.slices) <= spec.link.capacity_mbit
+
+
+def test_sd_accepts_0x_prefix_and_normalises_case():
+    spec = load(GOOD.replace('sd: "000001"', 'sd: "0x00AbCd"'))
+    assert spec.slice("ai").sd == "00abcd"
+
+
+def test_wrong_type_names_line_and_field():
+    [p] = problems(GOOD.replace("capacity_mbit: 100", "capacity_mbit: fast"))
+    assert p.startswith("tb.yaml:3: link.capacity_mbit:")
+    assert "number" in p
+
+
+def test_unknown_key_names_its_line():
+    [p] = problems(GOOD.replace("    count: 3", "    count: 3\n    colour: red"))
+    assert p == "tb.yaml:17: ue_groups[0].colour: unknown key"
+
+
+def test_bad_sd():
+    [p] = problems(GOOD.replace('sd: "000001"', 'sd: "0x1G"'))
+    assert p.startswith("tb.yaml:7: slices[0].sd:") and "6 hex digits" in p
+
+
+def test_unquoted_sd_is_rejected_with_a_hint():
+    [p] = problems(GOOD.replace('sd: "000001"', "sd: 000101"))  # YAML 1.1 octal -> 65
+    assert "quoted" in p and p.startswith("tb.yaml:7:")
+
+
+def test_sst_out_of_range():
+    [p] = problems(GOOD.replace("sst: 2", "sst: 256"))
+    assert p.startswith("tb.yaml:11: slices[1].sst:")
+
+
+def test_overlapping_subnets():
+    [p] = problems(GOOD.replace("10.46.0.0/24", "10.45.0.128/25"))
+    assert p.startswith("tb.yaml:12: slices[1].subnet:") and "overlaps slices[0]" in p
+
+
+def test_subnet_overlapping_data_network():
+    [p] = problems(GOOD.replace("10.46.0.0/24", "10.200.0.0/16"))
+    assert "data-network subnet" in p
+
+
+def test_guarantees_above_capacity():
+    [p] = problems(GOOD.replace("    subnet: 10.46.0.0/24", "    subnet: 10.46.0.0/24\n"
+                                "    guaranteed_mbit: 81"))
+    assert p.startswith("tb.yaml:13: slices[1].guaranteed_mbit:") and "101" in p
+
+
+def test_duplicate_slice_names():
+    ps = problems(GOOD.replace("name: be", "name: ai"))
+    assert any(p.startswith("tb.yaml:10: slices[1].name: duplicate slice name") for p in ps)
+
+
+def test_duplicate_yaml_key():
+    [p] = problems(GOOD.replace("    count: 3", "    count: 3\n    count: 4"))
+    assert p == "tb.yaml:17: ue_groups[0].count: duplicate key"
+
+
+def test_group_of_unknown_slice():
+    [p] = problems(GOOD.replace("    slice: ai", "    slice: video"))
+    assert p.startswith("tb.yaml:15: ue_groups[0].slice: no slice named 'video'")
+
+
+def test_too_many_ues_for_subnet():
+    [p] = problems(GOOD.replace("10.45.0.0/24", "10.45.0.0/30"))
+    assert "room for 1 UEs" in p
+
+
+def test_ceiling_below_guarantee():
+    [p] = problems(GOOD.replace("    guaranteed_mbit: 20", "    guaranteed_mbit: 20\n"
+                                "    ceiling_mbit: 10"))
+    assert "below the guarantee" in p
+
+
+def test_invalid_yaml_syntax_names_line():
+    [p] = problems("slices:\n  - name: [unclosed\n")
+    assert p.startswith("tb.yaml:") and "invalid YAML" in p
+
+
+def test_missing_file(tmp_path: Path):
+    with pytest.raises(ConfigError) as exc:
+        load_testbed(tmp_path / "nope.yaml")
+    assert "cannot read" in str(exc.value)
+
+
+def test_missing_required_field():
+    [p] = problems(GOOD.replace("    subnet: 10.46.0.0/24\n", ""))
+    assert p.startswith("tb.yaml:10: slices[1].subnet: required field is missing")

@@ -1,0 +1,55 @@
+"""Shared fixtures: isolated state directory, unique testbed names, root/namespace checks."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+
+import pytest
+
+
+def has_netns() -> tuple[bool, str]:
+    if os.geteuid() != 0:
+        return False, "needs root for network namespaces"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return False, f"needs {tool} (iproute2)"
+    probe = f"tbprobe{secrets.token_hex(3)}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True)
+    if made.returncode != 0:
+        return False, f"cannot create network namespaces: {made.stderr.decode().strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return True, ""
+
+
+_NETNS = has_netns()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    ok, why = _NETNS
+    if ok:
+        return
+    for item in items:
+        if "needs_root" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=why))
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Every test records testbeds in its own state directory, never in /run/testbed."""
+    d = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def tb_name() -> str:
+    """A testbed name unique to this test (namespaces are tb-<name>-...)."""
+    return "t" + secrets.token_hex(4)
+
+
+def namespaces_with_prefix(prefix: str) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(prefix)]

@@ -1,0 +1,168 @@
+"""Brings real testbeds up and down in network namespaces (root only)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from testbed.config import load_testbed
+from testbed.errors import StateError
+from testbed.net.cmd import Runner, in_ns
+from testbed.net.iperf import IperfSession
+from testbed.net.local import LocalTestbed, class_counters, teardown
+from testbed.net.state import load_state, recorded_names
+from tests.conftest import namespaces_with_prefix
+
+pytestmark = pytest.mark.needs_root
+
+
+def _spec(name: str, **link):
+    spec = load_testbed()
+    return spec.model_copy(update={"name": name,
+                                   "link": spec.link.model_copy(update=link)})
+
+
+def _assert_nothing_left(name: str, pids: list[int] = ()) -> None:
+    assert namespaces_with_prefix(f"tb-{name}-") == []
+    assert name not in recorded_names()
+    root_links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    assert f"tb-{name}" not in root_links
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or _zombie(pid), f"process {pid} survived"
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_up_traffic_counters_down(tb_name):
+    tb = LocalTestbed(_spec(tb_name))
+    tb.up()
+    try:
+        assert sorted(namespaces_with_prefix(f"tb-{tb_name}-")) == sorted(tb.topology.namespaces)
+        ue = tb.topology.ues_of_slice("ai")[0]
+        addrs = Runner().run(["ip", "-n", ue.host.name, "-br", "addr"]).stdout
+        assert str(ue.address) in addrs
+        result = IperfSession.start(tb.topology, "ai", flows=2, duration=1).wait()
+        assert result.total_mbit > 1 and len(result.flows) == 2
+        counters = {(c.direction, c.slice): c for c in class_counters(load_state(tb_name))}
+        assert counters[("uplink", "ai")].bytes > 100_000  # the data went through the ai class
+        assert counters[("uplink", "be")].bytes < 10_000
+        assert counters[("downlink", "ai")].packets > 0  # ACKs, classified by destination
+        server = subprocess.Popen(in_ns(tb.topology.dn.name, ["iperf3", "-s", "-p", "5999"]),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.2)
+    finally:
+        tb.down()
+    server.wait(timeout=5)  # down killed the server running in the DN namespace
+    _assert_nothing_left(tb_name, [server.pid])
+
+
+def test_slice_guarantee_holds_against_many_flows(tb_name):
+    with LocalTestbed(_spec(tb_name)) as tb:
+        ai = IperfSession.start(tb.topology, "ai", flows=1, duration=3, omit=1)
+        be = IperfSession.start(tb.topology, "be", flows=10, duration=3, omit=1)
+        r_ai, r_be = ai.wait(), be.wait()
+    assert r_ai.total_mbit >= 19.0, r_ai.total_mbit
+    assert r_ai.total_mbit + r_be.total_mbit <= 102
+    _assert_nothing_left(tb_name)
+
+
+def test_up_twice_is_an_error_and_keeps_the_first(tb_name):
+    with LocalTestbed(_spec(tb_name)) as tb:
+        with pytest.raises(StateError, match="already up"):
+            LocalTestbed(_spec(tb_name)).up()
+        assert sorted(namespaces_with_prefix(f"tb-{tb_name}-")) == sorted(tb.topology.namespaces)
+        assert load_state(tb_name).status == "up"
+    _assert_nothing_left(tb_name)
+
+
+class InterruptingRunner(Runner):
+    """Runs real commands, then raises KeyboardInterrupt as if Ctrl-C came after `after` of them."""
+
+    def __init__(self, after: int):
+        self.after = after
+        self.count = 0
+
+    def run(self, argv, **kw):
+        self.count += 1
+        if self.count == self.after:
+            raise KeyboardInterrupt
+        return super().run(argv, **kw)
+
+
+@pytest.mark.parametrize("after", [3, 12, 30])
+def test_interrupt_during_up_removes_everything(tb_name, after):
+    with pytest.raises(KeyboardInterrupt):
+        LocalTestbed(_spec(tb_name), runner=InterruptingRunner(after)).up()
+    _assert_nothing_left(tb_name)
+
+
+def test_down_recovers_after_sigkill(tb_name, state_dir):
+    script = textwrap.dedent(f"""
+        import subprocess, time
+        from testbed.config import load_testbed
+        from testbed.net.cmd import in_ns
+        from testbed.net.local import LocalTestbed
+        spec = load_testbed().model_copy(update={{"name": "{tb_name}"}})
+        tb = LocalTestbed(spec); tb.up()
+        subprocess.Popen(in_ns(tb.topology.dn.name, ["iperf3", "-s", "-p", "5998"]))
+        print("ready", flush=True)
+        time.sleep(60)
+    """)
+    env = dict(os.environ, TESTBED_STATE_DIR=str(state_dir))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env=env, cwd=os.getcwd())
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    ns = f"tb-{tb_name}-dn"
+    orphans = [int(p) for p in Runner().run(["ip", "netns", "pids", ns]).stdout.split()]
+    assert orphans, "the iperf3 server should have outlived its parent"
+    removed = teardown(tb_name)
+    assert ns in removed
+    _assert_nothing_left(tb_name, orphans)
+
+
+def test_two_testbeds_coexist(tb_name):
+    other = tb_name[:-1] + ("x" if tb_name[-1] != "x" else "y")
+    with LocalTestbed(_spec(tb_name)) as a, LocalTestbed(_spec(other)) as b:
+        assert set(a.topology.namespaces).isdisjoint(b.topology.namespaces)
+        ra = IperfSession.start(a.topology, "be", duration=1).wait()
+        rb = IperfSession.start(b.topology, "be", duration=1).wait()
+        assert ra.total_mbit > 1 and rb.total_mbit > 1
+    _assert_nothing_left(tb_name)
+    _assert_nothing_left(other)
+
+
+def test_leftover_namespaces_without_state_block_up_until_down(tb_name):
+    Runner().run(["ip", "netns", "add", f"tb-{tb_name}-upf"])
+    try:
+        with pytest.raises(StateError, match="still here"):
+            LocalTestbed(_spec(tb_name)).up()
+        assert namespaces_with_prefix(f"tb-{tb_name}-") == [f"tb-{tb_name}-upf"]
+    finally:
+        teardown(tb_name)
+    _assert_nothing_left(tb_name)
+
+
+def test_missing_netem_is_reported_or_delay_is_applied(tb_name):
+    tb = LocalTestbed(_spec(tb_name, delay_ms=5))
+    try:
+        tb.up()
+    except Exception as exc:
+        assert "netem" in str(exc)
+    else:
+        rtt = IperfSession.start(tb.topology, "ai", duration=1).wait().mean_rtt_ms
+        tb.down()
+        assert rtt is not None and rtt >= 10  # 5 ms each way
+    _assert_nothing_left(tb_name)

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from testbed.config import load_testbed
+from testbed.net.shaping import Shaper, shapers_for
+
+
+def _shapers(**link):
+    spec = load_testbed()
+    spec = spec.model_copy(update={"link": spec.link.model_copy(update=link)})
+    return shapers_for(spec.link, list(spec.slices), n3="n3", n6="n6")
+
+
+def test_one_tree_per_direction_with_matching_keys():
+    up, down = _shapers()
+    assert (up.device, up.direction) == ("n6", "uplink")
+    assert (down.device, down.direction) == ("n3", "downlink")
+    up_filters = [c for c in up.commands() if c[1] == "filter"]
+    down_filters = [c for c in down.commands() if c[1] == "filter"]
+    assert [f[f.index("match") + 2:f.index("match") + 4] for f in up_filters] == [
+        ["src", "10.45.0.0/24"], ["src", "10.46.0.0/24"]]
+    assert [f[f.index("match") + 2:f.index("match") + 4] for f in down_filters] == [
+        ["dst", "10.45.0.0/24"], ["dst", "10.46.0.0/24"]]
+
+
+def test_rates_guarantee_ceiling_and_default_class():
+    up, _ = _shapers()
+    classes = {c.slice: c for c in up.classes}
+    assert classes["ai"].rate_mbit == 20 and classes["ai"].ceil_mbit == 100
+    assert classes["be"].rate_mbit == 0 and classes["be"].ceil_mbit == 100
+    assert classes["-"].rate_mbit == 80  # the unreserved rest goes to unsliced traffic
+    cmds = [" ".join(c) for c in up.commands()]
+    assert "tc qdisc replace dev n6 root handle 1: htb default ff" in cmds
+    assert any("classid 1:100 htb rate 20000kbit ceil 100000kbit" in c for c in cmds)
+    # a best-effort slice still needs a positive HTB rate
+    assert any("classid 1:101 htb rate 8kbit ceil 100000kbit" in c for c in cmds)
+    assert any(c.endswith("parent 1:100 handle 10: pfifo limit 100") for c in cmds)
+
+
+def test_slicing_off_is_one_shared_class_without_filters():
+    up, down = _shapers(slicing=False)
+    for s in (up, down):
+        assert [c.slice for c in s.classes] == ["-"]
+        assert s.classes[0].rate_mbit == 100
+        assert not [c for c in s.commands() if c[1] == "filter"]
+
+
+def test_delay_uses_netem_leaves_with_the_queue_limit():
+    up, _ = _shapers(delay_ms=5, queue_packets=50)
+    leaves = [c for c in up.commands() if c[1] == "qdisc" and "parent" in c]
+    assert all(c[-5:] == ["netem", "delay", "5ms", "limit", "50"] for c in leaves)
+
+
+def test_ceiling_is_used_when_given():
+    spec = load_testbed()
+    ai = spec.slices[0].model_copy(update={"ceiling_mbit": 30})
+    s = Shaper("n6", "uplink", spec.link, (ai, spec.slices[1]))
+    assert s.classes[0].ceil_mbit == 30

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from testbed.errors import StateError
+from testbed.net.state import (
+    ProcessRecord,
+    TestbedState,
+    create_state,
+    load_state,
+    process_start_time,
+    recorded_names,
+    remove_state,
+    save_state,
+)
+
+
+def _state(name: str = "x1") -> TestbedState:
+    return TestbedState(name=name, prefix=f"tb-{name}", status="building",
+                        namespaces=[f"tb-{name}-upf"], spec={"name": name})
+
+
+def test_create_is_exclusive_and_round_trips():
+    s = _state()
+    create_state(s)
+    with pytest.raises(StateError, match="already up"):
+        create_state(_state())
+    s.status = "up"
+    s.processes.append(ProcessRecord(os.getpid(), "me", process_start_time(os.getpid()) or 0))
+    save_state(s)
+    back = load_state("x1")
+    assert back.status == "up" and back.processes[0].pid == os.getpid()
+    assert recorded_names() == ["x1"]
+    remove_state("x1")
+    assert recorded_names() == []
+
+
+def test_missing_state_is_a_clear_error():
+    with pytest.raises(StateError, match="no testbed named 'nope'"):
+        load_state("nope")
+
+
+def test_start_time_identifies_a_live_process_only():
+    assert process_start_time(os.getpid()) is not None
+    assert process_start_time(2**22 + 12345) is None
