@@ -39,11 +39,11 @@ def spec(name: str, slicing: bool):
 
 
 def cell(slicing: bool, flows: int, reverse: bool, duration: float, omit: int) -> dict:
-    # "be" starts first and runs longer, so the whole measured window of the ai flow is
-    # under contention (clients start a few hundred ms apart).
+    # "be" starts one second early and leaves that second out too, so both measured windows
+    # cover the same span, all of it under contention.
     with LocalTestbed(spec("bench", slicing)) as tb:
-        be = IperfSession.start(tb.topology, "be", flows=flows, duration=duration + omit + 2,
-                                omit=omit, reverse=reverse)
+        be = IperfSession.start(tb.topology, "be", flows=flows, duration=duration,
+                                omit=omit + 1, reverse=reverse)
         time.sleep(1.0)
         ai = IperfSession.start(tb.topology, "ai", flows=1, duration=duration, omit=omit,
                                 reverse=reverse)
