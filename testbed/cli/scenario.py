@@ -1,0 +1,92 @@
+"""Scenario commands: run a scenario end to end, regenerate a report from a run directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from testbed.cli import app, console
+from testbed.config import TestbedSpec
+from testbed.config.yamlfile import LocatedYaml
+from testbed.errors import StateError
+from testbed.report import write_report
+from testbed.scenario.runner import RunOptions, run_scenario
+from testbed.scenario.spec import LoadedScenario, Scenario, load_scenario
+
+
+def _from_manifest(path: Path) -> LoadedScenario:
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise StateError(f"{path}: not a readable manifest ({exc})") from None
+    scn = Scenario.model_validate(manifest["scenario"])
+    testbed = TestbedSpec.model_validate(manifest["testbed"])
+    base = Path(manifest.get("base_dir") or Path(manifest["source"]).parent)
+    doc = LocatedYaml(manifest["scenario"], {}, str(path))
+    return LoadedScenario(scn, testbed, doc, base)
+
+
+@app.command("run")
+def run(
+    scenario: Annotated[Path | None, typer.Argument(help="Scenario file (YAML).")] = None,
+    profile: Annotated[str, typer.Option(help="local or lab.")] = "local",
+    out: Annotated[Path, typer.Option(help="Parent folder of the run directory.")] = Path("runs"),
+    time_scale: Annotated[float | None, typer.Option(help="Override the scenario's time-scale "
+                                                     "factor.")] = None,
+    duration: Annotated[float | None, typer.Option(help="Override the seconds per cell (a "
+                                                   "shorter window).")] = None,
+    repetitions: Annotated[int | None, typer.Option(help="Override repetitions.")] = None,
+    from_manifest: Annotated[Path | None, typer.Option("--from", help="Repeat a run from its "
+                                                       "manifest.json.")] = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="Plain lines instead of "
+                                              "the live view.")] = False,
+) -> None:
+    """Run a scenario end to end into a run directory and write its report; exits 1 when an
+    `expect:` check fails.
+
+    Example: [bold]testbed run scenarios/smoke.yaml[/]   or   [bold]testbed run --from runs/X/manifest.json[/]
+    """
+    if from_manifest is not None:
+        loaded = _from_manifest(from_manifest)
+    elif scenario is not None:
+        loaded = load_scenario(scenario)
+    else:
+        raise typer.BadParameter("give a scenario file or --from RUN_DIR/manifest.json")
+    result = run_scenario(loaded, RunOptions(out_root=out, profile=profile, time_scale=time_scale,
+                                             duration_s=duration, repetitions=repetitions,
+                                             progress=not no_progress, console=console))
+    print_outcomes(result.outcomes)
+    for p in result.problems:
+        console.print(f"[yellow]problem:[/] {p}")
+    console.print(f"run directory: {result.run_dir}\nreport: {result.run_dir / 'report.html'}")
+    if result.interrupted:
+        console.print("[yellow]interrupted: the report covers what was collected[/]")
+        raise typer.Exit(130)
+    if not result.passed:
+        raise typer.Exit(1)
+
+
+def print_outcomes(outcomes: list) -> None:
+    if not outcomes:
+        return
+    table = Table("expect", "result", "value", title="Expectations")
+    for o in outcomes:
+        table.add_row(o.text, "[green]PASS[/]" if o.passed else "[red]FAIL[/]",
+                      o.detail or (f"{o.left:.4g} vs {o.right:.4g}" if o.left is not None else ""))
+    console.print(table)
+
+
+@app.command("report")
+def report(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) -> None:
+    """Regenerate report.md and report.html from a run directory alone.
+
+    Example: [bold]testbed report runs/20261122T050000Z-smoke[/]
+    """
+    if not (run_dir / "manifest.json").is_file():
+        raise StateError(f"{run_dir} is not a run directory (no manifest.json)")
+    md, page = write_report(run_dir)
+    console.print(f"wrote {md} and {page}")

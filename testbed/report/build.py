@@ -1,0 +1,221 @@
+"""Builds a run's report from its directory alone: manifest, cell files and results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from testbed.report import plots
+from testbed.report.document import Document, Section, TableData
+from testbed.report.paper import FIG_5_7_5_8, SLICING_SETUP, TABLE_5_4
+from testbed.scenario.expect import evaluate_all
+from testbed.scenario.results import run_rows
+from testbed.scenario.rundir import read_jsonl
+
+
+def _f(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _rate(v: Any) -> str:
+    return "–" if v is None else f"{v:.4f}"
+
+
+def build_document(run_dir: Path) -> Document:
+    run_dir = Path(run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    scn = manifest["scenario"]
+    rows = run_rows(run_dir)
+    outcomes = evaluate_all(scn.get("expect", []), rows)
+    plots_dir = run_dir / "plots"
+    plots_dir.mkdir(exist_ok=True)
+    doc = Document(f"Scenario {scn['name']}")
+
+    about = Section("Run")
+    if scn.get("description"):
+        about.paragraphs.append(scn["description"].strip())
+    about.bullets += [
+        f"source `{manifest['source']}`, profile {manifest['profile']}, created {manifest['created']}",
+        f"commit `{manifest.get('commit')}`, seed {scn.get('seed')}, "
+        f"time scale {scn.get('time_scale')}, {scn.get('duration_s')} s per cell, "
+        f"{scn.get('repetitions')} repetition(s)",
+        f"host {manifest['host'].get('hostname')} ({manifest['host'].get('cpus')} CPUs, "
+        f"kernel {manifest['host'].get('kernel')}, Python {manifest['host'].get('python')})",
+        "latencies are in scenario time (wall time × time scale) and measured from send time; "
+        "'sched' latency is measured from the scheduled time and shows client lateness",
+    ]
+    if manifest.get("overrides"):
+        about.bullets.append(f"command-line overrides: {manifest['overrides']}")
+    doc.sections.append(about)
+
+    if outcomes:
+        sec = Section("Expectations")
+        sec.tables.append(TableData(["check", "result", "left", "right"], [
+            [f"`{o.text}`", "**PASS**" if o.passed else "**FAIL**", _f(o.left, 4),
+             _f(o.right, 4) + (f" ({o.detail})" if o.detail else "")] for o in outcomes]))
+        doc.sections.append(sec)
+
+    problems = _problems(run_dir)
+    if problems:
+        doc.sections.append(Section("Problems during the run", bullets=problems))
+
+    svc = [r for r in rows if "service" in r]
+    if svc:
+        sec = Section("Results per cell")
+        sec.tables.append(TableData(
+            ["cell", "rep", "service", "requests", "errors", "SLO viol.", "mean ms", "p50 ms",
+             "p99 ms", "sched mean ms", "req/s ok", "replicas", "reward"],
+            [[r["cell"], str(r["rep"]), r["service"], str(r["requests"]), str(r["errors"]),
+              _rate(r["slo_violation_rate"]), _f(r["mean_latency_ms"]), _f(r["p50_latency_ms"]),
+              _f(r["p99_latency_ms"]), _f(r["mean_sched_latency_ms"]), _f(r["throughput_rps"], 2),
+              _f(r.get("mean_replicas"), 2), _f(r.get("reward"), 4)] for r in svc]))
+        bars = plots.service_bars(rows, plots_dir)
+        if bars:
+            sec.images.append(bars)
+        doc.sections.append(sec)
+
+    ip = [r for r in rows if r.get("iperf_goodput_mbit") is not None or r.get("iperf_error")]
+    if ip:
+        sec = Section("Cross-traffic (iperf3)")
+        sec.tables.append(TableData(["cell", "rep", "slice", "direction", "goodput Mbit/s"], [
+            [r["cell"], str(r["rep"]), r["slice"], r["direction"],
+             _f(r.get("iperf_goodput_mbit"), 2) if not r.get("iperf_error")
+             else f"error: {r['iperf_error']}"] for r in ip]))
+        img = plots.iperf_bars(rows, plots_dir)
+        if img:
+            sec.images.append(img)
+        doc.sections.append(sec)
+
+    if "slicing" in scn.get("matrix", {}) and "iperf_flows" in scn.get("matrix", {}):
+        doc.sections.append(_slicing_section(svc, plots_dir, rows))
+    if "policy" in scn.get("matrix", {}):
+        doc.sections.append(_table_5_4(svc))
+    sim = _sim_section(run_dir, svc)
+    if sim:
+        doc.sections.append(sim)
+
+    ts = Section("Over time")
+    for cell_json in sorted((run_dir / "cells").glob("*/rep-0/cell.json")):
+        img = plots.timeseries(cell_json.parent, plots_dir, cell_json.parent.parent.name)
+        if img:
+            ts.images.append(img)
+    if ts.images:
+        ts.paragraphs.append("Ready replicas and arrivals per sample (first repetition of each "
+                             "cell).")
+        doc.sections.append(ts)
+    return doc
+
+
+def _problems(run_dir: Path) -> list[str]:
+    out = []
+    for cell_json in sorted((run_dir / "cells").glob("*/rep-*/cell.json")):
+        info = json.loads(cell_json.read_text())
+        where = f"{info['slug']} rep {info['rep']}"
+        if info.get("status") != "ok":
+            out.append(f"{where}: status {info.get('status')}")
+        out += [f"{where}: {p}" for p in info.get("problems", [])]
+        for ev in read_jsonl(cell_json.parent / "events.jsonl"):
+            if ev.get("kind") in ("died", "replaced", "failed_to_start"):
+                out.append(f"{where}: replica {ev.get('replica')} of {ev.get('service')} "
+                           f"{ev['kind']} {ev.get('detail', '')}".rstrip())
+    results = run_dir / "results.json"
+    if results.exists() and json.loads(results.read_text()).get("interrupted"):
+        out.append("the run was interrupted (Ctrl-C); the results cover what was collected")
+    return list(dict.fromkeys(out))
+
+
+def _slicing_section(svc: list[dict[str, Any]], plots_dir: Path,
+                     rows: list[dict[str, Any]]) -> Section:
+    sec = Section("Beside the paper: Figs 5.7 / 5.8 (effect of network slicing)")
+    sec.paragraphs.append(f"Paper setup: {SLICING_SETUP}. The dissertation plots these figures "
+                          "without printing their values; its stated result is:")
+    sec.bullets += FIG_5_7_5_8
+    table_rows = []
+    for service in sorted({r["service"] for r in svc}):
+        for flows in sorted({r["iperf_flows"] for r in svc if r["service"] == service}):
+            def pick(slicing: bool, metric: str, service: str = service,
+                     flows: int = flows) -> float | None:
+                vals = [r[metric] for r in svc if r["service"] == service
+                        and r["iperf_flows"] == flows and bool(r["slicing"]) == slicing
+                        and r.get(metric) is not None]
+                return sum(vals) / len(vals) if vals else None
+            table_rows.append([service, str(flows),
+                               _rate(pick(False, "slo_violation_rate")),
+                               _rate(pick(True, "slo_violation_rate")),
+                               _f(pick(False, "mean_latency_ms")),
+                               _f(pick(True, "mean_latency_ms"))])
+    sec.tables.append(TableData(["service", "iperf3 flows", "SLO viol. no slice",
+                                 "SLO viol. with slice", "mean ms no slice", "mean ms with slice"],
+                                table_rows, "Ours, in the layout of Figs 5.7/5.8"))
+    sec.images += plots.slicing_bars(rows, plots_dir)
+    return sec
+
+
+def _table_5_4(svc: list[dict[str, Any]]) -> Section:
+    sec = Section("Beside the paper: Table 5.4 (DRL vs rule-based on the testbed)")
+    out_rows = []
+    for service, by_policy in TABLE_5_4.items():
+        for policy, paper in by_policy.items():
+            mine = [r for r in svc if r["service"] == service and r.get("policy") == policy]
+
+            def mean(metric: str, mine: list[dict[str, Any]] = mine) -> float | None:
+                vals = [r[metric] for r in mine if r.get(metric) is not None]
+                return sum(vals) / len(vals) if vals else None
+            lat = mean("mean_latency_ms")
+            out_rows.append([service, policy,
+                             _rate(mean("slo_violation_rate")), _rate(paper["slo_violation_rate"]),
+                             _f(mean("mean_replicas"), 3), _f(paper["instances"], 3),
+                             _f(lat / 1000 if lat is not None else None, 4),
+                             _f(paper["proc_time_s"], 4),
+                             _f(mean("reward"), 4), _f(paper["reward"], 4)])
+    sec.tables.append(TableData(["service", "policy", "SLO viol. ours", "paper", "instances ours",
+                                 "paper", "proc. time s ours", "paper", "reward ours", "paper"],
+                                out_rows))
+    sec.paragraphs.append("The paper's DRL column is a Maskable PPO policy ('ppo'); its "
+                          "rule-based column used the Table 4.10 thresholds ('rule_v2').")
+    return sec
+
+
+def _sim_section(run_dir: Path, svc: list[dict[str, Any]]) -> Section | None:
+    files = sorted((run_dir / "sim").glob("*.json")) if (run_dir / "sim").is_dir() else []
+    if not files:
+        return None
+    sec = Section("Simulator beside the testbed (the sim-to-testbed premise)")
+    table = []
+    for f in files:
+        sim = json.loads(f.read_text())
+        for service, s in sim.get("services", {}).items():
+            mine = [r for r in svc if r["cell"] == sim["cell"] and r["service"] == service]
+            if not mine:
+                continue
+            t_slo = sum(r["slo_violation_rate"] or 0 for r in mine) / len(mine)
+            t_inst = [r["mean_replicas"] for r in mine if r.get("mean_replicas") is not None]
+            t_lat = [r["mean_latency_ms"] for r in mine if r.get("mean_latency_ms") is not None]
+            t_inst_v = sum(t_inst) / len(t_inst) if t_inst else None
+            t_lat_v = sum(t_lat) / len(t_lat) if t_lat else None
+            table.append([sim["cell"], service,
+                          _rate(s["slo_violation_rate"]), _rate(t_slo),
+                          _rate(t_slo - s["slo_violation_rate"]),
+                          _f(s["instances"], 2), _f(t_inst_v, 2),
+                          _f(t_inst_v - s["instances"], 2) if t_inst_v is not None else "–",
+                          _f(s["proc_time"] * 1000, 0), _f(t_lat_v, 0),
+                          _f(t_lat_v - s["proc_time"] * 1000, 0) if t_lat_v is not None else "–"])
+    sec.tables.append(TableData(["cell", "service", "SLO viol. sim", "testbed", "Δ",
+                                 "instances sim", "testbed", "Δ", "latency ms sim", "testbed",
+                                 "Δ"], table))
+    return sec
+
+
+def write_report(run_dir: Path) -> tuple[Path, Path]:
+    run_dir = Path(run_dir)
+    doc = build_document(run_dir)
+    md = run_dir / "report.md"
+    md.write_text(doc.markdown(run_dir))
+    page = run_dir / "report.html"
+    page.write_text(doc.html())
+    return md, page

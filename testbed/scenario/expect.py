@@ -1,0 +1,232 @@
+"""The `expect:` language: checks over a run's results, evaluated after the run.
+
+    slo_violation_rate[service=imgcls, slicing=on, iperf_flows=40] <= 0.01
+    mean_latency_ms[service=imgcls, slicing=off, iperf_flows=40]
+        / mean_latency_ms[service=imgcls, slicing=off, iperf_flows=10] >= 1.2
+
+A term `metric[key=value, ...]` is the mean of that metric over the result rows that match
+every selector (service, slice, rep, or any matrix key); numbers, + - * / and parentheses
+combine terms; one comparison (<, <=, >, >=, ==, !=) ends the check.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from testbed.scenario.matrix import fmt_value
+from testbed.scenario.spec import Scenario
+
+# metric -> what it means; rows come from testbed.scenario.results
+METRICS = {
+    "slo_violation_rate": "violations / requests (failed, timed out or over the SLO threshold)",
+    "mean_latency_ms": "mean latency of successful requests, from send time",
+    "p50_latency_ms": "median latency of successful requests",
+    "p99_latency_ms": "99th percentile latency of successful requests",
+    "mean_sched_latency_ms": "mean latency from the scheduled time (shows coordinated omission)",
+    "throughput_rps": "successful requests per second",
+    "requests": "requests sent",
+    "errors": "requests that failed (no response, 5xx, timeout, ...)",
+    "mean_replicas": "mean ready replicas over the cell",
+    "reward": "mean reward of Eq. 3.2 over scaler periods",
+    "iperf_goodput_mbit": "iperf3 cross-traffic goodput of a slice",
+}
+FIXED_KEYS = {"service", "slice", "rep"}
+_CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+        "==": operator.eq, "!=": operator.ne}
+_TOKEN = re.compile(r"\s*(?:(?P<num>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
+                    r"|(?P<sel>\[[^\]]*\])|(?P<op><=|>=|==|!=|[<>+\-*/()]))")
+
+
+class ExpectSyntaxError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Term:
+    metric: str
+    selectors: tuple[tuple[str, str], ...]
+
+    def __str__(self) -> str:
+        sel = ", ".join(f"{k}={v}" for k, v in self.selectors)
+        return f"{self.metric}[{sel}]" if sel else self.metric
+
+
+@dataclass(frozen=True)
+class Check:
+    text: str
+    left: Any
+    op: str
+    right: Any
+
+    def terms(self) -> list[Term]:
+        out: list[Term] = []
+
+        def walk(node: Any) -> None:
+            if isinstance(node, Term):
+                out.append(node)
+            elif isinstance(node, tuple):
+                for n in node[1:]:
+                    walk(n)
+        walk(self.left)
+        walk(self.right)
+        return out
+
+
+def parse(text: str) -> Check:
+    tokens = _tokenize(text)
+    pos = 0
+
+    def peek() -> tuple[str, str] | None:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take() -> tuple[str, str]:
+        nonlocal pos
+        if pos >= len(tokens):
+            raise ExpectSyntaxError(f"unexpected end of check: {text!r}")
+        pos += 1
+        return tokens[pos - 1]
+
+    def atom() -> Any:
+        kind, val = take()
+        if kind == "num":
+            return float(val)
+        if kind == "op" and val == "(":
+            node = expr()
+            if take() != ("op", ")"):
+                raise ExpectSyntaxError(f"missing ')' in {text!r}")
+            return node
+        if kind == "op" and val == "-":
+            return ("neg", atom())
+        if kind == "name":
+            sels: tuple[tuple[str, str], ...] = ()
+            if peek() and peek()[0] == "sel":
+                sels = _selectors(take()[1], text)
+            return Term(val, sels)
+        raise ExpectSyntaxError(f"unexpected {val!r} in {text!r}")
+
+    def product() -> Any:
+        node = atom()
+        while peek() in (("op", "*"), ("op", "/")):
+            node = (take()[1], node, atom())
+        return node
+
+    def expr() -> Any:
+        node = product()
+        while peek() in (("op", "+"), ("op", "-")):
+            node = (take()[1], node, product())
+        return node
+
+    left = expr()
+    nxt = peek()
+    if not nxt or nxt[1] not in _CMP:
+        raise ExpectSyntaxError(f"a check needs one comparison (<, <=, >, >=, ==, !=): {text!r}")
+    op = take()[1]
+    right = expr()
+    if peek() is not None:
+        raise ExpectSyntaxError(f"unexpected {peek()[1]!r} after the comparison in {text!r}")
+    return Check(text, left, op, right)
+
+
+def _tokenize(text: str) -> list[tuple[str, str]]:
+    out = []
+    pos = 0
+    text = text.rstrip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise ExpectSyntaxError(f"cannot read {text[pos:]!r} in {text!r}")
+        kind = m.lastgroup
+        out.append((kind, m.group(kind)))
+        pos = m.end()
+    return out
+
+
+def _selectors(raw: str, text: str) -> tuple[tuple[str, str], ...]:
+    body = raw[1:-1].strip()
+    if not body:
+        return ()
+    out = []
+    for part in body.split(","):
+        if "=" not in part:
+            raise ExpectSyntaxError(f"selector {part.strip()!r} needs key=value in {text!r}")
+        k, v = (x.strip() for x in part.split("=", 1))
+        out.append((k, v))
+    return tuple(out)
+
+
+def check_expectations(scn: Scenario) -> list[tuple[tuple, str]]:
+    problems = []
+    keys = FIXED_KEYS | set(scn.matrix)
+    for i, text in enumerate(scn.expect):
+        try:
+            check = parse(text)
+        except ExpectSyntaxError as exc:
+            problems.append((("expect", i), str(exc)))
+            continue
+        for term in check.terms():
+            if term.metric not in METRICS:
+                problems.append((("expect", i), f"unknown metric {term.metric!r} "
+                                 f"(metrics: {', '.join(METRICS)})"))
+            for k, _ in term.selectors:
+                if k not in keys:
+                    problems.append((("expect", i), f"unknown selector {k!r} in {term} "
+                                     f"(keys: {', '.join(sorted(keys))})"))
+    return problems
+
+
+@dataclass(frozen=True)
+class Outcome:
+    text: str
+    passed: bool
+    left: float | None
+    right: float | None
+    detail: str = ""
+
+
+def evaluate(check: Check, rows: list[dict[str, Any]]) -> Outcome:
+    try:
+        left, right = _value(check.left, rows), _value(check.right, rows)
+    except LookupError as exc:
+        return Outcome(check.text, False, None, None, str(exc))
+    return Outcome(check.text, bool(_CMP[check.op](left, right)), left, right)
+
+
+def evaluate_all(texts: list[str], rows: list[dict[str, Any]]) -> list[Outcome]:
+    return [evaluate(parse(t), rows) for t in texts]
+
+
+def _value(node: Any, rows: list[dict[str, Any]]) -> float:
+    if isinstance(node, float):
+        return node
+    if isinstance(node, Term):
+        vals = [r[node.metric] for r in rows if _matches(r, node.selectors)
+                and r.get(node.metric) is not None]
+        if not vals:
+            raise LookupError(f"no result matches {node}")
+        return sum(vals) / len(vals)
+    if node[0] == "neg":
+        return -_value(node[1], rows)
+    a, b = _value(node[1], rows), _value(node[2], rows)
+    if node[0] == "/":
+        if b == 0:
+            raise LookupError(f"division by zero in {node[2]}")
+        return a / b
+    return {"+": a + b, "-": a - b, "*": a * b}[node[0]]
+
+
+def _matches(row: dict[str, Any], selectors: tuple[tuple[str, str], ...]) -> bool:
+    return all(k in row and _norm(row[k]) == _norm(v) for k, v in selectors)
+
+
+def _norm(v: Any) -> str:
+    s = fmt_value(v) if isinstance(v, bool) else str(v)
+    s = s.strip().lower()
+    s = {"true": "on", "false": "off", "yes": "on", "no": "off"}.get(s, s)
+    try:
+        f = float(s)
+        return repr(f)
+    except ValueError:
+        return s

@@ -1,0 +1,90 @@
+"""The live view of a scenario run: cell, phase, elapsed/remaining, and per service the rate,
+latency, SLO violations and replicas of the last few seconds."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from testbed.scenario.matrix import Cell
+
+
+class LiveView:
+    """Written by the cell's thread (`update`, `set_phase`), drawn by rich's refresh thread."""
+
+    def __init__(self, console: Console, cells: list[Cell], repetitions: int, enabled: bool = True):
+        self.console = console
+        self.total = len(cells) * repetitions
+        self.done = 0
+        self.enabled = enabled
+        self._header = "starting"
+        self._rows: list[tuple[str, ...]] = []
+        self._notes: list[str] = []
+        self._wall: float | None = None
+        self._elapsed = 0.0
+        self._live: Live | None = None
+        self._last_cell: tuple[int, int] | None = None
+
+    def __enter__(self) -> LiveView:
+        if self.enabled:
+            self._live = Live(self, console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+
+    def set_phase(self, cell: Cell, rep: int, phase: str, wall: float | None = None) -> None:
+        key = (cell.index, rep)
+        if key != self._last_cell:
+            if self._last_cell is not None:
+                self.done += 1
+            self._last_cell = key
+        self._header = f"cell {cell.index + 1} ({cell.label}), rep {rep + 1}: {phase}"
+        self._wall = wall
+        self._elapsed = 0.0
+        if not self.enabled:
+            self.console.print(self._header)
+
+    def note(self, text: str) -> None:
+        self._notes.append(text)
+        if not self.enabled:
+            self.console.print(text)
+
+    def update(self, cluster: Any, elapsed: float) -> None:
+        self._elapsed = elapsed
+        rows = []
+        for name, w in sorted(cluster.window(5.0 / max(cluster.time_scale, 1e-9)).items()):
+            rows.append((name, f"{w.request_rate * cluster.time_scale:.1f}",
+                         "–" if w.mean_proc_time_ms is None
+                         else f"{w.mean_proc_time_ms * cluster.time_scale:.0f}",
+                         f"{100 * w.slo_violation_rate:.1f} %",
+                         f"{cluster.ready_replicas(name)}/{cluster.desired_replicas(name)}"))
+        self._rows = rows
+
+    def refresh(self) -> None:
+        if self._live is not None:
+            self._live.refresh()
+
+    def __rich__(self) -> Group:
+        progress = f"[{self.done}/{self.total} cells done] "
+        timing = ""
+        if self._wall:
+            timing = (f"  elapsed {self._elapsed:.0f} s, remaining "
+                      f"{max(self._wall - self._elapsed, 0):.0f} s")
+        table = Table("service", "req/s", "latency ms", "SLO violations", "replicas ready/desired",
+                      box=None, pad_edge=False)
+        for row in self._rows:
+            table.add_row(*row)
+        parts: list[Any] = [Text(progress + self._header + timing, style="bold"), table]
+        parts += [Text(n, style="yellow") for n in self._notes[-3:]]
+        return Group(*parts)
+
+    def stamp(self) -> float:
+        return time.time()

@@ -1,0 +1,96 @@
+"""Result rows from a run directory alone: one row per (cell, repetition, service or slice)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from testbed.scenario.rundir import read_jsonl
+
+SLO_MS = {"chatbot": 2500.0, "imgcls": 500.0, "tts": 2500.0}
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def service_row(records: list[dict[str, Any]], service: str, *, time_scale: float,
+                duration_s: float, slo_ms: float) -> dict[str, Any]:
+    """Metrics of one service in one cell. Latencies are in scenario time (wall × time_scale),
+    so they compare with the SLO thresholds whatever the time-scale factor."""
+    ok_lat = [r["latency_ms"] * time_scale for r in records if r.get("error") is None]
+    sched = [r["latency_sched_ms"] * time_scale for r in records if r.get("error") is None]
+    violations = sum(1 for r in records
+                     if r.get("error") is not None or r["latency_ms"] * time_scale > slo_ms)
+    n = len(records)
+    errors = sum(1 for r in records if r.get("error") is not None)
+    kinds: dict[str, int] = {}
+    for r in records:
+        if r.get("error"):
+            kinds[r["error"]] = kinds.get(r["error"], 0) + 1
+    return {
+        "service": service,
+        "requests": n,
+        "errors": errors,
+        "error_kinds": kinds,
+        "violations": violations,
+        "slo_violation_rate": violations / n if n else None,
+        "mean_latency_ms": sum(ok_lat) / len(ok_lat) if ok_lat else None,
+        "p50_latency_ms": percentile(ok_lat, 0.5),
+        "p99_latency_ms": percentile(ok_lat, 0.99),
+        "mean_sched_latency_ms": sum(sched) / len(sched) if sched else None,
+        "throughput_rps": (n - errors) / duration_s if duration_s else None,
+        "bytes_up": sum(r.get("bytes_up", 0) for r in records),
+        "bytes_down": sum(r.get("bytes_down", 0) for r in records),
+    }
+
+
+def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
+    """Rows for one repetition of one cell, from its files."""
+    info = json.loads((cell_dir / "cell.json").read_text())
+    params = info["params"]
+    base = {**params, "cell": info["slug"], "rep": info["rep"], "status": info.get("status")}
+    time_scale = info.get("time_scale", 1.0)
+    duration_s = info.get("measured_s") or info.get("duration_s") or 0.0
+    records: dict[str, list[dict[str, Any]]] = {}
+    for f in sorted((cell_dir / "requests").glob("*.jsonl")):
+        for r in read_jsonl(f):
+            records.setdefault(r["service"], []).append(r)
+    samples = read_jsonl(cell_dir / "samples.jsonl")
+    decisions = read_jsonl(cell_dir / "decisions.jsonl")
+    rows = []
+    for service in info.get("services", sorted(records)):
+        row = {**base, **service_row(records.get(service, []), service, time_scale=time_scale,
+                                     duration_s=duration_s,
+                                     slo_ms=info.get("slo_ms", {}).get(service, SLO_MS[service]))}
+        ready = [s["ready"] for s in samples if s.get("service") == service]
+        row["mean_replicas"] = sum(ready) / len(ready) if ready else None
+        rewards = [d["reward"] for d in decisions if d.get("service") == service]
+        row["reward"] = sum(rewards) / len(rewards) if rewards else None
+        row["decisions"] = len(rewards)
+        rows.append(row)
+    for f in sorted((cell_dir / "iperf").glob("*.json")):
+        try:
+            raw = json.loads(f.read_text())
+        except json.JSONDecodeError:
+            continue
+        mbit = raw.get("end", {}).get("sum_received", {}).get("bits_per_second")
+        slice_name, _, direction = f.stem.partition("-")
+        rows.append({**base, "slice": slice_name, "direction": direction,
+                     "iperf_goodput_mbit": mbit / 1e6 if mbit is not None else None,
+                     "iperf_error": raw.get("error")})
+    return rows
+
+
+def run_rows(run_dir: Path) -> list[dict[str, Any]]:
+    rows = []
+    for cell_json in sorted((run_dir / "cells").glob("*/rep-*/cell.json")):
+        rows += cell_rows(cell_json.parent)
+    return rows

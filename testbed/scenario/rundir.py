@@ -1,0 +1,153 @@
+"""The run directory: where a scenario run keeps everything, and the manifest that repeats it.
+
+    runs/<UTC time>-<scenario>/
+        manifest.json          resolved scenario + testbed, seed, commit, package versions, host
+        cells/<slug>/rep-<k>/  requests/*.jsonl, samples.jsonl, decisions.jsonl, events.jsonl,
+                               iperf/*.json, cell.json (params, times, status, problems), logs/
+        sim/<slug>.json        the same cell through the simulator (compare_sim)
+        results.json           result rows and expect: outcomes
+        report.md, report.html, plots/*.png
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("testbed", "pydantic", "aiohttp", "numpy", "pymongo", "montydb", "torch",
+            "stable-baselines3", "sb3-contrib", "gymnasium", "matplotlib", "typer", "rich")
+
+
+def new_run_dir(root: Path, scenario_name: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = root / f"{stamp}-{scenario_name}"
+    n = 1
+    while path.exists():
+        n += 1
+        path = root / f"{stamp}-{scenario_name}-{n}"
+    path.mkdir(parents=True)
+    return path
+
+
+def git_commit() -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=5).stdout.strip()
+    return out.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def host_facts() -> dict[str, Any]:
+    import os
+
+    return {"hostname": socket.gethostname(), "platform": platform.platform(),
+            "python": sys.version.split()[0], "cpus": os.cpu_count(),
+            "kernel": platform.release()}
+
+
+def write_manifest(run_dir: Path, *, scenario: dict[str, Any], testbed: dict[str, Any],
+                   source: str, base_dir: Path, profile: str, overrides: dict[str, Any]) -> Path:
+    manifest = {
+        "format": 1,
+        "created": datetime.now(UTC).isoformat(),
+        "source": source,
+        "base_dir": str(Path(base_dir).resolve()),
+        "profile": profile,
+        "scenario": scenario,
+        "testbed": testbed,
+        "overrides": overrides,
+        "seed": scenario.get("seed"),
+        "commit": git_commit(),
+        "packages": package_versions(),
+        "host": host_facts(),
+        "argv": sys.argv,
+    }
+    path = run_dir / "manifest.json"
+    path.write_text(json.dumps(manifest, indent=2, default=str))
+    return path
+
+
+@dataclass(frozen=True)
+class CellDir:
+    """Where one repetition of one cell keeps its files."""
+
+    path: Path
+
+    @classmethod
+    def create(cls, run_dir: Path, slug: str, rep: int) -> CellDir:
+        p = run_dir / "cells" / slug / f"rep-{rep}"
+        for sub in ("requests", "iperf", "logs"):
+            (p / sub).mkdir(parents=True, exist_ok=True)
+        return cls(p)
+
+    @property
+    def requests(self) -> Path:
+        return self.path / "requests"
+
+    @property
+    def iperf(self) -> Path:
+        return self.path / "iperf"
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def samples(self) -> Path:
+        return self.path / "samples.jsonl"
+
+    @property
+    def decisions(self) -> Path:
+        return self.path / "decisions.jsonl"
+
+    @property
+    def events(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def info(self) -> Path:
+        return self.path / "cell.json"
+
+
+def append_jsonl(path: Path, row: dict[str, Any]) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(row, default=str, separators=(",", ":")) + "\n")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash: the rest is still good
+    return rows

@@ -1,0 +1,334 @@
+"""Runs a scenario end to end on the local profile, cell by cell, into a run directory.
+
+For each matrix cell and repetition: up → provision → services → iperf3 + clients → scaler loop
+every period → stop → collect → down. The cell's asyncio work runs in a thread inside the
+data-network namespace (`NetnsLoop`); clients run as `testbed load` processes inside their UE
+group's namespace and stream their records to the cell directory, so Ctrl-C keeps them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from testbed.errors import TestbedError
+from testbed.net.iperf import IperfSession
+from testbed.net.local import LocalTestbed
+from testbed.net.netns import NetnsLoop
+from testbed.scenario.expect import Outcome, evaluate_all
+from testbed.scenario.live import LiveView
+from testbed.scenario.matrix import Cell, expand
+from testbed.scenario.results import SLO_MS, run_rows
+from testbed.scenario.rundir import CellDir, append_jsonl, new_run_dir, write_manifest
+from testbed.scenario.spec import LoadedScenario, Scenario, trace_dir
+
+
+@dataclass
+class RunOptions:
+    out_root: Path = Path("runs")
+    profile: str = "local"
+    time_scale: float | None = None  # overrides the scenario's
+    duration_s: float | None = None  # overrides the scenario's (a shorter window for CI)
+    repetitions: int | None = None
+    progress: bool = True
+    console: Console | None = None
+    run_dir: Path | None = None
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    rows: list[dict[str, Any]]
+    outcomes: list[Outcome]
+    interrupted: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.interrupted and all(o.passed for o in self.outcomes)
+
+
+def effective(loaded: LoadedScenario, options: RunOptions) -> Scenario:
+    """The scenario with command-line overrides applied."""
+    update: dict[str, Any] = {}
+    if options.time_scale is not None:
+        update["time_scale"] = options.time_scale
+    if options.duration_s is not None:
+        update["duration_s"] = options.duration_s
+    if options.repetitions is not None:
+        update["repetitions"] = options.repetitions
+    return loaded.scenario.model_copy(update=update) if update else loaded.scenario
+
+
+def run_scenario(loaded: LoadedScenario, options: RunOptions | None = None) -> RunResult:
+    options = options or RunOptions()
+    if options.profile != "local":
+        raise TestbedError(f"profile {options.profile!r}: scenarios run on the local profile here; "
+                           "the lab profile runs them through `testbed up --profile lab` first")
+    from testbed.net.local import require_root
+
+    require_root("testbed run")
+    console = options.console or Console(stderr=True)
+    scn = effective(loaded, options)
+    cells = expand(scn, loaded.testbed)
+    run_dir = options.run_dir or new_run_dir(options.out_root, scn.name)
+    write_manifest(run_dir, scenario=scn.model_dump(mode="json"),
+                   testbed=loaded.testbed.model_dump(mode="json"), source=loaded.source,
+                   base_dir=loaded.base_dir,
+                   profile=options.profile,
+                   overrides={k: v for k, v in (("time_scale", options.time_scale),
+                                                ("duration_s", options.duration_s),
+                                                ("repetitions", options.repetitions))
+                              if v is not None})
+    interrupted = False
+    problems: list[str] = []
+    view = LiveView(console, cells, scn.repetitions, enabled=options.progress)
+    with view:
+        for cell in cells:
+            for rep in range(scn.repetitions):
+                celldir = CellDir.create(run_dir, cell.slug, rep)
+                runner = CellRunner(cell, rep, celldir, loaded.base_dir, view)
+                try:
+                    problems += runner.run()
+                except KeyboardInterrupt:
+                    interrupted = True
+                    break
+            if interrupted:
+                break
+    rows = run_rows(run_dir)
+    outcomes = evaluate_all(scn.expect, rows) if not interrupted else []
+    (run_dir / "results.json").write_text(json.dumps(
+        {"rows": rows, "expect": [asdict(o) for o in outcomes], "interrupted": interrupted,
+         "problems": problems}, indent=1, default=str))
+    from testbed.report import write_report
+
+    write_report(run_dir)
+    return RunResult(run_dir, rows, outcomes, interrupted, problems)
+
+
+class CellRunner:
+    """One repetition of one cell: owns its testbed, cluster, clients and iperf3 sessions."""
+
+    def __init__(self, cell: Cell, rep: int, celldir: CellDir, base_dir: Path, view: LiveView):
+        self.cell, self.rep, self.dir, self.base_dir, self.view = cell, rep, celldir, base_dir, view
+        self.scn = cell.scenario
+        self.problems: list[str] = []
+        self.info: dict[str, Any] = {
+            "slug": cell.slug, "label": cell.label, "params": cell.params, "rep": rep,
+            "services": [s.name for s in self.scn.services], "time_scale": self.scn.time_scale,
+            "duration_s": self.scn.duration_s, "slo_ms": SLO_MS, "status": "running",
+            "started": time.time(), "problems": self.problems,
+        }
+        self._write_info()
+
+    def _write_info(self) -> None:
+        self.dir.info.write_text(json.dumps(self.info, indent=1, default=str))
+
+    def problem(self, text: str) -> None:
+        self.problems.append(text)
+        append_jsonl(self.dir.events, {"t": time.time(), "kind": "problem", "detail": text})
+
+    def run(self) -> list[str]:
+        # a fresh name per cell: runs never collide with a testbed the user has up
+        name = "r" + secrets.token_hex(3)
+        spec = self.cell.testbed.model_copy(update={"name": name})
+        tb = LocalTestbed(spec)
+        status = "failed"
+        try:
+            tb.up()
+            self.info["testbed"] = {"name": name, "namespaces": tb.topology.namespaces}
+            self._provision(spec)
+            job = NetnsLoop(tb.topology.dn.name, lambda: self._main(tb))
+            job.start()
+            try:
+                while not job.join(0.25):
+                    self.view.refresh()
+            except KeyboardInterrupt:
+                self.view.note("interrupted: stopping clients, keeping what was collected…")
+                job.cancel()
+                with _sigint_ignored():
+                    job.join()
+                status = "interrupted"
+                raise
+            job.result()
+            status = "ok"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except TestbedError as exc:
+            self.problem(str(exc))
+            raise
+        finally:
+            with _sigint_ignored():
+                tb.down()
+            self.info.update(status=status, ended=time.time())
+            self._write_info()
+        return self.problems
+
+    def _provision(self, spec: Any) -> None:
+        """Subscribers of the cell's slices into the subscriber store (the source of truth)."""
+        try:
+            from testbed.core.provision import provision_local
+        except ImportError:
+            return
+        summary = provision_local(spec, state_dir=self.dir.path)
+        self.info["provisioned"] = summary
+
+    async def _main(self, tb: LocalTestbed) -> None:
+        from testbed.cluster.local import LocalCluster
+        from testbed.scaler.loop import ScalerLoop
+        from testbed.scaler.policies import make_policy
+
+        scn = self.scn
+        ts = scn.time_scale
+        events = self.dir.events
+
+        def on_event(ev: Any) -> None:
+            row = asdict(ev)
+            append_jsonl(events, row)
+            if row.get("kind") in ("died", "failed_to_start"):
+                self.problem(f"replica {row.get('replica')} of {row.get('service')} "
+                             f"{row.get('kind')}: {row.get('detail', '')}")
+
+        cluster = LocalCluster(
+            services=[s.name for s in scn.services],
+            initial={s.name: s.replicas for s in scn.services},
+            total_units=scn.total_units, time_scale=ts, host=str(tb.topology.dn_addr),
+            log_dir=self.dir.logs, seed=scn.seed + self.rep, on_event=on_event)
+        async with cluster:
+            self.view.set_phase(self.cell, self.rep, "starting replicas")
+            await cluster.wait_ready(timeout_s=300)
+            wall = scn.duration_s / ts
+            sessions = await asyncio.to_thread(self._start_iperf, tb, wall)
+            clients = await self._start_clients(tb, cluster)
+            policies = {s.name: make_policy(s.policy, s.name, total_units=scn.total_units,
+                                            seed=scn.seed + self.rep,
+                                            model=str(self.base_dir / s.model) if s.model else None)
+                        for s in scn.services}
+            period = scn.scaler_period_s / ts
+            latest: dict[str, Any] = {}
+            loop = ScalerLoop(cluster, policies, lambda s: latest[s], clock=time.time)
+            t0 = time.monotonic()
+            self.info["measure_started"] = time.time()
+            next_sample, next_decision = t0 + 1.0 / ts, t0 + period
+            self.view.set_phase(self.cell, self.rep, "running", wall)
+            try:
+                while time.monotonic() - t0 < wall + 5 and any(p.returncode is None
+                                                               for p in clients):
+                    await asyncio.sleep(min(0.1, 0.5 / ts))
+                    now = time.monotonic()
+                    if now >= next_sample:
+                        next_sample += 1.0 / ts
+                        self._sample(cluster, now - t0)
+                    if now >= next_decision:
+                        next_decision += period
+                        latest.update(cluster.window(period))
+                        for s in scn.services:
+                            d = loop.decide(s.name)
+                            append_jsonl(self.dir.decisions, {**asdict(d), "t": now - t0})
+                    self.view.update(cluster, now - t0)
+            finally:
+                self.info["measured_s"] = scn.duration_s
+                await self._stop_clients(clients)
+                await asyncio.to_thread(self._finish_iperf, sessions)
+
+    def _sample(self, cluster: Any, elapsed: float) -> None:
+        win = cluster.window(1.0 / self.scn.time_scale)
+        for s in self.scn.services:
+            w = win.get(s.name)
+            append_jsonl(self.dir.samples, {
+                "t": elapsed, "service": s.name, "ready": cluster.ready_replicas(s.name),
+                "desired": cluster.desired_replicas(s.name),
+                "arrivals": w.arrivals if w else 0, "completed": w.completed if w else 0,
+                "violations": w.violations if w else 0,
+                "utilization": w.utilization if w else 0.0,
+                "mean_latency_ms": w.mean_proc_time_ms if w else None})
+
+    def _start_iperf(self, tb: LocalTestbed, wall: float) -> list[tuple[Any, IperfSession]]:
+        sessions = []
+        for x in self.scn.cross_traffic:
+            if x.flows <= 0:
+                continue
+            try:
+                sessions.append((x, IperfSession.start(
+                    tb.topology, x.slice, flows=x.flows, duration=max(1.0, wall + 1),
+                    reverse=x.direction == "downlink", ue_index=1)))
+            except TestbedError as exc:
+                self.problem(f"iperf3 in slice {x.slice} did not start: {exc}")
+        return sessions
+
+    def _finish_iperf(self, sessions: list[tuple[Any, IperfSession]]) -> None:
+        for x, session in sessions:
+            try:
+                result = session.wait(timeout=30)
+            except TestbedError as exc:
+                self.problem(f"iperf3 in slice {x.slice} failed: {exc}")
+                continue
+            finally:
+                session.stop()
+            (self.dir.iperf / f"{x.slice}-{result.direction}.json").write_text(
+                json.dumps(result.raw))
+
+    async def _start_clients(self, tb: LocalTestbed, cluster: Any
+                             ) -> list[asyncio.subprocess.Process]:
+        scn = self.scn
+        ts = scn.time_scale
+        procs = []
+        for i, c in enumerate(scn.clients):
+            ues = tb.topology.ues_of_group(c.ue_group)
+            ue = ues[i % len(ues)]
+            out = self.dir.requests / f"{c.service}-{c.ue_group}-{i}.jsonl"
+            argv = [sys.executable, "-m", "testbed", "load", c.service,
+                    "--url", cluster.endpoint(c.service), "--out", str(out), "--quiet",
+                    "--slice", ue.slice, "--source", str(ue.address),
+                    "--timeout", f"{4.0 / ts:g}", "--seed", str(scn.seed + 1000 * self.rep + i)]
+            if c.trace:
+                argv += ["--trace", str(trace_dir(scn, self.base_dir) / c.trace),
+                         "--ratio", f"{c.ratio:g}", "--shift", f"{c.shift_hours:g}",
+                         "--start", f"{c.start_s:g}", "--duration", f"{scn.duration_s:g}",
+                         "--speedup", f"{ts:g}"]
+            else:
+                argv += ["--rate", f"{c.rate * ts:g}", "--duration", f"{scn.duration_s / ts:g}"]
+            log = (self.dir.logs / f"client-{i}.log").open("wb")
+            procs.append(await asyncio.create_subprocess_exec(
+                "ip", "netns", "exec", ue.host.name, *argv, stdout=log, stderr=log,
+                start_new_session=True))
+            log.close()
+        return procs
+
+    async def _stop_clients(self, procs: list[asyncio.subprocess.Process]) -> None:
+        for p in procs:
+            if p.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(signal.SIGINT)  # clients flush their records on SIGINT
+        for i, p in enumerate(procs):
+            try:
+                rc = await asyncio.wait_for(p.wait(), 10)
+            except TimeoutError:
+                p.kill()
+                rc = await p.wait()
+            if rc not in (0, -signal.SIGINT, 130):
+                self.problem(f"client {i} exited with {rc} (see logs/client-{i}.log)")
+
+
+@contextlib.contextmanager
+def _sigint_ignored():
+    try:
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)

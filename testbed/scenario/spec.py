@@ -1,0 +1,190 @@
+"""The scenario file: testbed, services, clients, cross-traffic, matrix and expectations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from testbed.config import LinkSpec, SliceSpec, TestbedSpec, UEGroupSpec, check_testbed
+from testbed.config.yamlfile import LocatedYaml, load_yaml_file, parse_yaml, validate
+from testbed.errors import ConfigError
+
+SERVICES = ("chatbot", "imgcls", "tts")
+POLICIES = ("static", "rule_v1", "rule_v2", "hpa", "random", "ppo")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InlineTestbed(Strict):
+    name: str = "scn"
+    link: LinkSpec = LinkSpec()
+    slices: list[SliceSpec] = Field(min_length=1)
+    ue_groups: list[UEGroupSpec] = Field(min_length=1)
+
+
+class ServiceSpec(Strict):
+    """One AI service: its initial replicas and how it is scaled."""
+
+    name: Literal["chatbot", "imgcls", "tts"]
+    replicas: int = Field(1, ge=1, le=64)
+    policy: Literal["static", "rule_v1", "rule_v2", "hpa", "random", "ppo"] = "static"
+    model: str | None = None  # a trained PPO model file (policy: ppo)
+
+    @model_validator(mode="after")
+    def _model_for_ppo(self) -> ServiceSpec:
+        if self.policy == "ppo" and not self.model:
+            raise ValueError("policy 'ppo' needs `model:` (a file made by `testbed train`)")
+        return self
+
+
+class ClientSpec(Strict):
+    """A load client in a UE group: a trace replay or a constant rate, for one service."""
+
+    service: Literal["chatbot", "imgcls", "tts"]
+    ue_group: str
+    trace: str | None = None  # `DURATION COUNT` lines; relative to the scenario's traces dir
+    ratio: float = Field(1.0, gt=0)
+    shift_hours: float = Field(0.0, ge=0, lt=24)
+    start_s: float = Field(0.0, ge=0)
+    rate: float | None = Field(None, gt=0)  # constant requests per second instead of a trace
+
+    @model_validator(mode="after")
+    def _trace_or_rate(self) -> ClientSpec:
+        if (self.trace is None) == (self.rate is None):
+            raise ValueError("give exactly one of `trace:` or `rate:`")
+        return self
+
+
+class CrossTrafficSpec(Strict):
+    """iperf3 flows from a slice's UE to the data network (or back), for the whole cell."""
+
+    slice: str
+    flows: int = Field(1, ge=0, le=128)
+    direction: Literal["uplink", "downlink"] = "downlink"
+
+
+class Scenario(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    description: str = ""
+    testbed: str | InlineTestbed | None = None  # a testbed file, inline, or the built-in default
+    duration_s: float = Field(gt=0)  # per cell, in scenario time (wall time = / time_scale)
+    time_scale: float = Field(1.0, gt=0, le=1000)
+    scaler_period_s: float = Field(30.0, gt=0)
+    total_units: int = Field(8, ge=1, le=1024)
+    repetitions: int = Field(1, ge=1, le=100)
+    seed: int = 0
+    traces_dir: str | None = None  # where relative trace paths live (default: the scenario's folder)
+    services: list[ServiceSpec] = Field(min_length=1)
+    clients: list[ClientSpec] = Field(default_factory=list)
+    cross_traffic: list[CrossTrafficSpec] = Field(default_factory=list)
+    matrix: dict[str, list[Any]] = Field(default_factory=dict)
+    expect: list[str] = Field(default_factory=list)
+    compare_sim: bool = False  # also run each cell through the simulator (sim-to-testbed check)
+
+    def service(self, name: str) -> ServiceSpec:
+        return next(s for s in self.services if s.name == name)
+
+
+def resolve_testbed(scn: Scenario, base_dir: Path) -> TestbedSpec:
+    from testbed.config import load_testbed
+
+    if scn.testbed is None:
+        return load_testbed()
+    if isinstance(scn.testbed, str):
+        return load_testbed(base_dir / scn.testbed)
+    inline = scn.testbed
+    return TestbedSpec(name=inline.name, link=inline.link, slices=inline.slices,
+                       ue_groups=inline.ue_groups)
+
+
+def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[tuple[tuple, str]]:
+    """Cross-references: names that must exist, files that must be there."""
+    problems: list[tuple[tuple, str]] = []
+    seen: set[str] = set()
+    for i, s in enumerate(scn.services):
+        if s.name in seen:
+            problems.append((("services", i, "name"), f"service {s.name!r} listed twice"))
+        seen.add(s.name)
+        if s.model and not (base_dir / s.model).is_file():
+            problems.append((("services", i, "model"), f"model file {s.model!r} not found"))
+    units = sum(s.replicas for s in scn.services)
+    if units > scn.total_units:
+        problems.append((("total_units",), f"initial replicas need {units} units, only "
+                         f"{scn.total_units} exist"))
+    groups = {g.name for g in testbed.ue_groups}
+    slices = {s.name for s in testbed.slices}
+    traces = trace_dir(scn, base_dir)
+    for i, c in enumerate(scn.clients):
+        if c.service not in seen:
+            problems.append((("clients", i, "service"),
+                             f"no service {c.service!r} in `services:` ({', '.join(sorted(seen))})"))
+        if c.ue_group not in groups:
+            problems.append((("clients", i, "ue_group"),
+                             f"no UE group {c.ue_group!r} (groups: {', '.join(sorted(groups))})"))
+        if c.trace and not (traces / c.trace).is_file():
+            problems.append((("clients", i, "trace"), f"trace file {traces / c.trace} not found"))
+    for i, x in enumerate(scn.cross_traffic):
+        if x.slice not in slices:
+            problems.append((("cross_traffic", i, "slice"),
+                             f"no slice {x.slice!r} (slices: {', '.join(sorted(slices))})"))
+    problems += [(("testbed", *p), m) for p, m in check_testbed(testbed)]
+    return problems
+
+
+def trace_dir(scn: Scenario, base_dir: Path) -> Path:
+    return (base_dir / scn.traces_dir) if scn.traces_dir else base_dir
+
+
+class LoadedScenario:
+    """A validated scenario with where it came from (for relative paths and error lines)."""
+
+    def __init__(self, scenario: Scenario, testbed: TestbedSpec, doc: LocatedYaml, base_dir: Path):
+        self.scenario = scenario
+        self.testbed = testbed
+        self.doc = doc
+        self.base_dir = base_dir
+
+    @property
+    def source(self) -> str:
+        return self.doc.source
+
+    def raw(self) -> dict[str, Any]:
+        return self.doc.data
+
+
+def scenario_from_yaml(doc: LocatedYaml, base_dir: Path,
+                       overrides: dict[str, Any] | None = None) -> LoadedScenario:
+    from testbed.scenario.expect import check_expectations
+    from testbed.scenario.matrix import check_matrix
+
+    data = dict(doc.data) if isinstance(doc.data, dict) else doc.data
+    if overrides and isinstance(data, dict):
+        data.update(overrides)
+        doc = LocatedYaml(data, doc.lines, doc.source)
+    scn = validate(Scenario, doc)
+    try:
+        testbed = resolve_testbed(scn, base_dir)
+    except ConfigError as exc:
+        if isinstance(scn.testbed, str):
+            raise
+        raise ConfigError([doc.problem(("testbed",), p.message) for p in exc.problems]) from None
+    problems = check_scenario(scn, testbed, base_dir)
+    problems += check_matrix(scn)
+    problems += check_expectations(scn)
+    if problems:
+        raise ConfigError([doc.problem(path, msg) for path, msg in problems])
+    return LoadedScenario(scn, testbed, doc, base_dir)
+
+
+def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> LoadedScenario:
+    p = Path(path)
+    return scenario_from_yaml(load_yaml_file(p), p.parent, overrides)
+
+
+def parse_scenario(text: str, source: str = "<string>", base_dir: Path | None = None
+                   ) -> LoadedScenario:
+    return scenario_from_yaml(parse_yaml(text, source), base_dir or Path.cwd())
