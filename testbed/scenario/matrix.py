@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from testbed.config import TestbedSpec
 from testbed.scenario.spec import Scenario
 
@@ -92,15 +94,31 @@ def _alias(key: str, scn: Scenario) -> Callable[[Scenario, TestbedSpec, Any],
     return None
 
 
-def check_matrix(scn: Scenario) -> list[tuple[tuple, str]]:
+def check_matrix(scn: Scenario, testbed: TestbedSpec) -> list[tuple[tuple, str]]:
+    """Every key must set a field, and every value must be valid for it."""
     problems = []
     for key, values in scn.matrix.items():
-        if _alias(key, scn) is None:
+        setter = _alias(key, scn)
+        if setter is None:
             problems.append((("matrix", key), f"matrix key {key!r} matches no field of this "
                              "scenario (try slicing, iperf_flows, policy, ratio, rate, replicas, "
                              "capacity_mbit, time_scale, services[i].field, ...)"))
-        elif not values:
+            continue
+        if not values:
             problems.append((("matrix", key), "needs at least one value"))
+        for i, value in enumerate(values):
+            try:
+                s, t = setter(scn, testbed, value)
+                Scenario.model_validate(s.model_dump())
+                TestbedSpec.model_validate(t.model_dump())
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = ".".join(str(p) for p in err["loc"])
+                problems.append((("matrix", key, i), f"value {value!r} does not fit: "
+                                 f"{where}: {err['msg']}"))
+            except (ValueError, TypeError) as exc:
+                detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                problems.append((("matrix", key, i), f"value {value!r} does not fit: {detail}"))
     return problems
 
 

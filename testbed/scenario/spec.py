@@ -173,7 +173,7 @@ def scenario_from_yaml(doc: LocatedYaml, base_dir: Path,
             raise
         raise ConfigError([doc.problem(("testbed",), p.message) for p in exc.problems]) from None
     problems = check_scenario(scn, testbed, base_dir)
-    problems += check_matrix(scn)
+    problems += check_matrix(scn, testbed)
     problems += check_expectations(scn)
     if problems:
         raise ConfigError([doc.problem(path, msg) for path, msg in problems])

@@ -1,0 +1,157 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed.errors import ConfigError
+from testbed.scenario.expect import ExpectSyntaxError, evaluate, parse
+from testbed.scenario.matrix import expand
+from testbed.scenario.spec import parse_scenario
+
+BASE = """\
+name: t
+duration_s: 30
+services:
+  - name: imgcls
+    replicas: 6
+  - name: tts
+    replicas: 2
+clients:
+  - service: imgcls
+    ue_group: ai
+    rate: 30
+cross_traffic:
+  - slice: be
+    flows: 10
+matrix:
+  iperf_flows: [10, 40]
+  slicing: [on, off]
+expect:
+  - slo_violation_rate[service=imgcls, slicing=on, iperf_flows=40] <= 0.01
+"""
+
+
+def load(text: str, tmp_path: Path | None = None):
+    return parse_scenario(text, "scn.yaml", tmp_path)
+
+
+def errors(text: str, tmp_path: Path | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as exc:
+        load(text, tmp_path)
+    return [str(p) for p in exc.value.problems]
+
+
+def test_matrix_expands_in_order_and_sets_fields():
+    loaded = load(BASE)
+    cells = expand(loaded.scenario, loaded.testbed)
+    assert [c.label for c in cells] == ["iperf_flows=10, slicing=on", "iperf_flows=10, slicing=off",
+                                        "iperf_flows=40, slicing=on", "iperf_flows=40, slicing=off"]
+    assert cells[2].scenario.cross_traffic[0].flows == 40
+    assert cells[3].testbed.link.slicing is False and cells[2].testbed.link.slicing is True
+    assert cells[0].slug == "00-iperf_flows-10_slicing-on"
+    # the base scenario is untouched
+    assert loaded.scenario.cross_traffic[0].flows == 10
+
+
+def test_indexed_matrix_paths():
+    loaded = load(BASE.replace("  iperf_flows: [10, 40]\n  slicing: [on, off]\n",
+                               "  services[1].policy: [static, rule_v2]\n"
+                               "  testbed.link.queue_packets: [50]\n")
+                  .replace("expect:\n  - slo_violation_rate[service=imgcls, slicing=on, "
+                           "iperf_flows=40] <= 0.01\n", ""))
+    cells = expand(loaded.scenario, loaded.testbed)
+    assert [c.scenario.services[1].policy for c in cells] == ["static", "rule_v2"]
+    assert all(c.testbed.link.queue_packets == 50 for c in cells)
+
+
+def test_matrix_key_that_no_field_uses():
+    ps = errors(BASE.replace("slicing: [on, off]", "colour: [red]"))
+    assert any(p.startswith("scn.yaml:17: matrix.colour:") for p in ps)
+
+
+def test_matrix_value_of_wrong_type_is_caught_at_load_time():
+    ps = errors(BASE.replace("iperf_flows: [10, 40]", "iperf_flows: [10, many]"))
+    assert any(p.startswith("scn.yaml:16: matrix.iperf_flows[1]: value 'many' does not fit")
+               for p in ps)
+    ps = errors(BASE.replace("iperf_flows: [10, 40]", "iperf_flows: [10, 400]"))
+    assert any("matrix.iperf_flows[1]" in p and "128" in p for p in ps)
+
+
+def test_unknown_names_are_errors_with_lines():
+    ps = errors(BASE.replace("ue_group: ai", "ue_group: nope").replace("slice: be", "slice: x"))
+    assert any(p.startswith("scn.yaml:10: clients[0].ue_group: no UE group 'nope'") for p in ps)
+    assert any(p.startswith("scn.yaml:13: cross_traffic[0].slice: no slice 'x'") for p in ps)
+
+
+def test_unknown_service_and_policy():
+    ps = errors(BASE.replace("name: tts", "name: video"))
+    assert any("services[1].name" in p for p in ps)
+    ps = errors(BASE.replace("    replicas: 2", "    replicas: 2\n    policy: magic"))
+    assert any("services[1].policy" in p for p in ps)
+
+
+def test_client_of_a_service_not_listed():
+    ps = errors(BASE.replace("  - service: imgcls\n    ue_group", "  - service: chatbot\n    ue_group"))
+    assert any("clients[0].service: no service 'chatbot'" in p for p in ps)
+
+
+def test_expect_over_unknown_metric_or_selector():
+    ps = errors(BASE.replace("slo_violation_rate[service", "happiness[service"))
+    assert any(p.startswith("scn.yaml:19: expect[0]: unknown metric 'happiness'") for p in ps)
+    ps = errors(BASE.replace("slicing=on, iperf", "colour=on, iperf"))
+    assert any("unknown selector 'colour'" in p for p in ps)
+
+
+def test_missing_model_and_trace_files(tmp_path: Path):
+    text = BASE.replace("    replicas: 2", "    replicas: 2\n    policy: ppo\n    model: m.zip")
+    assert any("model file 'm.zip' not found" in p for p in errors(text, tmp_path))
+    text = BASE.replace("    rate: 30", "    trace: day.txt")
+    assert any("trace file" in p and "not found" in p for p in errors(text, tmp_path))
+    assert any("policy 'ppo' needs `model:`" in p
+               for p in errors(BASE.replace("    replicas: 2", "    replicas: 2\n    policy: ppo")))
+
+
+def test_trace_xor_rate():
+    ps = errors(BASE.replace("    rate: 30", "    rate: 30\n    trace: x.txt"))
+    assert any("exactly one of" in p for p in ps)
+
+
+def test_initial_replicas_must_fit_units():
+    ps = errors(BASE.replace("duration_s: 30", "duration_s: 30\ntotal_units: 4"))
+    assert any("total_units: initial replicas need 8 units" in p for p in ps)
+
+
+ROWS = [
+    {"service": "imgcls", "slicing": True, "iperf_flows": 40, "slo_violation_rate": 0.004,
+     "mean_latency_ms": 110.0, "rep": 0},
+    {"service": "imgcls", "slicing": True, "iperf_flows": 40, "slo_violation_rate": 0.006,
+     "mean_latency_ms": 130.0, "rep": 1},
+    {"service": "imgcls", "slicing": False, "iperf_flows": 40, "slo_violation_rate": 0.3,
+     "mean_latency_ms": 480.0, "rep": 0},
+]
+
+
+@pytest.mark.parametrize("text,passed,left", [
+    ("slo_violation_rate[service=imgcls, slicing=on, iperf_flows=40] <= 0.01", True, 0.005),
+    ("slo_violation_rate[service=imgcls, slicing=true, iperf_flows=40.0] < 0.005", False, 0.005),
+    ("mean_latency_ms[slicing=off] / mean_latency_ms[slicing=on] >= 3", True, 4.0),
+    ("(mean_latency_ms[slicing=off] - mean_latency_ms[slicing=on]) * 2 == 720", True, 720.0),
+    ("mean_latency_ms[slicing=on, rep=1] > 125", True, 130.0),
+])
+def test_expect_evaluation(text, passed, left):
+    o = evaluate(parse(text), ROWS)
+    assert o.passed is passed
+    assert o.left == pytest.approx(left)
+
+
+def test_expect_without_matching_rows_fails_with_reason():
+    o = evaluate(parse("slo_violation_rate[service=tts] < 1"), ROWS)
+    assert not o.passed and "no result matches" in o.detail
+
+
+@pytest.mark.parametrize("text", ["slo_violation_rate < ", "slo_violation_rate", "a[b] < 1 < 2",
+                                  "a[b c] < 1", "x $ 3"])
+def test_expect_syntax_errors(text):
+    with pytest.raises(ExpectSyntaxError):
+        parse(text)
