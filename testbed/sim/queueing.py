@@ -9,6 +9,7 @@ segmented per instance, and falls back to the exact walk only for instances that
 from __future__ import annotations
 
 import heapq
+from collections import deque
 
 import numpy as np
 
@@ -95,17 +96,51 @@ def serve_fast(a: np.ndarray, s: np.ndarray, slot: np.ndarray, pending: list[lis
                 lagged[starts[k] + i] = p[j]
     dropped = lagged > a_o
     finish = np.empty(n)
-    if dropped.any():
-        for k in np.unique(seg[dropped]).tolist():
-            lo, hi = int(starts[k]), int(starts[k] + counts[k])
-            sub_pending = [pending[k]]
-            f_o[lo:hi] = serve_exact(a_o[lo:hi], s_o[lo:hi], np.zeros(hi - lo, dtype=np.int64),
-                                     sub_pending, 1, queue_limit)
-            pending[k] = sub_pending[0]
-    for k in np.flatnonzero(nonempty).tolist():
-        if dropped[starts[k]:starts[k] + counts[k]].any():
-            continue  # already updated by the exact walk
+    for k in np.unique(seg[dropped]).tolist():
+        lo, hi = int(starts[k]), int(starts[k] + counts[k])
+        f_o[lo:hi], pending[k] = _serve_one_with_drops(a_o[lo:hi], s_o[lo:hi], pending[k], limit)
+    for k in np.flatnonzero(nonempty & ~np.isin(np.arange(m), seg[dropped])).tolist():
         tail = f_o[starts[k]:starts[k] + counts[k]][-limit:].tolist()
         pending[k] = (pending[k] + tail)[-limit:]
     finish[order] = f_o
     return finish
+
+
+def _serve_one_with_drops(a: np.ndarray, s: np.ndarray, pending: list[float],
+                          limit: int) -> tuple[np.ndarray, list[float]]:
+    """One capacity-1 instance that drops requests: vectorised Lindley while no request is dropped,
+    a request-by-request walk from the first drop until the instance is idle again, and repeat."""
+    n = len(a)
+    out = np.full(n, np.nan)
+    hist: deque[float] = deque(pending[-limit:], maxlen=limit)
+    pos = 0
+    while pos < n:
+        busy = hist[-1] if hist else -np.inf
+        c_incl = np.cumsum(s[pos:])
+        cp = c_incl - s[pos:]
+        f = np.maximum.accumulate(np.maximum(a[pos:] - cp, busy)) + c_incl
+        lagged = np.full(n - pos, -np.inf)
+        if n - pos > limit:
+            lagged[limit:] = f[:-limit]
+        for i in range(min(limit, n - pos)):
+            j = len(hist) + i - limit
+            if j >= 0:
+                lagged[i] = hist[j]
+        bad = np.flatnonzero(lagged > a[pos:])
+        stop = int(bad[0]) if len(bad) else n - pos
+        out[pos:pos + stop] = f[:stop]
+        hist.extend(f[max(0, stop - limit):stop].tolist())
+        pos += stop
+        busy = hist[-1] if hist else -np.inf
+        while pos < n:
+            t = float(a[pos])
+            if busy <= t:
+                break  # idle again: back to the vectorised pass
+            if len(hist) == limit and hist[0] > t:
+                pos += 1  # dropped
+                continue
+            busy = busy + float(s[pos])
+            out[pos] = busy
+            hist.append(busy)
+            pos += 1
+    return out, list(hist)
