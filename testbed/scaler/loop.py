@@ -8,8 +8,15 @@ from dataclasses import dataclass
 
 from testbed.cluster.base import ClusterBackend
 from testbed.metrics.window import WindowMetrics
-from testbed.scaler.actions import Mask, action_delta, action_index, action_mask, adjust_action, \
-    next_cooldown, reward
+from testbed.scaler.actions import (
+    Mask,
+    action_delta,
+    action_index,
+    action_mask,
+    adjust_action,
+    next_cooldown,
+    reward,
+)
 from testbed.scaler.policies import Policy
 from testbed.scaler.state import StateBuilder
 from testbed.sim.paper import TRACE_MAX_RPS
