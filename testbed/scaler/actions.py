@@ -58,7 +58,12 @@ def next_cooldown(cooldown: int, applied_delta: int) -> int:
     return COOLDOWN_STEPS if applied_delta > 0 else max(0, cooldown - 1)
 
 
-def reward(slo_violation_rate: float, instances: int, total_units: int,
-           alpha: float = REWARD_ALPHA, beta: float = REWARD_BETA) -> float:
+def reward(
+    slo_violation_rate: float,
+    instances: int,
+    total_units: int,
+    alpha: float = REWARD_ALPHA,
+    beta: float = REWARD_BETA,
+) -> float:
     """Eq. 3.2: -(alpha * SLO violation rate + beta * instances / total units)."""
     return -(alpha * slo_violation_rate + beta * instances / total_units)

@@ -49,9 +49,15 @@ class ScalerLoop:
     (simulated time in the simulator, wall time on a testbed).
     """
 
-    def __init__(self, backend: ClusterBackend, policies: Mapping[str, Policy],
-                 metrics: Callable[[str], WindowMetrics], *, max_rate: float = TRACE_MAX_RPS,
-                 clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        backend: ClusterBackend,
+        policies: Mapping[str, Policy],
+        metrics: Callable[[str], WindowMetrics],
+        *,
+        max_rate: float = TRACE_MAX_RPS,
+        clock: Callable[[], float] = time.time,
+    ):
         self.backend = backend
         self.policies = dict(policies)
         self.metrics = metrics
@@ -76,8 +82,17 @@ class ScalerLoop:
             backend.scale(service, before + applied)
         self._cooldown[service] = next_cooldown(self._cooldown[service], applied)
         return Decision(
-            time=self.clock(), service=service, policy=policy.name, request_rate=window.request_rate,
-            utilization=window.utilization, slo_violation_rate=window.slo_violation_rate, mask=mask,
-            proposed=proposed, applied=applied, replicas_before=before, replicas_after=before + applied,
-            free_units=free, reward=reward(window.slo_violation_rate, before, total),
+            time=self.clock(),
+            service=service,
+            policy=policy.name,
+            request_rate=window.request_rate,
+            utilization=window.utilization,
+            slo_violation_rate=window.slo_violation_rate,
+            mask=mask,
+            proposed=proposed,
+            applied=applied,
+            replicas_before=before,
+            replicas_after=before + applied,
+            free_units=free,
+            reward=reward(window.slo_violation_rate, before, total),
         )

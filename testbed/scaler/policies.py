@@ -124,16 +124,25 @@ class RandomPolicy:
 
 def _thresholds(table: dict[str, dict[str, float]], service: str, policy: str) -> dict[str, float]:
     if service not in table:
-        raise ConfigError([ConfigProblem("<policy>", None, "service",
-                                         f"no {policy} thresholds for {service!r}; known: {', '.join(table)}")])
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "<policy>",
+                    None,
+                    "service",
+                    f"no {policy} thresholds for {service!r}; known: {', '.join(table)}",
+                )
+            ]
+        )
     return dict(table[service])
 
 
 POLICY_NAMES = ("rule_v1", "rule_v2", "static", "hpa", "random", "ppo")
 
 
-def make_policy(name: str, service: str, *, total_units: int, seed: int = 0,
-                model: str | None = None) -> Policy:
+def make_policy(
+    name: str, service: str, *, total_units: int, seed: int = 0, model: str | None = None
+) -> Policy:
     """Build a policy by name; `ppo` loads `model` (a file written by `testbed train`)."""
     if name == "rule_v1":
         return RuleV1.for_service(service)
@@ -151,5 +160,10 @@ def make_policy(name: str, service: str, *, total_units: int, seed: int = 0,
         from testbed.scaler.ppo import MaskablePpoPolicy
 
         return MaskablePpoPolicy.load(model)
-    raise ConfigError([ConfigProblem("<policy>", None, "policy",
-                                     f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")])
+    raise ConfigError(
+        [
+            ConfigProblem(
+                "<policy>", None, "policy", f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}"
+            )
+        ]
+    )

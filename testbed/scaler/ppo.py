@@ -29,7 +29,8 @@ def _require_drl():
         import torch  # noqa: F401
     except ImportError as exc:
         raise MissingRequirement(
-            f"Maskable PPO needs the drl extra ({exc.name} missing): pip install 'testbed[drl]'") from None
+            f"Maskable PPO needs the drl extra ({exc.name} missing): pip install 'testbed[drl]'"
+        ) from None
 
 
 @dataclass
@@ -51,8 +52,14 @@ class ModelMeta:
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent, check=False)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent,
+            check=False,
+        )
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -63,7 +70,9 @@ def read_meta(path: str | Path) -> ModelMeta:
         with zipfile.ZipFile(path) as zf:
             return ModelMeta(**json.loads(zf.read(META_MEMBER)))
     except (OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError, TypeError) as exc:
-        raise ConfigError([ConfigProblem(str(path), None, META_MEMBER, f"not a testbed model file: {exc}")]) from None
+        raise ConfigError(
+            [ConfigProblem(str(path), None, META_MEMBER, f"not a testbed model file: {exc}")]
+        ) from None
 
 
 class MaskablePpoPolicy:
@@ -83,13 +92,17 @@ class MaskablePpoPolicy:
         return cls(MaskablePPO.load(str(path), device="cpu"), meta)
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
-        action, _ = self.model.predict(np.asarray(observation, dtype=np.float32),
-                                       action_masks=np.asarray(action_mask, dtype=bool), deterministic=True)
+        action, _ = self.model.predict(
+            np.asarray(observation, dtype=np.float32),
+            action_masks=np.asarray(action_mask, dtype=bool),
+            deterministic=True,
+        )
         return int(action)
 
 
-def validation_reward(model, service: str, traces: Sequence[Trace], ratio: float, total_units: int,
-                      episodes: int) -> float:
+def validation_reward(
+    model, service: str, traces: Sequence[Trace], ratio: float, total_units: int, episodes: int
+) -> float:
     """Mean total episode reward of the deterministic agent (no free-unit randomisation)."""
     from testbed.sim.env import ScalingEnv
 
@@ -107,13 +120,25 @@ def validation_reward(model, service: str, traces: Sequence[Trace], ratio: float
     return float(np.mean(totals))
 
 
-def train(service: str, train_traces: Sequence[Trace], val_traces: Sequence[Trace], out: str | Path, *,
-          ratio: float | None = None, total_units: int = paper.TOTAL_UNITS, steps: int = paper.MAX_TRAIN_STEPS,
-          validate_every: int = paper.VALIDATION_EVERY, val_episodes: int = paper.VALIDATION_EPISODES,
-          patience: int = paper.EARLY_STOP_PATIENCE, min_validations: int = paper.EARLY_STOP_MIN_VALIDATIONS,
-          seed: int = 0, tensorboard: str | None = None, learning_rate: float = paper.LEARNING_RATE,
-          ppo_params: dict | None = None,
-          progress: Callable[[int, float | None], None] | None = None) -> ModelMeta:
+def train(
+    service: str,
+    train_traces: Sequence[Trace],
+    val_traces: Sequence[Trace],
+    out: str | Path,
+    *,
+    ratio: float | None = None,
+    total_units: int = paper.TOTAL_UNITS,
+    steps: int = paper.MAX_TRAIN_STEPS,
+    validate_every: int = paper.VALIDATION_EVERY,
+    val_episodes: int = paper.VALIDATION_EPISODES,
+    patience: int = paper.EARLY_STOP_PATIENCE,
+    min_validations: int = paper.EARLY_STOP_MIN_VALIDATIONS,
+    seed: int = 0,
+    tensorboard: str | None = None,
+    learning_rate: float = paper.LEARNING_RATE,
+    ppo_params: dict | None = None,
+    progress: Callable[[int, float | None], None] | None = None,
+) -> ModelMeta:
     """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`."""
     _require_drl()
     import torch
@@ -127,15 +152,32 @@ def train(service: str, train_traces: Sequence[Trace], val_traces: Sequence[Trac
     env = ScalingEnv(service, train_traces, ratio, total_units=total_units)
     lr = learning_rate
     model = MaskablePPO(
-        "MlpPolicy", env, learning_rate=lambda remaining: lr * remaining, seed=seed, verbose=0,
-        policy_kwargs={"net_arch": {"pi": list(paper.NET_ARCH), "vf": list(paper.NET_ARCH)},
-                       "activation_fn": torch.nn.ReLU},
-        tensorboard_log=tensorboard, device="cpu", **{**paper.PPO_PARAMS, **(ppo_params or {})})
+        "MlpPolicy",
+        env,
+        learning_rate=lambda remaining: lr * remaining,
+        seed=seed,
+        verbose=0,
+        policy_kwargs={
+            "net_arch": {"pi": list(paper.NET_ARCH), "vf": list(paper.NET_ARCH)},
+            "activation_fn": torch.nn.ReLU,
+        },
+        tensorboard_log=tensorboard,
+        device="cpu",
+        **{**paper.PPO_PARAMS, **(ppo_params or {})},
+    )
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = ModelMeta(service=service, profile=asdict(env.profile), ratio=ratio, total_units=total_units,
-                     train_traces=[t.name for t in train_traces], val_traces=[t.name for t in val_traces],
-                     seed=seed, steps=0, commit=git_commit())
+    meta = ModelMeta(
+        service=service,
+        profile=asdict(env.profile),
+        ratio=ratio,
+        total_units=total_units,
+        train_traces=[t.name for t in train_traces],
+        val_traces=[t.name for t in val_traces],
+        seed=seed,
+        steps=0,
+        commit=git_commit(),
+    )
 
     class Validate(BaseCallback):
         def __init__(self):
@@ -159,8 +201,9 @@ def train(service: str, train_traces: Sequence[Trace], val_traces: Sequence[Trac
 
     model.learn(total_timesteps=steps, callback=Validate(), progress_bar=False)
     if meta.best_validation_reward is None:  # budget shorter than one validation period
-        meta.best_validation_reward = validation_reward(model, service, val_traces, ratio, total_units,
-                                                        val_episodes)
+        meta.best_validation_reward = validation_reward(
+            model, service, val_traces, ratio, total_units, val_episodes
+        )
         meta.validations.append((model.num_timesteps, meta.best_validation_reward))
         meta.steps = model.num_timesteps
         _save(model, out, meta)

@@ -37,8 +37,13 @@ class StateBuilder:
 
     def row(self, window: WindowMetrics, mask: Mask, instances: int, total_units: int) -> tuple[float, ...]:
         rate = min(window.request_rate / self.max_rate, 1.0) if self.max_rate > 0 else 0.0
-        return (rate, min(max(window.utilization, 0.0), 1.0), mask_code(mask),
-                min(window.slo_violation_rate, 1.0), min(instances / total_units, 1.0))
+        return (
+            rate,
+            min(max(window.utilization, 0.0), 1.0),
+            mask_code(mask),
+            min(window.slo_violation_rate, 1.0),
+            min(instances / total_units, 1.0),
+        )
 
     def push(self, window: WindowMetrics, mask: Mask, instances: int, total_units: int) -> np.ndarray:
         """Add one period and return the observation (float32, 25 values)."""

@@ -30,9 +30,17 @@ def _suggest(trial, space: dict, name: str, chosen: dict[str, float]) -> float:
     return trial.suggest_float(name, lo, hi, step=step) if hi - lo >= step else lo
 
 
-def tune(service: str, trace: Trace, *, rule: str = "v2", trials: int = 100, ratio: float | None = None,
-         total_units: int = paper.TOTAL_UNITS, seed: int = 0,
-         progress: Callable[[int, float], None] | None = None) -> TuneResult:
+def tune(
+    service: str,
+    trace: Trace,
+    *,
+    rule: str = "v2",
+    trials: int = 100,
+    ratio: float | None = None,
+    total_units: int = paper.TOTAL_UNITS,
+    seed: int = 0,
+    progress: Callable[[int, float], None] | None = None,
+) -> TuneResult:
     """Maximise the mean reward of rule `v1` or `v2` for `service` alone on `trace` (Section 4.4.4)."""
     try:
         import optuna
@@ -40,14 +48,18 @@ def tune(service: str, trace: Trace, *, rule: str = "v2", trials: int = 100, rat
         raise MissingRequirement("tuning needs optuna: pip install 'testbed[drl]'") from None
     if rule not in ("v1", "v2"):
         raise ConfigError([ConfigProblem("<tune>", None, "rule", f"unknown rule {rule!r}; use v1 or v2")])
-    cls, space, table = ((RuleV1, paper.RULE_V1_SEARCH, paper.RULE_V1_THRESHOLDS) if rule == "v1"
-                         else (RuleV2, paper.RULE_V2_SEARCH, paper.RULE_V2_THRESHOLDS))
+    cls, space, table = (
+        (RuleV1, paper.RULE_V1_SEARCH, paper.RULE_V1_THRESHOLDS)
+        if rule == "v1"
+        else (RuleV2, paper.RULE_V2_SEARCH, paper.RULE_V2_THRESHOLDS)
+    )
     ratio = paper.DEFAULT_RATIOS[service] if ratio is None else ratio
 
     def score(params: dict[str, float]) -> float:
         policy = cls(**params)
-        return evaluate({service: policy}, {service: trace}, {service: ratio}, total_units=total_units,
-                        seed=seed)[service].reward
+        return evaluate(
+            {service: policy}, {service: trace}, {service: ratio}, total_units=total_units, seed=seed
+        )[service].reward
 
     def objective(trial) -> float:
         chosen: dict[str, float] = {}
@@ -61,5 +73,12 @@ def tune(service: str, trace: Trace, *, rule: str = "v2", trials: int = 100, rat
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
     study.optimize(objective, n_trials=trials)
-    return TuneResult(service, f"rule_{rule}", dict(study.best_params), float(study.best_value),
-                      dict(table[service]), score(dict(table[service])), trials)
+    return TuneResult(
+        service,
+        f"rule_{rule}",
+        dict(study.best_params),
+        float(study.best_value),
+        dict(table[service]),
+        score(dict(table[service])),
+        trials,
+    )

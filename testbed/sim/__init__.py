@@ -5,5 +5,13 @@ from testbed.sim.paper import PROFILES, ServiceProfile
 from testbed.sim.service import SimService, StepOutcome
 from testbed.sim.trace import Trace, arrival_times, read_trace
 
-__all__ = ["PROFILES", "ServiceProfile", "SimCluster", "SimService", "StepOutcome", "Trace",
-           "arrival_times", "read_trace"]
+__all__ = [
+    "PROFILES",
+    "ServiceProfile",
+    "SimCluster",
+    "SimService",
+    "StepOutcome",
+    "Trace",
+    "arrival_times",
+    "read_trace",
+]

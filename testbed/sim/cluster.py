@@ -20,13 +20,22 @@ class SimCluster:
     drives local replicas or Kubernetes.
     """
 
-    def __init__(self, profiles: Mapping[str, ServiceProfile], traces: Mapping[str, Trace],
-                 ratios: Mapping[str, float], *, total_units: int = TOTAL_UNITS, seed: int = 0,
-                 step_seconds: float = STEP_SECONDS, exact: bool = False):
+    def __init__(
+        self,
+        profiles: Mapping[str, ServiceProfile],
+        traces: Mapping[str, Trace],
+        ratios: Mapping[str, float],
+        *,
+        total_units: int = TOTAL_UNITS,
+        seed: int = 0,
+        step_seconds: float = STEP_SECONDS,
+        exact: bool = False,
+    ):
         missing = [name for name in profiles if name not in traces or name not in ratios]
         if missing:
-            raise ConfigError([ConfigProblem("<sim>", None, name, "no trace or ratio given")
-                               for name in missing])
+            raise ConfigError(
+                [ConfigProblem("<sim>", None, name, "no trace or ratio given") for name in missing]
+            )
         self._total_units = total_units
         self.step_seconds = step_seconds
         self.now = 0.0
@@ -39,8 +48,16 @@ class SimCluster:
             self._end = min(self._end, traces[name].seconds)
         used = sum(s.units_in_use(self.now) for s in self.sims.values())
         if used > total_units:
-            raise ConfigError([ConfigProblem("<sim>", None, "total_units",
-                                             f"initial instances need {used} units, only {total_units}")])
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        "<sim>",
+                        None,
+                        "total_units",
+                        f"initial instances need {used} units, only {total_units}",
+                    )
+                ]
+            )
         self.last_outcome: dict[str, StepOutcome] = {}
 
     # -- ClusterBackend ----------------------------------------------------------------------------
@@ -59,8 +76,9 @@ class SimCluster:
             raise StateError(f"{service}: cannot scale below one replica (asked {replicas})")
         extra = (replicas - sim.desired()) * sim.profile.resource_per_inst
         if extra > self.free_units():
-            raise StateError(f"{service}: {replicas} replicas need {extra} more units, "
-                             f"{self.free_units()} free")
+            raise StateError(
+                f"{service}: {replicas} replicas need {extra} more units, {self.free_units()} free"
+            )
         sim.scale(replicas, self.now)
 
     def units_per_replica(self, service: str) -> int:
@@ -99,5 +117,13 @@ class SimCluster:
         try:
             return self.sims[service]
         except KeyError:
-            raise ConfigError([ConfigProblem("<sim>", None, "service",
-                                             f"unknown service {service!r}; known: {', '.join(self.sims)}")]) from None
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        "<sim>",
+                        None,
+                        "service",
+                        f"unknown service {service!r}; known: {', '.join(self.sims)}",
+                    )
+                ]
+            ) from None

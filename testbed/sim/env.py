@@ -27,9 +27,17 @@ class ScalingEnv(gym.Env):
 
     metadata = {"render_modes": []}  # noqa: RUF012 (gymnasium's convention)
 
-    def __init__(self, service: str, traces: Sequence[Trace], ratio: float, *,
-                 total_units: int = TOTAL_UNITS, randomize_free_units: bool = True,
-                 profile: ServiceProfile | None = None, max_rate: float = TRACE_MAX_RPS):
+    def __init__(
+        self,
+        service: str,
+        traces: Sequence[Trace],
+        ratio: float,
+        *,
+        total_units: int = TOTAL_UNITS,
+        randomize_free_units: bool = True,
+        profile: ServiceProfile | None = None,
+        max_rate: float = TRACE_MAX_RPS,
+    ):
         super().__init__()
         self.service = service
         self.traces = list(traces)
@@ -48,9 +56,13 @@ class ScalingEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         trace = self.traces[int(self.np_random.integers(len(self.traces)))]
-        self._cluster = SimCluster({self.service: self.profile}, {self.service: trace},
-                                   {self.service: self.ratio}, total_units=self.total_units,
-                                   seed=int(self.np_random.integers(2**31)))
+        self._cluster = SimCluster(
+            {self.service: self.profile},
+            {self.service: trace},
+            {self.service: self.ratio},
+            total_units=self.total_units,
+            seed=int(self.np_random.integers(2**31)),
+        )
         self._state.reset()
         self._cooldown = 0
         window = self._cluster.advance()[self.service]

@@ -42,17 +42,30 @@ def test_day_traces(traces_dir: str | Path, services: list[str] | None = None) -
     return out
 
 
-def evaluate(policies: Mapping[str, Policy], traces: Mapping[str, Trace], ratios: Mapping[str, float],
-             *, total_units: int = TOTAL_UNITS, seed: int = 0,
-             profiles: Mapping[str, ServiceProfile] | None = None, max_steps: int | None = None,
-             on_decision: Callable[[Decision], None] | None = None,
-             progress: Callable[[int, int], None] | None = None) -> dict[str, ServiceResult]:
+def evaluate(
+    policies: Mapping[str, Policy],
+    traces: Mapping[str, Trace],
+    ratios: Mapping[str, float],
+    *,
+    total_units: int = TOTAL_UNITS,
+    seed: int = 0,
+    profiles: Mapping[str, ServiceProfile] | None = None,
+    max_steps: int | None = None,
+    on_decision: Callable[[Decision], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, ServiceResult]:
     """All `policies`' services share one cluster of `total_units`, as in Section 5.1."""
     chosen = {s: (profiles or PROFILES)[s] for s in policies}
-    cluster = SimCluster(chosen, {s: traces[s] for s in chosen}, {s: ratios[s] for s in chosen},
-                         total_units=total_units, seed=seed)
-    loop = ScalerLoop(cluster, policies, cluster.latest_window, max_rate=TRACE_MAX_RPS,
-                      clock=lambda: cluster.now)
+    cluster = SimCluster(
+        chosen,
+        {s: traces[s] for s in chosen},
+        {s: ratios[s] for s in chosen},
+        total_units=total_units,
+        seed=seed,
+    )
+    loop = ScalerLoop(
+        cluster, policies, cluster.latest_window, max_rate=TRACE_MAX_RPS, clock=lambda: cluster.now
+    )
     sums = {s: [0.0, 0.0, 0.0, 0.0, 0] for s in chosen}  # slo, instances, reward, proc sum, accepted
     total_steps = int(min(t.seconds for t in traces.values()) // cluster.step_seconds)
     if max_steps is not None:
@@ -77,6 +90,16 @@ def evaluate(policies: Mapping[str, Policy], traces: Mapping[str, Trace], ratios
             progress(steps, total_steps)
     elapsed = max(time.perf_counter() - started, 1e-9)
     n = max(steps, 1)
-    return {s: ServiceResult(s, policies[s].name, steps, acc[0] / n, acc[1] / n,
-                             acc[3] / acc[4] if acc[4] else 0.0, acc[2] / n, steps / elapsed)
-            for s, acc in sums.items()}
+    return {
+        s: ServiceResult(
+            s,
+            policies[s].name,
+            steps,
+            acc[0] / n,
+            acc[1] / n,
+            acc[3] / acc[4] if acc[4] else 0.0,
+            acc[2] / n,
+            steps / elapsed,
+        )
+        for s, acc in sums.items()
+    }

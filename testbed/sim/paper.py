@@ -54,12 +54,24 @@ NET_ARCH = (64, 64)  # Section 4.1, ReLU
 
 # Table 4.9 (rule-based v1) and Table 4.10 (rule-based v2)
 RULE_V1_THRESHOLDS = {
-    "chatbot": {"inst_util_high_2": 0.82, "inst_util_high_1": 0.80, "inst_util_low_1": 0.44,
-                "inst_util_low_2": 0.20},
-    "imgcls": {"inst_util_high_2": 0.93, "inst_util_high_1": 0.80, "inst_util_low_1": 0.47,
-               "inst_util_low_2": 0.17},
-    "tts": {"inst_util_high_2": 0.85, "inst_util_high_1": 0.80, "inst_util_low_1": 0.31,
-            "inst_util_low_2": 0.14},
+    "chatbot": {
+        "inst_util_high_2": 0.82,
+        "inst_util_high_1": 0.80,
+        "inst_util_low_1": 0.44,
+        "inst_util_low_2": 0.20,
+    },
+    "imgcls": {
+        "inst_util_high_2": 0.93,
+        "inst_util_high_1": 0.80,
+        "inst_util_low_1": 0.47,
+        "inst_util_low_2": 0.17,
+    },
+    "tts": {
+        "inst_util_high_2": 0.85,
+        "inst_util_high_1": 0.80,
+        "inst_util_low_1": 0.31,
+        "inst_util_low_2": 0.14,
+    },
 }
 RULE_V2_THRESHOLDS = {
     "chatbot": {"slo_high": 0.081, "slo_low": 0.0007, "inst_util_high": 0.90, "inst_util_low": 0.32},
@@ -102,39 +114,75 @@ class PaperTable:
     results: dict[str, dict[str, PaperResult]]  # policy ("drl", "rule_v2") -> service -> figures
 
 
-TABLE_5_1 = PaperTable("Table 5.1", 8, {"chatbot": 0.15, "imgcls": 0.4, "tts": 0.15}, {
-    "drl": {"chatbot": PaperResult(0.0024, 1.8771, 0.2956, -0.0256),
+TABLE_5_1 = PaperTable(
+    "Table 5.1",
+    8,
+    {"chatbot": 0.15, "imgcls": 0.4, "tts": 0.15},
+    {
+        "drl": {
+            "chatbot": PaperResult(0.0024, 1.8771, 0.2956, -0.0256),
             "imgcls": PaperResult(0.0018, 1.5115, 0.0707, -0.0205),
-            "tts": PaperResult(0.0064, 1.7219, 0.2735, -0.0273)},
-    "rule_v2": {"chatbot": PaperResult(0.0034, 2.0104, 0.2955, -0.0282),
-                "imgcls": PaperResult(0.0017, 1.6538, 0.0707, -0.0222),
-                "tts": PaperResult(0.0029, 1.9764, 0.2672, -0.0273)},
-})
-TABLE_5_2 = PaperTable("Table 5.2", 8, {"chatbot": 0.3, "imgcls": 0.8, "tts": 0.3}, {
-    "drl": {"chatbot": PaperResult(0.0215, 2.9951, 0.3645, -0.0568),
+            "tts": PaperResult(0.0064, 1.7219, 0.2735, -0.0273),
+        },
+        "rule_v2": {
+            "chatbot": PaperResult(0.0034, 2.0104, 0.2955, -0.0282),
+            "imgcls": PaperResult(0.0017, 1.6538, 0.0707, -0.0222),
+            "tts": PaperResult(0.0029, 1.9764, 0.2672, -0.0273),
+        },
+    },
+)
+TABLE_5_2 = PaperTable(
+    "Table 5.2",
+    8,
+    {"chatbot": 0.3, "imgcls": 0.8, "tts": 0.3},
+    {
+        "drl": {
+            "chatbot": PaperResult(0.0215, 2.9951, 0.3645, -0.0568),
             "imgcls": PaperResult(0.0259, 2.3139, 0.0811, -0.0522),
-            "tts": PaperResult(0.0659, 2.5198, 0.3304, -0.0909)},
-    "rule_v2": {"chatbot": PaperResult(0.0318, 3.0826, 0.3768, -0.0672),
-                "imgcls": PaperResult(0.0803, 2.0830, 0.1029, -0.0983),
-                "tts": PaperResult(0.1006, 2.8104, 0.3511, -0.1257)},
-})
-TABLE_5_3 = PaperTable("Table 5.3", 128, {"chatbot": 2.0, "imgcls": 6.0, "tts": 2.0}, {
-    "drl": {"chatbot": PaperResult(0.0040, 29.3646, 0.2985, -0.0265),
+            "tts": PaperResult(0.0659, 2.5198, 0.3304, -0.0909),
+        },
+        "rule_v2": {
+            "chatbot": PaperResult(0.0318, 3.0826, 0.3768, -0.0672),
+            "imgcls": PaperResult(0.0803, 2.0830, 0.1029, -0.0983),
+            "tts": PaperResult(0.1006, 2.8104, 0.3511, -0.1257),
+        },
+    },
+)
+TABLE_5_3 = PaperTable(
+    "Table 5.3",
+    128,
+    {"chatbot": 2.0, "imgcls": 6.0, "tts": 2.0},
+    {
+        "drl": {
+            "chatbot": PaperResult(0.0040, 29.3646, 0.2985, -0.0265),
             "imgcls": PaperResult(0.0009, 32.4649, 0.0719, -0.0262),
-            "tts": PaperResult(0.0081, 28.6958, 0.2736, -0.0297)},
-    "rule_v2": {"chatbot": PaperResult(0.0085, 23.9944, 0.3182, -0.0264),
-                "imgcls": PaperResult(0.0332, 14.4868, 0.1022, -0.0412),
-                "tts": PaperResult(0.0134, 26.8042, 0.2815, -0.0330)},
-})
+            "tts": PaperResult(0.0081, 28.6958, 0.2736, -0.0297),
+        },
+        "rule_v2": {
+            "chatbot": PaperResult(0.0085, 23.9944, 0.3182, -0.0264),
+            "imgcls": PaperResult(0.0332, 14.4868, 0.1022, -0.0412),
+            "tts": PaperResult(0.0134, 26.8042, 0.2815, -0.0330),
+        },
+    },
+)
 # Table 4.11: rule v1 vs v2 on the validation day (8 units, default ratios).
-TABLE_4_11 = PaperTable("Table 4.11", 8, dict(DEFAULT_RATIOS), {
-    "rule_v1": {"chatbot": PaperResult(0.0166, 1.8875, None, -0.03849),
-                "imgcls": PaperResult(0.0182, 1.4542, None, -0.03452),
-                "tts": PaperResult(0.0154, 1.8722, None, -0.03723)},
-    "rule_v2": {"chatbot": PaperResult(0.0150, 1.8760, None, -0.03695),
-                "imgcls": PaperResult(0.0182, 1.4309, None, -0.03423),
-                "tts": PaperResult(0.0144, 1.9007, None, -0.03675)},
-})
+TABLE_4_11 = PaperTable(
+    "Table 4.11",
+    8,
+    dict(DEFAULT_RATIOS),
+    {
+        "rule_v1": {
+            "chatbot": PaperResult(0.0166, 1.8875, None, -0.03849),
+            "imgcls": PaperResult(0.0182, 1.4542, None, -0.03452),
+            "tts": PaperResult(0.0154, 1.8722, None, -0.03723),
+        },
+        "rule_v2": {
+            "chatbot": PaperResult(0.0150, 1.8760, None, -0.03695),
+            "imgcls": PaperResult(0.0182, 1.4309, None, -0.03423),
+            "tts": PaperResult(0.0144, 1.9007, None, -0.03675),
+        },
+    },
+)
 PAPER_TABLES = {"5.1": TABLE_5_1, "5.2": TABLE_5_2, "5.3": TABLE_5_3, "4.11": TABLE_4_11}
 
 # Section 4.1 / issue text: a per-request-process SimPy simulator's speed on this machine kind.

@@ -16,8 +16,14 @@ import numpy as np
 _SEGMENT_GAP = 1.0e7  # offset between instances in the segmented cumulative max (s)
 
 
-def serve_exact(a: np.ndarray, s: np.ndarray, slot: np.ndarray, pending: list[list[float]],
-                capacity: int, queue_limit: int) -> np.ndarray:
+def serve_exact(
+    a: np.ndarray,
+    s: np.ndarray,
+    slot: np.ndarray,
+    pending: list[list[float]],
+    capacity: int,
+    queue_limit: int,
+) -> np.ndarray:
     """Finish time of every request (NaN when dropped); `pending` (per-slot finish times of
     requests still in the system, sorted) is updated in place.
 
@@ -55,8 +61,9 @@ def serve_exact(a: np.ndarray, s: np.ndarray, slot: np.ndarray, pending: list[li
     return finish
 
 
-def serve_fast(a: np.ndarray, s: np.ndarray, slot: np.ndarray, pending: list[list[float]],
-               queue_limit: int) -> np.ndarray:
+def serve_fast(
+    a: np.ndarray, s: np.ndarray, slot: np.ndarray, pending: list[list[float]], queue_limit: int
+) -> np.ndarray:
     """`serve_exact` for capacity 1, vectorised across instances (see module docstring)."""
     n = len(a)
     m = len(pending)
@@ -100,14 +107,15 @@ def serve_fast(a: np.ndarray, s: np.ndarray, slot: np.ndarray, pending: list[lis
         lo, hi = int(starts[k]), int(starts[k] + counts[k])
         f_o[lo:hi], pending[k] = _serve_one_with_drops(a_o[lo:hi], s_o[lo:hi], pending[k], limit)
     for k in np.flatnonzero(nonempty & ~np.isin(np.arange(m), seg[dropped])).tolist():
-        tail = f_o[starts[k]:starts[k] + counts[k]][-limit:].tolist()
+        tail = f_o[starts[k] : starts[k] + counts[k]][-limit:].tolist()
         pending[k] = (pending[k] + tail)[-limit:]
     finish[order] = f_o
     return finish
 
 
-def _serve_one_with_drops(a: np.ndarray, s: np.ndarray, pending: list[float],
-                          limit: int) -> tuple[np.ndarray, list[float]]:
+def _serve_one_with_drops(
+    a: np.ndarray, s: np.ndarray, pending: list[float], limit: int
+) -> tuple[np.ndarray, list[float]]:
     """One capacity-1 instance that drops requests: vectorised Lindley while no request is dropped,
     a request-by-request walk from the first drop until the instance is idle again, and repeat."""
     n = len(a)
@@ -128,8 +136,8 @@ def _serve_one_with_drops(a: np.ndarray, s: np.ndarray, pending: list[float],
                 lagged[i] = hist[j]
         bad = np.flatnonzero(lagged > a[pos:])
         stop = int(bad[0]) if len(bad) else n - pos
-        out[pos:pos + stop] = f[:stop]
-        hist.extend(f[max(0, stop - limit):stop].tolist())
+        out[pos : pos + stop] = f[:stop]
+        hist.extend(f[max(0, stop - limit) : stop].tolist())
         pos += stop
         busy = hist[-1] if hist else -np.inf
         while pos < n:

@@ -66,8 +66,15 @@ class SimService:
     request sizes whatever the policy does (common random numbers across policies).
     """
 
-    def __init__(self, profile: ServiceProfile, arrivals: np.ndarray, rng: np.random.Generator,
-                 *, exact: bool = False, max_chunk_steps: int = MAX_CHUNK_STEPS):
+    def __init__(
+        self,
+        profile: ServiceProfile,
+        arrivals: np.ndarray,
+        rng: np.random.Generator,
+        *,
+        exact: bool = False,
+        max_chunk_steps: int = MAX_CHUNK_STEPS,
+    ):
         self.profile = profile
         self.arrivals = arrivals
         lo, hi = profile.proc_time_ms
@@ -109,8 +116,12 @@ class SimService:
     def advance(self, t0: float, t1: float) -> StepOutcome:
         """The outcome of window [t0, t1); windows must follow each other."""
         chunk = self._chunk
-        if chunk is None or chunk.step != t1 - t0 or chunk.used >= len(chunk.outcomes) \
-                or abs(chunk.t0 + chunk.used * chunk.step - t0) > 1e-9:
+        if (
+            chunk is None
+            or chunk.step != t1 - t0
+            or chunk.used >= len(chunk.outcomes)
+            or abs(chunk.t0 + chunk.used * chunk.step - t0) > 1e-9
+        ):
             if chunk is not None and chunk.used >= len(chunk.outcomes):
                 self._next_steps = min(2 * self._next_steps, self._max_steps)
             chunk = self._chunk = self._serve_chunk(t0, t1 - t0, self._next_steps)
@@ -149,7 +160,9 @@ class SimService:
         owner = np.full(n, -1, dtype=np.int64)
         start_pending = [list(inst.pending) for inst in self.instances]
         active = [k for k, inst in enumerate(self.instances) if not inst.draining]
-        changes = sorted({self.instances[k].ready_at for k in active if t0 < self.instances[k].ready_at < t_end})
+        changes = sorted(
+            {self.instances[k].ready_at for k in active if t0 < self.instances[k].ready_at < t_end}
+        )
         bounds = [t0, *changes, t_end]
         cuts = np.searchsorted(a, bounds, side="left") if changes else (0, n)
         subs = []
@@ -164,8 +177,14 @@ class SimService:
             self._rr = (self._rr + j1 - j0) % m
             pend = [self.instances[k].pending for k in targets]
             if self._exact:
-                f = serve_exact(a[j0:j1], s[j0:j1], slot, pend, self.profile.capacity_per_inst,
-                                self.profile.queue_size_per_inst)
+                f = serve_exact(
+                    a[j0:j1],
+                    s[j0:j1],
+                    slot,
+                    pend,
+                    self.profile.capacity_per_inst,
+                    self.profile.queue_size_per_inst,
+                )
             else:
                 f = serve_fast(a[j0:j1], s[j0:j1], slot, pend, self.profile.queue_size_per_inst)
             for k, p in zip(targets, pend, strict=True):
@@ -175,8 +194,16 @@ class SimService:
         outcomes = self._outcomes(t0, step, steps, a, finish, owner, start_pending)
         return _Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes)
 
-    def _outcomes(self, t0: float, step: float, steps: int, a: np.ndarray, finish: np.ndarray,
-                  owner: np.ndarray, start_pending: list[list[float]]) -> list[StepOutcome]:
+    def _outcomes(
+        self,
+        t0: float,
+        step: float,
+        steps: int,
+        a: np.ndarray,
+        finish: np.ndarray,
+        owner: np.ndarray,
+        start_pending: list[list[float]],
+    ) -> list[StepOutcome]:
         window = np.minimum(((a - t0) // step).astype(np.int64), steps - 1)
         ok = ~np.isnan(finish)
         latency = finish[ok] - a[ok]
@@ -196,14 +223,28 @@ class SimService:
         for w in range(steps):
             n, acc, ps = int(arrivals[w]), int(accepted[w]), float(proc_sum[w])
             window_metrics = WindowMetrics(
-                service=name, seconds=step, arrivals=n, completed=n, violations=n - acc + int(slow[w]),
-                utilization=float(util[w]), instances=int(ready[w]),
-                mean_proc_time_ms=1000.0 * ps / acc if acc else None)
+                service=name,
+                seconds=step,
+                arrivals=n,
+                completed=n,
+                violations=n - acc + int(slow[w]),
+                utilization=float(util[w]),
+                instances=int(ready[w]),
+                mean_proc_time_ms=1000.0 * ps / acc if acc else None,
+            )
             out.append(StepOutcome(window_metrics, acc, n - acc, ps))
         return out
 
-    def _utilization(self, t0: float, step: float, steps: int, a: np.ndarray, finish: np.ndarray,
-                     owner: np.ndarray, start_pending: list[list[float]]) -> np.ndarray:
+    def _utilization(
+        self,
+        t0: float,
+        step: float,
+        steps: int,
+        a: np.ndarray,
+        finish: np.ndarray,
+        owner: np.ndarray,
+        start_pending: list[list[float]],
+    ) -> np.ndarray:
         """Per window: mean over per-second samples (mid-second) of the mean over present, ready
         instances of min(in_flight, capacity) / capacity, counting queued requests as a proxy would."""
         per_window = round(step)
@@ -217,11 +258,13 @@ class SimService:
             if inst.removed_at is not None:
                 alive &= samples < inst.removed_at
             mine = ok & (owner == k)
-            in_flight = (np.searchsorted(a[mine], samples, side="right")
-                         - np.searchsorted(np.sort(finish[mine]), samples, side="right"))
+            in_flight = np.searchsorted(a[mine], samples, side="right") - np.searchsorted(
+                np.sort(finish[mine]), samples, side="right"
+            )
             if start_pending[k]:
-                in_flight += np.searchsorted(np.sort(start_pending[k]), samples, side="right") * -1 \
-                    + len(start_pending[k])
+                in_flight += np.searchsorted(np.sort(start_pending[k]), samples, side="right") * -1 + len(
+                    start_pending[k]
+                )
             total += np.where(alive, np.minimum(in_flight, cap) / cap, 0.0)
             present += alive
         total = total.reshape(steps, per_window)
