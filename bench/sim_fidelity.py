@@ -58,7 +58,8 @@ def main() -> None:
                 ref = table.results["rule_v2"][s]
                 diff = (rew - ref.reward) / abs(ref.reward)
                 print(
-                    f"{name:5} {s:8} {slo:9.4f} {ref.slo_violation_rate:7.4f} {inst:9.3f} {ref.instances:7.3f} "
+                    f"{name:5} {s:8} {slo:9.4f} {ref.slo_violation_rate:7.4f} {inst:9.3f} "
+                    f"{ref.instances:7.3f} "
                     f"{rew:11.5f} {ref.reward:8.5f} {diff:+10.1%}",
                     flush=True,
                 )
