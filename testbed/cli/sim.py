@@ -1,0 +1,236 @@
+"""Simulator and scaler commands: `sim eval`, `sim tables`, `train`, `tune`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from testbed.cli import app, console
+from testbed.errors import ConfigError, ConfigProblem
+from testbed.sim import paper
+
+sim_app = typer.Typer(
+    help="The fast simulator: evaluate policies, reproduce Tables 5.1-5.3.", no_args_is_help=True
+)
+app.add_typer(sim_app, name="sim")
+
+TRACES_HELP = "Trace directory with train/, val/ and test/ (DURATION COUNT files)."
+
+
+def _services(service: str) -> list[str]:
+    chosen = list(paper.SERVICES) if service == "all" else [s.strip() for s in service.split(",")]
+    unknown = [s for s in chosen if s not in paper.PROFILES]
+    if unknown:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "--service",
+                    None,
+                    "service",
+                    f"unknown {', '.join(unknown)}; known: {', '.join(paper.SERVICES)}, all",
+                )
+            ]
+        )
+    return chosen
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+
+
+@sim_app.command("eval")
+def sim_eval(
+    policy: str = typer.Option("rule_v2", help="rule_v1, rule_v2, static, hpa, random or ppo."),
+    service: str = typer.Option("all", help="Service(s), comma-separated, or all (they share the units)."),
+    ratio: float = typer.Option(None, help="Request ratio for every chosen service (default: the paper's)."),
+    load: float = typer.Option(1.0, help="Multiply the paper's ratios (2 = Table 5.2's load)."),
+    units: int = typer.Option(paper.TOTAL_UNITS, help="Total resource units."),
+    trace: Path = typer.Option(
+        None, help="One trace file for all chosen services (default: test day, shifted)."
+    ),
+    traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
+    model: str = typer.Option(None, help="PPO model file, or a directory holding SERVICE.zip files."),
+    seed: int = typer.Option(0, help="Simulation seed."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per service."),
+) -> None:
+    """Run a policy on the simulator and print SLO violation, instances, processing time, reward.
+
+    Example: testbed sim eval --policy rule_v2 --service all --traces ../shared/traces --json
+    """
+    from testbed.scaler.policies import make_policy
+    from testbed.sim.evaluate import evaluate, test_day_traces
+    from testbed.sim.trace import read_trace
+
+    chosen = _services(service)
+    tr = {s: read_trace(trace) for s in chosen} if trace else test_day_traces(traces, chosen)
+    ratios = {s: ratio if ratio is not None else paper.DEFAULT_RATIOS[s] * load for s in chosen}
+    policies = {
+        s: make_policy(policy, s, total_units=units, seed=seed, model=_model_for(model, s)) for s in chosen
+    }
+    results = evaluate(policies, tr, ratios, total_units=units, seed=seed)
+    if as_json:
+        for r in results.values():
+            typer.echo(json.dumps(r.as_json()))
+        return
+    table = Table(title=f"{policy} on the simulator ({units} units)")
+    for col in ("service", "ratio", "SLO violation", "instances", "proc time (s)", "reward", "steps/s"):
+        table.add_column(col, justify="right")
+    for s, r in results.items():
+        table.add_row(
+            s,
+            f"{ratios[s]:g}",
+            f"{r.slo_violation_rate:.4f}",
+            f"{r.instances:.4f}",
+            f"{r.proc_time:.4f}",
+            f"{r.reward:.4f}",
+            f"{r.steps_per_second:,.0f}",
+        )
+    console.print(table)
+
+
+def _model_for(model: str | None, service: str) -> str | None:
+    if model and Path(model).is_dir():
+        return str(Path(model) / f"{service}.zip")
+    return model
+
+
+@sim_app.command("tables")
+def sim_tables(
+    models: Path = typer.Option(
+        None, help="Directory with chatbot.zip, imgcls.zip, tts.zip from `testbed train`."
+    ),
+    traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
+    table: list[str] = typer.Option(["5.1", "5.2", "5.3"], help="Which tables (repeatable)."),
+    seed: int = typer.Option(0, help="Simulation seed."),
+) -> None:
+    """Reproduce Tables 5.1-5.3 (rule-based v2, and DRL when --models is given) beside the paper.
+
+    Example: testbed sim tables --traces ../shared/traces --models models/
+    """
+    from testbed.scaler.policies import make_policy
+    from testbed.sim.evaluate import evaluate, test_day_traces
+
+    tr = test_day_traces(traces)
+    for key in table:
+        if key not in paper.PAPER_TABLES or key == "4.11":
+            raise ConfigError(
+                [ConfigProblem("--table", None, "table", f"unknown {key!r}; use 5.1, 5.2 or 5.3")]
+            )
+        spec = paper.PAPER_TABLES[key]
+        runs = {"rule_v2": None}
+        if models is not None:
+            runs["drl"] = models
+        out = Table(
+            title=f"{spec.name}: {spec.total_units} units, ratios "
+            + ", ".join(f"{s} {r:g}" for s, r in spec.ratios.items())
+        )
+        for col in ("service", "policy", "metric", "ours", "paper", "diff"):
+            out.add_column(col, justify="right")
+        for name, model_dir in runs.items():
+            policies = {
+                s: make_policy(
+                    "ppo" if model_dir else "rule_v2",
+                    s,
+                    total_units=spec.total_units,
+                    model=_model_for(str(model_dir), s) if model_dir else None,
+                )
+                for s in paper.SERVICES
+            }
+            ours = evaluate(policies, tr, spec.ratios, total_units=spec.total_units, seed=seed)
+            for s in paper.SERVICES:
+                theirs = spec.results[name][s]
+                for metric, mine, ref in (
+                    ("SLO violation", ours[s].slo_violation_rate, theirs.slo_violation_rate),
+                    ("instances", ours[s].instances, theirs.instances),
+                    ("proc time (s)", ours[s].proc_time, theirs.proc_time_s),
+                    ("reward", ours[s].reward, theirs.reward),
+                ):
+                    diff = f"{(mine - ref) / abs(ref):+.1%}" if ref else "-"
+                    out.add_row(s, name, metric, f"{mine:.4f}", f"{ref:.4f}", diff)
+        console.print(out)
+
+
+@app.command("train")
+def train_cmd(
+    service: str = typer.Argument(..., help="chatbot, imgcls or tts."),
+    traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
+    out: Path = typer.Option(None, help="Model file to write (default models/SERVICE.zip)."),
+    steps: int = typer.Option(paper.MAX_TRAIN_STEPS, help="Step budget (the paper: 300000)."),
+    seed: int = typer.Option(0, help="Training seed."),
+    tensorboard: str = typer.Option(None, help="Directory for TensorBoard logs."),
+) -> None:
+    """Train a Maskable PPO agent on the simulator (Section 4.4.3), keeping the best validated model.
+
+    Example: testbed train chatbot --traces ../shared/traces --steps 300000
+    """
+    from testbed.scaler.ppo import train
+    from testbed.sim.trace import read_trace
+
+    (svc,) = _services(service)
+    train_tr = [read_trace(p) for p in sorted((traces / "train").glob("*.txt"))]
+    if not train_tr:
+        raise ConfigError([ConfigProblem(str(traces / "train"), None, "", "no training traces (*.txt)")])
+    val_tr = [read_trace(traces / "val" / "day6.txt")]
+    out = out or Path("models") / f"{svc}.zip"
+    with _progress() as bar:
+        task = bar.add_task(f"training {svc}", total=steps)
+        meta = train(
+            svc,
+            train_tr,
+            val_tr,
+            out,
+            steps=steps,
+            seed=seed,
+            tensorboard=tensorboard,
+            progress=lambda n, best: bar.update(task, completed=n),
+        )
+    console.print(
+        f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps}; wrote {out}"
+    )
+
+
+@app.command("tune")
+def tune_cmd(
+    service: str = typer.Argument(..., help="chatbot, imgcls or tts."),
+    trials: int = typer.Option(100, help="Optuna trials (the paper: 100)."),
+    rule: str = typer.Option("v2", help="v1 or v2."),
+    traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
+    seed: int = typer.Option(0, help="Seed for the sampler and the simulator."),
+) -> None:
+    """Tune rule-based thresholds with Optuna on the validation day (Section 4.4.4).
+
+    Example: testbed tune imgcls --trials 100 --traces ../shared/traces
+    """
+    from testbed.scaler.tune import tune
+    from testbed.sim.trace import read_trace
+
+    (svc,) = _services(service)
+    trace = read_trace(traces / "val" / "day6.txt")
+    with _progress() as bar:
+        task = bar.add_task(f"tuning {svc} rule {rule}", total=trials)
+        result = tune(
+            svc,
+            trace,
+            rule=rule,
+            trials=trials,
+            seed=seed,
+            progress=lambda n, _v: bar.update(task, completed=n),
+        )
+    out = Table(title=f"{svc} {result.rule}: {trials} trials on {trace.name}")
+    for col in ("parameter", "tuned", "paper"):
+        out.add_column(col, justify="right")
+    for name, value in result.best_params.items():
+        out.add_row(name, f"{value:.4g}", f"{result.paper_params.get(name, float('nan')):.4g}")
+    out.add_row("reward", f"{result.best_reward:.5f}", f"{result.paper_reward:.5f}")
+    console.print(out)

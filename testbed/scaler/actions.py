@@ -1,0 +1,69 @@
+"""The action space (-2..+2), Algorithm 1's valid-action mask, Eq. 3.1's mask code, Algorithm 3's
+adjustment and Eq. 3.2's reward: the rules every policy and backend share."""
+
+from __future__ import annotations
+
+from testbed.sim.paper import COOLDOWN_STEPS, REWARD_ALPHA, REWARD_BETA
+
+ACTIONS = (-2, -1, 0, 1, 2)  # index i of the Discrete(5) space means ACTIONS[i] replicas
+Mask = tuple[int, int, int, int, int]
+
+
+def action_index(delta: int) -> int:
+    return delta + 2
+
+
+def action_delta(index: int) -> int:
+    return ACTIONS[index]
+
+
+def action_mask(instances: int, free_units: int, units_per_instance: int, cooldown: int) -> Mask:
+    """Algorithm 1: at least one instance; scale-up only into free units; no scale-down during
+    the cooldown after a scale-up. Free units are counted in instances of this service."""
+    m = [1, 1, 1, 1, 1]
+    if instances <= 2:
+        m[0] = 0
+    if instances <= 1:
+        m[1] = 0
+    if cooldown > 0:
+        m[0] = m[1] = 0
+    room = free_units // max(units_per_instance, 1)
+    if room <= 1:
+        m[4] = 0
+    if room <= 0:
+        m[3] = 0
+    return (m[0], m[1], m[2], m[3], m[4])
+
+
+def mask_code(mask: Mask) -> float:
+    """Eq. 3.1: the mask as a 5-bit number (action -2 in the high bit) divided by 0b11111."""
+    return (mask[0] << 4 | mask[1] << 3 | mask[2] << 2 | mask[3] << 1 | mask[4]) / 0b11111
+
+
+def adjust_action(delta: int, mask: Mask) -> int:
+    """Algorithm 3: shrink a blocked +-2 to +-1 when that is allowed, otherwise do nothing."""
+    if delta == -2 and not mask[0]:
+        return -1 if mask[1] else 0
+    if delta == -1 and not mask[1]:
+        return 0
+    if delta == 2 and not mask[4]:
+        return 1 if mask[3] else 0
+    if delta == 1 and not mask[3]:
+        return 0
+    return delta
+
+
+def next_cooldown(cooldown: int, applied_delta: int) -> int:
+    """After a scale-up, scale-down stays blocked for the next COOLDOWN_STEPS decisions."""
+    return COOLDOWN_STEPS if applied_delta > 0 else max(0, cooldown - 1)
+
+
+def reward(
+    slo_violation_rate: float,
+    instances: int,
+    total_units: int,
+    alpha: float = REWARD_ALPHA,
+    beta: float = REWARD_BETA,
+) -> float:
+    """Eq. 3.2: -(alpha * SLO violation rate + beta * instances / total units)."""
+    return -(alpha * slo_violation_rate + beta * instances / total_units)

@@ -1,0 +1,98 @@
+"""The control loop: one scaling decision per call for one service, on any ClusterBackend."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from testbed.cluster.base import ClusterBackend
+from testbed.metrics.window import WindowMetrics
+from testbed.scaler.actions import (
+    Mask,
+    action_delta,
+    action_index,
+    action_mask,
+    adjust_action,
+    next_cooldown,
+    reward,
+)
+from testbed.scaler.policies import Policy
+from testbed.scaler.state import StateBuilder
+from testbed.sim.paper import TRACE_MAX_RPS
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One row of the decision log. `reward` scores the window just observed (Eq. 3.2), i.e. the
+    outcome of the previous decision."""
+
+    time: float
+    service: str
+    policy: str
+    request_rate: float
+    utilization: float
+    slo_violation_rate: float
+    mask: Mask
+    proposed: int  # what the policy asked for, -2..+2
+    applied: int  # after Algorithm 3
+    replicas_before: int
+    replicas_after: int
+    free_units: int
+    reward: float
+
+
+class ScalerLoop:
+    """Per service: last window -> state -> mask -> policy -> Algorithm 3 -> backend.scale.
+
+    `metrics(service)` returns the latest period's WindowMetrics; `clock()` stamps decisions
+    (simulated time in the simulator, wall time on a testbed).
+    """
+
+    def __init__(
+        self,
+        backend: ClusterBackend,
+        policies: Mapping[str, Policy],
+        metrics: Callable[[str], WindowMetrics],
+        *,
+        max_rate: float = TRACE_MAX_RPS,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.backend = backend
+        self.policies = dict(policies)
+        self.metrics = metrics
+        self.clock = clock
+        self._states = {s: StateBuilder(max_rate) for s in self.policies}
+        self._cooldown = dict.fromkeys(self.policies, 0)
+
+    def decide(self, service: str) -> Decision:
+        window = self.metrics(service)
+        backend = self.backend
+        total = backend.total_units()
+        before = backend.desired_replicas(service)
+        free = backend.free_units()
+        mask = action_mask(before, free, backend.units_per_replica(service), self._cooldown[service])
+        obs = self._states[service].push(window, mask, before, total)
+        policy = self.policies[service]
+        proposed = action_delta(policy.act(obs, mask))
+        applied = adjust_action(proposed, mask)
+        if not mask[action_index(applied)]:
+            applied = 0  # a policy may propose anything; only valid actions reach the cluster
+        if applied:
+            backend.scale(service, before + applied)
+        self._cooldown[service] = next_cooldown(self._cooldown[service], applied)
+        return Decision(
+            time=self.clock(),
+            service=service,
+            policy=policy.name,
+            request_rate=window.request_rate,
+            utilization=window.utilization,
+            slo_violation_rate=window.slo_violation_rate,
+            mask=mask,
+            proposed=proposed,
+            applied=applied,
+            replicas_before=before,
+            replicas_after=before + applied,
+            free_units=free,
+            reward=reward(window.slo_violation_rate, before, total),
+        )

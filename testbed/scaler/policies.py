@@ -1,0 +1,169 @@
+"""Scaling policies: rule-based v1/v2 (Algorithms 2 and 4), static, HPA-like and random.
+
+A policy maps (observation, action mask) to an action index 0..4 (ACTIONS[i] = -2..+2 replicas).
+It knows nothing of the simulator, the Gymnasium env or the cluster; the control loop applies
+Algorithm 3 to whatever it returns. Maskable PPO lives in `testbed.scaler.ppo` (needs torch).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from testbed.errors import ConfigError, ConfigProblem
+from testbed.scaler.actions import Mask, action_index
+from testbed.scaler.state import latest
+from testbed.sim.paper import RULE_V1_THRESHOLDS, RULE_V2_THRESHOLDS
+
+
+@runtime_checkable
+class Policy(Protocol):
+    name: str
+
+    def act(self, observation: np.ndarray, action_mask: Mask) -> int: ...
+
+
+@dataclass
+class RuleV1:
+    """Algorithm 2: instance utilization against four thresholds (Table 4.9 defaults)."""
+
+    inst_util_high_2: float
+    inst_util_high_1: float
+    inst_util_low_1: float
+    inst_util_low_2: float
+    name: str = "rule_v1"
+
+    @classmethod
+    def for_service(cls, service: str) -> RuleV1:
+        return cls(**_thresholds(RULE_V1_THRESHOLDS, service, "rule_v1"))
+
+    def act(self, observation: np.ndarray, action_mask: Mask) -> int:
+        util = latest(observation, "utilization")
+        if util > self.inst_util_high_2:
+            delta = 2
+        elif util > self.inst_util_high_1:
+            delta = 1
+        elif util < self.inst_util_low_2:
+            delta = -2
+        elif util < self.inst_util_low_1:
+            delta = -1
+        else:
+            delta = 0
+        return action_index(delta)
+
+
+@dataclass
+class RuleV2:
+    """Algorithm 4: scale up on high SLO violation OR high utilization, down when both are low
+    (Table 4.10 defaults)."""
+
+    slo_high: float
+    slo_low: float
+    inst_util_high: float
+    inst_util_low: float
+    name: str = "rule_v2"
+
+    @classmethod
+    def for_service(cls, service: str) -> RuleV2:
+        return cls(**_thresholds(RULE_V2_THRESHOLDS, service, "rule_v2"))
+
+    def act(self, observation: np.ndarray, action_mask: Mask) -> int:
+        slo = latest(observation, "slo_violation_rate")
+        util = latest(observation, "utilization")
+        if slo > self.slo_high or util > self.inst_util_high:
+            return action_index(1)
+        if slo < self.slo_low and util < self.inst_util_low:
+            return action_index(-1)
+        return action_index(0)
+
+
+@dataclass
+class StaticPolicy:
+    """Never scales: the service keeps the replicas it started with."""
+
+    name: str = "static"
+
+    def act(self, observation: np.ndarray, action_mask: Mask) -> int:
+        return action_index(0)
+
+
+@dataclass
+class HpaPolicy:
+    """Kubernetes-HPA-like: desired = ceil(n * utilization / target), 10 % tolerance, +-2 per step."""
+
+    total_units: int
+    target: float = 0.6
+    tolerance: float = 0.1
+    name: str = "hpa"
+
+    def act(self, observation: np.ndarray, action_mask: Mask) -> int:
+        util = latest(observation, "utilization")
+        n = max(1, round(latest(observation, "instances") * self.total_units))
+        ratio = util / self.target
+        if abs(ratio - 1.0) <= self.tolerance:
+            return action_index(0)
+        delta = max(-2, min(2, math.ceil(n * ratio) - n))
+        return action_index(delta)
+
+
+class RandomPolicy:
+    """Uniform over the valid actions (a baseline the trained agent must beat)."""
+
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        self._rng = np.random.default_rng(seed)
+
+    def act(self, observation: np.ndarray, action_mask: Mask) -> int:
+        valid = np.flatnonzero(np.asarray(action_mask))
+        return int(self._rng.choice(valid))
+
+
+def _thresholds(table: dict[str, dict[str, float]], service: str, policy: str) -> dict[str, float]:
+    if service not in table:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "<policy>",
+                    None,
+                    "service",
+                    f"no {policy} thresholds for {service!r}; known: {', '.join(table)}",
+                )
+            ]
+        )
+    return dict(table[service])
+
+
+POLICY_NAMES = ("rule_v1", "rule_v2", "static", "hpa", "random", "ppo")
+
+
+def make_policy(
+    name: str, service: str, *, total_units: int, seed: int = 0, model: str | None = None
+) -> Policy:
+    """Build a policy by name; `ppo` loads `model` (a file written by `testbed train`)."""
+    if name == "rule_v1":
+        return RuleV1.for_service(service)
+    if name == "rule_v2":
+        return RuleV2.for_service(service)
+    if name == "static":
+        return StaticPolicy()
+    if name == "hpa":
+        return HpaPolicy(total_units=total_units)
+    if name == "random":
+        return RandomPolicy(seed)
+    if name == "ppo":
+        if not model:
+            raise ConfigError([ConfigProblem("<policy>", None, "model", "the ppo policy needs --model FILE")])
+        from testbed.scaler.ppo import MaskablePpoPolicy
+
+        return MaskablePpoPolicy.load(model)
+    raise ConfigError(
+        [
+            ConfigProblem(
+                "<policy>", None, "policy", f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}"
+            )
+        ]
+    )

@@ -1,0 +1,129 @@
+"""Several simulated services sharing a pool of resource units; a `ClusterBackend` the scaler drives."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from testbed.errors import ConfigError, ConfigProblem, StateError
+from testbed.metrics.window import WindowMetrics
+from testbed.sim.paper import STEP_SECONDS, TOTAL_UNITS, ServiceProfile
+from testbed.sim.service import SimService, StepOutcome
+from testbed.sim.trace import Trace, arrival_times
+
+
+class SimCluster:
+    """Services fed by trace-replaying clients; `advance()` simulates one scaler period.
+
+    Implements `testbed.cluster.base.ClusterBackend`, so `ScalerLoop` drives it exactly as it
+    drives local replicas or Kubernetes.
+    """
+
+    def __init__(
+        self,
+        profiles: Mapping[str, ServiceProfile],
+        traces: Mapping[str, Trace],
+        ratios: Mapping[str, float],
+        *,
+        total_units: int = TOTAL_UNITS,
+        seed: int = 0,
+        step_seconds: float = STEP_SECONDS,
+        exact: bool = False,
+    ):
+        missing = [name for name in profiles if name not in traces or name not in ratios]
+        if missing:
+            raise ConfigError(
+                [ConfigProblem("<sim>", None, name, "no trace or ratio given") for name in missing]
+            )
+        self._total_units = total_units
+        self.step_seconds = step_seconds
+        self.now = 0.0
+        rngs = np.random.SeedSequence(seed).spawn(len(profiles))
+        self.sims: dict[str, SimService] = {}
+        self._end = np.inf
+        for (name, profile), child in zip(profiles.items(), rngs, strict=True):
+            arrivals = arrival_times(traces[name], ratios[name])
+            self.sims[name] = SimService(profile, arrivals, np.random.default_rng(child), exact=exact)
+            self._end = min(self._end, traces[name].seconds)
+        used = sum(s.units_in_use(self.now) for s in self.sims.values())
+        if used > total_units:
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        "<sim>",
+                        None,
+                        "total_units",
+                        f"initial instances need {used} units, only {total_units}",
+                    )
+                ]
+            )
+        self.last_outcome: dict[str, StepOutcome] = {}
+
+    # -- ClusterBackend ----------------------------------------------------------------------------
+    def services(self) -> list[str]:
+        return list(self.sims)
+
+    def desired_replicas(self, service: str) -> int:
+        return self._sim(service).desired()
+
+    def ready_replicas(self, service: str) -> int:
+        return self._sim(service).ready(self.now)
+
+    def scale(self, service: str, replicas: int) -> None:
+        sim = self._sim(service)
+        if replicas < 1:
+            raise StateError(f"{service}: cannot scale below one replica (asked {replicas})")
+        extra = (replicas - sim.desired()) * sim.profile.resource_per_inst
+        if extra > self.free_units():
+            raise StateError(
+                f"{service}: {replicas} replicas need {extra} more units, {self.free_units()} free"
+            )
+        sim.scale(replicas, self.now)
+
+    def units_per_replica(self, service: str) -> int:
+        return self._sim(service).profile.resource_per_inst
+
+    def total_units(self) -> int:
+        return self._total_units
+
+    def free_units(self) -> int:
+        return self._total_units - sum(s.units_in_use(self.now) for s in self.sims.values())
+
+    def endpoint(self, service: str) -> str:
+        self._sim(service)
+        return f"sim://{service}"
+
+    # -- simulation ----------------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        """True once another full period would run past the end of the shortest trace."""
+        return self.now + self.step_seconds > self._end + 1e-9
+
+    def advance(self) -> dict[str, WindowMetrics]:
+        """Simulate one period for every service; returns each service's window."""
+        t0, t1 = self.now, self.now + self.step_seconds
+        self.last_outcome = {name: sim.advance(t0, t1) for name, sim in self.sims.items()}
+        self.now = t1
+        return {name: out.window for name, out in self.last_outcome.items()}
+
+    def latest_window(self, service: str) -> WindowMetrics:
+        """The metrics source for `ScalerLoop`: the last period's window of `service`."""
+        if service not in self.last_outcome:
+            raise StateError(f"{service}: no period simulated yet")
+        return self.last_outcome[service].window
+
+    def _sim(self, service: str) -> SimService:
+        try:
+            return self.sims[service]
+        except KeyError:
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        "<sim>",
+                        None,
+                        "service",
+                        f"unknown service {service!r}; known: {', '.join(self.sims)}",
+                    )
+                ]
+            ) from None

@@ -1,0 +1,100 @@
+"""Gymnasium adapter: one service on the simulator as an RL environment (Section 4.4.3).
+
+Needs `gymnasium` (the `drl` extra); the simulator itself does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from testbed.scaler.actions import ACTIONS, action_mask, adjust_action, next_cooldown, reward
+from testbed.scaler.state import N_METRICS, StateBuilder
+from testbed.sim.cluster import SimCluster
+from testbed.sim.paper import HISTORY, PROFILES, TOTAL_UNITS, TRACE_MAX_RPS, ServiceProfile
+from testbed.sim.trace import Trace
+
+
+class ScalingEnv(gym.Env):
+    """Observation: 25 floats in [0, 1]; action: Discrete(5) = -2..+2 replicas; reward: Eq. 3.2.
+
+    Each episode replays one trace (picked at random from `traces`) until it ends (truncated).
+    With `randomize_free_units`, the free units the agent sees each step are drawn between 0 and
+    the real free units, standing in for other services competing for the pool.
+    """
+
+    metadata = {"render_modes": []}  # noqa: RUF012 (gymnasium's convention)
+
+    def __init__(
+        self,
+        service: str,
+        traces: Sequence[Trace],
+        ratio: float,
+        *,
+        total_units: int = TOTAL_UNITS,
+        randomize_free_units: bool = True,
+        profile: ServiceProfile | None = None,
+        max_rate: float = TRACE_MAX_RPS,
+    ):
+        super().__init__()
+        self.service = service
+        self.traces = list(traces)
+        self.ratio = ratio
+        self.total_units = total_units
+        self.randomize_free_units = randomize_free_units
+        self.profile = profile or PROFILES[service]
+        self.max_rate = max_rate
+        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(N_METRICS * HISTORY,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(len(ACTIONS))
+        self._cluster: SimCluster | None = None
+        self._state = StateBuilder(max_rate)
+        self._mask = (0, 0, 1, 0, 0)
+        self._cooldown = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        trace = self.traces[int(self.np_random.integers(len(self.traces)))]
+        self._cluster = SimCluster(
+            {self.service: self.profile},
+            {self.service: trace},
+            {self.service: self.ratio},
+            total_units=self.total_units,
+            seed=int(self.np_random.integers(2**31)),
+        )
+        self._state.reset()
+        self._cooldown = 0
+        window = self._cluster.advance()[self.service]
+        obs = self._observe(window)
+        return obs, {}
+
+    def step(self, action: int):
+        cluster = self._cluster
+        assert cluster is not None, "call reset() first"
+        delta = adjust_action(ACTIONS[int(action)], self._mask)
+        if not self._mask[delta + 2]:
+            delta = 0
+        if delta:
+            cluster.scale(self.service, cluster.desired_replicas(self.service) + delta)
+        self._cooldown = next_cooldown(self._cooldown, delta)
+        window = cluster.advance()[self.service]
+        r = reward(window.slo_violation_rate, cluster.desired_replicas(self.service), self.total_units)
+        obs = self._observe(window)
+        return obs, r, False, cluster.done, {"window": window, "applied": delta}
+
+    def action_masks(self) -> np.ndarray:
+        return np.asarray(self._mask, dtype=bool)
+
+    def _observe(self, window) -> np.ndarray:
+        cluster = self._cluster
+        units = cluster.units_per_replica(self.service)
+        free = cluster.free_units()
+        if self.randomize_free_units:
+            free = int(self.np_random.integers(0, free + 1))
+        n = cluster.desired_replicas(self.service)
+        self._mask = action_mask(n, free, units, self._cooldown)
+        return self._state.push(window, self._mask, n, self.total_units)
+
+    def close(self) -> None:
+        self._cluster = None

@@ -1,0 +1,105 @@
+"""Run policies on the simulator through the real control loop and summarise each service."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from testbed.errors import ConfigError, ConfigProblem
+from testbed.scaler.loop import Decision, ScalerLoop
+from testbed.scaler.policies import Policy
+from testbed.sim.cluster import SimCluster
+from testbed.sim.paper import PROFILES, TEST_SHIFT_HOURS, TOTAL_UNITS, TRACE_MAX_RPS, ServiceProfile
+from testbed.sim.trace import Trace, read_trace
+
+
+@dataclass(frozen=True)
+class ServiceResult:
+    """Table 5.1's figures for one service and policy, plus how fast the run went."""
+
+    service: str
+    policy: str
+    steps: int
+    slo_violation_rate: float  # mean of per-period rates
+    instances: float  # mean replicas (desired, i.e. holding units) per period
+    proc_time: float  # mean latency of served requests, seconds
+    reward: float  # mean Eq. 3.2 reward per period
+    steps_per_second: float
+
+    def as_json(self) -> dict[str, float | int | str]:
+        return asdict(self)
+
+
+def test_day_traces(traces_dir: str | Path, services: list[str] | None = None) -> dict[str, Trace]:
+    """The test day, shifted 0/8/16 h for chatbot/imgcls/tts (Section 5.1)."""
+    out = {}
+    for service in services or list(TEST_SHIFT_HOURS):
+        if service not in TEST_SHIFT_HOURS:
+            raise ConfigError([ConfigProblem("<sim>", None, "service", f"no test trace for {service!r}")])
+        out[service] = read_trace(Path(traces_dir) / "test" / f"day7-shift{TEST_SHIFT_HOURS[service]}h.txt")
+    return out
+
+
+def evaluate(
+    policies: Mapping[str, Policy],
+    traces: Mapping[str, Trace],
+    ratios: Mapping[str, float],
+    *,
+    total_units: int = TOTAL_UNITS,
+    seed: int = 0,
+    profiles: Mapping[str, ServiceProfile] | None = None,
+    max_steps: int | None = None,
+    on_decision: Callable[[Decision], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, ServiceResult]:
+    """All `policies`' services share one cluster of `total_units`, as in Section 5.1."""
+    chosen = {s: (profiles or PROFILES)[s] for s in policies}
+    cluster = SimCluster(
+        chosen,
+        {s: traces[s] for s in chosen},
+        {s: ratios[s] for s in chosen},
+        total_units=total_units,
+        seed=seed,
+    )
+    loop = ScalerLoop(
+        cluster, policies, cluster.latest_window, max_rate=TRACE_MAX_RPS, clock=lambda: cluster.now
+    )
+    sums = {s: [0.0, 0.0, 0.0, 0.0, 0] for s in chosen}  # slo, instances, reward, proc sum, accepted
+    total_steps = int(min(t.seconds for t in traces.values()) // cluster.step_seconds)
+    if max_steps is not None:
+        total_steps = min(total_steps, max_steps)
+    started = time.perf_counter()
+    steps = 0
+    while steps < total_steps and not cluster.done:
+        cluster.advance()
+        for service in chosen:
+            d = loop.decide(service)
+            out = cluster.last_outcome[service]
+            acc = sums[service]
+            acc[0] += d.slo_violation_rate
+            acc[1] += d.replicas_before
+            acc[2] += d.reward
+            acc[3] += out.proc_time_sum_s
+            acc[4] += out.accepted
+            if on_decision is not None:
+                on_decision(d)
+        steps += 1
+        if progress is not None and steps % 96 == 0:
+            progress(steps, total_steps)
+    elapsed = max(time.perf_counter() - started, 1e-9)
+    n = max(steps, 1)
+    return {
+        s: ServiceResult(
+            s,
+            policies[s].name,
+            steps,
+            acc[0] / n,
+            acc[1] / n,
+            acc[3] / acc[4] if acc[4] else 0.0,
+            acc[2] / n,
+            steps / elapsed,
+        )
+        for s, acc in sums.items()
+    }

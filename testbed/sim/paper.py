@@ -1,0 +1,189 @@
+"""The dissertation's published numbers (profiles, tuned thresholds, result tables) as importable data.
+
+Source: papers/000_67625ca8cb93418e.txt, Tables 4.4, 4.5, 4.7-4.11 and 5.1-5.3. Nothing here is
+computed; the report and the `testbed sim tables` command print these beside our own figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SERVICES = ("chatbot", "imgcls", "tts")
+SERVICE_TITLES = {"chatbot": "Chatbot", "imgcls": "Image classification", "tts": "Text to speech"}
+
+
+@dataclass(frozen=True)
+class ServiceProfile:
+    """One AI service as the simulator models it (dissertation Table 3.1)."""
+
+    name: str
+    capacity_per_inst: int  # requests one instance processes at the same time
+    proc_time_ms: tuple[float, float]  # uniform static processing time range
+    slo_ms: float  # request delay SLO
+    startup_ms: float  # time from scale-up to ready
+    queue_size_per_inst: int = 10  # NOT in the paper (Table 4.4 omits it); our assumption
+    resource_per_inst: int = 1  # resource units (vGPUs) per instance
+    initial_inst: int = 1  # Section 5.2: every service starts with one replica
+
+
+# Table 4.4 (profiling on RTX 5000 MPS partitions). queue_size_per_inst is our assumption.
+PROFILES: dict[str, ServiceProfile] = {
+    "chatbot": ServiceProfile("chatbot", 1, (140.0, 420.0), 2500.0, 13000.0),
+    "imgcls": ServiceProfile("imgcls", 1, (60.0, 80.0), 500.0, 11000.0),
+    "tts": ServiceProfile("tts", 1, (130.0, 390.0), 2500.0, 21000.0),
+}
+
+# Table 4.5 and Section 4.4.3
+TOTAL_UNITS = 8
+STEP_SECONDS = 30.0
+HISTORY = 5
+COOLDOWN_STEPS = 6  # "next three minutes cannot be scale-down"
+REWARD_ALPHA = 0.9
+REWARD_BETA = 0.1
+DEFAULT_RATIOS = {"chatbot": 0.15, "imgcls": 0.4, "tts": 0.15}
+TEST_SHIFT_HOURS = {"chatbot": 0, "imgcls": 8, "tts": 16}
+TRACE_MAX_RPS = 146  # Table 4.2, train-set maximum; normalises the request-rate state
+MAX_TRAIN_STEPS = 300_000
+VALIDATION_EVERY = 14_400
+VALIDATION_EPISODES = 3
+EARLY_STOP_PATIENCE = 4
+EARLY_STOP_MIN_VALIDATIONS = 8
+LEARNING_RATE = 0.0002  # times remaining progress
+PPO_PARAMS = {"n_steps": 2048, "batch_size": 64, "gamma": 0.99, "clip_range": 0.2}  # Table 4.6
+NET_ARCH = (64, 64)  # Section 4.1, ReLU
+
+# Table 4.9 (rule-based v1) and Table 4.10 (rule-based v2)
+RULE_V1_THRESHOLDS = {
+    "chatbot": {
+        "inst_util_high_2": 0.82,
+        "inst_util_high_1": 0.80,
+        "inst_util_low_1": 0.44,
+        "inst_util_low_2": 0.20,
+    },
+    "imgcls": {
+        "inst_util_high_2": 0.93,
+        "inst_util_high_1": 0.80,
+        "inst_util_low_1": 0.47,
+        "inst_util_low_2": 0.17,
+    },
+    "tts": {
+        "inst_util_high_2": 0.85,
+        "inst_util_high_1": 0.80,
+        "inst_util_low_1": 0.31,
+        "inst_util_low_2": 0.14,
+    },
+}
+RULE_V2_THRESHOLDS = {
+    "chatbot": {"slo_high": 0.081, "slo_low": 0.0007, "inst_util_high": 0.90, "inst_util_low": 0.32},
+    "imgcls": {"slo_high": 0.095, "slo_low": 0.0008, "inst_util_high": 0.90, "inst_util_low": 0.38},
+    "tts": {"slo_high": 0.091, "slo_low": 0.001, "inst_util_high": 0.89, "inst_util_low": 0.22},
+}
+
+# Tables 4.7 and 4.8: Optuna search ranges (start, end, step); None start = previous parameter.
+RULE_V1_SEARCH = {
+    "inst_util_high_1": (0.6, 0.8, 0.01),
+    "inst_util_high_2": ("inst_util_high_1", 0.95, 0.01),
+    "inst_util_low_2": (0.05, 0.3, 0.01),
+    "inst_util_low_1": ("inst_util_low_2", 0.5, 0.01),
+}
+RULE_V2_SEARCH = {
+    "slo_high": (0.005, 0.1, 0.002),
+    "slo_low": (0.0001, 0.001, 0.0001),
+    "inst_util_high": (0.6, 0.9, 0.02),
+    "inst_util_low": (0.2, 0.5, 0.02),
+}
+
+
+@dataclass(frozen=True)
+class PaperResult:
+    """One cell group of Tables 4.11/5.1-5.3: a policy's figures for one service."""
+
+    slo_violation_rate: float
+    instances: float
+    proc_time_s: float | None
+    reward: float
+
+
+@dataclass(frozen=True)
+class PaperTable:
+    """One results table: the setup it was run under and its figures per policy and service."""
+
+    name: str
+    total_units: int
+    ratios: dict[str, float]
+    results: dict[str, dict[str, PaperResult]]  # policy ("drl", "rule_v2") -> service -> figures
+
+
+TABLE_5_1 = PaperTable(
+    "Table 5.1",
+    8,
+    {"chatbot": 0.15, "imgcls": 0.4, "tts": 0.15},
+    {
+        "drl": {
+            "chatbot": PaperResult(0.0024, 1.8771, 0.2956, -0.0256),
+            "imgcls": PaperResult(0.0018, 1.5115, 0.0707, -0.0205),
+            "tts": PaperResult(0.0064, 1.7219, 0.2735, -0.0273),
+        },
+        "rule_v2": {
+            "chatbot": PaperResult(0.0034, 2.0104, 0.2955, -0.0282),
+            "imgcls": PaperResult(0.0017, 1.6538, 0.0707, -0.0222),
+            "tts": PaperResult(0.0029, 1.9764, 0.2672, -0.0273),
+        },
+    },
+)
+TABLE_5_2 = PaperTable(
+    "Table 5.2",
+    8,
+    {"chatbot": 0.3, "imgcls": 0.8, "tts": 0.3},
+    {
+        "drl": {
+            "chatbot": PaperResult(0.0215, 2.9951, 0.3645, -0.0568),
+            "imgcls": PaperResult(0.0259, 2.3139, 0.0811, -0.0522),
+            "tts": PaperResult(0.0659, 2.5198, 0.3304, -0.0909),
+        },
+        "rule_v2": {
+            "chatbot": PaperResult(0.0318, 3.0826, 0.3768, -0.0672),
+            "imgcls": PaperResult(0.0803, 2.0830, 0.1029, -0.0983),
+            "tts": PaperResult(0.1006, 2.8104, 0.3511, -0.1257),
+        },
+    },
+)
+TABLE_5_3 = PaperTable(
+    "Table 5.3",
+    128,
+    {"chatbot": 2.0, "imgcls": 6.0, "tts": 2.0},
+    {
+        "drl": {
+            "chatbot": PaperResult(0.0040, 29.3646, 0.2985, -0.0265),
+            "imgcls": PaperResult(0.0009, 32.4649, 0.0719, -0.0262),
+            "tts": PaperResult(0.0081, 28.6958, 0.2736, -0.0297),
+        },
+        "rule_v2": {
+            "chatbot": PaperResult(0.0085, 23.9944, 0.3182, -0.0264),
+            "imgcls": PaperResult(0.0332, 14.4868, 0.1022, -0.0412),
+            "tts": PaperResult(0.0134, 26.8042, 0.2815, -0.0330),
+        },
+    },
+)
+# Table 4.11: rule v1 vs v2 on the validation day (8 units, default ratios).
+TABLE_4_11 = PaperTable(
+    "Table 4.11",
+    8,
+    dict(DEFAULT_RATIOS),
+    {
+        "rule_v1": {
+            "chatbot": PaperResult(0.0166, 1.8875, None, -0.03849),
+            "imgcls": PaperResult(0.0182, 1.4542, None, -0.03452),
+            "tts": PaperResult(0.0154, 1.8722, None, -0.03723),
+        },
+        "rule_v2": {
+            "chatbot": PaperResult(0.0150, 1.8760, None, -0.03695),
+            "imgcls": PaperResult(0.0182, 1.4309, None, -0.03423),
+            "tts": PaperResult(0.0144, 1.9007, None, -0.03675),
+        },
+    },
+)
+PAPER_TABLES = {"5.1": TABLE_5_1, "5.2": TABLE_5_2, "5.3": TABLE_5_3, "4.11": TABLE_4_11}
+
+# Section 4.1 / issue text: a per-request-process SimPy simulator's speed on this machine kind.
+SIMPY_BASELINE_STEPS_PER_S = {"chatbot": 540.0, "imgcls": 220.0}

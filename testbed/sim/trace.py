@@ -1,0 +1,77 @@
+"""Read `DURATION COUNT` trace files and turn them into evenly spread request arrival times."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from testbed.errors import ConfigError, ConfigProblem
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A request-count trace: interval i lasts durations[i] seconds and holds counts[i] requests."""
+
+    name: str
+    durations: np.ndarray  # float64 seconds
+    counts: np.ndarray  # float64 requests (before the client's ratio)
+
+    @property
+    def seconds(self) -> float:
+        return float(self.durations.sum())
+
+    @property
+    def max_rate(self) -> float:
+        return float((self.counts / self.durations).max()) if len(self.counts) else 0.0
+
+    @classmethod
+    def constant(cls, rate: float, seconds: int, name: str = "constant") -> Trace:
+        """A synthetic trace of `rate` requests in every second (tests, closed-form cases)."""
+        return cls(name, np.ones(seconds), np.full(seconds, float(rate)))
+
+
+def read_trace(path: str | Path) -> Trace:
+    """Parse a trace file; a malformed line raises ConfigError naming file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError([ConfigProblem(str(path), None, "", f"cannot read trace: {exc.strerror}")]) from exc
+    durations: list[float] = []
+    counts: list[float] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        try:
+            if len(fields) != 2:
+                raise ValueError("expected two numbers: DURATION COUNT")
+            duration, count = float(fields[0]), float(fields[1])
+            if duration <= 0 or count < 0:
+                raise ValueError("duration must be > 0 and count >= 0")
+        except ValueError as exc:
+            raise ConfigError([ConfigProblem(str(path), lineno, "", str(exc))]) from None
+        durations.append(duration)
+        counts.append(count)
+    if not durations:
+        raise ConfigError([ConfigProblem(str(path), None, "", "trace has no intervals")])
+    return Trace(path.name, np.asarray(durations), np.asarray(counts))
+
+
+def arrival_times(trace: Trace, ratio: float) -> np.ndarray:
+    """All arrival times (s, sorted) of a client replaying `trace` scaled by `ratio`.
+
+    Scaled counts are rounded by carrying the fraction forward (floor of the running sum), so the
+    total matches trace·ratio; the n requests of an interval are spread evenly at start + k·d/n.
+    """
+    scaled = np.floor(np.cumsum(trace.counts * ratio) + 1e-9)
+    per_interval = np.diff(scaled, prepend=0.0).astype(np.int64)
+    total = int(per_interval.sum())
+    starts = np.cumsum(trace.durations) - trace.durations
+    first = np.cumsum(per_interval) - per_interval
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spacing = np.where(per_interval > 0, trace.durations / np.maximum(per_interval, 1), 0.0)
+    k = np.arange(total) - np.repeat(first, per_interval)
+    return np.repeat(starts, per_interval) + k * np.repeat(spacing, per_interval)

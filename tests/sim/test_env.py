@@ -1,0 +1,76 @@
+"""The Gymnasium adapter and a short Maskable PPO training run."""
+
+import pytest
+
+gym = pytest.importorskip("gymnasium", reason="the Gymnasium env needs the drl extra")
+
+from testbed.sim.env import ScalingEnv  # noqa: E402
+from testbed.sim.trace import Trace  # noqa: E402
+
+
+def test_check_env_and_mask():
+    from gymnasium.utils.env_checker import check_env
+
+    env = ScalingEnv("chatbot", [Trace.constant(20, 1800)], 0.15)
+    check_env(env, skip_render_check=True)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (25,)
+    assert list(env.action_masks()) == [False, False, True, True, True] or not env.action_masks()[0]
+    steps = 0
+    done = False
+    while not done:
+        _, r, term, trunc, _ = env.step(2)
+        assert r <= 0
+        steps += 1
+        done = term or trunc
+    assert steps == 1800 // 30 - 1  # the first period is consumed by reset
+    env.close()
+    env.close()
+
+
+def test_free_units_are_randomised_in_training():
+    env = ScalingEnv("chatbot", [Trace.constant(1, 3000)], 0.15, randomize_free_units=True)
+    env.reset(seed=1)
+    seen = set()
+    for _ in range(40):
+        seen.add(tuple(env.action_masks()))
+        env.step(2)
+    assert len(seen) > 1  # sometimes no room to scale up, sometimes room
+
+
+@pytest.mark.slow
+def test_short_training_beats_random(tmp_path):
+    pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
+    import numpy as np
+
+    from testbed.scaler.policies import RandomPolicy
+    from testbed.scaler.ppo import MaskablePpoPolicy, read_meta, train, validation_reward
+
+    rate = 10 + 8 * np.sin(np.arange(21600) / 3000.0)  # one instance suffices: learn not to waste units
+    train_tr = Trace("wave", np.ones(21600), rate)
+    val_tr = Trace("wave-val", np.ones(7200), rate[:7200] * 1.1)
+    out = tmp_path / "m.zip"
+    meta = train(
+        "chatbot",
+        [train_tr],
+        [val_tr],
+        out,
+        steps=6144,
+        val_episodes=1,
+        validate_every=10**9,
+        learning_rate=1e-3,
+        ppo_params={"n_steps": 512},
+    )
+    assert read_meta(out).service == "chatbot" and meta.commit
+    policy = MaskablePpoPolicy.load(out)
+
+    class AsModel:  # score the random policy with the same episode runner
+        def __init__(self, p):
+            self.p = p
+
+        def predict(self, obs, action_masks, deterministic):
+            return self.p.act(obs, tuple(int(x) for x in action_masks)), None
+
+    ppo = validation_reward(policy.model, "chatbot", [val_tr], 0.15, 8, 1)
+    rnd = validation_reward(AsModel(RandomPolicy(0)), "chatbot", [val_tr], 0.15, 8, 1)
+    assert ppo > rnd

@@ -1,0 +1,144 @@
+"""The simulator against closed-form cases, the exact reference kernel, and itself under a seed."""
+
+import numpy as np
+import pytest
+
+from testbed.errors import StateError
+from testbed.sim.cluster import SimCluster
+from testbed.sim.paper import PROFILES, ServiceProfile
+from testbed.sim.queueing import serve_exact, serve_fast
+from testbed.sim.service import SimService
+from testbed.sim.trace import Trace, arrival_times
+
+
+def profile(
+    proc_ms: float, *, queue: int = 3, startup_ms: float = 13000, slo_ms: float = 1000, capacity: int = 1
+) -> ServiceProfile:
+    return ServiceProfile("svc", capacity, (proc_ms, proc_ms), slo_ms, startup_ms, queue_size_per_inst=queue)
+
+
+def cluster(prof: ServiceProfile, rate: float, seconds: int = 300, units: int = 8, **kw) -> SimCluster:
+    return SimCluster(
+        {"svc": prof}, {"svc": Trace.constant(rate, seconds)}, {"svc": 1.0}, total_units=units, **kw
+    )
+
+
+def test_one_instance_below_capacity_has_no_queueing():
+    c = cluster(profile(600), rate=1)
+    w = c.advance()["svc"]
+    assert (w.arrivals, w.violations) == (30, 0)
+    assert w.mean_proc_time_ms == pytest.approx(600)
+    assert w.utilization == pytest.approx(1.0)  # busy at every mid-second sample
+    c2 = cluster(profile(400), rate=1)
+    assert c2.advance()["svc"].utilization == pytest.approx(0.0)  # idle at every mid-second sample
+
+
+def test_one_instance_above_capacity_serves_at_capacity_and_drops_the_rest():
+    c = cluster(profile(500, queue=3), rate=4)  # 4 req/s offered, 2 req/s served
+    out = [c.advance()["svc"] for _ in range(3)]
+    served = sum(c.last_outcome["svc"].accepted for _ in [0])
+    assert served <= 61  # 2/s over the last window, plus at most one request straddling the edge
+    for w in out:
+        assert w.utilization == pytest.approx(1.0)
+        assert w.violations >= w.arrivals - 62
+    # the steady state: exactly half the requests are served
+    assert c.last_outcome["svc"].accepted == pytest.approx(60, abs=1)
+
+
+def test_queue_overflow_drops_exactly_what_does_not_fit():
+    trace = Trace("burst", np.array([1.0, 29.0]), np.array([20.0, 0.0]))
+    c = SimCluster({"svc": profile(1000, queue=3, slo_ms=10_000)}, {"svc": trace}, {"svc": 1.0})
+    w = c.advance()["svc"]
+    out = c.last_outcome["svc"]
+    assert (out.accepted, out.dropped, w.violations) == (4, 16, 16)  # 1 in service + 3 queued
+
+
+def test_new_instance_serves_only_after_its_startup_time():
+    c = cluster(profile(500, queue=2, startup_ms=13000), rate=3)
+    c.scale("svc", 2)
+    assert c.ready_replicas("svc") == 1 and c.desired_replicas("svc") == 2
+    first = c.advance()["svc"]
+    assert first.violations > 0  # 3 req/s on one 2 req/s instance until t = 13 s
+    assert first.instances == 2
+    second = c.advance()["svc"]
+    assert second.violations == 0  # 1.5 req/s per instance
+
+
+def test_scale_down_drains_the_last_instance_before_freeing_its_unit():
+    c = cluster(profile(1000, queue=5, slo_ms=60_000), rate=2.5, units=2)
+    c.scale("svc", 2)
+    for _ in range(2):
+        c.advance()
+    assert c.free_units() == 0
+    before = c.last_outcome["svc"]
+    c.scale("svc", 1)
+    assert c.desired_replicas("svc") == 1
+    assert c.free_units() == 0  # its queued requests still finish
+    c.advance()
+    assert c.free_units() == 1
+    assert before.window.instances == 2
+    with pytest.raises(StateError):
+        c.scale("svc", 0)
+
+
+def test_scale_beyond_free_units_is_refused():
+    c = cluster(profile(100), rate=1, units=2)
+    with pytest.raises(StateError, match="more units"):
+        c.scale("svc", 3)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_kernel_matches_exact_walk(seed):
+    rng = np.random.default_rng(seed)
+    n, m, q = 400, 3, 2
+    a = np.sort(rng.uniform(0, 60, n))
+    s = rng.uniform(0.1, 1.5, n)  # overloaded: many drops
+    slot = rng.integers(0, m, n)
+    pend_a = [[1.0, 2.5], [], [0.5]]
+    pend_b = [list(p) for p in pend_a]
+    f_exact = serve_exact(a, s, slot, pend_a, 1, q)
+    f_fast = serve_fast(a, s, slot, pend_b, q)
+    assert np.isnan(f_exact).sum() > 10
+    np.testing.assert_allclose(f_fast, f_exact, equal_nan=True)
+
+
+def test_exact_kernel_handles_capacity_two():
+    a = np.array([0.0, 0.0, 0.0, 0.0])
+    s = np.array([1.0, 1.0, 1.0, 1.0])
+    f = serve_exact(a, s, np.zeros(4, dtype=np.int64), [[]], capacity=2, queue_limit=1)
+    np.testing.assert_allclose(f, [1.0, 1.0, 2.0, np.nan], equal_nan=True)
+
+
+def _run(prof, seed, chunk, exact=False, steps=300):
+    trace = Trace("wave", np.ones(steps * 30), 20 + 15 * np.sin(np.arange(steps * 30) / 900.0))
+    arrivals = arrival_times(trace, 0.3)
+    svc = SimService(prof, arrivals, np.random.default_rng(seed), exact=exact, max_chunk_steps=chunk)
+    out, t = [], 0.0
+    for k in range(steps):
+        out.append(svc.advance(t, t + 30.0).window)
+        t += 30.0
+        if k % 7 == 3:
+            svc.scale(1 + (k // 7) % 3, t)
+    return out
+
+
+def _same(xs, ys):
+    assert len(xs) == len(ys)
+    for x, y in zip(xs, ys, strict=True):
+        assert (x.arrivals, x.violations, x.instances) == (y.arrivals, y.violations, y.instances)
+        assert x.utilization == pytest.approx(y.utilization)
+        assert x.mean_proc_time_ms == pytest.approx(y.mean_proc_time_ms)
+
+
+def test_chunked_simulation_equals_step_by_step_and_exact():
+    prof = PROFILES["chatbot"]
+    chunked = _run(prof, 1, chunk=128)
+    _same(chunked, _run(prof, 1, chunk=1))
+    _same(chunked, _run(prof, 1, chunk=16, exact=True))
+    assert sum(w.violations for w in chunked) > 0
+
+
+def test_deterministic_under_seed():
+    prof = PROFILES["tts"]
+    assert _run(prof, 5, 64) == _run(prof, 5, 64)
+    assert _run(prof, 5, 64) != _run(prof, 6, 64)
