@@ -17,14 +17,13 @@ from aiohttp import web
 
 from testbed.cluster import payload
 from testbed.cluster.profile import ServiceProfile
-from testbed.load.api import CHATBOT_MODEL
 
 
 class EmulatedReplica:
     """Admission (capacity + queue limit), timing and readiness of one replica."""
 
     def __init__(self, service: str, profile: ServiceProfile, time_scale: float = 1.0, seed: int | None = None,
-                 use_espeak: bool = True):
+                 use_espeak: bool = True, launched_at: float | None = None):
         if service not in ("chatbot", "imgcls", "tts"):
             raise ValueError(f"unknown service {service!r}")
         self.service = service
@@ -32,7 +31,9 @@ class EmulatedReplica:
         self.time_scale = time_scale
         self.use_espeak = use_espeak
         self.rng = random.Random(seed)
-        self.started = time.monotonic()
+        # Startup counts from the launch (epoch seconds from the cluster), so the interpreter's own
+        # start-up is part of it rather than added to it.
+        self.started = time.monotonic() - (max(0.0, time.time() - launched_at) if launched_at else 0.0)
         self.ready_at = self.started + profile.startup_ms / 1000.0 / time_scale
         self.draining = False
         self.in_process = 0
@@ -111,7 +112,7 @@ class EmulatedReplica:
             t0 = time.monotonic_ns()
             answer = payload.chatbot_answer(prompt)
             return web.json_response({
-                "model": doc.get("model", CHATBOT_MODEL), "created_at": _iso_now(), "response": answer,
+                "model": doc.get("model", "llama3.2:1b"), "created_at": _iso_now(), "response": answer,
                 "done": True, "done_reason": "stop", "total_duration": time.monotonic_ns() - t0,
                 "prompt_eval_count": len(prompt.split()), "eval_count": len(answer.split()),
             })
@@ -197,12 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--no-espeak", action="store_true")
+    ap.add_argument("--launched-at", type=float, default=None, help="epoch seconds the launch began")
     ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
     args = ap.parse_args(argv)
     profile = ServiceProfile.model_validate(json.loads(args.profile))
 
     async def run() -> None:
-        replica = EmulatedReplica(args.service, profile, args.time_scale, args.seed, not args.no_espeak)
+        replica = EmulatedReplica(args.service, profile, args.time_scale, args.seed, not args.no_espeak,
+                                  launched_at=args.launched_at)
         await serve(replica, args.host, args.port, announce=lambda s: print(s, flush=True),
                     parent_pid=args.parent_pid)
 

@@ -72,6 +72,7 @@ class LoadClient:
             connector=connector, timeout=aiohttp.ClientTimeout(total=self.config.timeout_s),
             auto_decompress=False, skip_auto_headers=("User-Agent",),
         )
+        self._factory()  # builds the content pools now, not inside the first timed request
         loop = asyncio.get_running_loop()
         self._mono0, self._wall0 = loop.time(), time.time()
         return self
