@@ -10,8 +10,11 @@ import shutil
 import struct
 import subprocess
 
+import numpy as np
+
 CIFAR10_LABELS = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
-_ANSWER_WORDS = ["yes", "it", "depends", "mostly", "on", "light", "time", "energy", "and", "people", "around", "the", "world"]
+_ANSWER_WORDS = ["yes", "it", "depends", "mostly", "on", "light", "time", "energy", "and", "people",
+                 "around", "the", "world"]
 
 
 def chatbot_answer(prompt: str) -> str:
@@ -35,7 +38,7 @@ def classify_images(files: list[bytes]) -> list[dict[str, object]]:
                 small = rgb.resize((32, 32))
         except (UnidentifiedImageError, OSError) as exc:
             raise ValueError(f"cannot decode image: {exc}") from None
-        r, g, b = (sum(ch.getdata()) / 1024.0 for ch in small.split())
+        r, g, b = (float(v) for v in np.asarray(small, dtype=np.float32).mean(axis=(0, 1)))
         index = int(r * 3 + g * 5 + b * 7) % len(CIFAR10_LABELS)
         score = 0.5 + (abs(r - b) % 50) / 100.0
         out.append({"label": CIFAR10_LABELS[index], "index": index, "score": round(score, 4),
