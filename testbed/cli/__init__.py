@@ -23,7 +23,10 @@ err_console = Console(stderr=True)
 
 def _register() -> None:
     # Each concern adds its commands in its own module; importing it registers them on `app`.
-    from testbed.cli import net  # noqa: F401
+    from testbed.cli import (
+        net,  # noqa: F401
+        services,  # noqa: F401
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
