@@ -16,7 +16,9 @@ from testbed.cli import app, console
 from testbed.cluster.profile import SERVICES, load_profiles, profile_for, write_profiles
 from testbed.errors import ConfigError, ConfigProblem
 
-services_app = typer.Typer(help="Emulated AI services on this machine (the local profile).", no_args_is_help=True)
+services_app = typer.Typer(
+    help="Emulated AI services on this machine (the local profile).", no_args_is_help=True
+)
 app.add_typer(services_app, name="services")
 
 _ADMIN = typer.Option("http://127.0.0.1:8000", "--admin", help="Metrics/control URL of `services up`.")
@@ -49,14 +51,25 @@ def services_up(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        cluster = LocalCluster(profs, names, initial=replicas, total_units=units, time_scale=time_scale,
-                               host=host, ports=ports, metrics_port=port_base, log_dir=log_dir,
-                               on_event=lambda e: console.print(f"[dim]{e.replica}[/] {e.kind} {e.detail}"))
+        cluster = LocalCluster(
+            profs,
+            names,
+            initial=replicas,
+            total_units=units,
+            time_scale=time_scale,
+            host=host,
+            ports=ports,
+            metrics_port=port_base,
+            log_dir=log_dir,
+            on_event=lambda e: console.print(f"[dim]{e.replica}[/] {e.kind} {e.detail}"),
+        )
         add_admin_routes(cluster, stop)
         async with cluster:
             for s in names:
                 console.print(f"[bold]{s}[/] {cluster.endpoint(s)}")
-            console.print(f"metrics {cluster.metrics_url}/metrics   control {cluster.metrics_url}/admin/status")
+            console.print(
+                f"metrics {cluster.metrics_url}/metrics   control {cluster.metrics_url}/admin/status"
+            )
             await stop.wait()
             console.print("stopping replicas (finishing in-flight requests)...")
 
@@ -142,12 +155,31 @@ def load(
     slo_ms = profile_for(load_profiles(profiles), service, "SERVICE").slo_ms
     modes = sum(x is not None for x in (trace, rate, closed))
     if modes != 1:
-        raise ConfigError([ConfigProblem("testbed load", None, "", "give exactly one of --trace, --rate, --closed")])
+        raise ConfigError(
+            [ConfigProblem("testbed load", None, "", "give exactly one of --trace, --rate, --closed")]
+        )
     if (rate is not None or closed is not None) and duration is None:
-        raise ConfigError([ConfigProblem("testbed load", None, "--duration", "required with --rate/--closed")])
-    spec = LoadSpec(service=service, url=url, trace=trace, ratio=ratio, shift_hours=shift, start_s=start,
-                    duration_s=duration, speedup=speedup, rate=rate, closed_workers=closed, out=out,
-                    slice=slice_name, source_address=source, timeout_s=timeout, seed=seed, slo_ms=slo_ms)
+        raise ConfigError(
+            [ConfigProblem("testbed load", None, "--duration", "required with --rate/--closed")]
+        )
+    spec = LoadSpec(
+        service=service,
+        url=url,
+        trace=trace,
+        ratio=ratio,
+        shift_hours=shift,
+        start_s=start,
+        duration_s=duration,
+        speedup=speedup,
+        rate=rate,
+        closed_workers=closed,
+        out=out,
+        slice=slice_name,
+        source_address=source,
+        timeout_s=timeout,
+        seed=seed,
+        slo_ms=slo_ms,
+    )
 
     def view(fig, in_flight: int, elapsed: float) -> Table:
         t = Table(title=f"{service} → {url}  ({elapsed:.0f} s)")
@@ -155,8 +187,15 @@ def load(
             t.add_column(col, justify="right")
         fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
         errs = ", ".join(f"{k}:{v}" for k, v in sorted(fig.errors.items())) or "0"
-        t.add_row(f"{fig.rate:.1f}", fmt(fig.p50_ms), fmt(fig.p99_ms), f"{fig.violation_rate:.1%}",
-                  str(in_flight), str(fig.total), errs)
+        t.add_row(
+            f"{fig.rate:.1f}",
+            fmt(fig.p50_ms),
+            fmt(fig.p99_ms),
+            f"{fig.violation_rate:.1%}",
+            str(in_flight),
+            str(fig.total),
+            errs,
+        )
         return t
 
     async def main() -> None:
@@ -169,8 +208,10 @@ def load(
         else:
             with Live(console=console, refresh_per_second=4) as live:
                 summary = await run_load(spec, on_tick=lambda f, n, e: live.update(view(f, n, e)))
-        console.print(f"sent {summary.scheduled}, finished {summary.completed}, ok {summary.ok}, "
-                      f"errors {dict(summary.errors) or 0}" + (f", records in {out}" if out else ""))
+        console.print(
+            f"sent {summary.scheduled}, finished {summary.completed}, ok {summary.ok}, "
+            f"errors {dict(summary.errors) or 0}" + (f", records in {out}" if out else "")
+        )
 
     with contextlib.suppress(asyncio.CancelledError):
         asyncio.run(main())
@@ -183,7 +224,9 @@ def profile(
     out: Path = typer.Option(Path("profiles.yaml"), help="Profile YAML to write (merged over existing)."),
     requests: int = typer.Option(50, help="Closed-loop requests for the processing time."),
     step: float = typer.Option(5.0, help="Seconds per rate in the capacity sweep."),
-    startup_local: bool = typer.Option(False, help="Also time a new emulated replica's startup (LocalCluster)."),
+    startup_local: bool = typer.Option(
+        False, help="Also time a new emulated replica's startup (LocalCluster)."
+    ),
     time_scale: float = typer.Option(1.0, help="Time scale of --startup-local."),
 ) -> None:
     """Measure processing-time range, capacity and (optionally) startup time; write a profile YAML.
@@ -209,5 +252,7 @@ def profile(
     profs[service] = res.to_profile(base)
     write_profiles(out, profs)
     p = profs[service]
-    console.print(f"{service}: processing {p.proc_time_ms[0]:.0f}–{p.proc_time_ms[1]:.0f} ms, capacity "
-                  f"{p.capacity}, startup {p.startup_ms:.0f} ms, SLO {p.slo_ms:.0f} ms → {out}")
+    console.print(
+        f"{service}: processing {p.proc_time_ms[0]:.0f}–{p.proc_time_ms[1]:.0f} ms, capacity "
+        f"{p.capacity}, startup {p.startup_ms:.0f} ms, SLO {p.slo_ms:.0f} ms → {out}"
+    )

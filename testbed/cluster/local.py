@@ -60,17 +60,31 @@ class LocalCluster:
     a scaler period of 30 s becomes 30/time_scale s of wall time.
     """
 
-    def __init__(self, profiles: dict[str, ServiceProfile] | None = None, services: list[str] | None = None,
-                 initial: dict[str, int] | int = 1, total_units: int = 8, time_scale: float = 1.0,
-                 host: str = "127.0.0.1", ports: dict[str, int] | None = None, metrics_port: int = 0,
-                 replica_host: str = "127.0.0.1", advertise_host: str | None = None,
-                 replace_dead: bool = True, log_dir: str | Path | None = None, seed: int = 0,
-                 on_event: Callable[[ClusterEvent], None] | None = None, use_espeak: bool = True):
+    def __init__(
+        self,
+        profiles: dict[str, ServiceProfile] | None = None,
+        services: list[str] | None = None,
+        initial: dict[str, int] | int = 1,
+        total_units: int = 8,
+        time_scale: float = 1.0,
+        host: str = "127.0.0.1",
+        ports: dict[str, int] | None = None,
+        metrics_port: int = 0,
+        replica_host: str = "127.0.0.1",
+        advertise_host: str | None = None,
+        replace_dead: bool = True,
+        log_dir: str | Path | None = None,
+        seed: int = 0,
+        on_event: Callable[[ClusterEvent], None] | None = None,
+        use_espeak: bool = True,
+    ):
         self.profiles = profiles or default_profiles()
         names = services or list(self.profiles)
         unknown = [s for s in names if s not in self.profiles]
         if unknown:
-            raise ConfigError([ConfigProblem("services", None, s, "no profile for this service") for s in unknown])
+            raise ConfigError(
+                [ConfigProblem("services", None, s, "no profile for this service") for s in unknown]
+            )
         if time_scale <= 0:
             raise ConfigError([ConfigProblem("cluster", None, "time_scale", "must be > 0")])
         self._names = names
@@ -84,8 +98,15 @@ class LocalCluster:
         self.seed = seed
         self.on_event = on_event
         self.events: list[ClusterEvent] = []
-        self.lb = LoadBalancer(self.profiles, names, host=host, ports=ports, metrics_port=metrics_port,
-                               sample_interval_s=1.0 / time_scale, advertise_host=advertise_host)
+        self.lb = LoadBalancer(
+            self.profiles,
+            names,
+            host=host,
+            ports=ports,
+            metrics_port=metrics_port,
+            sample_interval_s=1.0 / time_scale,
+            advertise_host=advertise_host,
+        )
         for sb in self.lb.services.values():
             sb.on_failure = self._on_lb_failure
         self._desired = dict.fromkeys(names, 0)
@@ -107,7 +128,9 @@ class LocalCluster:
     async def start(self) -> None:
         needed = sum(self._initial[s] * self.profiles[s].units for s in self._names)
         if needed > self._total_units:
-            raise StateError(f"initial replicas need {needed} resource units, the cluster has {self._total_units}")
+            raise StateError(
+                f"initial replicas need {needed} resource units, the cluster has {self._total_units}"
+            )
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0))
         try:
             await self.lb.start()
@@ -177,16 +200,19 @@ class LocalCluster:
         if extra > 0:
             need = extra * self.units_per_replica(service)
             if need > self.free_units():
-                raise StateError(f"scaling {service} to {replicas} needs {need} free resource units, "
-                                 f"{self.free_units()} of {self._total_units} are free")
+                raise StateError(
+                    f"scaling {service} to {replicas} needs {need} free resource units, "
+                    f"{self.free_units()} of {self._total_units} are free"
+                )
         self._desired[service] = replicas
         for _ in range(max(0, extra)):
             self._spawn(service)
         if extra < 0:
             # Newest first, and not-yet-ready ones before ready ones (they serve nobody yet).
-            victims = [r for r in reversed(active) if r.state == "starting"] + \
-                      [r for r in reversed(active) if r.state == "ready"]
-            for r in victims[: -extra]:
+            victims = [r for r in reversed(active) if r.state == "starting"] + [
+                r for r in reversed(active) if r.state == "ready"
+            ]
+            for r in victims[:-extra]:
                 self._stop(r)
         self._notify()
 
@@ -202,17 +228,29 @@ class LocalCluster:
         return [r for r in self._replicas[self._check(service)] if r.live]
 
     def status(self) -> dict[str, dict[str, object]]:
-        return {s: {"desired": self._desired[s], "ready": self.ready_replicas(s),
-                    "replicas": {r.name: r.state for r in self._replicas[s] if r.live},
-                    "endpoint": self.lb.endpoint(s)} for s in self._names} | {
-            "_cluster": {"total_units": self._total_units, "free_units": self.free_units(),
-                         "metrics": self.lb.metrics_url, "time_scale": self.time_scale}}
+        return {
+            s: {
+                "desired": self._desired[s],
+                "ready": self.ready_replicas(s),
+                "replicas": {r.name: r.state for r in self._replicas[s] if r.live},
+                "endpoint": self.lb.endpoint(s),
+            }
+            for s in self._names
+        } | {
+            "_cluster": {
+                "total_units": self._total_units,
+                "free_units": self.free_units(),
+                "metrics": self.lb.metrics_url,
+                "time_scale": self.time_scale,
+            }
+        }
 
     async def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Until every service has as many ready replicas as desired."""
         try:
-            await self.wait_for(lambda: all(self.ready_replicas(s) == self._desired[s] for s in self._names),
-                                timeout_s)
+            await self.wait_for(
+                lambda: all(self.ready_replicas(s) == self._desired[s] for s in self._names), timeout_s
+            )
         except TimeoutError:
             raise StateError(f"replicas not ready after {timeout_s:.0f} s: {self._brief()}") from None
 
@@ -234,10 +272,25 @@ class LocalCluster:
 
     async def _run_replica(self, r: ReplicaProcess, replaces: str | None) -> None:
         profile = self.profiles[r.service]
-        args = [sys.executable, "-m", "testbed.cluster.replica", "--service", r.service,
-                "--profile", json.dumps(profile.model_dump()), "--host", self.replica_host,
-                "--time-scale", repr(self.time_scale), "--seed", str(self.seed + next(self._counter)),
-                "--parent-pid", str(os.getpid()), "--launched-at", repr(time.time())]
+        args = [
+            sys.executable,
+            "-m",
+            "testbed.cluster.replica",
+            "--service",
+            r.service,
+            "--profile",
+            json.dumps(profile.model_dump()),
+            "--host",
+            self.replica_host,
+            "--time-scale",
+            repr(self.time_scale),
+            "--seed",
+            str(self.seed + next(self._counter)),
+            "--parent-pid",
+            str(os.getpid()),
+            "--launched-at",
+            repr(time.time()),
+        ]
         if not self.use_espeak:
             args.append("--no-espeak")
         stderr: IO[bytes] | int = asyncio.subprocess.DEVNULL
@@ -248,10 +301,18 @@ class LocalCluster:
             stderr = fh
         try:
             r.proc = await asyncio.create_subprocess_exec(
-                *args, stdout=asyncio.subprocess.PIPE, stderr=stderr, stdin=asyncio.subprocess.DEVNULL,
-                start_new_session=True, env=_child_env())  # Ctrl-C at a terminal reaches us, we stop replicas gracefully
-            self._event(r, "replaced" if replaces else "started", f"pid {r.proc.pid}" +
-                        (f", replaces {replaces}" if replaces else ""))
+                *args,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr,
+                stdin=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+                env=_child_env(),
+            )  # Ctrl-C at a terminal reaches us, we stop replicas gracefully
+            self._event(
+                r,
+                "replaced" if replaces else "started",
+                f"pid {r.proc.pid}" + (f", replaces {replaces}" if replaces else ""),
+            )
             assert r.proc.stdout is not None
             line = await asyncio.wait_for(r.proc.stdout.readline(), 30.0)
             if not line.startswith(b"LISTENING "):
@@ -330,8 +391,13 @@ class LocalCluster:
     # ---- helpers -------------------------------------------------------------------------------
     def _check(self, service: str) -> str:
         if service not in self._replicas:
-            raise ConfigError([ConfigProblem("services", None, service,
-                                             f"unknown service (known: {', '.join(self._names)})")])
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        "services", None, service, f"unknown service (known: {', '.join(self._names)})"
+                    )
+                ]
+            )
         return service
 
     def _event(self, r: ReplicaProcess, kind: str, detail: str = "") -> None:
@@ -347,7 +413,6 @@ class LocalCluster:
 
     def _brief(self) -> str:
         return ", ".join(f"{s} {self.ready_replicas(s)}/{self._desired[s]}" for s in self._names)
-
 
 
 def _child_env() -> dict[str, str]:

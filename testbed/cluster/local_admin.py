@@ -25,7 +25,7 @@ def add_admin_routes(cluster: LocalCluster, shutdown: asyncio.Event) -> None:
             doc = await request.json()
             service, replicas = str(doc["service"]), int(doc["replicas"])
         except (ValueError, KeyError, TypeError):
-            return web.json_response({"error": "body must be {\"service\": str, \"replicas\": int}"}, status=400)
+            return web.json_response({"error": 'body must be {"service": str, "replicas": int}'}, status=400)
         try:
             cluster.scale(service, replicas)
         except TestbedError as exc:
@@ -45,11 +45,15 @@ def add_admin_routes(cluster: LocalCluster, shutdown: asyncio.Event) -> None:
 async def admin_call(url: str, method: str, path: str, body: dict[str, object] | None = None) -> dict:
     """One control request; a cluster that is not running becomes a StateError."""
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as s, \
-                s.request(method, url.rstrip("/") + path, json=body) as r:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as s,
+            s.request(method, url.rstrip("/") + path, json=body) as r,
+        ):
             doc = await r.json(content_type=None)
             if r.status >= 400:
                 raise StateError(str(doc.get("error", doc)))
             return doc
     except aiohttp.ClientConnectorError:
-        raise StateError(f"no local cluster answers at {url} (start one with `testbed services up`)") from None
+        raise StateError(
+            f"no local cluster answers at {url} (start one with `testbed services up`)"
+        ) from None

@@ -13,15 +13,28 @@ import subprocess
 import numpy as np
 
 CIFAR10_LABELS = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
-_ANSWER_WORDS = ["yes", "it", "depends", "mostly", "on", "light", "time", "energy", "and", "people",
-                 "around", "the", "world"]
+_ANSWER_WORDS = [
+    "yes",
+    "it",
+    "depends",
+    "mostly",
+    "on",
+    "light",
+    "time",
+    "energy",
+    "and",
+    "people",
+    "around",
+    "the",
+    "world",
+]
 
 
 def chatbot_answer(prompt: str) -> str:
     """A short deterministic answer (fewer than 10 words, as the questions ask)."""
     digest = hashlib.sha256(prompt.encode()).digest()
     n = 3 + digest[0] % 6
-    words = [_ANSWER_WORDS[b % len(_ANSWER_WORDS)] for b in digest[1:1 + n]]
+    words = [_ANSWER_WORDS[b % len(_ANSWER_WORDS)] for b in digest[1 : 1 + n]]
     return " ".join(words).capitalize() + "."
 
 
@@ -41,8 +54,15 @@ def classify_images(files: list[bytes]) -> list[dict[str, object]]:
         r, g, b = (float(v) for v in np.asarray(small, dtype=np.float32).mean(axis=(0, 1)))
         index = int(r * 3 + g * 5 + b * 7) % len(CIFAR10_LABELS)
         score = 0.5 + (abs(r - b) % 50) / 100.0
-        out.append({"label": CIFAR10_LABELS[index], "index": index, "score": round(score, 4),
-                    "width": rgb.width, "height": rgb.height})
+        out.append(
+            {
+                "label": CIFAR10_LABELS[index],
+                "index": index,
+                "score": round(score, 4),
+                "width": rgb.width,
+                "height": rgb.height,
+            }
+        )
     return out
 
 
@@ -56,7 +76,9 @@ def synthesize_wav(text: str, speaker_id: str = "", use_espeak: bool = True) -> 
     binary = espeak_binary() if use_espeak else None
     if binary and text.strip():
         try:
-            proc = subprocess.run([binary, "--stdout", "--", text], capture_output=True, timeout=30, check=True)
+            proc = subprocess.run(
+                [binary, "--stdout", "--", text], capture_output=True, timeout=30, check=True
+            )
             if proc.stdout[:4] == b"RIFF":
                 return _fix_wav_sizes(proc.stdout)
         except (subprocess.SubprocessError, OSError):
@@ -79,8 +101,9 @@ def generated_wav(text: str, speaker_id: str = "", rate: int = 16000) -> bytes:
 
 def wav_bytes(pcm: bytes, rate: int, channels: int = 1, width: int = 2) -> bytes:
     header = b"RIFF" + struct.pack("<I", 36 + len(pcm)) + b"WAVE"
-    header += b"fmt " + struct.pack("<IHHIIHH", 16, 1, channels, rate, rate * channels * width,
-                                    channels * width, width * 8)
+    header += b"fmt " + struct.pack(
+        "<IHHIIHH", 16, 1, channels, rate, rate * channels * width, channels * width, width * 8
+    )
     return header + b"data" + struct.pack("<I", len(pcm)) + pcm
 
 
@@ -89,6 +112,5 @@ def _fix_wav_sizes(data: bytes) -> bytes:
     idx = data.find(b"data", 12)
     if idx < 0:
         return data
-    pcm = data[idx + 8:]
-    return (data[:4] + struct.pack("<I", len(data) - 8) + data[8:idx + 4]
-            + struct.pack("<I", len(pcm)) + pcm)
+    pcm = data[idx + 8 :]
+    return data[:4] + struct.pack("<I", len(data) - 8) + data[8 : idx + 4] + struct.pack("<I", len(pcm)) + pcm

@@ -63,12 +63,16 @@ def load_profiles(path: str | Path | None = None) -> dict[str, ServiceProfile]:
     return profiles
 
 
-def profile_for(profiles: dict[str, ServiceProfile], service: str, source: str = "services") -> ServiceProfile:
+def profile_for(
+    profiles: dict[str, ServiceProfile], service: str, source: str = "services"
+) -> ServiceProfile:
     try:
         return profiles[service]
     except KeyError:
         known = ", ".join(sorted(profiles))
-        raise ConfigError([ConfigProblem(source, None, service, f"unknown service (known: {known})")]) from None
+        raise ConfigError(
+            [ConfigProblem(source, None, service, f"unknown service (known: {known})")]
+        ) from None
 
 
 def dump_profiles(profiles: dict[str, ServiceProfile]) -> str:

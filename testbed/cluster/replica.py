@@ -22,8 +22,15 @@ from testbed.cluster.profile import ServiceProfile
 class EmulatedReplica:
     """Admission (capacity + queue limit), timing and readiness of one replica."""
 
-    def __init__(self, service: str, profile: ServiceProfile, time_scale: float = 1.0, seed: int | None = None,
-                 use_espeak: bool = True, launched_at: float | None = None):
+    def __init__(
+        self,
+        service: str,
+        profile: ServiceProfile,
+        time_scale: float = 1.0,
+        seed: int | None = None,
+        use_espeak: bool = True,
+        launched_at: float | None = None,
+    ):
         if service not in ("chatbot", "imgcls", "tts"):
             raise ValueError(f"unknown service {service!r}")
         self.service = service
@@ -61,15 +68,21 @@ class EmulatedReplica:
         return app
 
     async def healthz(self, request: web.Request) -> web.Response:
-        state = {"service": self.service, "ready": self.ready, "draining": self.draining,
-                 "in_process": self.in_process, "waiting": self.waiting}
+        state = {
+            "service": self.service,
+            "ready": self.ready,
+            "draining": self.draining,
+            "in_process": self.in_process,
+            "waiting": self.waiting,
+        }
         return web.json_response(state, status=200 if self.ready else 503)
 
     async def _run(self, work):  # type: ignore[no-untyped-def]
         """Admit, wait for a slot, do the work, pad to the drawn processing time."""
         if not self.ready:
-            return web.json_response({"error": "not ready" if not self.draining else "shutting down"},
-                                     status=503)
+            return web.json_response(
+                {"error": "not ready" if not self.draining else "shutting down"}, status=503
+            )
         if self.in_process + self.waiting >= self.profile.capacity + self.profile.queue_limit:
             self.dropped += 1
             return web.json_response({"error": "queue full"}, status=503)
@@ -111,11 +124,19 @@ class EmulatedReplica:
         async def work() -> web.Response:
             t0 = time.monotonic_ns()
             answer = payload.chatbot_answer(prompt)
-            return web.json_response({
-                "model": doc.get("model", "llama3.2:1b"), "created_at": _iso_now(), "response": answer,
-                "done": True, "done_reason": "stop", "total_duration": time.monotonic_ns() - t0,
-                "prompt_eval_count": len(prompt.split()), "eval_count": len(answer.split()),
-            })
+            return web.json_response(
+                {
+                    "model": doc.get("model", "llama3.2:1b"),
+                    "created_at": _iso_now(),
+                    "response": answer,
+                    "done": True,
+                    "done_reason": "stop",
+                    "total_duration": time.monotonic_ns() - t0,
+                    "prompt_eval_count": len(prompt.split()),
+                    "eval_count": len(answer.split()),
+                }
+            )
+
         return await self._run(work)
 
     async def classify_batch(self, request: web.Request) -> web.StreamResponse:
@@ -136,6 +157,7 @@ class EmulatedReplica:
             except ValueError as exc:
                 return web.json_response({"error": str(exc)}, status=400)
             return web.json_response({"predictions": preds, "model": "emulated-resnet152"})
+
         return await self._run(work)
 
     async def tts(self, request: web.Request) -> web.StreamResponse:
@@ -147,6 +169,7 @@ class EmulatedReplica:
         async def work() -> web.Response:
             wav = await asyncio.to_thread(payload.synthesize_wav, text, speaker, self.use_espeak)
             return web.Response(body=wav, content_type="audio/wav")
+
         return await self._run(work)
 
     async def drain(self) -> None:
@@ -159,8 +182,13 @@ def _iso_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-async def serve(replica: EmulatedReplica, host: str, port: int, announce=print,  # type: ignore[no-untyped-def]
-                parent_pid: int | None = None) -> None:
+async def serve(
+    replica: EmulatedReplica,
+    host: str,
+    port: int,
+    announce=print,  # type: ignore[no-untyped-def]
+    parent_pid: int | None = None,
+) -> None:
     """Serve until SIGTERM/SIGINT (or the parent process is gone), then drain gracefully and exit."""
     runner = web.AppRunner(replica.app(), access_log=None, handle_signals=False)
     await runner.setup()
@@ -204,10 +232,17 @@ def main(argv: list[str] | None = None) -> int:
     profile = ServiceProfile.model_validate(json.loads(args.profile))
 
     async def run() -> None:
-        replica = EmulatedReplica(args.service, profile, args.time_scale, args.seed, not args.no_espeak,
-                                  launched_at=args.launched_at)
-        await serve(replica, args.host, args.port, announce=lambda s: print(s, flush=True),
-                    parent_pid=args.parent_pid)
+        replica = EmulatedReplica(
+            args.service,
+            profile,
+            args.time_scale,
+            args.seed,
+            not args.no_espeak,
+            launched_at=args.launched_at,
+        )
+        await serve(
+            replica, args.host, args.port, announce=lambda s: print(s, flush=True), parent_pid=args.parent_pid
+        )
 
     asyncio.run(run())
     return 0

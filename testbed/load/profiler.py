@@ -35,15 +35,18 @@ class ProfileResult:
 
     def to_profile(self, base: ServiceProfile) -> ServiceProfile:
         """`base` (defaults or a previous profile) with the measured fields replaced."""
-        upd: dict[str, object] = {"proc_time_ms": tuple(round(x, 1) for x in self.proc_range_ms),
-                                  "capacity": self.capacity}
+        upd: dict[str, object] = {
+            "proc_time_ms": tuple(round(x, 1) for x in self.proc_range_ms),
+            "capacity": self.capacity,
+        }
         if self.startup_ms is not None:
             upd["startup_ms"] = round(self.startup_ms)
         return base.model_copy(update=upd)
 
 
-async def measure_processing(service: str, url: str, requests: int = 50, timeout_s: float = 30.0,
-                             source_address: str | None = None) -> list[float]:
+async def measure_processing(
+    service: str, url: str, requests: int = 50, timeout_s: float = 30.0, source_address: str | None = None
+) -> list[float]:
     """Send `requests` one after another (each when the last returned): no queueing time."""
     records: list[RequestRecord] = []
     cfg = ClientConfig(service, url, timeout_s=timeout_s, source_address=source_address)
@@ -56,9 +59,16 @@ async def measure_processing(service: str, url: str, requests: int = 50, timeout
     return ok
 
 
-async def measure_capacity(service: str, url: str, mean_proc_ms: float, factors: tuple[float, ...] = (
-        0.5, 1, 1.5, 2, 3, 4, 6, 8), step_s: float = 5.0, timeout_s: float = 30.0,
-        progress: Progress | None = None, source_address: str | None = None) -> tuple[int, list[tuple[float, float]]]:
+async def measure_capacity(
+    service: str,
+    url: str,
+    mean_proc_ms: float,
+    factors: tuple[float, ...] = (0.5, 1, 1.5, 2, 3, 4, 6, 8),
+    step_s: float = 5.0,
+    timeout_s: float = 30.0,
+    progress: Progress | None = None,
+    source_address: str | None = None,
+) -> tuple[int, list[tuple[float, float]]]:
     """Offer rates at multiples of one replica-slot's throughput (1000/mean_proc_ms req/s) and
     take capacity = the best achieved throughput × the mean processing time (requests in parallel)."""
     base_rate = 1000.0 / max(mean_proc_ms, 1e-3)
@@ -85,8 +95,9 @@ async def measure_capacity(service: str, url: str, mean_proc_ms: float, factors:
     return max(1, round(best * mean_proc_ms / 1000.0)), sweep
 
 
-async def measure_startup(backend: ClusterBackend, service: str, timeout_s: float = 300.0,
-                          poll_s: float = 0.02) -> float:
+async def measure_startup(
+    backend: ClusterBackend, service: str, timeout_s: float = 300.0, poll_s: float = 0.02
+) -> float:
     """Scale `service` up by one, time until one more replica is ready, scale back. Milliseconds."""
     before_desired = backend.desired_replicas(service)
     before_ready = backend.ready_replicas(service)
@@ -102,17 +113,24 @@ async def measure_startup(backend: ClusterBackend, service: str, timeout_s: floa
         backend.scale(service, before_desired)
 
 
-async def profile_service(service: str, url: str, requests: int = 50, step_s: float = 5.0,
-                          backend: ClusterBackend | None = None, progress: Progress | None = None,
-                          source_address: str | None = None) -> ProfileResult:
+async def profile_service(
+    service: str,
+    url: str,
+    requests: int = 50,
+    step_s: float = 5.0,
+    backend: ClusterBackend | None = None,
+    progress: Progress | None = None,
+    source_address: str | None = None,
+) -> ProfileResult:
     say = progress or (lambda _msg: None)
     result = ProfileResult(service)
     say(f"processing time: {requests} closed-loop requests")
     result.proc_ms = await measure_processing(service, url, requests, source_address=source_address)
     mean = sum(result.proc_ms) / len(result.proc_ms)
     say(f"capacity: rate sweep from {500.0 / mean:.1f} req/s")
-    result.capacity, result.sweep = await measure_capacity(service, url, mean, step_s=step_s, progress=say,
-                                                           source_address=source_address)
+    result.capacity, result.sweep = await measure_capacity(
+        service, url, mean, step_s=step_s, progress=say, source_address=source_address
+    )
     if backend is not None:
         say("startup: scaling up by one replica")
         result.startup_ms = await measure_startup(backend, service)

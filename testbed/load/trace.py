@@ -41,7 +41,9 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
             continue
         parts = stripped.split()
         if len(parts) != 2:
-            problems.append(ConfigProblem(source, number, "", f"expected 'DURATION COUNT', got {raw.strip()!r}"))
+            problems.append(
+                ConfigProblem(source, number, "", f"expected 'DURATION COUNT', got {raw.strip()!r}")
+            )
             continue
         try:
             duration = float(parts[0])
@@ -77,8 +79,9 @@ def load_trace(path: str | Path) -> Trace:
     return parse_trace(text, str(p))
 
 
-def window_trace(trace: Trace, shift_hours: float = 0.0, start: float = 0.0,
-                 duration: float | None = None) -> list[TraceLine]:
+def window_trace(
+    trace: Trace, shift_hours: float = 0.0, start: float = 0.0, duration: float | None = None
+) -> list[TraceLine]:
     """The part of the trace a run replays: rotated left by `shift_hours` (wrapping around, as the
     paper's shifted test days), then from `start` seconds for `duration` seconds (whole trace when
     None). Lines cut by a boundary keep the proportional part of their count."""
@@ -105,8 +108,14 @@ def window_trace(trace: Trace, shift_hours: float = 0.0, start: float = 0.0,
     return out
 
 
-def schedule_from_trace(trace: Trace, ratio: float = 1.0, shift_hours: float = 0.0, start: float = 0.0,
-                        duration: float | None = None, speedup: float = 1.0) -> Iterator[float]:
+def schedule_from_trace(
+    trace: Trace,
+    ratio: float = 1.0,
+    shift_hours: float = 0.0,
+    start: float = 0.0,
+    duration: float | None = None,
+    speedup: float = 1.0,
+) -> Iterator[float]:
     """Offsets (seconds from the run's start, wall time) at which to send requests: each line's
     `count * ratio` requests spread evenly over its `duration / speedup`. Fractions carry over to
     the next line so the total matches the scaled trace."""

@@ -22,8 +22,18 @@ from testbed.metrics.window import WindowMetrics
 
 log = logging.getLogger(__name__)
 
-_HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
-               "transfer-encoding", "upgrade", "host", "content-length"}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+}
 
 
 @dataclass
@@ -39,8 +49,14 @@ class Backend:
 class ServiceBalancer:
     """Round-robin proxy for one service, counting what it sees."""
 
-    def __init__(self, service: str, profile: ServiceProfile, metrics: BalancerMetrics,
-                 session_factory: Callable[[], aiohttp.ClientSession], upstream_timeout_s: float):
+    def __init__(
+        self,
+        service: str,
+        profile: ServiceProfile,
+        metrics: BalancerMetrics,
+        session_factory: Callable[[], aiohttp.ClientSession],
+        upstream_timeout_s: float,
+    ):
         self.service = service
         self.profile = profile
         self.metrics = metrics
@@ -109,7 +125,10 @@ class ServiceBalancer:
             gauge.inc()
             try:
                 async with self._session().request(
-                    request.method, b.url + request.rel_url.raw_path_qs, data=body or None, headers=headers,
+                    request.method,
+                    b.url + request.rel_url.raw_path_qs,
+                    data=body or None,
+                    headers=headers,
                     timeout=aiohttp.ClientTimeout(total=self.upstream_timeout_s),
                 ) as up:
                     data = await up.read()
@@ -158,17 +177,26 @@ class LoadBalancer:
     `metrics_url` for where they ended up.
     """
 
-    def __init__(self, profiles: dict[str, ServiceProfile], services: list[str] | None = None,
-                 host: str = "127.0.0.1", ports: dict[str, int] | None = None, metrics_port: int = 0,
-                 sample_interval_s: float = 1.0, upstream_timeout_s: float = 60.0, advertise_host: str | None = None):
+    def __init__(
+        self,
+        profiles: dict[str, ServiceProfile],
+        services: list[str] | None = None,
+        host: str = "127.0.0.1",
+        ports: dict[str, int] | None = None,
+        metrics_port: int = 0,
+        sample_interval_s: float = 1.0,
+        upstream_timeout_s: float = 60.0,
+        advertise_host: str | None = None,
+    ):
         names = services or list(profiles)
         self.host = host
         self.advertise_host = advertise_host or ("127.0.0.1" if host in ("0.0.0.0", "") else host)
         self.sample_interval_s = sample_interval_s
         self.metrics = BalancerMetrics([profiles[s].slo_ms / 1000.0 for s in names])
         self._client: aiohttp.ClientSession | None = None
-        self.services = {s: ServiceBalancer(s, profiles[s], self.metrics, self._session, upstream_timeout_s)
-                         for s in names}
+        self.services = {
+            s: ServiceBalancer(s, profiles[s], self.metrics, self._session, upstream_timeout_s) for s in names
+        }
         self._ports = dict(ports or {})
         self._metrics_port = metrics_port
         self.bound: dict[str, int] = {}

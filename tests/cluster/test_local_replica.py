@@ -17,7 +17,9 @@ FAST = ServiceProfile(capacity=1, queue_limit=2, proc_time_ms=(100, 100), startu
 
 
 async def call(session, base, req):
-    async with session.request(req.method, base + req.target, data=req.body or None, headers=req.headers) as r:
+    async with session.request(
+        req.method, base + req.target, data=req.body or None, headers=req.headers
+    ) as r:
         return r.status, await r.read()
 
 

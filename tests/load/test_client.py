@@ -2,6 +2,7 @@
 classified, nothing crashes, latency from the schedule includes the client's lateness."""
 
 import asyncio
+import itertools
 import json
 import socket
 
@@ -69,8 +70,14 @@ def test_faults_are_counted_and_classified():
         return out
 
     out = asyncio.run(main())
-    expect = {"/ok": None, "/err": "http_5xx", "/bad": "malformed", "/reset": "reset", "/slow": "timeout",
-              "unreachable": "unreachable"}
+    expect = {
+        "/ok": None,
+        "/err": "http_5xx",
+        "/bad": "malformed",
+        "/reset": "reset",
+        "/slow": "timeout",
+        "unreachable": "unreachable",
+    }
     for key, kind in expect.items():
         summary, records = out[key]
         assert summary.completed == summary.scheduled == len(records), key
@@ -110,16 +117,27 @@ def test_records_streamed_to_jsonl(tmp_path):
         async with TestServer(faulty_app(), host="127.0.0.1") as server:
             base = str(server.make_url("")).rstrip("/")
             with RecordWriter(out) as writer:
-                async with LoadClient(ClientConfig("chatbot", base), [writer],
-                                      request_factory=request_to("/ok")) as client:
+                async with LoadClient(
+                    ClientConfig("chatbot", base), [writer], request_factory=request_to("/ok")
+                ) as client:
                     await client.run_open_loop(constant_schedule(50, 0.2))
 
     asyncio.run(main())
     records = read_records(out)
     assert len(records) == 10 and all(r.ok for r in records)
     first = json.loads(out.read_text().splitlines()[0])
-    assert set(first) >= {"service", "slice", "scheduled", "sent", "latency_ms", "latency_sched_ms",
-                          "status", "bytes_up", "bytes_down", "error"}
+    assert set(first) >= {
+        "service",
+        "slice",
+        "scheduled",
+        "sent",
+        "latency_ms",
+        "latency_sched_ms",
+        "status",
+        "bytes_up",
+        "bytes_down",
+        "error",
+    }
 
 
 def test_cancelling_records_in_flight_requests_as_cancelled():
@@ -127,8 +145,9 @@ def test_cancelling_records_in_flight_requests_as_cancelled():
         async with TestServer(faulty_app(), host="127.0.0.1") as server:
             base = str(server.make_url("")).rstrip("/")
             records = []
-            async with LoadClient(ClientConfig("chatbot", base), [records.append],
-                                  request_factory=request_to("/slow")) as client:
+            async with LoadClient(
+                ClientConfig("chatbot", base), [records.append], request_factory=request_to("/slow")
+            ) as client:
                 task = asyncio.create_task(client.run_open_loop(constant_schedule(100, 1.0)))
                 await asyncio.sleep(0.3)
                 task.cancel()
@@ -145,12 +164,13 @@ def test_closed_loop_sends_next_when_last_returns():
         async with TestServer(faulty_app(), host="127.0.0.1") as server:
             base = str(server.make_url("")).rstrip("/")
             records = []
-            async with LoadClient(ClientConfig("chatbot", base), [records.append],
-                                  request_factory=request_to("/ok")) as client:
+            async with LoadClient(
+                ClientConfig("chatbot", base), [records.append], request_factory=request_to("/ok")
+            ) as client:
                 await client.run_closed_loop(workers=1, requests=20)
             return records
 
     records = asyncio.run(main())
     assert len(records) == 20
-    for a, b in zip(records, records[1:], strict=False):
+    for a, b in itertools.pairwise(records):
         assert b.sent >= a.sent + a.latency_ms / 1000 - 1e-3
