@@ -89,23 +89,30 @@ def test_capacity_and_queue_limit_drop_the_excess():
 
 def test_startup_then_ready_then_draining():
     async def main():
-        prof = FAST.model_copy(update={"startup_ms": 3000})
-        replica = EmulatedReplica("chatbot", prof, time_scale=10)  # ready after 0.3 s
+        prof = FAST.model_copy(update={"startup_ms": 5000, "proc_time_ms": (1000, 1000)})
+        replica = EmulatedReplica("chatbot", prof, time_scale=10)  # ready after 0.5 s, 100 ms each
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             health = str(server.make_url("/healthz"))
+            t0 = asyncio.get_running_loop().time()
             async with s.get(health) as r:
                 before = r.status
-            await asyncio.sleep(0.35)
-            async with s.get(health) as r:
-                after = r.status
+            after = 503
+            while after != 200 and asyncio.get_running_loop().time() - t0 < 3:
+                await asyncio.sleep(0.02)
+                async with s.get(health) as r:
+                    after = r.status
+            waited = asyncio.get_running_loop().time() - t0
             base = str(server.make_url("")).rstrip("/")
             slow = asyncio.create_task(call(s, base, build_request("chatbot", ContentSet())))
-            await asyncio.sleep(0.002)
+            while replica.in_process == 0:
+                await asyncio.sleep(0.005)
             drain = asyncio.create_task(replica.drain())
             await asyncio.sleep(0)
             refused = await call(s, base, build_request("chatbot", ContentSet()))
             finished = await slow
-            await asyncio.wait_for(drain, 1)
-            return before, after, refused[0], finished[0]
+            await asyncio.wait_for(drain, 2)
+            return before, after, waited, refused[0], finished[0]
 
-    assert asyncio.run(main()) == (503, 200, 503, 200)
+    before, after, waited, refused, finished = asyncio.run(main())
+    assert (before, after, refused, finished) == (503, 200, 503, 200)
+    assert waited >= 0.45
