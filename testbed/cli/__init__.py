@@ -25,6 +25,7 @@ def _register() -> None:
     # Each concern adds its commands in its own module; importing it registers them on `app`.
     from testbed.cli import net  # noqa: F401
     from testbed.cli import scenario  # noqa: F401
+    from testbed.cli import services  # noqa: F401
     from testbed.cli import sim  # noqa: F401
 
 

@@ -1,0 +1,258 @@
+"""Service commands: `testbed services up|down|scale|status`, `testbed load`, `testbed profile`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+from pathlib import Path
+
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from testbed.cli import app, console
+from testbed.cluster.profile import SERVICES, load_profiles, profile_for, write_profiles
+from testbed.errors import ConfigError, ConfigProblem
+
+services_app = typer.Typer(
+    help="Emulated AI services on this machine (the local profile).", no_args_is_help=True
+)
+app.add_typer(services_app, name="services")
+
+_ADMIN = typer.Option("http://127.0.0.1:8000", "--admin", help="Metrics/control URL of `services up`.")
+
+
+@services_app.command("up")
+def services_up(
+    services: str = typer.Option(",".join(SERVICES), help="Comma-separated services to run."),
+    replicas: int = typer.Option(1, min=0, help="Initial replicas per service."),
+    units: int = typer.Option(8, min=1, help="Resource units (vGPUs) shared by all services."),
+    time_scale: float = typer.Option(1.0, help="Divide every profile time by this factor."),
+    host: str = typer.Option("127.0.0.1", help="Address the load balancer listens on (e.g. 10.200.0.2)."),
+    port_base: int = typer.Option(8000, help="Metrics/control on PORT, services on PORT+1, PORT+2, ..."),
+    profiles: Path | None = typer.Option(None, help="Profile YAML (default: dissertation Table 4.4)."),
+    log_dir: Path | None = typer.Option(None, help="Write each replica's stderr here."),
+) -> None:
+    """Run emulated replicas behind the load balancer until Ctrl-C or `testbed services down`.
+
+    Example: [b]ip netns exec tb-x-dn testbed services up --host 10.200.0.2 --time-scale 10[/]
+    """
+    from testbed.cluster.local import LocalCluster
+    from testbed.cluster.local_admin import add_admin_routes
+
+    profs = load_profiles(profiles)
+    names = _service_list(services, profs)
+    ports = {s: port_base + 1 + i for i, s in enumerate(names)}
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        cluster = LocalCluster(
+            profs,
+            names,
+            initial=replicas,
+            total_units=units,
+            time_scale=time_scale,
+            host=host,
+            ports=ports,
+            metrics_port=port_base,
+            log_dir=log_dir,
+            on_event=lambda e: console.print(f"[dim]{e.replica}[/] {e.kind} {e.detail}"),
+        )
+        add_admin_routes(cluster, stop)
+        async with cluster:
+            for s in names:
+                console.print(f"[bold]{s}[/] {cluster.endpoint(s)}")
+            console.print(
+                f"metrics {cluster.metrics_url}/metrics   control {cluster.metrics_url}/admin/status"
+            )
+            await stop.wait()
+            console.print("stopping replicas (finishing in-flight requests)...")
+
+    asyncio.run(run())
+
+
+@services_app.command("scale")
+def services_scale(service: str, replicas: int, admin: str = _ADMIN) -> None:
+    """Set the replica count of a running service.  Example: [b]testbed services scale imgcls 3[/]"""
+    from testbed.cluster.local_admin import admin_call
+
+    doc = asyncio.run(admin_call(admin, "POST", "/admin/scale", {"service": service, "replicas": replicas}))
+    _print_status(doc)
+
+
+@services_app.command("status")
+def services_status(admin: str = _ADMIN, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Replicas, readiness and free units.  Example: [b]testbed services status --json[/]"""
+    from testbed.cluster.local_admin import admin_call
+
+    doc = asyncio.run(admin_call(admin, "GET", "/admin/status"))
+    if as_json:
+        console.print_json(json.dumps(doc))
+    else:
+        _print_status(doc)
+
+
+@services_app.command("down")
+def services_down(admin: str = _ADMIN) -> None:
+    """Stop a running `services up` gracefully.  Example: [b]testbed services down[/]"""
+    from testbed.cluster.local_admin import admin_call
+
+    asyncio.run(admin_call(admin, "POST", "/admin/shutdown"))
+    console.print("stopping")
+
+
+def _print_status(doc: dict) -> None:
+    table = Table("service", "desired", "ready", "replicas", "endpoint")
+    for name, st in doc.items():
+        if name.startswith("_"):
+            continue
+        reps = ", ".join(f"{k}:{v}" for k, v in st["replicas"].items())
+        table.add_row(name, str(st["desired"]), str(st["ready"]), reps, st["endpoint"])
+    console.print(table)
+    c = doc.get("_cluster", {})
+    console.print(f"units free {c.get('free_units')}/{c.get('total_units')}  metrics {c.get('metrics')}")
+
+
+def _service_list(text: str, profs: dict) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    for s in names:
+        profile_for(profs, s, "--services")
+    return names
+
+
+@app.command("load")
+def load(
+    service: str = typer.Argument(..., help="chatbot, imgcls or tts."),
+    url: str = typer.Option(..., help="The service's endpoint (load balancer), e.g. http://10.200.0.2:8001"),
+    trace: Path | None = typer.Option(None, help="Trace file of 'DURATION COUNT' lines."),
+    ratio: float = typer.Option(1.0, help="Request-scaling ratio applied to the trace's counts."),
+    shift: float = typer.Option(0.0, help="Rotate the trace by this many hours."),
+    start: float = typer.Option(0.0, help="Skip this many seconds of the trace."),
+    duration: float | None = typer.Option(None, help="Seconds of trace (or of constant/closed load)."),
+    speedup: float = typer.Option(1.0, help="Replay the trace this many times faster."),
+    rate: float | None = typer.Option(None, help="Constant rate (req/s) instead of a trace."),
+    closed: int | None = typer.Option(None, help="Closed loop with this many workers instead."),
+    out: Path | None = typer.Option(None, help="Append one JSON line per request here."),
+    slice_name: str | None = typer.Option(None, "--slice", help="Slice name recorded with each request."),
+    source: str | None = typer.Option(None, help="Bind connections to this local address."),
+    timeout: float = typer.Option(4.0, help="Request timeout in seconds."),
+    seed: int = typer.Option(0, help="Seed of the request content."),
+    profiles: Path | None = typer.Option(None, help="Profile YAML (for the SLO threshold)."),
+    quiet: bool = typer.Option(False, help="No live view (for runs in the background)."),
+) -> None:
+    """Send requests to a service and record each one.
+
+    Example: [b]ip netns exec tb-x-ue-embb testbed load chatbot --url http://10.200.0.2:8001
+    --trace traces/test/day7-shift0h.txt --ratio 0.15 --duration 600 --out records.jsonl[/]
+    """
+    from testbed.load.runner import LoadSpec, run_load
+
+    slo_ms = profile_for(load_profiles(profiles), service, "SERVICE").slo_ms
+    modes = sum(x is not None for x in (trace, rate, closed))
+    if modes != 1:
+        raise ConfigError(
+            [ConfigProblem("testbed load", None, "", "give exactly one of --trace, --rate, --closed")]
+        )
+    if (rate is not None or closed is not None) and duration is None:
+        raise ConfigError(
+            [ConfigProblem("testbed load", None, "--duration", "required with --rate/--closed")]
+        )
+    spec = LoadSpec(
+        service=service,
+        url=url,
+        trace=trace,
+        ratio=ratio,
+        shift_hours=shift,
+        start_s=start,
+        duration_s=duration,
+        speedup=speedup,
+        rate=rate,
+        closed_workers=closed,
+        out=out,
+        slice=slice_name,
+        source_address=source,
+        timeout_s=timeout,
+        seed=seed,
+        slo_ms=slo_ms,
+    )
+
+    def view(fig, in_flight: int, elapsed: float) -> Table:
+        t = Table(title=f"{service} → {url}  ({elapsed:.0f} s)")
+        for col in ("rate/s", "p50 ms", "p99 ms", "SLO viol.", "in flight", "done", "errors"):
+            t.add_column(col, justify="right")
+        fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+        errs = ", ".join(f"{k}:{v}" for k, v in sorted(fig.errors.items())) or "0"
+        t.add_row(
+            f"{fig.rate:.1f}",
+            fmt(fig.p50_ms),
+            fmt(fig.p99_ms),
+            f"{fig.violation_rate:.1%}",
+            str(in_flight),
+            str(fig.total),
+            errs,
+        )
+        return t
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
+        if quiet:
+            summary = await run_load(spec)
+        else:
+            with Live(console=console, refresh_per_second=4) as live:
+                summary = await run_load(spec, on_tick=lambda f, n, e: live.update(view(f, n, e)))
+        console.print(
+            f"sent {summary.scheduled}, finished {summary.completed}, ok {summary.ok}, "
+            f"errors {dict(summary.errors) or 0}" + (f", records in {out}" if out else "")
+        )
+
+    with contextlib.suppress(asyncio.CancelledError):
+        asyncio.run(main())
+
+
+@app.command("profile")
+def profile(
+    service: str = typer.Argument(..., help="chatbot, imgcls or tts."),
+    url: str = typer.Option(..., help="One replica's (or the service's) URL."),
+    out: Path = typer.Option(Path("profiles.yaml"), help="Profile YAML to write (merged over existing)."),
+    requests: int = typer.Option(50, help="Closed-loop requests for the processing time."),
+    step: float = typer.Option(5.0, help="Seconds per rate in the capacity sweep."),
+    startup_local: bool = typer.Option(
+        False, help="Also time a new emulated replica's startup (LocalCluster)."
+    ),
+    time_scale: float = typer.Option(1.0, help="Time scale of --startup-local."),
+) -> None:
+    """Measure processing-time range, capacity and (optionally) startup time; write a profile YAML.
+
+    Example: [b]testbed profile imgcls --url http://127.0.0.1:8002 --out profiles.yaml[/]
+    """
+    from testbed.load.profiler import measure_startup, profile_service
+
+    profs = load_profiles(out if out.exists() else None)
+    base = profile_for(profs, service, "SERVICE")
+
+    async def main():  # type: ignore[no-untyped-def]
+        res = await profile_service(service, url, requests, step, progress=lambda m: console.print(m))
+        if startup_local:
+            from testbed.cluster.local import LocalCluster
+
+            async with LocalCluster(profs, [service], initial=1, time_scale=time_scale) as c:
+                await c.wait_ready(base.startup_ms / 1000 / time_scale + 30)
+                res.startup_ms = await measure_startup(c, service) * time_scale
+        return res
+
+    res = asyncio.run(main())
+    profs[service] = res.to_profile(base)
+    write_profiles(out, profs)
+    p = profs[service]
+    console.print(
+        f"{service}: processing {p.proc_time_ms[0]:.0f}–{p.proc_time_ms[1]:.0f} ms, capacity "
+        f"{p.capacity}, startup {p.startup_ms:.0f} ms, SLO {p.slo_ms:.0f} ms → {out}"
+    )

@@ -1,0 +1,423 @@
+"""The local profile's cluster: emulated replicas as processes (one per replica) behind the
+in-process load balancer, sharing a pool of resource units; implements ClusterBackend."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import aiohttp
+
+from testbed.cluster.profile import ServiceProfile, default_profiles
+from testbed.errors import ConfigError, ConfigProblem, StateError
+from testbed.metrics.balancer import LoadBalancer
+from testbed.metrics.window import WindowMetrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ClusterEvent:
+    t: float  # epoch seconds
+    service: str
+    replica: str
+    kind: str  # started, ready, draining, stopped, died, replaced, failed_to_start
+    detail: str = ""
+
+
+@dataclass
+class ReplicaProcess:
+    service: str
+    name: str
+    state: str = "starting"  # starting → ready → draining → stopped; or died
+    proc: asyncio.subprocess.Process | None = None
+    url: str = ""
+    started: float = field(default_factory=time.monotonic)
+    ready_after_s: float | None = None
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.state in ("starting", "ready", "draining")
+
+
+class LocalCluster:
+    """`async with LocalCluster(initial={"chatbot": 1}) as cluster:` — replicas of the emulated
+    services, scaled by `scale()`, reached through `endpoint(service)`.
+
+    `time_scale` divides every profile time (processing, startup) and the sampling interval, so
+    a scaler period of 30 s becomes 30/time_scale s of wall time.
+    """
+
+    def __init__(
+        self,
+        profiles: dict[str, ServiceProfile] | None = None,
+        services: list[str] | None = None,
+        initial: dict[str, int] | int = 1,
+        total_units: int = 8,
+        time_scale: float = 1.0,
+        host: str = "127.0.0.1",
+        ports: dict[str, int] | None = None,
+        metrics_port: int = 0,
+        replica_host: str = "127.0.0.1",
+        advertise_host: str | None = None,
+        replace_dead: bool = True,
+        log_dir: str | Path | None = None,
+        seed: int = 0,
+        on_event: Callable[[ClusterEvent], None] | None = None,
+        use_espeak: bool = True,
+    ):
+        self.profiles = profiles or default_profiles()
+        names = services or list(self.profiles)
+        unknown = [s for s in names if s not in self.profiles]
+        if unknown:
+            raise ConfigError(
+                [ConfigProblem("services", None, s, "no profile for this service") for s in unknown]
+            )
+        if time_scale <= 0:
+            raise ConfigError([ConfigProblem("cluster", None, "time_scale", "must be > 0")])
+        self._names = names
+        self._initial = {s: (initial if isinstance(initial, int) else initial.get(s, 1)) for s in names}
+        self._total_units = total_units
+        self.time_scale = time_scale
+        self.replica_host = replica_host
+        self.replace_dead = replace_dead
+        self.log_dir = Path(log_dir) if log_dir else None
+        self.use_espeak = use_espeak
+        self.seed = seed
+        self.on_event = on_event
+        self.events: list[ClusterEvent] = []
+        self.lb = LoadBalancer(
+            self.profiles,
+            names,
+            host=host,
+            ports=ports,
+            metrics_port=metrics_port,
+            sample_interval_s=1.0 / time_scale,
+            advertise_host=advertise_host,
+        )
+        for sb in self.lb.services.values():
+            sb.on_failure = self._on_lb_failure
+        self._desired = dict.fromkeys(names, 0)
+        self._replicas: dict[str, list[ReplicaProcess]] = {s: [] for s in names}
+        self._counter = itertools.count(1)
+        self._http: aiohttp.ClientSession | None = None
+        self._closing = False
+        self._change = asyncio.Event()
+        self._logs: list[IO[bytes]] = []
+
+    # ---- lifetime -------------------------------------------------------------------------
+    async def __aenter__(self) -> LocalCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        needed = sum(self._initial[s] * self.profiles[s].units for s in self._names)
+        if needed > self._total_units:
+            raise StateError(
+                f"initial replicas need {needed} resource units, the cluster has {self._total_units}"
+            )
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0))
+        try:
+            await self.lb.start()
+            for s in self._names:
+                self.scale(s, self._initial[s])
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self, grace_s: float = 10.0) -> None:
+        """Stop every replica gracefully (SIGKILL after `grace_s`), then the load balancer. Safe twice."""
+        if self._closing:
+            return
+        self._closing = True
+        everyone = [r for reps in self._replicas.values() for r in reps if r.live]
+        for r in everyone:
+            self._stop(r)
+        tasks = [r.task for r in everyone if r.task is not None]
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=grace_s)
+            for r in everyone:
+                if r.proc is not None and r.proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        r.proc.kill()
+            if pending:
+                await asyncio.wait(pending, timeout=2.0)
+        await self.lb.aclose()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+        for fh in self._logs:
+            fh.close()
+
+    # ---- ClusterBackend ---------------------------------------------------------------------
+    def services(self) -> list[str]:
+        return list(self._names)
+
+    def desired_replicas(self, service: str) -> int:
+        return self._desired[self._check(service)]
+
+    def ready_replicas(self, service: str) -> int:
+        return sum(1 for r in self._replicas[self._check(service)] if r.state == "ready")
+
+    def units_per_replica(self, service: str) -> int:
+        return self.profiles[self._check(service)].units
+
+    def total_units(self) -> int:
+        return self._total_units
+
+    def free_units(self) -> int:
+        used = sum(self.profiles[s].units for s, reps in self._replicas.items() for r in reps if r.live)
+        return self._total_units - used
+
+    def endpoint(self, service: str) -> str:
+        return self.lb.endpoint(self._check(service))
+
+    def scale(self, service: str, replicas: int) -> None:
+        """Start or gracefully stop replicas so that `replicas` are wanted. A replica holds its
+        units until its process has exited, so a scale-up right after a scale-down may not fit."""
+        self._check(service)
+        if self._closing:
+            raise StateError("the cluster is shutting down")
+        if replicas < 0:
+            raise StateError(f"replicas must be >= 0, got {replicas}")
+        active = [r for r in self._replicas[service] if r.state in ("starting", "ready")]
+        extra = replicas - len(active)
+        if extra > 0:
+            need = extra * self.units_per_replica(service)
+            if need > self.free_units():
+                raise StateError(
+                    f"scaling {service} to {replicas} needs {need} free resource units, "
+                    f"{self.free_units()} of {self._total_units} are free"
+                )
+        self._desired[service] = replicas
+        for _ in range(max(0, extra)):
+            self._spawn(service)
+        if extra < 0:
+            # Newest first, and not-yet-ready ones before ready ones (they serve nobody yet).
+            victims = [r for r in reversed(active) if r.state == "starting"] + [
+                r for r in reversed(active) if r.state == "ready"
+            ]
+            for r in victims[:-extra]:
+                self._stop(r)
+        self._notify()
+
+    # ---- beyond the protocol --------------------------------------------------------------------
+    def window(self, seconds: float) -> dict[str, WindowMetrics]:
+        return self.lb.window(seconds)
+
+    @property
+    def metrics_url(self) -> str:
+        return self.lb.metrics_url
+
+    def replicas(self, service: str) -> list[ReplicaProcess]:
+        return [r for r in self._replicas[self._check(service)] if r.live]
+
+    def status(self) -> dict[str, dict[str, object]]:
+        return {
+            s: {
+                "desired": self._desired[s],
+                "ready": self.ready_replicas(s),
+                "replicas": {r.name: r.state for r in self._replicas[s] if r.live},
+                "endpoint": self.lb.endpoint(s),
+            }
+            for s in self._names
+        } | {
+            "_cluster": {
+                "total_units": self._total_units,
+                "free_units": self.free_units(),
+                "metrics": self.lb.metrics_url,
+                "time_scale": self.time_scale,
+            }
+        }
+
+    async def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Until every service has as many ready replicas as desired."""
+        try:
+            await self.wait_for(
+                lambda: all(self.ready_replicas(s) == self._desired[s] for s in self._names), timeout_s
+            )
+        except TimeoutError:
+            raise StateError(f"replicas not ready after {timeout_s:.0f} s: {self._brief()}") from None
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> None:
+        """Until `predicate()` holds, re-checked at every replica state change; TimeoutError after."""
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._change.wait(), left)
+
+    # ---- replica processes -------------------------------------------------------------------------
+    def _spawn(self, service: str, replaces: str | None = None) -> None:
+        r = ReplicaProcess(service, f"{service}-{next(self._counter)}")
+        self._replicas[service].append(r)
+        r.task = asyncio.get_running_loop().create_task(self._run_replica(r, replaces))
+
+    async def _run_replica(self, r: ReplicaProcess, replaces: str | None) -> None:
+        profile = self.profiles[r.service]
+        args = [
+            sys.executable,
+            "-m",
+            "testbed.cluster.replica",
+            "--service",
+            r.service,
+            "--profile",
+            json.dumps(profile.model_dump()),
+            "--host",
+            self.replica_host,
+            "--time-scale",
+            repr(self.time_scale),
+            "--seed",
+            str(self.seed + next(self._counter)),
+            "--parent-pid",
+            str(os.getpid()),
+            "--launched-at",
+            repr(time.time()),
+        ]
+        if not self.use_espeak:
+            args.append("--no-espeak")
+        stderr: IO[bytes] | int = asyncio.subprocess.DEVNULL
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            fh = (self.log_dir / f"{r.name}.log").open("ab")
+            self._logs.append(fh)
+            stderr = fh
+        try:
+            r.proc = await asyncio.create_subprocess_exec(
+                *args,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr,
+                stdin=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+                env=_child_env(),
+            )  # Ctrl-C at a terminal reaches us, we stop replicas gracefully
+            self._event(
+                r,
+                "replaced" if replaces else "started",
+                f"pid {r.proc.pid}" + (f", replaces {replaces}" if replaces else ""),
+            )
+            assert r.proc.stdout is not None
+            line = await asyncio.wait_for(r.proc.stdout.readline(), 30.0)
+            if not line.startswith(b"LISTENING "):
+                raise RuntimeError(f"unexpected first line {line[:80]!r}")
+            r.url = f"http://{self._connect_host()}:{int(line.split()[1])}"
+            watcher = asyncio.create_task(r.proc.wait())
+            await self._await_ready(r, watcher)
+            await watcher
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # failed to start: record, and free its units
+            self._event(r, "failed_to_start", str(exc))
+            if r.proc is not None and r.proc.returncode is None:
+                r.proc.kill()
+                await r.proc.wait()
+            r.state = "died"
+            self._notify()
+            return
+        self._exited(r)
+
+    def _connect_host(self) -> str:
+        return "127.0.0.1" if self.replica_host in ("0.0.0.0", "") else self.replica_host
+
+    async def _await_ready(self, r: ReplicaProcess, watcher: asyncio.Task[int]) -> None:
+        assert self._http is not None
+        while r.state == "starting" and not watcher.done():
+            try:
+                async with self._http.get(r.url + "/healthz") as resp:
+                    if resp.status == 200:
+                        r.state = "ready"
+                        r.ready_after_s = time.monotonic() - r.started
+                        self.lb.services[r.service].add(r.name, r.url)
+                        self._event(r, "ready", f"after {r.ready_after_s:.2f} s")
+                        self._notify()
+                        return
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            await asyncio.wait({watcher}, timeout=0.05)
+
+    def _exited(self, r: ReplicaProcess) -> None:
+        code = r.proc.returncode if r.proc else None
+        self.lb.services[r.service].take_out(r.name)
+        if r.state == "draining":
+            r.state = "stopped"
+            self._event(r, "stopped", f"exit {code}")
+        else:
+            r.state = "died"
+            self._event(r, "died", f"exit {code}" + (" (SIGKILL)" if code == -signal.SIGKILL else ""))
+            log.warning("%s died (exit %s)", r.name, code)
+            active = [x for x in self._replicas[r.service] if x.state in ("starting", "ready")]
+            if self.replace_dead and not self._closing and len(active) < self._desired[r.service]:
+                self._spawn(r.service, replaces=r.name)
+        self._replicas[r.service] = [x for x in self._replicas[r.service] if x.live]
+        self._notify()
+
+    def _stop(self, r: ReplicaProcess) -> None:
+        """Out of rotation first, then SIGTERM: the replica finishes what it admitted and exits."""
+        if r.state not in ("starting", "ready"):
+            return
+        r.state = "draining"
+        self.lb.services[r.service].take_out(r.name)
+        self._event(r, "draining")
+        if r.proc is not None and r.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                r.proc.send_signal(signal.SIGTERM)
+        elif r.proc is None and r.task is not None:
+            r.task.cancel()  # not even started: nothing to drain
+            r.state = "stopped"
+
+    def _on_lb_failure(self, service: str, replica: str) -> None:
+        # The balancer saw the connection fail; the process watcher confirms a death and replaces it.
+        for r in self._replicas[service]:
+            if r.name == replica:
+                self._event(r, "unreachable", "taken out of rotation by the load balancer")
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def _check(self, service: str) -> str:
+        if service not in self._replicas:
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        "services", None, service, f"unknown service (known: {', '.join(self._names)})"
+                    )
+                ]
+            )
+        return service
+
+    def _event(self, r: ReplicaProcess, kind: str, detail: str = "") -> None:
+        ev = ClusterEvent(time.time(), r.service, r.name, kind, detail)
+        self.events.append(ev)
+        log.info("%s %s %s", r.name, kind, detail)
+        if self.on_event is not None:
+            self.on_event(ev)
+
+    def _notify(self) -> None:
+        self._change.set()
+        self._change = asyncio.Event()
+
+    def _brief(self) -> str:
+        return ", ".join(f"{s} {self.ready_replicas(s)}/{self._desired[s]}" for s in self._names)
+
+
+def _child_env() -> dict[str, str]:
+    # Replicas run the same testbed package as this process (a worktree copy, not an installed one).
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env

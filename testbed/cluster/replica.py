@@ -1,0 +1,252 @@
+"""One emulated replica of an AI service: an aiohttp server speaking the service's real API, with
+the profile's capacity, queue limit, processing time and startup time (divided by a time-scale
+factor). Run as a process: `python3 -m testbed.cluster.replica --service imgcls --profile JSON`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import sys
+import time
+
+from aiohttp import web
+
+from testbed.cluster import payload
+from testbed.cluster.profile import ServiceProfile
+
+
+class EmulatedReplica:
+    """Admission (capacity + queue limit), timing and readiness of one replica."""
+
+    def __init__(
+        self,
+        service: str,
+        profile: ServiceProfile,
+        time_scale: float = 1.0,
+        seed: int | None = None,
+        use_espeak: bool = True,
+        launched_at: float | None = None,
+    ):
+        if service not in ("chatbot", "imgcls", "tts"):
+            raise ValueError(f"unknown service {service!r}")
+        self.service = service
+        self.profile = profile
+        self.time_scale = time_scale
+        self.use_espeak = use_espeak
+        self.rng = random.Random(seed)
+        # Startup counts from the launch (epoch seconds from the cluster), so the interpreter's own
+        # start-up is part of it rather than added to it.
+        self.started = time.monotonic() - (max(0.0, time.time() - launched_at) if launched_at else 0.0)
+        self.ready_at = self.started + profile.startup_ms / 1000.0 / time_scale
+        self.draining = False
+        self.in_process = 0
+        self.waiting = 0
+        self.served = 0
+        self.dropped = 0
+        self._slots = asyncio.Semaphore(profile.capacity)
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def ready(self) -> bool:
+        return not self.draining and time.monotonic() >= self.ready_at
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/", self.healthz)
+        if self.service == "chatbot":
+            app.router.add_post("/api/generate", self.generate)
+        elif self.service == "imgcls":
+            app.router.add_post("/classify_batch", self.classify_batch)
+        else:
+            app.router.add_get("/api/tts", self.tts)
+        return app
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        state = {
+            "service": self.service,
+            "ready": self.ready,
+            "draining": self.draining,
+            "in_process": self.in_process,
+            "waiting": self.waiting,
+        }
+        return web.json_response(state, status=200 if self.ready else 503)
+
+    async def _run(self, work):  # type: ignore[no-untyped-def]
+        """Admit, wait for a slot, do the work, pad to the drawn processing time."""
+        if not self.ready:
+            return web.json_response(
+                {"error": "not ready" if not self.draining else "shutting down"}, status=503
+            )
+        if self.in_process + self.waiting >= self.profile.capacity + self.profile.queue_limit:
+            self.dropped += 1
+            return web.json_response({"error": "queue full"}, status=503)
+        self.waiting += 1
+        self._idle.clear()
+        admitted = False
+        try:
+            async with self._slots:
+                self.waiting -= 1
+                admitted = True
+                self.in_process += 1
+                try:
+                    start = time.monotonic()
+                    lo, hi = self.profile.proc_time_ms
+                    target = self.rng.uniform(lo, hi) / 1000.0 / self.time_scale
+                    result = await work()
+                    rest = target - (time.monotonic() - start)
+                    if rest > 0:
+                        await asyncio.sleep(rest)
+                    self.served += 1
+                    return result
+                finally:
+                    self.in_process -= 1
+        finally:
+            if not admitted:
+                self.waiting -= 1  # cancelled (client went away) while queued
+            if self.in_process == 0 and self.waiting == 0:
+                self._idle.set()
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        try:
+            doc = await request.json()
+            prompt = doc["prompt"]
+            if not isinstance(prompt, str):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": "body must be JSON with a 'prompt' string"}, status=400)
+
+        async def work() -> web.Response:
+            t0 = time.monotonic_ns()
+            answer = payload.chatbot_answer(prompt)
+            return web.json_response(
+                {
+                    "model": doc.get("model", "llama3.2:1b"),
+                    "created_at": _iso_now(),
+                    "response": answer,
+                    "done": True,
+                    "done_reason": "stop",
+                    "total_duration": time.monotonic_ns() - t0,
+                    "prompt_eval_count": len(prompt.split()),
+                    "eval_count": len(answer.split()),
+                }
+            )
+
+        return await self._run(work)
+
+    async def classify_batch(self, request: web.Request) -> web.StreamResponse:
+        files: list[bytes] = []
+        try:
+            reader = await request.multipart()
+            async for part in reader:
+                if getattr(part, "name", None) == "files":
+                    files.append(await part.read())  # type: ignore[union-attr]
+        except (ValueError, AssertionError):
+            return web.json_response({"error": "expected multipart/form-data with field 'files'"}, status=400)
+        if not files:
+            return web.json_response({"error": "no 'files' in the form"}, status=400)
+
+        async def work() -> web.Response:
+            try:
+                preds = await asyncio.to_thread(payload.classify_images, files)
+            except ValueError as exc:
+                return web.json_response({"error": str(exc)}, status=400)
+            return web.json_response({"predictions": preds, "model": "emulated-resnet152"})
+
+        return await self._run(work)
+
+    async def tts(self, request: web.Request) -> web.StreamResponse:
+        text = request.query.get("text", "")
+        if not text.strip():
+            return web.json_response({"error": "query parameter 'text' is required"}, status=400)
+        speaker = request.query.get("speaker_id", "")
+
+        async def work() -> web.Response:
+            wav = await asyncio.to_thread(payload.synthesize_wav, text, speaker, self.use_espeak)
+            return web.Response(body=wav, content_type="audio/wav")
+
+        return await self._run(work)
+
+    async def drain(self) -> None:
+        """Refuse new requests (and report not ready), then wait for admitted ones to finish."""
+        self.draining = True
+        await self._idle.wait()
+
+
+def _iso_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+async def serve(
+    replica: EmulatedReplica,
+    host: str,
+    port: int,
+    announce=print,  # type: ignore[no-untyped-def]
+    parent_pid: int | None = None,
+) -> None:
+    """Serve until SIGTERM/SIGINT (or the parent process is gone), then drain gracefully and exit."""
+    runner = web.AppRunner(replica.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    announce(f"LISTENING {bound}")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    orphan_watch = asyncio.create_task(_watch_parent(parent_pid, stop)) if parent_pid else None
+    try:
+        await stop.wait()
+        await replica.drain()
+    finally:
+        if orphan_watch is not None:
+            orphan_watch.cancel()
+        await runner.cleanup()
+
+
+async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+    # A cluster killed with SIGKILL cannot stop its replicas; they notice and stop themselves.
+    while os.getppid() == parent_pid:
+        await asyncio.sleep(1.0)
+    stop.set()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m testbed.cluster.replica", description=__doc__)
+    ap.add_argument("--service", required=True, choices=["chatbot", "imgcls", "tts"])
+    ap.add_argument("--profile", required=True, help="ServiceProfile as JSON")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="0 = any free port (announced on stdout)")
+    ap.add_argument("--time-scale", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--no-espeak", action="store_true")
+    ap.add_argument("--launched-at", type=float, default=None, help="epoch seconds the launch began")
+    ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
+    args = ap.parse_args(argv)
+    profile = ServiceProfile.model_validate(json.loads(args.profile))
+
+    async def run() -> None:
+        replica = EmulatedReplica(
+            args.service,
+            profile,
+            args.time_scale,
+            args.seed,
+            not args.no_espeak,
+            launched_at=args.launched_at,
+        )
+        await serve(
+            replica, args.host, args.port, announce=lambda s: print(s, flush=True), parent_pid=args.parent_pid
+        )
+
+    asyncio.run(run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""One record per request, and the JSONL writer that streams them to disk as they complete."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO
+
+# Error kinds a record can carry (None when the request succeeded).
+ERROR_KINDS = ("unreachable", "reset", "http_5xx", "http_4xx", "malformed", "timeout", "cancelled", "other")
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    service: str
+    slice: str | None
+    seq: int  # order of scheduling within the client
+    scheduled: float  # epoch seconds when the schedule said to send
+    sent: float  # epoch seconds when the client started sending
+    latency_ms: float  # from send to the end of the response (or the error)
+    latency_sched_ms: float  # from the scheduled time: includes the client's own lateness
+    status: int  # HTTP status, 0 when there was no response
+    bytes_up: int  # request body + request target
+    bytes_down: int  # response body
+    error: str | None = None  # one of ERROR_KINDS
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def lateness_ms(self) -> float:
+        return (self.sent - self.scheduled) * 1000.0
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["latency_ms"] = round(self.latency_ms, 3)
+        d["latency_sched_ms"] = round(self.latency_sched_ms, 3)
+        d["scheduled"] = round(self.scheduled, 6)
+        d["sent"] = round(self.sent, 6)
+        return json.dumps(d, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, line: str) -> RequestRecord:
+        return cls(**json.loads(line))
+
+
+class RecordWriter:
+    """Appends records as JSON lines; flushes at least every `flush_s` seconds and on close, so
+    an interrupted run keeps every record it finished. Use as a context manager."""
+
+    def __init__(self, path: str | Path, flush_s: float = 0.5):
+        self.path = Path(path)
+        self.flush_s = flush_s
+        self.count = 0
+        self._fh: IO[str] | None = None
+        self._last_flush = 0.0
+
+    def open(self) -> RecordWriter:
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = self.path.open("a", encoding="utf-8")
+            self._last_flush = time.monotonic()
+        return self
+
+    def __call__(self, record: RequestRecord) -> None:
+        self.write(record)
+
+    def write(self, record: RequestRecord) -> None:
+        if self._fh is None:
+            self.open()
+        assert self._fh is not None
+        self._fh.write(record.to_json() + "\n")
+        self.count += 1
+        now = time.monotonic()
+        if now - self._last_flush >= self.flush_s:
+            self._fh.flush()
+            self._last_flush = now
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.flush()
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> RecordWriter:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_records(path: str | Path) -> list[RequestRecord]:
+    with Path(path).open(encoding="utf-8") as fh:
+        return [RequestRecord.from_json(line) for line in fh if line.strip()]

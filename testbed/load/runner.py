@@ -1,0 +1,72 @@
+"""One load run from a spec: builds the schedule (trace, constant or closed loop), the client and
+its subscribers (record file, live figures), and guarantees the records reach disk."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.load.client import ClientConfig, ClientSummary, LoadClient
+from testbed.load.records import RecordWriter
+from testbed.load.stats import LiveFigures, LiveStats
+from testbed.load.trace import constant_schedule, load_trace, schedule_from_trace
+
+
+@dataclass
+class LoadSpec:
+    service: str
+    url: str
+    trace: Path | None = None
+    ratio: float = 1.0
+    shift_hours: float = 0.0
+    start_s: float = 0.0
+    duration_s: float | None = None
+    speedup: float = 1.0
+    rate: float | None = None
+    closed_workers: int | None = None
+    out: Path | None = None
+    slice: str | None = None
+    source_address: str | None = None
+    timeout_s: float = 4.0
+    seed: int = 0
+    slo_ms: float = 2500.0
+
+
+async def run_load(spec: LoadSpec, on_tick: Callable[[LiveFigures, int, float], None] | None = None,
+                   tick_s: float = 0.5) -> ClientSummary:
+    """Run to the end of the schedule (or until cancelled); every finished or cancelled request
+    is written to `spec.out` before this returns or raises."""
+    trace = load_trace(spec.trace) if spec.trace is not None else None  # bad trace: fail before sending
+    stats = LiveStats(spec.slo_ms)
+    writer = RecordWriter(spec.out) if spec.out else None
+    sinks = [stats] + ([writer] if writer else [])
+    cfg = ClientConfig(spec.service, spec.url, slice=spec.slice, timeout_s=spec.timeout_s,
+                       source_address=spec.source_address, seed=spec.seed)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    try:
+        async with LoadClient(cfg, sinks) as client:
+            ticker = None
+            if on_tick is not None:
+                async def tick() -> None:
+                    while True:
+                        on_tick(stats.figures(), client.in_flight, loop.time() - t0)
+                        await asyncio.sleep(tick_s)
+                ticker = asyncio.create_task(tick())
+            try:
+                if spec.closed_workers is not None:
+                    return await client.run_closed_loop(spec.closed_workers, duration_s=spec.duration_s)
+                if spec.rate is not None:
+                    return await client.run_open_loop(constant_schedule(spec.rate, spec.duration_s or 0.0))
+                assert trace is not None
+                return await client.run_open_loop(schedule_from_trace(
+                    trace, spec.ratio, spec.shift_hours, spec.start_s, spec.duration_s, spec.speedup))
+            finally:
+                if ticker is not None:
+                    ticker.cancel()
+                    on_tick(stats.figures(), client.in_flight, loop.time() - t0)  # type: ignore[misc]
+    finally:
+        if writer is not None:
+            writer.close()

@@ -1,0 +1,285 @@
+"""The local profile's service load balancer: one listening port per service, round-robin over
+ready replicas, a per-replica proxy count of in-flight requests sampled every interval, and the
+metrics API (`window(seconds)` for the scaler, Prometheus text on /metrics)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from testbed.cluster.profile import ServiceProfile
+from testbed.metrics.collector import ServiceCollector
+from testbed.metrics.exposition import BalancerMetrics
+from testbed.metrics.window import WindowMetrics
+
+log = logging.getLogger(__name__)
+
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+}
+
+
+@dataclass
+class Backend:
+    """One replica as the balancer sees it."""
+
+    replica: str
+    url: str
+    in_flight: int = 0
+    in_rotation: bool = True
+
+
+class ServiceBalancer:
+    """Round-robin proxy for one service, counting what it sees."""
+
+    def __init__(
+        self,
+        service: str,
+        profile: ServiceProfile,
+        metrics: BalancerMetrics,
+        session_factory: Callable[[], aiohttp.ClientSession],
+        upstream_timeout_s: float,
+    ):
+        self.service = service
+        self.profile = profile
+        self.metrics = metrics
+        self.collector = ServiceCollector(service, profile.slo_ms, profile.capacity)
+        self.backends: dict[str, Backend] = {}
+        self._rr = 0
+        self._session = session_factory
+        self.upstream_timeout_s = upstream_timeout_s
+        self.on_failure: Callable[[str, str], None] | None = None  # (service, replica)
+        metrics.capacity.labels(service).set(profile.capacity)
+        metrics.ready.labels(service).set(0)
+
+    def rotation(self) -> list[Backend]:
+        return [b for b in self.backends.values() if b.in_rotation]
+
+    def add(self, replica: str, url: str) -> None:
+        self.backends[replica] = Backend(replica, url.rstrip("/"))
+        self.metrics.in_flight.labels(self.service, replica).set(0)
+        self.metrics.ready.labels(self.service).set(len(self.rotation()))
+
+    def take_out(self, replica: str) -> None:
+        """Stop sending new requests to `replica`; requests already sent still count."""
+        b = self.backends.get(replica)
+        if b is not None:
+            b.in_rotation = False
+            self.metrics.ready.labels(self.service).set(len(self.rotation()))
+            self._forget_if_idle(b)
+
+    def _forget_if_idle(self, b: Backend) -> None:
+        if not b.in_rotation and b.in_flight == 0 and self.backends.get(b.replica) is b:
+            del self.backends[b.replica]
+            with contextlib.suppress(KeyError):
+                self.metrics.in_flight.remove(self.service, b.replica)
+
+    def _pick(self) -> Backend | None:
+        ready = self.rotation()
+        if not ready:
+            return None
+        self._rr = (self._rr + 1) % len(ready)
+        return ready[self._rr]
+
+    def sample(self) -> None:
+        tick = self.collector.sample([b.in_flight for b in self.rotation()])
+        self.metrics.utilization.labels(self.service).set(tick.utilization)
+
+    def window(self, seconds: float) -> WindowMetrics:
+        return self.collector.window(seconds, [b.in_flight for b in self.rotation()])
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        start = time.monotonic()
+        self.collector.arrival()
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        status, reason = 0, ""
+        response: web.StreamResponse
+        tried: set[str] = set()
+        while True:
+            b = self._pick()
+            if b is None or b.replica in tried:
+                status, reason = 503, "no_replica"
+                response = web.json_response({"error": f"no ready replica of {self.service}"}, status=503)
+                break
+            tried.add(b.replica)
+            b.in_flight += 1
+            gauge = self.metrics.in_flight.labels(self.service, b.replica)
+            gauge.inc()
+            try:
+                async with self._session().request(
+                    request.method,
+                    b.url + request.rel_url.raw_path_qs,
+                    data=body or None,
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=self.upstream_timeout_s),
+                ) as up:
+                    data = await up.read()
+                    status = up.status
+                    out_headers = {k: v for k, v in up.headers.items() if k.lower() not in _HOP_BY_HOP}
+                    response = web.Response(body=data, status=status, headers=out_headers)
+                reason = "" if status < 400 else ("dropped" if status == 503 else f"http_{status // 100}xx")
+                break
+            except aiohttp.ClientConnectorError:
+                # Nothing was sent: the replica is gone. Take it out and try the next one.
+                self._replica_failed(b, "connect")
+                continue
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ClientPayloadError):
+                self._replica_failed(b, "reset")
+                status, reason = 502, "upstream_error"
+                response = web.json_response({"error": "replica connection lost"}, status=502)
+                break
+            except TimeoutError:
+                status, reason = 504, "timeout"
+                response = web.json_response({"error": "replica timed out"}, status=504)
+                break
+            finally:
+                b.in_flight -= 1
+                gauge.dec()
+                self._forget_if_idle(b)
+        latency_ms = (time.monotonic() - start) * 1000.0
+        violated = self.collector.completion(latency_ms, ok=status < 400)
+        if violated:
+            self.metrics.violations.labels(self.service, reason or "slow").inc()
+        self.metrics.requests.labels(self.service, str(status)).inc()
+        self.metrics.duration.labels(self.service).observe(latency_ms / 1000.0)
+        return response
+
+    def _replica_failed(self, b: Backend, how: str) -> None:
+        if b.in_rotation:
+            log.warning("%s replica %s failed (%s); taken out of rotation", self.service, b.replica, how)
+            self.take_out(b.replica)
+            if self.on_failure is not None:
+                self.on_failure(self.service, b.replica)
+
+
+class LoadBalancer:
+    """All services' balancers plus the metrics endpoint. `async with LoadBalancer(...) as lb:`.
+
+    Ports: `ports[service]` (0 = any free port) and `metrics_port`; see `endpoint()` and
+    `metrics_url` for where they ended up.
+    """
+
+    def __init__(
+        self,
+        profiles: dict[str, ServiceProfile],
+        services: list[str] | None = None,
+        host: str = "127.0.0.1",
+        ports: dict[str, int] | None = None,
+        metrics_port: int = 0,
+        sample_interval_s: float = 1.0,
+        upstream_timeout_s: float = 60.0,
+        advertise_host: str | None = None,
+    ):
+        names = services or list(profiles)
+        self.host = host
+        self.advertise_host = advertise_host or ("127.0.0.1" if host in ("0.0.0.0", "") else host)
+        self.sample_interval_s = sample_interval_s
+        self.metrics = BalancerMetrics([profiles[s].slo_ms / 1000.0 for s in names])
+        self._client: aiohttp.ClientSession | None = None
+        self.services = {
+            s: ServiceBalancer(s, profiles[s], self.metrics, self._session, upstream_timeout_s) for s in names
+        }
+        self._ports = dict(ports or {})
+        self._metrics_port = metrics_port
+        self.bound: dict[str, int] = {}
+        self.metrics_app = web.Application()
+        self.metrics_app.router.add_get("/metrics", self._prometheus)
+        self.metrics_app.router.add_get("/window", self._window_json)
+        self._runners: list[web.AppRunner] = []
+        self._sampler: asyncio.Task[None] | None = None
+
+    def _session(self) -> aiohttp.ClientSession:
+        assert self._client is not None, "load balancer not started"
+        return self._client
+
+    async def __aenter__(self) -> LoadBalancer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        self._client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), auto_decompress=False)
+        try:
+            for name, sb in self.services.items():
+                app = web.Application(client_max_size=64 * 1024 * 1024)
+                app.router.add_route("*", "/{tail:.*}", sb.handle)
+                self.bound[name] = await self._serve(app, self._ports.get(name, 0))
+            self.bound["metrics"] = await self._serve(self.metrics_app, self._metrics_port)
+        except BaseException:
+            await self.aclose()
+            raise
+        self._sampler = asyncio.create_task(self._sample_loop())
+
+    async def _serve(self, app: web.Application, port: int) -> int:
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        self._runners.append(runner)
+        site = web.TCPSite(runner, self.host, port, backlog=2048)
+        await site.start()
+        return site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    async def aclose(self) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
+            await asyncio.gather(self._sampler, return_exceptions=True)
+            self._sampler = None
+        for runner in reversed(self._runners):
+            await runner.cleanup()
+        self._runners.clear()
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def _sample_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_t = loop.time() + self.sample_interval_s
+        while True:
+            await asyncio.sleep(max(0.0, next_t - loop.time()))
+            next_t += self.sample_interval_s
+            for sb in self.services.values():
+                sb.sample()
+
+    def endpoint(self, service: str) -> str:
+        return f"http://{self.advertise_host}:{self.bound[service]}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.advertise_host}:{self.bound['metrics']}"
+
+    def window(self, seconds: float) -> dict[str, WindowMetrics]:
+        """The scaler's input: one WindowMetrics per service over the last `seconds`."""
+        return {name: sb.window(seconds) for name, sb in self.services.items()}
+
+    async def _prometheus(self, request: web.Request) -> web.Response:
+        resp = web.Response(body=generate_latest(self.metrics.registry))
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return resp
+
+    async def _window_json(self, request: web.Request) -> web.Response:
+        try:
+            seconds = float(request.query.get("seconds", "30"))
+        except ValueError:
+            return web.json_response({"error": "seconds must be a number"}, status=400)
+        from dataclasses import asdict
+
+        return web.json_response({k: asdict(v) for k, v in self.window(seconds).items()})

@@ -1,0 +1,92 @@
+"""Per-service counters sampled every interval (arrivals, completions, SLO violations, latency,
+instance utilization) and their sum over a window: what the in-process load balancer measures."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from testbed.metrics.window import WindowMetrics
+
+
+@dataclass
+class Tick:
+    """Counts of one sampling interval, closed at `t_end` (monotonic seconds)."""
+
+    t_end: float
+    arrivals: int = 0
+    completed: int = 0
+    violations: int = 0
+    latency_sum_ms: float = 0.0
+    utilization: float = 0.0  # mean over ready instances of min(in_flight, capacity)/capacity
+    instances: int = 0
+
+
+def utilization_sample(in_flight: list[int], capacity: int) -> float:
+    """The dissertation's instance utilization at one instant; 0 with no ready instance."""
+    if not in_flight:
+        return 0.0
+    return sum(min(n, capacity) / capacity for n in in_flight) / len(in_flight)
+
+
+class ServiceCollector:
+    """Accumulates one service's events; `sample()` closes an interval; `window()` sums intervals."""
+
+    def __init__(self, service: str, slo_ms: float, capacity: int, keep_s: float = 3600.0,
+                 clock=time.monotonic):  # type: ignore[no-untyped-def]
+        self.service = service
+        self.slo_ms = slo_ms
+        self.capacity = capacity
+        self.keep_s = keep_s
+        self.clock = clock
+        self.ticks: deque[Tick] = deque()
+        self._open = Tick(t_end=0.0)
+        self.total_arrivals = 0
+        self.total_violations = 0
+
+    def arrival(self) -> None:
+        self._open.arrivals += 1
+        self.total_arrivals += 1
+
+    def completion(self, latency_ms: float, ok: bool) -> bool:
+        """Count a finished request; returns True when it violated the SLO."""
+        violated = (not ok) or latency_ms > self.slo_ms
+        self._open.completed += 1
+        self._open.latency_sum_ms += latency_ms
+        if violated:
+            self._open.violations += 1
+            self.total_violations += 1
+        return violated
+
+    def sample(self, in_flight: list[int]) -> Tick:
+        """Close the current interval with a utilization sample of the ready instances."""
+        now = self.clock()
+        tick = self._open
+        tick.t_end = now
+        tick.utilization = utilization_sample(in_flight, self.capacity)
+        tick.instances = len(in_flight)
+        self.ticks.append(tick)
+        self._open = Tick(t_end=0.0)
+        while self.ticks and self.ticks[0].t_end < now - self.keep_s:
+            self.ticks.popleft()
+        return tick
+
+    def window(self, seconds: float, in_flight_now: list[int]) -> WindowMetrics:
+        """Sum of the intervals that closed in the last `seconds`, plus the open one's counts."""
+        now = self.clock()
+        since = now - seconds
+        picked = [t for t in self.ticks if t.t_end > since]
+        arrivals = self._open.arrivals + sum(t.arrivals for t in picked)
+        completed = self._open.completed + sum(t.completed for t in picked)
+        violations = self._open.violations + sum(t.violations for t in picked)
+        lat = self._open.latency_sum_ms + sum(t.latency_sum_ms for t in picked)
+        if picked:
+            util = sum(t.utilization for t in picked) / len(picked)
+        else:
+            util = utilization_sample(in_flight_now, self.capacity)
+        return WindowMetrics(
+            service=self.service, seconds=seconds, arrivals=arrivals, completed=completed,
+            violations=violations, utilization=util, instances=len(in_flight_now),
+            mean_proc_time_ms=(lat / completed) if completed else None,
+        )

@@ -1,0 +1,86 @@
+"""LocalCluster with real replica processes, time-scaled: readiness, scaling within the unit pool,
+graceful scale-down, and a SIGKILLed replica detected and replaced."""
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from testbed.cluster.base import ClusterBackend
+from testbed.cluster.local import LocalCluster
+from testbed.cluster.profile import ServiceProfile
+from testbed.errors import ConfigError, StateError
+from testbed.load.client import ClientConfig, LoadClient
+from testbed.load.trace import constant_schedule
+
+SLOW = ServiceProfile(capacity=1, queue_limit=20, proc_time_ms=(300, 300), startup_ms=500, slo_ms=2500)
+
+
+def test_protocol_readiness_and_unit_pool():
+    async def main():
+        async with LocalCluster(services=["chatbot", "imgcls"], total_units=3, time_scale=20,
+                                initial={"chatbot": 1, "imgcls": 1}) as c:
+            assert isinstance(c, ClusterBackend)
+            assert c.ready_replicas("chatbot") == 0 and c.desired_replicas("chatbot") == 1
+            await c.wait_ready(15)
+            assert c.free_units() == 1
+            c.scale("imgcls", 2)
+            assert c.free_units() == 0
+            with pytest.raises(StateError, match="free resource units"):
+                c.scale("chatbot", 2)
+            with pytest.raises(ConfigError, match="unknown service"):
+                c.scale("nope", 1)
+            await c.wait_ready(15)
+            records = []
+            async with LoadClient(ClientConfig("imgcls", c.endpoint("imgcls")), [records.append]) as cl:
+                await cl.run_open_loop(constant_schedule(20, 0.5))
+            kinds = [e.kind for e in c.events]
+            return records, kinds, c.window(5)["imgcls"]
+
+    records, kinds, w = asyncio.run(main())
+    assert len(records) == 10 and all(r.ok for r in records)
+    assert kinds.count("ready") == 3
+    assert w.arrivals == 10 and w.instances == 2
+
+
+def test_scale_down_finishes_in_flight_requests():
+    async def main():
+        profiles = {"chatbot": SLOW}
+        async with LocalCluster(profiles, time_scale=1.0, initial=2) as c:
+            await c.wait_ready(15)
+            records = []
+            async with LoadClient(ClientConfig("chatbot", c.endpoint("chatbot")), [records.append]) as cl:
+                load = asyncio.create_task(cl.run_open_loop(constant_schedule(20, 0.3)))  # 6 requests
+                await asyncio.sleep(0.32)
+                c.scale("chatbot", 1)  # one replica drains the requests it already holds
+                assert c.desired_replicas("chatbot") == 1 and c.ready_replicas("chatbot") == 1
+                await load
+            await c.wait_for(lambda: c.free_units() == 7, 10)
+            return records, [e.kind for e in c.events]
+
+    records, kinds = asyncio.run(main())
+    assert len(records) == 6 and all(r.ok for r in records), [r.error for r in records]
+    assert "draining" in kinds and "stopped" in kinds and "died" not in kinds
+
+
+def test_sigkilled_replica_is_detected_and_replaced():
+    async def main():
+        async with LocalCluster(services=["tts"], time_scale=20, initial=2, use_espeak=False) as c:
+            await c.wait_ready(15)
+            victim = c.replicas("tts")[0]
+            os.kill(victim.proc.pid, signal.SIGKILL)
+            await c.wait_for(lambda: any(e.kind == "died" for e in c.events), 5)
+            assert c.ready_replicas("tts") == 1  # out of rotation at once
+            records = []
+            async with LoadClient(ClientConfig("tts", c.endpoint("tts")), [records.append]) as cl:
+                await cl.run_open_loop(constant_schedule(20, 0.25))
+            await c.wait_ready(15)
+            return victim.name, c.events, records
+
+    victim, events, records = asyncio.run(main())
+    died = [e for e in events if e.kind == "died"]
+    assert [e.replica for e in died] == [victim] and "SIGKILL" in died[0].detail
+    replaced = [e for e in events if e.kind == "replaced"]
+    assert len(replaced) == 1 and victim in replaced[0].detail
+    assert all(r.ok for r in records)

@@ -1,0 +1,118 @@
+"""The emulated replica: the real APIs, payload work, capacity + queue limit, startup, draining."""
+
+import asyncio
+import io
+import json
+import wave
+
+import aiohttp
+from aiohttp.test_utils import TestServer
+
+from testbed.cluster.profile import ServiceProfile
+from testbed.cluster.replica import EmulatedReplica
+from testbed.load.api import build_request, check_response
+from testbed.load.content import ContentSet
+
+FAST = ServiceProfile(capacity=1, queue_limit=2, proc_time_ms=(100, 100), startup_ms=0, slo_ms=500)
+
+
+async def call(session, base, req):
+    async with session.request(
+        req.method, base + req.target, data=req.body or None, headers=req.headers
+    ) as r:
+        return r.status, await r.read()
+
+
+def serve(replica):
+    return TestServer(replica.app(), host="127.0.0.1")
+
+
+def test_each_service_speaks_its_api_with_valid_answers():
+    async def main():
+        content = ContentSet(seed=1, n_images=4)
+        out = {}
+        for service in ("chatbot", "imgcls", "tts"):
+            replica = EmulatedReplica(service, FAST, time_scale=100, seed=1, use_espeak=False)
+            async with serve(replica) as server, aiohttp.ClientSession() as s:
+                base = str(server.make_url("")).rstrip("/")
+                out[service] = await call(s, base, build_request(service, content))
+        return out
+
+    out = asyncio.run(main())
+    for service, (status, body) in out.items():
+        assert status == 200, (service, body[:200])
+        check_response(service, body)
+    preds = json.loads(out["imgcls"][1])["predictions"]
+    assert len(preds) == 4 and all(p["width"] == 512 for p in preds)
+
+
+def test_tts_wav_grows_with_text():
+    from testbed.cluster.payload import espeak_binary, synthesize_wav
+
+    for use_espeak in (False, True) if espeak_binary() else (False,):
+        short, long = (synthesize_wav(t, "p1", use_espeak) for t in ("Hi.", "Hello there, " * 10))
+        for wav in (short, long):
+            with wave.open(io.BytesIO(wav)) as w:
+                assert w.getnframes() > 0
+        assert len(long) > 3 * len(short)
+
+
+def test_bad_requests_get_400_not_500():
+    async def main():
+        replica = EmulatedReplica("imgcls", FAST, time_scale=100)
+        async with serve(replica) as server, aiohttp.ClientSession() as s:
+            url = str(server.make_url("/classify_batch"))
+            form = aiohttp.FormData()
+            form.add_field("files", b"not a jpeg", filename="x.jpg", content_type="image/jpeg")
+            async with s.post(url, data=form) as r1:
+                a = r1.status
+            async with s.post(url, data=b"plain") as r2:
+                b = r2.status
+            return a, b
+
+    assert asyncio.run(main()) == (400, 400)
+
+
+def test_capacity_and_queue_limit_drop_the_excess():
+    async def main():
+        replica = EmulatedReplica("chatbot", FAST, time_scale=1.0)  # 100 ms each, 1 at a time, 2 queued
+        async with serve(replica) as server, aiohttp.ClientSession() as s:
+            base = str(server.make_url("")).rstrip("/")
+            req = build_request("chatbot", ContentSet())
+            results = await asyncio.gather(*(call(s, base, req) for _ in range(5)))
+            return [st for st, _ in results], replica
+
+    statuses, replica = asyncio.run(main())
+    assert sorted(statuses) == [200, 200, 200, 503, 503]
+    assert replica.served == 3 and replica.dropped == 2
+
+
+def test_startup_then_ready_then_draining():
+    async def main():
+        prof = FAST.model_copy(update={"startup_ms": 5000, "proc_time_ms": (1000, 1000)})
+        replica = EmulatedReplica("chatbot", prof, time_scale=10)  # ready after 0.5 s, 100 ms each
+        async with serve(replica) as server, aiohttp.ClientSession() as s:
+            health = str(server.make_url("/healthz"))
+            t0 = asyncio.get_running_loop().time()
+            async with s.get(health) as r:
+                before = r.status
+            after = 503
+            while after != 200 and asyncio.get_running_loop().time() - t0 < 3:
+                await asyncio.sleep(0.02)
+                async with s.get(health) as r:
+                    after = r.status
+            waited = asyncio.get_running_loop().time() - t0
+            base = str(server.make_url("")).rstrip("/")
+            slow = asyncio.create_task(call(s, base, build_request("chatbot", ContentSet())))
+            while replica.in_process == 0:
+                await asyncio.sleep(0.005)
+            drain = asyncio.create_task(replica.drain())
+            await asyncio.sleep(0)
+            refused = await call(s, base, build_request("chatbot", ContentSet()))
+            finished = await slow
+            await asyncio.wait_for(drain, 2)
+            return before, after, waited, refused[0], finished[0]
+
+    before, after, waited, refused, finished = asyncio.run(main())
+    assert (before, after, refused, finished) == (503, 200, 503, 200)
+    assert waited >= 0.45

@@ -1,0 +1,176 @@
+"""The load client against a small aiohttp server that misbehaves on purpose: every failure is
+classified, nothing crashes, latency from the schedule includes the client's lateness."""
+
+import asyncio
+import itertools
+import json
+import socket
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from testbed.load.api import PreparedRequest
+from testbed.load.client import ClientConfig, LoadClient
+from testbed.load.records import RecordWriter, read_records
+from testbed.load.trace import constant_schedule
+
+
+def faulty_app() -> web.Application:
+    async def ok(request):
+        return web.json_response({"response": "fine"})
+
+    async def err(request):
+        return web.Response(status=500, text="boom")
+
+    async def bad(request):
+        return web.Response(text="<html>not json</html>")
+
+    async def slow(request):
+        await asyncio.sleep(2)
+        return web.json_response({"response": "late"})
+
+    async def reset(request):
+        request.transport.close()  # drop the connection without an answer
+        await asyncio.sleep(0.1)
+        return web.Response()
+
+    app = web.Application()
+    for path, h in {"/ok": ok, "/err": err, "/bad": bad, "/slow": slow, "/reset": reset}.items():
+        app.router.add_post(path, h)
+    return app
+
+
+def request_to(path):
+    return lambda: PreparedRequest("POST", path, b'{"prompt": "hi"}', {"Content-Type": "application/json"})
+
+
+async def run_against(base, path, n=5, timeout_s=4.0):
+    records = []
+    cfg = ClientConfig("chatbot", base, slice="embb", timeout_s=timeout_s)
+    async with LoadClient(cfg, [records.append], request_factory=request_to(path)) as client:
+        summary = await client.run_open_loop(constant_schedule(100, n / 100))
+    return summary, records
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_faults_are_counted_and_classified():
+    async def main():
+        async with TestServer(faulty_app(), host="127.0.0.1") as server:
+            base = str(server.make_url("")).rstrip("/")
+            out = {}
+            for path in ("/ok", "/err", "/bad", "/reset"):
+                out[path] = await run_against(base, path)
+            out["/slow"] = await run_against(base, "/slow", n=2, timeout_s=0.3)
+        out["unreachable"] = await run_against(f"http://127.0.0.1:{free_port()}", "/ok", n=3)
+        return out
+
+    out = asyncio.run(main())
+    expect = {
+        "/ok": None,
+        "/err": "http_5xx",
+        "/bad": "malformed",
+        "/reset": "reset",
+        "/slow": "timeout",
+        "unreachable": "unreachable",
+    }
+    for key, kind in expect.items():
+        summary, records = out[key]
+        assert summary.completed == summary.scheduled == len(records), key
+        assert {r.error for r in records} == {kind}, (key, [r.error for r in records])
+    ok = out["/ok"][1][0]
+    assert ok.status == 200 and ok.slice == "embb" and ok.bytes_down > 0 and ok.bytes_up > 0
+    assert out["/err"][1][0].status == 500
+    timeouts = out["/slow"][1]
+    assert all(250 <= r.latency_ms < 1500 for r in timeouts)
+
+
+def test_latency_from_schedule_includes_lateness():
+    async def main():
+        async with TestServer(faulty_app(), host="127.0.0.1") as server:
+            base = str(server.make_url("")).rstrip("/")
+            records = []
+            cfg = ClientConfig("chatbot", base)
+            async with LoadClient(cfg, [records.append], request_factory=request_to("/ok")) as client:
+                blocker = asyncio.get_running_loop().call_later(0.06, __import__("time").sleep, 0.2)
+                await client.run_open_loop(constant_schedule(200, 0.5))
+                blocker.cancel()
+            return records
+
+    records = asyncio.run(main())
+    assert len(records) == 100
+    late = [r for r in records if r.lateness_ms > 50]
+    assert late, "a blocked event loop must show up as send lateness"
+    for r in records:
+        assert r.latency_sched_ms >= r.latency_ms - 0.01
+        assert abs(r.latency_sched_ms - r.latency_ms - r.lateness_ms) < 1.0
+
+
+def test_records_streamed_to_jsonl(tmp_path):
+    out = tmp_path / "records.jsonl"
+
+    async def main():
+        async with TestServer(faulty_app(), host="127.0.0.1") as server:
+            base = str(server.make_url("")).rstrip("/")
+            with RecordWriter(out) as writer:
+                async with LoadClient(
+                    ClientConfig("chatbot", base), [writer], request_factory=request_to("/ok")
+                ) as client:
+                    await client.run_open_loop(constant_schedule(50, 0.2))
+
+    asyncio.run(main())
+    records = read_records(out)
+    assert len(records) == 10 and all(r.ok for r in records)
+    first = json.loads(out.read_text().splitlines()[0])
+    assert set(first) >= {
+        "service",
+        "slice",
+        "scheduled",
+        "sent",
+        "latency_ms",
+        "latency_sched_ms",
+        "status",
+        "bytes_up",
+        "bytes_down",
+        "error",
+    }
+
+
+def test_cancelling_records_in_flight_requests_as_cancelled():
+    async def main():
+        async with TestServer(faulty_app(), host="127.0.0.1") as server:
+            base = str(server.make_url("")).rstrip("/")
+            records = []
+            async with LoadClient(
+                ClientConfig("chatbot", base), [records.append], request_factory=request_to("/slow")
+            ) as client:
+                task = asyncio.create_task(client.run_open_loop(constant_schedule(100, 1.0)))
+                await asyncio.sleep(0.3)
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            return client.summary, records
+
+    summary, records = asyncio.run(main())
+    assert records and len(records) == summary.scheduled
+    assert {r.error for r in records} == {"cancelled"}
+
+
+def test_closed_loop_sends_next_when_last_returns():
+    async def main():
+        async with TestServer(faulty_app(), host="127.0.0.1") as server:
+            base = str(server.make_url("")).rstrip("/")
+            records = []
+            async with LoadClient(
+                ClientConfig("chatbot", base), [records.append], request_factory=request_to("/ok")
+            ) as client:
+                await client.run_closed_loop(workers=1, requests=20)
+            return records
+
+    records = asyncio.run(main())
+    assert len(records) == 20
+    for a, b in itertools.pairwise(records):
+        assert b.sent >= a.sent + a.latency_ms / 1000 - 1e-3

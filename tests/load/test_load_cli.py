@@ -1,0 +1,101 @@
+"""`testbed load` as the scenario runner will use it: a subprocess streaming records to disk,
+stopped with SIGINT, and bad input rejected with file and line."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from testbed.cluster.profile import ServiceProfile
+
+PROFILE = ServiceProfile(capacity=4, queue_limit=100, proc_time_ms=(5, 10), startup_ms=0, slo_ms=500)
+
+
+def start_replica():
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "testbed.cluster.replica",
+            "--service",
+            "chatbot",
+            "--profile",
+            PROFILE.model_dump_json(),
+        ],
+        stdout=subprocess.PIPE,
+    )
+    line = proc.stdout.readline().decode()
+    assert line.startswith("LISTENING "), line
+    return proc, f"http://127.0.0.1:{int(line.split()[1])}"
+
+
+def test_sigint_keeps_every_record(tmp_path):
+    replica, url = start_replica()
+    out = tmp_path / "records.jsonl"
+    try:
+        load = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "testbed",
+                "load",
+                "chatbot",
+                "--url",
+                url,
+                "--rate",
+                "50",
+                "--duration",
+                "30",
+                "--out",
+                str(out),
+                "--quiet",
+                "--slice",
+                "embb",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        time.sleep(2.5)
+        load.send_signal(signal.SIGINT)
+        output, _ = load.communicate(timeout=15)
+    finally:
+        replica.terminate()
+        replica.wait(10)
+    lines = out.read_text().splitlines()
+    records = [json.loads(x) for x in lines]
+    assert len(records) >= 20, output
+    assert all(r["slice"] == "embb" for r in records)
+    assert sum(r["error"] is None for r in records) >= 20
+    assert {r["error"] for r in records} <= {None, "cancelled"}
+    assert len({r["seq"] for r in records}) == len(records)
+
+
+def test_bad_trace_line_is_one_error_with_file_and_line(tmp_path):
+    trace = tmp_path / "t.txt"
+    trace.write_text("1 5\n1 five\n")
+    out = tmp_path / "r.jsonl"
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "testbed",
+            "load",
+            "chatbot",
+            "--url",
+            "http://127.0.0.1:9",
+            "--trace",
+            str(trace),
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "COLUMNS": "400"},
+    )
+    assert res.returncode == 2
+    assert f"{trace}:2: count: not an integer" in res.stderr
+    assert not out.exists()

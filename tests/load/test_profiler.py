@@ -1,0 +1,46 @@
+"""The profiler recovers a known emulated replica's processing range and capacity, and times a
+LocalCluster replica's startup."""
+
+import asyncio
+
+import pytest
+from aiohttp.test_utils import TestServer
+
+from testbed.cluster.local import LocalCluster
+from testbed.cluster.profile import ServiceProfile
+from testbed.cluster.replica import EmulatedReplica
+from testbed.load.profiler import measure_startup, profile_service
+
+KNOWN = ServiceProfile(capacity=2, queue_limit=50, proc_time_ms=(40, 60), startup_ms=0, slo_ms=500)
+
+
+@pytest.mark.slow  # a rate sweep: about 10 s
+def test_processing_range_and_capacity_of_a_known_replica():
+    async def main():
+        replica = EmulatedReplica("chatbot", KNOWN, seed=2)
+        async with TestServer(replica.app(), host="127.0.0.1") as srv:
+            return await profile_service(
+                "chatbot", str(srv.make_url("")).rstrip("/"), requests=30, step_s=1.0
+            )
+
+    res = asyncio.run(main())
+    lo, hi = res.proc_range_ms
+    assert 38 <= lo <= 50 and 50 <= hi <= 75, (lo, hi)
+    assert res.capacity == 2, res.sweep
+    prof = res.to_profile(KNOWN.model_copy(update={"capacity": 1}))
+    assert prof.capacity == 2 and prof.slo_ms == 500
+
+
+def test_startup_time_through_the_cluster_backend():
+    prof = ServiceProfile(capacity=1, queue_limit=5, proc_time_ms=(1, 2), startup_ms=20000, slo_ms=500)
+
+    async def main():
+        async with LocalCluster({"tts": prof}, time_scale=10, initial=1, use_espeak=False) as c:
+            await c.wait_ready(20)
+            ms = await measure_startup(c, "tts", timeout_s=20)
+            await c.wait_for(lambda: c.free_units() == 7, 10)
+            return ms, c.desired_replicas("tts")
+
+    ms, desired = asyncio.run(main())
+    assert 1900 <= ms <= 5000  # 20 s / 10, plus process start on a busy machine
+    assert desired == 1

@@ -1,0 +1,73 @@
+"""Trace parsing and the send schedules derived from traces."""
+
+import pytest
+
+from testbed.errors import ConfigError
+from testbed.load.trace import constant_schedule, load_trace, parse_trace, schedule_from_trace, window_trace
+
+
+def test_malformed_lines_name_file_and_line(tmp_path):
+    f = tmp_path / "bad.txt"
+    f.write_text("1 10\n1 x\n\n1 2 3\n-1 4\n1 -3\n# comment\n")
+    with pytest.raises(ConfigError) as exc:
+        load_trace(f)
+    msg = str(exc.value)
+    assert f"{f}:2: count: not an integer" in msg
+    assert f"{f}:4: expected 'DURATION COUNT'" in msg
+    assert f"{f}:5: duration: must be > 0" in msg
+    assert f"{f}:6: count: must be >= 0" in msg
+    assert ":1:" not in msg and ":7:" not in msg
+
+
+def test_missing_and_empty_trace(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read trace"):
+        load_trace(tmp_path / "nope.txt")
+    with pytest.raises(ConfigError, match="no lines"):
+        parse_trace("# only a comment\n", "t.txt")
+
+
+def test_requests_spread_evenly_within_each_interval():
+    trace = parse_trace("1 4\n2 2\n")
+    assert list(schedule_from_trace(trace)) == [0.0, 0.25, 0.5, 0.75, 1.0, 2.0]
+
+
+def test_ratio_carries_fractions_so_totals_match():
+    trace = parse_trace("1 1\n" * 10)
+    offsets = list(schedule_from_trace(trace, ratio=0.15))
+    assert len(offsets) == 1  # 10 * 0.15 = 1.5 -> one request, half carried
+    offsets = list(schedule_from_trace(parse_trace("1 10\n" * 100), ratio=0.15))
+    assert len(offsets) == 150
+
+
+def test_speedup_compresses_time():
+    trace = parse_trace("1 2\n1 2\n")
+    assert list(schedule_from_trace(trace, speedup=4)) == [0.0, 0.125, 0.25, 0.375]
+
+
+def test_shift_rotates_and_wraps():
+    trace = parse_trace("".join(f"3600 {i}\n" for i in range(24)))  # hour i has count i
+    lines = window_trace(trace, shift_hours=8)
+    assert [int(line.count) for line in lines] == [*range(8, 24), *range(0, 8)]
+
+
+def test_start_and_duration_cut_lines_proportionally():
+    trace = parse_trace("10 10\n10 20\n")
+    lines = window_trace(trace, start=5, duration=10)
+    assert [(line.duration, line.count) for line in lines] == [(5.0, 5.0), (5.0, 10.0)]
+    assert list(schedule_from_trace(trace, start=5, duration=10)) == pytest.approx(
+        [0.0, 1.0, 2.0, 3.0, 4.0, *[5.0 + i * 0.5 for i in range(10)]])
+
+
+def test_constant_schedule():
+    offsets = list(constant_schedule(100, 2))
+    assert len(offsets) == 200 and offsets[1] == pytest.approx(0.01)
+
+
+def test_shared_trace_files_parse_if_present():
+    from pathlib import Path
+
+    path = Path("/work/shared/traces/test/day7-shift0h.txt")
+    if not path.exists():
+        pytest.skip("shared traces not present")
+    trace = load_trace(path)
+    assert len(trace.lines) == 86400 and trace.seconds == 86400

@@ -1,0 +1,96 @@
+"""The load balancer in front of in-process replicas: round robin, proxy counts, SLO violations,
+Prometheus text, and a dead replica taken out of rotation."""
+
+import asyncio
+
+import aiohttp
+from aiohttp.test_utils import TestServer
+
+from testbed.cluster.profile import ServiceProfile, default_profiles
+from testbed.cluster.replica import EmulatedReplica
+from testbed.load.api import build_request
+from testbed.load.content import ContentSet
+from testbed.metrics.balancer import LoadBalancer
+from testbed.metrics.exposition import DURATION, IN_FLIGHT, READY, REQUESTS, UTILIZATION, VIOLATIONS
+
+PROFILE = ServiceProfile(capacity=1, queue_limit=10, proc_time_ms=(50, 50), startup_ms=0, slo_ms=120)
+
+
+async def send(session, base, n, content):
+    req = build_request("chatbot", content)
+
+    async def one():
+        async with session.request(req.method, base + req.target, data=req.body, headers=req.headers) as r:
+            await r.read()
+            return r.status
+    return await asyncio.gather(*(one() for _ in range(n)))
+
+
+def test_round_robin_counts_and_prometheus_text():
+    async def main():
+        profiles = default_profiles() | {"chatbot": PROFILE}
+        replicas = [EmulatedReplica("chatbot", PROFILE, seed=i) for i in range(2)]
+        servers = [TestServer(r.app(), host="127.0.0.1") for r in replicas]
+        for s in servers:
+            await s.start_server()
+        try:
+            async with LoadBalancer(profiles, ["chatbot", "imgcls"], sample_interval_s=0.05) as lb, \
+                    aiohttp.ClientSession() as session:
+                for i, s in enumerate(servers):
+                    lb.services["chatbot"].add(f"chatbot-{i}", str(s.make_url("")))
+                base = lb.endpoint("chatbot")
+                # 6 at once: 3 per replica, 50 ms each -> the last of each waits 100 ms (< 120 SLO)
+                statuses = await send(session, base, 6, ContentSet())
+                statuses += await send(session, base, 8, ContentSet())  # 4 per replica: last one 200 ms
+                await asyncio.sleep(0.12)
+                window = lb.window(10)
+                async with session.get(lb.metrics_url + "/metrics") as r:
+                    text = await r.text()
+                async with session.get(lb.metrics_url + "/window?seconds=10") as r:
+                    as_json = await r.json()
+                return statuses, [r.served for r in replicas], window, text, as_json
+        finally:
+            for s in servers:
+                await s.close()
+
+    statuses, served, window, text, as_json = asyncio.run(main())
+    assert statuses == [200] * 14
+    assert served == [7, 7]
+    w = window["chatbot"]
+    assert w.arrivals == 14 and w.completed == 14 and w.instances == 2
+    assert 2 <= w.violations <= 6  # the requests queued behind three others exceed 120 ms
+    assert 0 < w.utilization <= 1
+    assert window["imgcls"].arrivals == 0 and window["imgcls"].instances == 0
+    assert as_json["chatbot"]["arrivals"] == 14
+    for name in (REQUESTS, DURATION + "_bucket", VIOLATIONS, IN_FLIGHT, READY, UTILIZATION):
+        assert name in text, name
+    assert 'le="0.12"' in text and 'le="0.5"' in text and 'le="2.5"' in text  # a bucket at each SLO
+    assert f'{REQUESTS}{{code="200",service="chatbot"}} 14.0' in text
+    assert f'{IN_FLIGHT}{{replica="chatbot-0",service="chatbot"}} 0.0' in text
+
+
+def test_no_replica_is_503_and_a_dead_replica_leaves_rotation():
+    async def main():
+        profiles = default_profiles() | {"chatbot": PROFILE}
+        replicas = [EmulatedReplica("chatbot", PROFILE) for _ in range(2)]
+        servers = [TestServer(r.app(), host="127.0.0.1") for r in replicas]
+        for s in servers:
+            await s.start_server()
+        failures = []
+        async with LoadBalancer(profiles, ["chatbot"]) as lb, aiohttp.ClientSession() as session:
+            base = lb.endpoint("chatbot")
+            empty = await send(session, base, 1, ContentSet())
+            sb = lb.services["chatbot"]
+            sb.on_failure = lambda svc, rep: failures.append(rep)
+            for i, s in enumerate(servers):
+                sb.add(f"chatbot-{i}", str(s.make_url("")))
+            await servers[0].close()  # replica 0 is gone: connections are refused
+            after = await send(session, base, 4, ContentSet())
+            await servers[1].close()
+            return empty, after, failures, [b.replica for b in sb.rotation()], lb.window(5)["chatbot"]
+
+    empty, after, failures, rotation, w = asyncio.run(main())
+    assert empty == [503]
+    assert after == [200] * 4  # refused connections are retried on the next replica
+    assert failures == ["chatbot-0"] and rotation == ["chatbot-1"]
+    assert w.violations >= 1  # the 503

@@ -1,0 +1,39 @@
+"""Instance utilization and window sums, with a hand-driven clock."""
+
+import pytest
+
+from testbed.metrics.collector import ServiceCollector, utilization_sample
+
+
+def test_utilization_is_mean_of_capped_in_flight_over_capacity():
+    assert utilization_sample([], 1) == 0.0
+    assert utilization_sample([0, 1, 5], 1) == pytest.approx(2 / 3)
+    assert utilization_sample([1, 2], 4) == pytest.approx((0.25 + 0.5) / 2)
+
+
+def test_window_sums_the_last_intervals_and_counts_violations():
+    now = [0.0]
+    c = ServiceCollector("imgcls", slo_ms=500, capacity=1, clock=lambda: now[0])
+    for second in range(1, 11):
+        for _ in range(second):  # `second` arrivals in interval `second`
+            c.arrival()
+            c.completion(100.0 if second % 2 else 600.0, ok=True)
+        now[0] = float(second)
+        c.sample([1, 0])  # two instances, one busy: utilization 0.5
+    c.arrival()
+    c.completion(50.0, ok=False)  # failed, in the open interval
+    w = c.window(3.0, [1, 0])
+    # intervals closed at t=8, 9, 10 (> 7) plus the open one
+    assert w.arrivals == 8 + 9 + 10 + 1
+    assert w.completed == 28
+    assert w.violations == 8 + 10 + 1  # the even seconds were slower than 500 ms, plus the failure
+    assert w.utilization == pytest.approx(0.5)
+    assert w.instances == 2
+    assert w.request_rate == pytest.approx(28 / 3)
+    assert w.mean_proc_time_ms == pytest.approx((8 * 600 + 9 * 100 + 10 * 600 + 50) / 28)
+
+
+def test_window_before_any_sample_uses_the_instant():
+    c = ServiceCollector("tts", slo_ms=2500, capacity=2, clock=lambda: 0.0)
+    w = c.window(30, [2, 1])
+    assert w.utilization == pytest.approx(0.75) and w.completed == 0 and w.slo_violation_rate == 0.0

@@ -1,0 +1,123 @@
+"""Image classification service: `POST /classify_batch` with four JPEGs (multipart field `files`),
+resize/normalize, one batched forward pass of ResNet152, top-1 labels and scores as JSON.
+
+Run: `python3 server.py --weights /models/resnet152.pth --port 8080` (GPU when available).
+The model and labels are injectable (`make_app(model, labels)`), so tests use a tiny model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import os
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from aiohttp import web
+from PIL import Image, UnidentifiedImageError
+
+MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
+
+
+def preprocess(data: bytes, resize: int = 256, crop: int = 224) -> np.ndarray:
+    """The ImageNet evaluation transform: shorter side to 256, centre crop 224, scale to [0,1],
+    normalize; returns CHW float32. Raises ValueError for data that is not an image."""
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            rgb = img.convert("RGB")
+    except (UnidentifiedImageError, OSError) as exc:
+        raise ValueError(f"cannot decode image: {exc}") from None
+    w, h = rgb.size
+    scale = resize / min(w, h)
+    rgb = rgb.resize((max(crop, round(w * scale)), max(crop, round(h * scale))), Image.Resampling.BILINEAR)
+    w, h = rgb.size
+    left, top = (w - crop) // 2, (h - crop) // 2
+    arr = np.asarray(rgb.crop((left, top, left + crop, top + crop)), dtype=np.float32) / 255.0
+    return ((arr - MEAN) / STD).transpose(2, 0, 1)
+
+
+class Classifier:
+    """A model, its labels and device; `classify` runs one batched forward pass."""
+
+    def __init__(self, model: torch.nn.Module, labels: Sequence[str], device: str | None = None):
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = model.eval().to(self.device)
+        self.labels = list(labels)
+
+    @torch.inference_mode()
+    def classify(self, images: list[bytes]) -> list[dict[str, object]]:
+        batch = torch.from_numpy(np.stack([preprocess(b) for b in images])).to(self.device)
+        probs = torch.softmax(self.model(batch), dim=1)
+        scores, idx = probs.max(dim=1)
+        return [
+            {"label": self.labels[i] if i < len(self.labels) else str(i), "index": i, "score": round(s, 4)}
+            for i, s in zip(idx.tolist(), scores.tolist(), strict=True)
+        ]
+
+
+def build_resnet152(weights_path: str | None = None) -> tuple[torch.nn.Module, list[str]]:
+    """torchvision's ResNet152 with the pretrained IMAGENET1K_V2 weights from a local file (or the
+    torch hub cache baked into the image); labels from the weights' metadata."""
+    from torchvision.models import ResNet152_Weights, resnet152
+
+    weights = ResNet152_Weights.IMAGENET1K_V2
+    labels = list(weights.meta["categories"])
+    if weights_path:
+        model = resnet152(weights=None)
+        model.load_state_dict(torch.load(weights_path, map_location="cpu", weights_only=True))
+    else:
+        model = resnet152(weights=weights)
+    return model, labels
+
+
+def make_app(classifier: Classifier, expected_files: int = 4) -> web.Application:
+    lock = asyncio.Lock()  # one forward pass at a time: the vGPU is the replica's capacity
+
+    async def classify_batch(request: web.Request) -> web.Response:
+        files: list[bytes] = []
+        try:
+            reader = await request.multipart()
+            async for part in reader:
+                if getattr(part, "name", None) == "files":
+                    files.append(await part.read())  # type: ignore[union-attr]
+        except (ValueError, AssertionError):
+            return web.json_response({"error": "expected multipart/form-data with field 'files'"}, status=400)
+        if not files or len(files) > 4 * expected_files:
+            return web.json_response({"error": f"send 1..{4 * expected_files} files"}, status=400)
+        t0 = time.perf_counter()
+        try:
+            async with lock:
+                preds = await asyncio.to_thread(classifier.classify, files)
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        ms = (time.perf_counter() - t0) * 1000
+        return web.json_response({"predictions": preds, "model": "resnet152", "inference_ms": round(ms, 2)})
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"ready": True, "device": classifier.device})
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/classify_batch", classify_batch)
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--weights", default=os.environ.get("RESNET152_WEIGHTS"), help="state_dict .pth path")
+    ap.add_argument("--host", default="0.0.0.0")
+    ap.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8080")))
+    args = ap.parse_args()
+    model, labels = build_resnet152(args.weights)
+    classifier = Classifier(model, labels)
+    with torch.inference_mode():  # warm-up so readiness means the first request is fast
+        classifier.model(torch.zeros(4, 3, 224, 224, device=classifier.device))
+    web.run_app(make_app(classifier), host=args.host, port=args.port, access_log=None)
+
+
+if __name__ == "__main__":
+    main()
