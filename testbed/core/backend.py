@@ -78,12 +78,13 @@ def redact(uri: str) -> str:
     return re.sub(r"(//[^:/@]+):[^@/]*@", r"\1:***@", uri)
 
 
-def connect(uri: str, timeout_ms: int = CONNECT_TIMEOUT_MS) -> Any:
+def connect(uri: str, timeout_ms: int | None = None) -> tuple[Any, Any]:
     """The `subscribers` collection at `uri` (database from the URI, else `open5gs`), checked
     with a ping so an unreachable server fails now, after `timeout_ms`, not at first use."""
     import pymongo
     from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
 
+    timeout_ms = CONNECT_TIMEOUT_MS if timeout_ms is None else timeout_ms
     try:
         client = pymongo.MongoClient(uri, serverSelectionTimeoutMS=timeout_ms,
                                      connectTimeoutMS=timeout_ms, appname="testbed")
