@@ -16,6 +16,18 @@ from testbed.errors import ConfigError
 # Names end up inside namespace and interface names (15-char limit), so keep them short.
 Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9]{0,11}$")]
 _SD = re.compile(r"^(0x)?([0-9a-fA-F]{6})$")
+_HEX128 = re.compile(r"^[0-9a-fA-F]{32}$")
+IMSI_BLOCK = 1000  # default IMSI ranges: group i starts at MSIN i*IMSI_BLOCK + 1 (count <= 1000)
+
+
+def _digits(value: object, what: str, lengths: tuple[int, ...]) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a quoted string of digits (unquoted, YAML reads it as a "
+                         "number and drops leading zeros)")
+    if not value.isdigit() or len(value) not in lengths:
+        want = " or ".join(str(n) for n in lengths)
+        raise ValueError(f"{what} must be {want} digits, got {value!r}")
+    return value
 
 
 class Strict(BaseModel):
@@ -76,12 +88,66 @@ class SliceSpec(Strict):
         return self.subnet.network_address + 1
 
 
+class CoreSpec(Strict):
+    """The 5G core's identity (PLMN, TAC), where the AMF listens and where subscribers live."""
+
+    mcc: str = "001"
+    mnc: str = "01"  # its length matters: "01" and "001" are different PLMNs
+    tac: int = Field(1, ge=0, le=0xFFFFFF)
+    amf_address: ipaddress.IPv4Address = ipaddress.IPv4Address("127.0.0.5")
+    gnb_address: ipaddress.IPv4Address = ipaddress.IPv4Address("127.0.0.1")
+    mongo_uri: str | None = None  # None: local mongod or the embedded store (local profile)
+    key_seed: str = Field("testbed", min_length=1)  # K/OPc derivation when a group gives none
+
+    @field_validator("mcc", mode="before")
+    @classmethod
+    def _mcc(cls, value: object) -> object:
+        return _digits(value, "mcc", (3,))
+
+    @field_validator("mnc", mode="before")
+    @classmethod
+    def _mnc(cls, value: object) -> object:
+        return _digits(value, "mnc", (2, 3))
+
+    @property
+    def plmn(self) -> str:
+        return self.mcc + self.mnc
+
+
 class UEGroupSpec(Strict):
-    """UEs that share a slice; on the local profile one network namespace per group."""
+    """UEs that share a slice; on the local profile one network namespace per group.
+
+    The subscriber fields (IMSI range, keys, AMBR, QoS) become Open5GS subscriber documents;
+    K and OPc are derived from `core.key_seed` when not given (one pair per group, since
+    UERANSIM's `nr-ue -n` gives every UE of a config the same keys)."""
 
     name: Name
     slice: Name
     count: int = Field(1, ge=1, le=1000)
+    imsi_start: str | None = None
+    k: str | None = None
+    opc: str | None = None
+    ambr_uplink_mbit: float = Field(1000.0, gt=0)
+    ambr_downlink_mbit: float = Field(1000.0, gt=0)
+    five_qi: int = Field(9, ge=1, le=255)
+    arp_priority: int = Field(8, ge=1, le=15)
+    session_type: Literal["ipv4", "ipv6", "ipv4v6"] = "ipv4"
+    dnn: str | None = None  # defaults to the slice's DNN
+    static_address: bool = True  # store the data plane's address as the session's ue.addr
+
+    @field_validator("imsi_start", mode="before")
+    @classmethod
+    def _imsi(cls, value: object) -> object:
+        return None if value is None else _digits(value, "imsi_start", (15,))
+
+    @field_validator("k", "opc", mode="before")
+    @classmethod
+    def _key(cls, value: object) -> object:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not _HEX128.match(value):
+            raise ValueError("must be 32 hex digits (128 bits)")
+        return value.lower()
 
 
 class TestbedSpec(Strict):
@@ -95,6 +161,7 @@ class TestbedSpec(Strict):
     dn_subnet: ipaddress.IPv4Network = ipaddress.IPv4Network("10.200.0.0/24")
     slices: list[SliceSpec] = Field(min_length=1)
     ue_groups: list[UEGroupSpec] = Field(min_length=1)
+    core: CoreSpec = CoreSpec()
 
     def slice(self, name: str) -> SliceSpec:
         for s in self.slices:
@@ -104,6 +171,24 @@ class TestbedSpec(Strict):
 
     def groups_of(self, slice_name: str) -> list[UEGroupSpec]:
         return [g for g in self.ue_groups if g.slice == slice_name]
+
+    def group(self, name: str) -> UEGroupSpec:
+        for g in self.ue_groups:
+            if g.name == name:
+                return g
+        raise KeyError(name)
+
+    def imsi_start_of(self, group: UEGroupSpec) -> int:
+        """First IMSI of a group: its `imsi_start`, else PLMN + MSIN (index*1000 + 1)."""
+        if group.imsi_start is not None:
+            return int(group.imsi_start)
+        index = self.ue_groups.index(group)
+        msin_len = 15 - len(self.core.plmn)
+        return int(self.core.plmn + str(index * IMSI_BLOCK + 1).zfill(msin_len))
+
+    def imsis_of(self, group: UEGroupSpec) -> list[str]:
+        start = self.imsi_start_of(group)
+        return [str(start + i).zfill(15) for i in range(group.count)]
 
 
 def check_testbed(spec: TestbedSpec) -> list[tuple[FieldPath, str]]:
@@ -159,6 +244,48 @@ def check_testbed(spec: TestbedSpec) -> list[tuple[FieldPath, str]]:
                              f"slice {g.slice!r} has room for {room} UEs in "
                              f"{spec.slice(g.slice).subnet}, groups ask for "
                              f"{ues_per_slice[g.slice]}"))
+    problems += _check_subscribers(spec)
+    return problems
+
+
+def _check_subscribers(spec: TestbedSpec) -> list[tuple[FieldPath, str]]:
+    """IMSI ranges inside the PLMN and disjoint, keys given in pairs, DNNs served by a slice."""
+    problems: list[tuple[FieldPath, str]] = []
+    plmn = spec.core.plmn
+    ranges: list[tuple[int, int, int]] = []
+    dnns = {s.dnn for s in spec.slices}
+    for i, g in enumerate(spec.ue_groups):
+        if (g.k is None) != (g.opc is None):
+            missing = "opc" if g.opc is None else "k"
+            problems.append((("ue_groups", i, missing), "give both k and opc, or neither "
+                             "(then both are derived from core.key_seed)"))
+        if g.imsi_start is not None and not g.imsi_start.startswith(plmn):
+            problems.append((("ue_groups", i, "imsi_start"),
+                             f"IMSI {g.imsi_start} is not in PLMN {spec.core.mcc}/{spec.core.mnc} "
+                             f"(must start with {plmn})"))
+            continue
+        start = spec.imsi_start_of(g)
+        last = start + g.count - 1
+        if not str(last).zfill(15).startswith(plmn) or last >= 10**15:
+            problems.append((("ue_groups", i, "count"),
+                             f"IMSI range {str(start).zfill(15)}+{g.count} leaves PLMN {plmn}"))
+            continue
+        for other_start, other_last, other_i in ranges:
+            if start <= other_last and other_start <= last:
+                problems.append((("ue_groups", i, "imsi_start"),
+                                 f"IMSIs {str(start).zfill(15)}..{str(last).zfill(15)} overlap "
+                                 f"ue_groups[{other_i}] ({str(other_start).zfill(15)}.."
+                                 f"{str(other_last).zfill(15)}): duplicate IMSIs"))
+                break
+        ranges.append((start, last, i))
+        if g.dnn is not None and g.slice in {s.name for s in spec.slices}:
+            own = spec.slice(g.slice).dnn
+            if g.dnn not in dnns:
+                problems.append((("ue_groups", i, "dnn"),
+                                 f"DNN {g.dnn!r} has no slice (slices serve: {', '.join(sorted(dnns))})"))
+            elif g.dnn != own:
+                problems.append((("ue_groups", i, "dnn"),
+                                 f"DNN {g.dnn!r} is not served by slice {g.slice!r} (its DNN is {own!r})"))
     return problems
 
 
