@@ -23,6 +23,7 @@ err_console = Console(stderr=True)
 
 def _register() -> None:
     # Each concern adds its commands in its own module; importing it registers them on `app`.
+    import testbed.cli.lab  # noqa: F401
     from testbed.cli import net  # noqa: F401
 
 
