@@ -64,16 +64,21 @@ class PlaybookResult:
 
 
 def failure_message(result: Mapping[str, Any]) -> str:
-    """One line from a module result: msg, else stderr, else ..., trimmed."""
+    """One line from a module result: its msg plus the first of stderr/reason/stdout, trimmed."""
+    parts = []
     for key in _MESSAGE_KEYS:
         value = result.get(key)
-        if value:
+        if value and (key == "msg" or len(parts) < 2):
             text = value if isinstance(value, str) else json.dumps(value)
-            text = " ".join(text.split())
-            return text if len(text) <= 400 else text[:397] + "..."
-    if result.get("censored"):
-        return "output hidden by no_log (it may hold secrets); rerun the task by hand to see it"
-    return "no message"
+            parts.append(" ".join(text.split()))
+        if len(parts) == 2:
+            break
+    if not parts:
+        if result.get("censored"):
+            return "output hidden by no_log (it may hold secrets); rerun the task by hand to see it"
+        return "no message"
+    text = ": ".join(parts)
+    return text if len(text) <= 400 else text[:397] + "..."
 
 
 class EventRecorder:
@@ -157,7 +162,11 @@ def run_playbook(playbook: str, *, inventory: Path, run_dir: Path, extravars: Ma
             )
         finally:
             recorder.close()
-        progress.update(bar, play="done" if recorder.failure is None else "stopped", current="")
+        if recorder.failure is None:
+            progress.update(bar, play="done", current=f"{recorder.tasks_started} tasks")
+        else:
+            f = recorder.failure
+            progress.update(bar, play=f"[red]stopped on {f.host}[/]", current=f.task[:70])
 
     out = PlaybookResult(playbook, getattr(result, "status", "unknown"), int(result.rc or 0),
                          events_file, recorder.changed, recorder.tasks_ok, recorder.failure)
