@@ -79,7 +79,8 @@ def test_failure_names_host_and_task_and_keeps_the_log(tmp_path: Path) -> None:
     tasks = [e["event_data"]["task"] for e in events if e["event"] == "playbook_on_task_start"]
     assert tasks == ["Harmless probe", "Step that fails"]
     assert (tmp_path / "run" / "ansible" / "artifacts").is_dir()  # runner's own artifacts too
-    assert "stopped on corehost" in out.export_text() and "Step that fails" in out.export_text()
+    shown = out.export_text()
+    assert "stopped on corehost" in shown and "Step that fails" in shown
 
 
 def test_unreachable_host_is_reported_as_such(tmp_path: Path) -> None:
