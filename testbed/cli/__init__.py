@@ -24,6 +24,7 @@ err_console = Console(stderr=True)
 def _register() -> None:
     # Each concern adds its commands in its own module; importing it registers them on `app`.
     import testbed.cli.core  # noqa: F401
+    import testbed.cli.lab  # noqa: F401
     from testbed.cli import net  # noqa: F401
     from testbed.cli import scenario  # noqa: F401
     from testbed.cli import services  # noqa: F401

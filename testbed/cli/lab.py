@@ -1,0 +1,83 @@
+"""Lab-profile commands: `testbed lab up|down|status` (and what `testbed up --profile lab` calls)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from testbed.cli import app, console
+from testbed.config import load_testbed
+
+lab = typer.Typer(help="Bring the DRAFAS lab up or down on real servers with Ansible.",
+                  no_args_is_help=True)
+app.add_typer(lab, name="lab")
+
+Inventory = typer.Option(..., "-i", "--inventory", exists=True, dir_okay=False,
+                         help="Ansible inventory (see playbooks/inventory.example.yml).")
+RunDir = typer.Option(None, "--run-dir", help="Where events and logs go (default: runs/<time>-lab-*).")
+
+
+@lab.command("up")
+def up(inventory: Path = Inventory,
+       testbed_file: Path = typer.Option(None, "--testbed", "-t", help="Testbed YAML (default: built-in)."),
+       rendered: Path = typer.Option(None, "--rendered", help="Output dir of `testbed render`."),
+       manifests: Path = typer.Option(None, "--manifests", help="Service manifests (default: workloads/)."),
+       check: bool = typer.Option(False, "--check", help="Ansible check mode: report, change nothing."),
+       run_dir: Path = RunDir) -> None:
+    """Run playbooks/site.yml.
+
+    Example: testbed lab up -i inventory.yml --rendered rendered/ --check
+    """
+    from testbed.lab import lab_up
+
+    result = lab_up(load_testbed(testbed_file), inventory, check, run_dir,
+                    rendered_dir=rendered, manifests_dir=manifests, console=console)
+    console.print(f"[green]lab up{' (check mode)' if check else ''}:[/] {result.tasks_ok} tasks ok, "
+                  f"{result.total_changed} changed; events: {result.events_file}")
+
+
+@lab.command("down")
+def down(inventory: Path = Inventory, run_dir: Path = RunDir) -> None:
+    """Run playbooks/reset.yml: remove everything `lab up` started.
+
+    Example: testbed lab down -i inventory.yml
+    """
+    from testbed.lab import lab_down
+
+    result = lab_down(inventory, run_dir, console=console)
+    console.print(f"[green]lab down:[/] {result.total_changed} changes; events: {result.events_file}")
+
+
+@lab.command("status")
+def status(inventory: Path = Inventory, run_dir: Path = RunDir,
+           kubeconfig: Path = typer.Option(None, "--kubeconfig", help="Default: RUN_DIR/kubeconfig."),
+           prometheus: str = typer.Option(None, "--prometheus", help="e.g. http://gpu1:30090")) -> None:
+    """Show NFs, gNB/UEs, PDU sessions, nodes and GPU units, replicas and Prometheus targets.
+
+    Example: testbed lab status -i inventory.yml --run-dir runs/20250101T000000Z-lab-up --prometheus http://gpu1:30090
+    """
+    from testbed.lab import lab_status
+    from testbed.lab.bringup import new_run_dir
+
+    st = lab_status(inventory, run_dir or new_run_dir("status"), kubeconfig=kubeconfig,
+                    prometheus_url=prometheus, console=console)
+    units = Table("host", "unit", "state", title="testbed units")
+    for host, rows in st.units.items():
+        for unit, state in rows:
+            units.add_row(host, unit, state)
+    console.print(units)
+    for host, addrs in st.ue_addresses.items():
+        console.print(f"{host}: {len(addrs)} PDU sessions ({', '.join(addrs)})")
+    cluster = Table("node", "GPU units", title="cluster")
+    for node, gpu in st.nodes.items():
+        cluster.add_row(node, str(gpu))
+    console.print(cluster)
+    for name, (ready, want) in st.replicas.items():
+        console.print(f"deployment {name}: {ready}/{want} ready")
+    if st.prometheus_targets:
+        targets = ", ".join(f"{k} {v}" for k, v in st.prometheus_targets.items())
+        console.print(f"prometheus targets: {targets}")
+    for p in st.problems:
+        console.print(f"[yellow]{p}[/]")

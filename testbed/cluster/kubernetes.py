@@ -1,0 +1,261 @@
+"""Service replicas as Kubernetes Deployments: scale through the scale subresource, GPU units from the API.
+
+The lab profile's `ClusterBackend`. Each service is one Deployment in one namespace; the scaler
+patches `spec.replicas` of its scale subresource (the same call `kubectl scale` makes) and sees
+readiness from the Deployment's status. Resource units are the extended resource the NVIDIA
+device plugin advertises (`nvidia.com/gpu`): with MPS sharing of 4 partitions, one physical GPU
+shows as 4 allocatable units, and a replica requesting 1 unit gets one MPS partition.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from testbed.errors import ConfigError, ConfigProblem, MissingRequirement, StateError
+
+GPU_RESOURCE = "nvidia.com/gpu"
+# Pods in these phases hold no resources; the API server filters them out for us.
+LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+@dataclass(frozen=True)
+class KubeService:
+    """How one service maps onto the cluster.
+
+    `units_per_replica=None` reads the GPU request from the Deployment's pod template;
+    `endpoint=None` derives `http://<service>.<namespace>.svc.cluster.local:<port>` from the
+    Kubernetes Service of the same name (clients outside the cluster should set it explicitly,
+    e.g. to the Istio ingress gateway).
+    """
+
+    name: str
+    deployment: str | None = None
+    units_per_replica: int | None = None
+    endpoint: str | None = None
+
+    @property
+    def deployment_name(self) -> str:
+        return self.deployment or self.name
+
+
+def parse_quantity(value: str | int | float | None) -> float:
+    """A Kubernetes resource quantity ("4", "500m", "2Ki", "1G") as a number."""
+    if value is None:
+        return 0.0
+    if isinstance(value, int | float):
+        return float(value)
+    text = str(value).strip()
+    binary = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+    decimal = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+               "P": 1e15, "E": 1e18}
+    try:
+        for suffix, factor in binary.items():
+            if text.endswith(suffix):
+                return float(text[: -len(suffix)]) * factor
+        if text and text[-1] in decimal:
+            return float(text[:-1]) * decimal[text[-1]]
+        return float(text)
+    except ValueError:
+        raise ValueError(f"not a Kubernetes quantity: {value!r}") from None
+
+
+def _resource(resources: Any, name: str) -> float:
+    """A container's request for `name`; extended resources may set only limits (requests = limits)."""
+    if resources is None:
+        return 0.0
+    requests = getattr(resources, "requests", None) or {}
+    limits = getattr(resources, "limits", None) or {}
+    if name in requests:
+        return parse_quantity(requests[name])
+    return parse_quantity(limits.get(name))
+
+
+def pod_units(pod_spec: Any, resource: str = GPU_RESOURCE) -> int:
+    """Units one pod holds: the larger of its containers' sum and any single init container."""
+    containers = sum(_resource(c.resources, resource) for c in (pod_spec.containers or []))
+    init = max((_resource(c.resources, resource) for c in (pod_spec.init_containers or [])),
+               default=0.0)
+    return round(max(containers, init))
+
+
+class KubernetesCluster:
+    """Replicas of named services as Deployments in one namespace (implements `ClusterBackend`)."""
+
+    def __init__(self, services: Iterable[KubeService], namespace: str, *, apps_api: Any,
+                 core_api: Any, resource: str = GPU_RESOURCE,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self._services = {s.name: s for s in services}
+        if not self._services:
+            raise ConfigError([ConfigProblem("<kubernetes cluster>", None, "services",
+                                             "at least one service is needed")])
+        self.namespace = namespace
+        self.apps = apps_api
+        self.core = core_api
+        self.resource = resource
+        self._clock = clock
+        self._sleep = sleep
+
+    @classmethod
+    def connect(cls, services: Iterable[KubeService], namespace: str = "drafas", *,
+                kubeconfig: str | None = None, context: str | None = None,
+                resource: str = GPU_RESOURCE) -> KubernetesCluster:
+        """Connect with in-cluster config when running in a pod, else the kubeconfig file."""
+        try:
+            from kubernetes import client, config
+        except ImportError:
+            raise MissingRequirement(
+                "the Kubernetes backend needs the `kubernetes` package: pip install 'testbed[lab]'"
+            ) from None
+        try:
+            if kubeconfig is None and context is None:
+                try:
+                    config.load_incluster_config()
+                except config.ConfigException:
+                    config.load_kube_config()
+            else:
+                config.load_kube_config(config_file=kubeconfig, context=context)
+        except (config.ConfigException, FileNotFoundError, OSError) as exc:
+            raise MissingRequirement(
+                f"no Kubernetes configuration ({exc}); set KUBECONFIG or pass --kubeconfig"
+            ) from None
+        return cls(services, namespace, apps_api=client.AppsV1Api(), core_api=client.CoreV1Api(),
+                   resource=resource)
+
+    # --- ClusterBackend ---------------------------------------------------------------------
+
+    def services(self) -> list[str]:
+        return list(self._services)
+
+    def desired_replicas(self, service: str) -> int:
+        scale = self._call("read scale of", self._deployment(service),
+                           self.apps.read_namespaced_deployment_scale)
+        return int(scale.spec.replicas or 0)
+
+    def ready_replicas(self, service: str) -> int:
+        dep = self._call("read", self._deployment(service), self.apps.read_namespaced_deployment_status)
+        return int((dep.status and dep.status.ready_replicas) or 0)
+
+    def scale(self, service: str, replicas: int) -> None:
+        """Set the Deployment's replica count; refuses a scale-up the free units cannot hold."""
+        if replicas < 0:
+            raise StateError(f"{service}: cannot scale to {replicas} replicas")
+        current = self.desired_replicas(service)
+        extra_units = (replicas - current) * self.units_per_replica(service)
+        if extra_units > 0 and extra_units > self.free_units():
+            raise StateError(
+                f"{service}: scaling {current} → {replicas} needs {extra_units} {self.resource} "
+                f"units, {self.free_units()} free"
+            )
+        body = {"spec": {"replicas": int(replicas)}}
+        self._call("scale", self._deployment(service), self.apps.patch_namespaced_deployment_scale, body=body)
+
+    def units_per_replica(self, service: str) -> int:
+        svc = self._service(service)
+        if svc.units_per_replica is not None:
+            return svc.units_per_replica
+        dep = self._call("read", self._deployment(service), self.apps.read_namespaced_deployment)
+        return pod_units(dep.spec.template.spec, self.resource)
+
+    def total_units(self) -> int:
+        nodes = self._list("list nodes", self.core.list_node)
+        return round(sum(parse_quantity((n.status.allocatable or {}).get(self.resource))
+                         for n in nodes.items if n.status is not None))
+
+    def used_units(self) -> int:
+        """Units requested by every live pod in the cluster (other tenants' pods included)."""
+        pods = self._list("list pods", self.core.list_pod_for_all_namespaces,
+                          field_selector=LIVE_PODS)
+        return sum(pod_units(p.spec, self.resource) for p in pods.items if p.spec is not None)
+
+    def free_units(self) -> int:
+        return max(self.total_units() - self.used_units(), 0)
+
+    def endpoint(self, service: str) -> str:
+        svc = self._service(service)
+        if svc.endpoint:
+            return svc.endpoint.rstrip("/")
+        self._service(service)
+        k8s_svc = self._call("read service", service, self.core.read_namespaced_service)
+        ports = k8s_svc.spec.ports or []
+        if not ports:
+            raise StateError(f"Service {service!r} in namespace {self.namespace!r} has no ports")
+        return f"http://{k8s_svc.metadata.name}.{self.namespace}.svc.cluster.local:{ports[0].port}"
+
+    # --- beyond the protocol ----------------------------------------------------------------
+
+    def wait_ready(self, service: str, replicas: int | None = None, *, timeout_s: float = 300.0,
+                   poll_s: float = 2.0) -> int:
+        """Block until `replicas` (default: the desired count) are ready; StateError on timeout."""
+        want = self.desired_replicas(service) if replicas is None else replicas
+        deadline = self._clock() + timeout_s
+        while True:
+            ready = self.ready_replicas(service)
+            if ready >= want:
+                return ready
+            if self._clock() >= deadline:
+                raise StateError(
+                    f"{service}: {ready}/{want} replicas ready after {timeout_s:g} s in namespace "
+                    f"{self.namespace!r} (kubectl -n {self.namespace} describe deployment "
+                    f"{self._deployment(service)})"
+                )
+            self._sleep(poll_s)
+
+    def gpu_nodes(self) -> dict[str, int]:
+        """Allocatable units per node, for nodes that have any (MPS partitions on the lab)."""
+        nodes = self._list("list nodes", self.core.list_node)
+        out: dict[str, int] = {}
+        for n in nodes.items:
+            units = round(parse_quantity(((n.status and n.status.allocatable) or {}).get(self.resource)))
+            if units:
+                out[n.metadata.name] = units
+        return out
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _service(self, service: str) -> KubeService:
+        try:
+            return self._services[service]
+        except KeyError:
+            raise ConfigError([ConfigProblem("<kubernetes cluster>", None, "service",
+                                             f"unknown service {service!r} (known: "
+                                             f"{', '.join(self._services)})")]) from None
+
+    def _deployment(self, service: str) -> str:
+        return self._service(service).deployment_name
+
+    def _call(self, what: str, name: str, method: Callable[..., Any], **kwargs: Any) -> Any:
+        try:
+            return method(name, self.namespace, **kwargs)
+        except Exception as exc:
+            raise _translate(exc, f"{what} {name!r} in namespace {self.namespace!r}") from None
+
+    def _list(self, what: str, method: Callable[..., Any], **kwargs: Any) -> Any:
+        try:
+            return method(**kwargs)
+        except Exception as exc:
+            raise _translate(exc, what) from None
+
+
+def _translate(exc: Exception, what: str) -> Exception:
+    """API and connection failures as harness errors that say what was being done."""
+    status = getattr(exc, "status", None)
+    reason = getattr(exc, "reason", None) or type(exc).__name__
+    if status == 404:
+        return StateError(f"cannot {what}: not found")
+    if status in (401, 403):
+        return MissingRequirement(f"cannot {what}: the API server refused ({status} {reason}); "
+                                  "check the kubeconfig's credentials and RBAC")
+    if isinstance(status, int):
+        return StateError(f"cannot {what}: API error {status} {reason}")
+    if isinstance(exc, OSError | ConnectionError) or "MaxRetryError" in type(exc).__name__:
+        return MissingRequirement(f"cannot {what}: Kubernetes API server unreachable ({exc})")
+    return exc
+
+
+def services_from_mapping(doc: Mapping[str, Mapping[str, Any]]) -> list[KubeService]:
+    """`{chatbot: {deployment: ..., units_per_replica: 1, endpoint: ...}}` → KubeService list."""
+    return [KubeService(name, **dict(fields or {})) for name, fields in doc.items()]

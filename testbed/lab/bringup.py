@@ -1,0 +1,200 @@
+"""`testbed up/down/status --profile lab`: prepare the run directory, run the playbooks, read the state back.
+
+`lab_up` copies the rendered Open5GS/UERANSIM configs into the run directory (so a run is
+self-contained), adds the slice shaping script, and runs site.yml with the spec as extra
+variables; `lab_down` runs reset.yml; `lab_status` reads units and PDU sessions from the hosts
+(status.yml), nodes, GPU units and replicas from the cluster, and targets from Prometheus.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from testbed.config import TestbedSpec, load_yaml_file
+from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
+from testbed.lab.runner import PLAYBOOKS_DIR, PlaybookResult, run_playbook
+from testbed.lab.shaping_script import shaping_script
+
+REPO_ROOT = PLAYBOOKS_DIR.parent
+DEFAULT_NAMESPACE = "drafas"
+
+
+def new_run_dir(kind: str, base: Path = Path("runs")) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = base / f"{stamp}-lab-{kind}"
+    path.mkdir(parents=True, exist_ok=False)
+    return path
+
+
+def upf_instances(rendered: Path) -> list[dict[str, Any]]:
+    """Each rendered `open5gs/upf*.yaml` with its sessions (subnet, gateway, TUN device)."""
+    out = []
+    for path in sorted((rendered / "open5gs").glob("upf*.yaml")):
+        doc = load_yaml_file(path)
+        sessions = ((doc.data or {}).get("upf") or {}).get("session") or []
+        if not sessions:
+            raise ConfigError([ConfigProblem(str(path), doc.line_of(("upf",)), "upf.session",
+                                             "a UPF needs at least one session subnet")])
+        norm = []
+        for i, s in enumerate(sessions):
+            if "subnet" not in s:
+                raise ConfigError([doc.problem(("upf", "session", i), "session has no subnet")])
+            net = str(s["subnet"])
+            head, _, _ = net.partition("/")
+            octets = head.split(".")
+            gateway = s.get("gateway") or ".".join([*octets[:3], str(int(octets[3]) + 1)])
+            norm.append({"subnet": net, "gateway": str(gateway), "dev": s.get("dev", "ogstun")})
+        out.append({"stem": path.stem, "sessions": norm})
+    return out
+
+
+def _render(spec: TestbedSpec, dest: Path) -> None:
+    """Render with the core/RAN renderers when this checkout has them."""
+    try:
+        from testbed.core import render as core_render  # type: ignore[attr-defined]
+        from testbed.ran import render as ran_render  # type: ignore[attr-defined]
+    except ImportError:
+        raise MissingRequirement(
+            "no rendered configs: run `testbed render open5gs -o DIR` and "
+            "`testbed render ueransim -o DIR`, then pass --rendered DIR"
+        ) from None
+    core_render.render_open5gs(spec, dest / "open5gs")
+    ran_render.render_ueransim(spec, dest / "ueransim")
+
+
+def prepare_rendered(spec: TestbedSpec, run_dir: Path, rendered_dir: Path | None) -> Path:
+    """run_dir/rendered: open5gs/, ueransim/ and shaping/tb-slice-shaping.sh."""
+    dest = run_dir / "rendered"
+    if dest.exists():
+        shutil.rmtree(dest)
+    if rendered_dir is None:
+        _render(spec, dest)
+    else:
+        for part in ("open5gs", "ueransim"):
+            if not (rendered_dir / part).is_dir():
+                raise MissingRequirement(f"{rendered_dir / part} is missing: render it with "
+                                         f"`testbed render {part} -o {rendered_dir}`")
+        shutil.copytree(rendered_dir, dest)
+    for group in spec.ue_groups:
+        if not (dest / "ueransim" / f"ue-{group.name}.yaml").is_file():
+            raise MissingRequirement(f"{dest / 'ueransim'} has no ue-{group.name}.yaml for UE group "
+                                     f"{group.name!r}")
+    if not (dest / "ueransim" / "gnb.yaml").is_file():
+        raise MissingRequirement(f"{dest / 'ueransim'} has no gnb.yaml")
+    (dest / "shaping").mkdir(exist_ok=True)
+    script = dest / "shaping" / "tb-slice-shaping.sh"
+    script.write_text(shaping_script(spec))
+    script.chmod(0o755)
+    return dest
+
+
+def lab_extravars(spec: TestbedSpec, run_dir: Path, rendered: Path,
+                  manifests_dir: Path) -> dict[str, Any]:
+    return {
+        "testbed_spec": spec.model_dump(mode="json"),
+        "testbed_rendered_dir": str(rendered.resolve()),
+        "testbed_manifests_dir": str(manifests_dir.resolve()),
+        "testbed_upf_instances": upf_instances(rendered),
+        "testbed_run_dir": str(run_dir.resolve()),
+    }
+
+
+def lab_up(spec: TestbedSpec, inventory: Path, check: bool = False, run_dir: Path | None = None,
+           *, rendered_dir: Path | None = None, manifests_dir: Path | None = None,
+           console: Console | None = None) -> PlaybookResult:
+    """Bring the lab up (site.yml); with `check`, Ansible's check mode changes nothing."""
+    manifests_dir = manifests_dir or REPO_ROOT / "workloads"
+    if not manifests_dir.is_dir():
+        raise MissingRequirement(f"service manifests not found: {manifests_dir} "
+                                 "(pass --manifests DIR)")
+    run_dir = run_dir or new_run_dir("check" if check else "up")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rendered = prepare_rendered(spec, run_dir, rendered_dir)
+    extravars = lab_extravars(spec, run_dir, rendered, manifests_dir)
+    (run_dir / "lab.json").write_text(json.dumps(
+        {"inventory": str(Path(inventory).resolve()), "check": check, "extravars": extravars},
+        indent=2))
+    return run_playbook("site.yml", inventory=inventory, run_dir=run_dir, extravars=extravars,
+                        check=check, console=console)
+
+
+def lab_down(inventory: Path, run_dir: Path | None = None, *, check: bool = False,
+             console: Console | None = None) -> PlaybookResult:
+    """Undo `lab_up` (reset.yml); safe on a half-done bring-up and when run twice."""
+    run_dir = run_dir or new_run_dir("down")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_playbook("reset.yml", inventory=inventory, run_dir=run_dir,
+                        extravars={"testbed_run_dir": str(run_dir.resolve())}, check=check,
+                        console=console)
+
+
+@dataclass
+class LabStatus:
+    units: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # host -> (unit, state)
+    ue_addresses: dict[str, list[str]] = field(default_factory=dict)  # host -> uesimtun addresses
+    nodes: dict[str, int] = field(default_factory=dict)  # node -> allocatable GPU units
+    replicas: dict[str, tuple[int, int]] = field(default_factory=dict)  # deployment -> (ready, want)
+    prometheus_targets: dict[str, int] = field(default_factory=dict)  # health -> count
+    problems: list[str] = field(default_factory=list)
+
+
+def parse_status_events(events_file: Path, status: LabStatus) -> None:
+    """Fill units and UE addresses from status.yml's runner events."""
+    for line in events_file.read_text().splitlines():
+        ev = json.loads(line)
+        if ev.get("event") != "runner_on_ok":
+            continue
+        data = ev.get("event_data") or {}
+        host, task, res = data.get("host", "?"), data.get("task", ""), data.get("res") or {}
+        if task == "List the testbed units":
+            rows = [r.split() for r in res.get("stdout_lines", []) if r.strip()]
+            status.units[host] = [(r[0], r[3] if len(r) > 3 else "?") for r in rows]
+        elif task.startswith("List the UE addresses") and "stdout_lines" in res:
+            addrs = [r.split()[3] for r in res["stdout_lines"] if "uesimtun" in r and len(r.split()) > 3]
+            status.ue_addresses[host] = addrs
+
+
+def lab_status(inventory: Path, run_dir: Path, *, kubeconfig: Path | None = None,
+               prometheus_url: str | None = None, namespace: str = DEFAULT_NAMESPACE,
+               console: Console | None = None) -> LabStatus:
+    """What runs on the lab; a part that cannot be reached becomes a line in `problems`."""
+    status = LabStatus()
+    result = run_playbook("status.yml", inventory=inventory, run_dir=run_dir, extravars={},
+                          console=console)
+    parse_status_events(result.events_file, status)
+    kubeconfig = kubeconfig or run_dir / "kubeconfig"
+    try:
+        _cluster_status(kubeconfig, namespace, status)
+    except Exception as exc:  # report, don't crash: the host part is still worth showing
+        status.problems.append(f"cluster: {exc}")
+    if prometheus_url:
+        try:
+            with urllib.request.urlopen(f"{prometheus_url.rstrip('/')}/api/v1/targets?state=active",
+                                        timeout=10) as resp:
+                doc = json.load(resp)
+            for t in doc["data"]["activeTargets"]:
+                status.prometheus_targets[t["health"]] = status.prometheus_targets.get(t["health"], 0) + 1
+        except Exception as exc:
+            status.problems.append(f"prometheus: {exc}")
+    return status
+
+
+def _cluster_status(kubeconfig: Path, namespace: str, status: LabStatus) -> None:
+    from kubernetes import client, config
+
+    if not kubeconfig.is_file():
+        raise MissingRequirement(f"no kubeconfig at {kubeconfig} (lab_up saves it there)")
+    config.load_kube_config(config_file=str(kubeconfig))
+    core = client.CoreV1Api()
+    for n in core.list_node(_request_timeout=10).items:
+        status.nodes[n.metadata.name] = int((n.status.allocatable or {}).get("nvidia.com/gpu", 0))
+    for d in client.AppsV1Api().list_namespaced_deployment(namespace, _request_timeout=10).items:
+        status.replicas[d.metadata.name] = (d.status.ready_replicas or 0, d.spec.replicas or 0)

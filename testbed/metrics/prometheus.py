@@ -1,0 +1,204 @@
+"""A scaler period's `WindowMetrics` from Istio/Envoy metrics in Prometheus, by PromQL over HTTP.
+
+The lab's metrics backend, measuring what the local profile's in-process load balancer measures:
+
+- completed requests and failures: Istio's `istio_requests_total` (reporter="destination");
+- SLO violations: failures plus successes above the SLO bucket of
+  `istio_request_duration_milliseconds_bucket` (the bucket boundary must equal the SLO, set per pod
+  with the `sidecar.istio.io/statsHistogramBuckets` annotation);
+- mean processing time: the same histogram's `_sum / _count`;
+- in flight per replica: Envoy's `envoy_cluster_upstream_rq_active` of each pod's inbound cluster
+  (enabled by the mesh's `proxyStatsMatcher`), scraped every second, so the dissertation's
+  instance utilization -- the mean over the window, sampled each second, of the mean over
+  replicas of min(in_flight, capacity) / capacity -- is a `[Ns:1s]` subquery;
+- arrivals: completions plus the change of requests in flight over the window (conservation;
+  Istio counts a request only when it completes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from testbed.errors import MissingRequirement, StateError
+from testbed.metrics.window import WindowMetrics
+
+Fetch = Callable[[str, float], bytes]  # (url, timeout_s) -> body
+
+
+@dataclass(frozen=True)
+class PromService:
+    """How one service appears in the lab's metrics.
+
+    `slo_ms` must be one of the boundaries of the duration histogram; `capacity` is the number of
+    requests one replica processes in parallel (the dissertation's `capacity_per_inst`).
+    """
+
+    name: str
+    slo_ms: float
+    capacity: int = 1
+    namespace: str = "drafas"
+    app: str | None = None  # pod label `app`; defaults to the service name
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise ValueError(f"{self.name}: capacity must be at least 1, got {self.capacity}")
+        if self.slo_ms <= 0:
+            raise ValueError(f"{self.name}: slo_ms must be positive, got {self.slo_ms}")
+
+
+def _le(value: float) -> str:
+    """A regex for a bucket's `le` label: Envoy writes "1000", Prometheus 3 normalises to "1000.0"."""
+    text = f"{value:g}" if value != int(value) else str(int(value))
+    return text.replace(".", "\\\\.") + "(\\\\.0)?"
+
+
+def _dur(seconds: float) -> str:
+    return f"{max(round(seconds), 1)}s"
+
+
+@dataclass(frozen=True)
+class WindowQueries:
+    """The PromQL for one service and window length, each returning one scalar-like vector."""
+
+    completed: str
+    failed: str
+    within_slo: str
+    latency_sum_ms: str
+    latency_count: str
+    utilization: str
+    in_flight_now: str
+    in_flight_before: str
+    instances: str
+
+    @classmethod
+    def build(cls, svc: PromService, seconds: float) -> WindowQueries:
+        w = _dur(seconds)
+        req = (f'reporter="destination",destination_workload_namespace="{svc.namespace}",'
+               f'destination_service_name="{svc.name}"')
+        pod = (f'namespace="{svc.namespace}",app="{svc.app or svc.name}",'
+               f'cluster_name=~"inbound\\\\|.*"')
+        active = f"sum by (pod) (envoy_cluster_upstream_rq_active{{{pod}}})"
+        ok = f'{req},response_code=~"2.."'
+        return cls(
+            completed=f"sum(increase(istio_requests_total{{{req}}}[{w}]))",
+            failed=f'sum(increase(istio_requests_total{{{req},response_code!~"2.."}}[{w}]))',
+            within_slo=(f"sum(increase(istio_request_duration_milliseconds_bucket"
+                        f'{{{ok},le=~"{_le(svc.slo_ms)}"}}[{w}]))'),
+            latency_sum_ms=f"sum(increase(istio_request_duration_milliseconds_sum{{{ok}}}[{w}]))",
+            latency_count=f"sum(increase(istio_request_duration_milliseconds_count{{{ok}}}[{w}]))",
+            utilization=(f"avg_over_time((avg(clamp_max({active} / {svc.capacity}, 1)))"
+                         f"[{w}:1s])"),
+            in_flight_now=f"sum({active})",
+            in_flight_before=f"sum({active} offset {w})",
+            instances=f"count({active})",
+        )
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self.__dict__.items())
+
+
+def parse_response(body: bytes | str, query: str = "") -> float | None:
+    """The single number of an instant-query answer; None when the result is empty.
+
+    Handles the documented shapes: `{"status": "success", "data": {"resultType": "vector",
+    "result": [{"metric": {...}, "value": [ts, "1.5"]}]}}`, `"scalar"` (`"result": [ts, "1"]`),
+    `"matrix"` (last value of each series, summed), and `{"status": "error", ...}`.
+    """
+    try:
+        doc = json.loads(body)
+    except (ValueError, TypeError) as exc:
+        raise StateError(f"Prometheus answered with something that is not JSON ({exc}): {query}") \
+            from None
+    if doc.get("status") != "success":
+        raise StateError(f"Prometheus rejected the query ({doc.get('errorType', '?')}: "
+                         f"{doc.get('error', 'no error message')}): {query}")
+    data = doc.get("data") or {}
+    kind, result = data.get("resultType"), data.get("result")
+    if kind == "scalar":
+        return _number(result[1])
+    if kind == "vector":
+        values = [_number(r["value"][1]) for r in result]
+    elif kind == "matrix":
+        values = [_number(r["values"][-1][1]) for r in result if r.get("values")]
+    else:
+        raise StateError(f"Prometheus answered an unexpected result type {kind!r}: {query}")
+    values = [v for v in values if v is not None]
+    return sum(values) if values else None
+
+
+def _number(text: str) -> float | None:
+    value = float(text)  # Prometheus sends "NaN", "+Inf", "-Inf" as strings too
+    return None if math.isnan(value) else value
+
+
+def _urllib_fetch(url: str, timeout_s: float) -> bytes:
+    req = urllib.request.Request(url, headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return resp.read()
+    except urllib.error.HTTPError as exc:
+        # 400/422 carry the JSON error document that says what was wrong with the query.
+        return exc.read()
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise MissingRequirement(f"Prometheus at {url.split('/api/')[0]} is unreachable: {reason}") \
+            from None
+
+
+class PrometheusMetrics:
+    """`window(service, seconds)` → WindowMetrics from the lab's Prometheus HTTP API."""
+
+    def __init__(self, base_url: str, services: Iterable[PromService], *, timeout_s: float = 10.0,
+                 fetch: Fetch = _urllib_fetch, clock: Callable[[], float] = time.time):
+        self.base_url = base_url.rstrip("/")
+        self._services = {s.name: s for s in services}
+        self.timeout_s = timeout_s
+        self._fetch = fetch
+        self._clock = clock
+
+    def query(self, promql: str, at: float | None = None) -> float | None:
+        """One instant query (GET /api/v1/query) evaluated at `at` (Unix seconds, default now)."""
+        params = {"query": promql, "time": f"{self._clock() if at is None else at:.3f}"}
+        url = f"{self.base_url}/api/v1/query?{urllib.parse.urlencode(params)}"
+        return parse_response(self._fetch(url, self.timeout_s), promql)
+
+    def window(self, service: str, seconds: float, *, end: float | None = None) -> WindowMetrics:
+        """The window of `seconds` ending at `end` (default now), all queries at the same instant."""
+        try:
+            svc = self._services[service]
+        except KeyError:
+            raise StateError(f"no metrics configured for service {service!r} "
+                             f"(known: {', '.join(self._services)})") from None
+        at = self._clock() if end is None else end
+        q = WindowQueries.build(svc, seconds)
+        v = {name: self.query(promql, at) for name, promql in q.items()}
+        completed = round(v["completed"] or 0)
+        failed = round(v["failed"] or 0)
+        successes = completed - failed
+        within = round(v["within_slo"] or 0)
+        slow = max(successes - within, 0)
+        change = (v["in_flight_now"] or 0) - (v["in_flight_before"] or 0)
+        count = v["latency_count"] or 0
+        return WindowMetrics(
+            service=service,
+            seconds=float(seconds),
+            arrivals=max(round(completed + change), 0),
+            completed=completed,
+            violations=min(failed + slow, completed),
+            utilization=min(max(v["utilization"] or 0.0, 0.0), 1.0),
+            instances=round(v["instances"] or 0),
+            mean_proc_time_ms=(v["latency_sum_ms"] or 0) / count if count > 0 else None,
+        )
+
+    async def window_async(self, service: str, seconds: float, *,
+                           end: float | None = None) -> WindowMetrics:
+        """`window` off the event loop, for the asyncio scaler loop."""
+        return await asyncio.to_thread(self.window, service, seconds, end=end)

@@ -1,0 +1,235 @@
+"""KubernetesCluster: request bodies and accounting against a fake API; a real cluster if KUBECONFIG."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+client = pytest.importorskip("kubernetes.client", reason="the lab extra (kubernetes) is not installed")
+ApiException = pytest.importorskip("kubernetes.client.rest").ApiException
+
+from testbed.cluster import ClusterBackend  # noqa: E402
+from testbed.cluster.kubernetes import (  # noqa: E402
+    KubernetesCluster,
+    KubeService,
+    parse_quantity,
+    pod_units,
+)
+from testbed.errors import MissingRequirement, StateError  # noqa: E402
+
+
+def _pod_spec(gpu_per_container: list[str | None], init_gpu: str | None = None) -> client.V1PodSpec:
+    def container(name: str, gpu: str | None) -> client.V1Container:
+        limits = {"cpu": "2", "memory": "4Gi"}
+        if gpu is not None:
+            limits["nvidia.com/gpu"] = gpu
+        return client.V1Container(name=name, image="x", resources=client.V1ResourceRequirements(
+            limits=limits))
+
+    init = [container("init", init_gpu)] if init_gpu is not None else None
+    return client.V1PodSpec(containers=[container(f"c{i}", g) for i, g in enumerate(gpu_per_container)],
+                            init_containers=init)
+
+
+class FakeAppsApi:
+    """Stands in for kubernetes.client.AppsV1Api: records calls, keeps one replica count per Deployment."""
+
+    def __init__(self, deployments: dict[str, tuple[int, int, int]]):
+        # name -> (desired, ready, gpu units per pod)
+        self.state = {k: list(v) for k, v in deployments.items()}
+        self.calls: list[tuple[str, str, str, object]] = []
+
+    def _get(self, name: str, namespace: str) -> list[int]:
+        if name not in self.state:
+            raise ApiException(status=404, reason="Not Found")
+        return self.state[name]
+
+    def read_namespaced_deployment_scale(self, name: str, namespace: str) -> client.V1Scale:
+        self.calls.append(("read_scale", name, namespace, None))
+        desired, ready, _ = self._get(name, namespace)
+        return client.V1Scale(metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+                              spec=client.V1ScaleSpec(replicas=desired),
+                              status=client.V1ScaleStatus(replicas=ready))
+
+    def patch_namespaced_deployment_scale(self, name: str, namespace: str, body: object) -> client.V1Scale:
+        self.calls.append(("patch_scale", name, namespace, body))
+        self._get(name, namespace)[0] = body["spec"]["replicas"]  # type: ignore[index]
+        return self.read_namespaced_deployment_scale(name, namespace)
+
+    def read_namespaced_deployment_status(self, name: str, namespace: str) -> client.V1Deployment:
+        self.calls.append(("read_status", name, namespace, None))
+        return self._deployment(name, namespace)
+
+    def read_namespaced_deployment(self, name: str, namespace: str) -> client.V1Deployment:
+        self.calls.append(("read", name, namespace, None))
+        return self._deployment(name, namespace)
+
+    def _deployment(self, name: str, namespace: str) -> client.V1Deployment:
+        desired, ready, units = self._get(name, namespace)
+        return client.V1Deployment(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+            spec=client.V1DeploymentSpec(
+                replicas=desired, selector=client.V1LabelSelector(match_labels={"app": name}),
+                template=client.V1PodTemplateSpec(spec=_pod_spec([str(units)]))),
+            status=client.V1DeploymentStatus(replicas=desired, ready_replicas=ready or None))
+
+
+class FakeCoreApi:
+    """Stands in for kubernetes.client.CoreV1Api: fixed nodes, pods and Services."""
+
+    def __init__(self, node_units: dict[str, str | None], pod_units: list[int]):
+        self.node_units = node_units
+        self.pod_units = pod_units
+        self.field_selectors: list[str | None] = []
+
+    def list_node(self) -> client.V1NodeList:
+        items = []
+        for name, units in self.node_units.items():
+            alloc = {"cpu": "16", "memory": "64Gi"}
+            if units is not None:
+                alloc["nvidia.com/gpu"] = units
+            items.append(client.V1Node(metadata=client.V1ObjectMeta(name=name),
+                                       status=client.V1NodeStatus(allocatable=alloc)))
+        return client.V1NodeList(items=items)
+
+    def list_pod_for_all_namespaces(self, field_selector: str | None = None) -> client.V1PodList:
+        self.field_selectors.append(field_selector)
+        return client.V1PodList(items=[client.V1Pod(spec=_pod_spec([str(u)])) for u in self.pod_units])
+
+    def read_namespaced_service(self, name: str, namespace: str) -> client.V1Service:
+        return client.V1Service(metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+                                spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=8080)]))
+
+
+def _cluster(apps: FakeAppsApi, core: FakeCoreApi, **kw: object) -> KubernetesCluster:
+    services = [KubeService("chatbot", deployment="chatbot-ollama"), KubeService("resnet"),
+                KubeService("tts", units_per_replica=2, endpoint="http://10.0.0.5:31080/")]
+    return KubernetesCluster(services, "drafas", apps_api=apps, core_api=core, **kw)  # type: ignore[arg-type]
+
+
+def test_quantities() -> None:
+    assert parse_quantity("4") == 4
+    assert parse_quantity("500m") == 0.5
+    assert parse_quantity("2Ki") == 2048
+    assert parse_quantity(None) == 0
+    with pytest.raises(ValueError, match="quantity"):
+        parse_quantity("four")
+
+
+def test_pod_units_uses_limits_and_init_max() -> None:
+    assert pod_units(_pod_spec(["1", "1"])) == 2
+    assert pod_units(_pod_spec(["1", None], init_gpu="3")) == 3
+    assert pod_units(_pod_spec([None])) == 0
+
+
+def test_scale_patches_the_scale_subresource_with_replicas_only() -> None:
+    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 2)})
+    core = FakeCoreApi({"gpu1": "4", "gpu2": "4", "cpu1": None}, [1, 1, 2])
+    cluster = _cluster(apps, core)
+    assert isinstance(cluster, ClusterBackend)
+    cluster.scale("chatbot", 3)
+    patches = [c for c in apps.calls if c[0] == "patch_scale"]
+    assert patches == [("patch_scale", "chatbot-ollama", "drafas", {"spec": {"replicas": 3}})]
+    assert cluster.desired_replicas("chatbot") == 3
+
+
+def test_units_come_from_node_allocatable_and_live_pod_requests() -> None:
+    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (2, 2, 1), "tts": (1, 1, 2)})
+    core = FakeCoreApi({"gpu1": "4", "gpu2": "4", "cpu1": None}, [1, 1, 1, 2])
+    cluster = _cluster(apps, core)
+    assert cluster.total_units() == 8
+    assert cluster.free_units() == 3
+    assert cluster.gpu_nodes() == {"gpu1": 4, "gpu2": 4}
+    assert core.field_selectors[-1] == "status.phase!=Succeeded,status.phase!=Failed"
+    assert cluster.units_per_replica("resnet") == 1  # from the pod template
+    assert cluster.units_per_replica("tts") == 2  # configured, no API call
+    assert ("read", "tts", "drafas", None) not in apps.calls
+
+
+def test_scale_up_beyond_free_units_is_refused_without_patching() -> None:
+    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 2)})
+    core = FakeCoreApi({"gpu1": "4"}, [1, 1, 2])
+    cluster = _cluster(apps, core)
+    with pytest.raises(StateError, match=r"needs 2 nvidia.com/gpu units, 0 free"):
+        cluster.scale("tts", 2)
+    assert not [c for c in apps.calls if c[0] == "patch_scale"]
+    cluster.scale("tts", 0)  # scaling down never needs free units
+    assert apps.state["tts"][0] == 0
+
+
+def test_ready_replicas_and_wait_ready_timeout() -> None:
+    apps = FakeAppsApi({"chatbot-ollama": (3, 1, 1), "resnet": (0, 0, 1), "tts": (1, 1, 2)})
+    core = FakeCoreApi({"gpu1": "4"}, [])
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+        apps.state["chatbot-ollama"][1] = min(apps.state["chatbot-ollama"][1] + 1, 2)
+
+    cluster = _cluster(apps, core, clock=lambda: now[0], sleep=sleep)
+    assert cluster.ready_replicas("resnet") == 0  # status.readyReplicas absent means 0
+    assert cluster.wait_ready("chatbot", 2, timeout_s=10, poll_s=1) == 2
+    with pytest.raises(StateError, match=r"chatbot: 2/3 replicas ready after 10 s"):
+        cluster.wait_ready("chatbot", timeout_s=10, poll_s=1)
+
+
+def test_endpoints_and_errors() -> None:
+    apps = FakeAppsApi({"resnet": (1, 1, 1)})
+    cluster = _cluster(apps, FakeCoreApi({}, []))
+    assert cluster.endpoint("tts") == "http://10.0.0.5:31080"
+    assert cluster.endpoint("resnet") == "http://resnet.drafas.svc.cluster.local:8080"
+    with pytest.raises(StateError, match=r"'chatbot-ollama' in namespace 'drafas': not found"):
+        cluster.desired_replicas("chatbot")
+    with pytest.raises(Exception, match="unknown service 'nope'"):
+        cluster.scale("nope", 1)
+
+
+def test_forbidden_is_a_missing_requirement() -> None:
+    class ForbiddenAppsApi(FakeAppsApi):
+        def read_namespaced_deployment_scale(self, name: str, namespace: str) -> client.V1Scale:
+            raise ApiException(status=403, reason="Forbidden")
+
+    cluster = _cluster(ForbiddenAppsApi({}), FakeCoreApi({}, []))
+    with pytest.raises(MissingRequirement, match="403 Forbidden"):
+        cluster.desired_replicas("resnet")
+
+
+def _real_cluster_or_skip() -> tuple[object, object]:
+    if not os.environ.get("KUBECONFIG"):
+        pytest.skip("KUBECONFIG is not set: no real API server to test against")
+    from kubernetes import config
+
+    config.load_kube_config()
+    core = client.CoreV1Api()
+    try:
+        core.list_namespace(limit=1, _request_timeout=5)
+    except Exception as exc:
+        pytest.skip(f"the API server in KUBECONFIG is unreachable: {exc}")
+    return client.AppsV1Api(), core
+
+
+def test_real_api_server_scale_roundtrip() -> None:
+    apps, core = _real_cluster_or_skip()
+    ns = f"tb-test-{os.getpid()}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))  # type: ignore[attr-defined]
+    try:
+        labels = {"app": "tb-pause"}
+        dep = client.V1Deployment(
+            metadata=client.V1ObjectMeta(name="tb-pause"),
+            spec=client.V1DeploymentSpec(
+                replicas=0, selector=client.V1LabelSelector(match_labels=labels),
+                template=client.V1PodTemplateSpec(
+                    metadata=client.V1ObjectMeta(labels=labels),
+                    spec=client.V1PodSpec(containers=[client.V1Container(
+                        name="pause", image="registry.k8s.io/pause:3.9")]))))
+        apps.create_namespaced_deployment(ns, dep)  # type: ignore[attr-defined]
+        cluster = KubernetesCluster.connect([KubeService("pause", deployment="tb-pause",
+                                                         units_per_replica=0)], ns)
+        assert cluster.desired_replicas("pause") == 0
+        cluster.scale("pause", 1)
+        assert cluster.desired_replicas("pause") == 1
+        assert cluster.wait_ready("pause", timeout_s=120) == 1
+        assert cluster.total_units() >= 0
+    finally:
+        core.delete_namespace(ns)  # type: ignore[attr-defined]

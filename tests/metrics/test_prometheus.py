@@ -1,0 +1,144 @@
+"""PrometheusMetrics: the PromQL it sends and how it reads the HTTP API's documented answers."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from testbed.errors import MissingRequirement, StateError
+from testbed.metrics.prometheus import PrometheusMetrics, PromService, WindowQueries, parse_response
+
+# Shapes as documented at https://prometheus.io/docs/prometheus/latest/querying/api/
+VECTOR = {"status": "success", "data": {"resultType": "vector", "result": [
+    {"metric": {"pod": "resnet-7d9c-abcde"}, "value": [1735689600.0, "1.5"]},
+    {"metric": {"pod": "resnet-7d9c-fghij"}, "value": [1735689600.0, "2"]}]}}
+EMPTY = {"status": "success", "data": {"resultType": "vector", "result": []}}
+SCALAR = {"status": "success", "data": {"resultType": "scalar", "result": [1735689600.0, "42"]}}
+MATRIX = {"status": "success", "data": {"resultType": "matrix", "result": [
+    {"metric": {"pod": "a"}, "values": [[1735689570, "1"], [1735689600, "3"]]}]}}
+NAN = {"status": "success", "data": {"resultType": "vector", "result": [
+    {"metric": {}, "value": [1735689600.0, "NaN"]}]}}
+ERROR = {"status": "error", "errorType": "bad_data",
+         "error": 'invalid parameter "query": 1:6: parse error: unexpected "}"'}
+
+
+def test_parse_documented_shapes() -> None:
+    assert parse_response(json.dumps(VECTOR)) == 3.5
+    assert parse_response(json.dumps(EMPTY)) is None
+    assert parse_response(json.dumps(SCALAR)) == 42
+    assert parse_response(json.dumps(MATRIX)) == 3
+    assert parse_response(json.dumps(NAN)) is None
+    with pytest.raises(StateError, match="bad_data: invalid parameter"):
+        parse_response(json.dumps(ERROR), "sum(x")
+    with pytest.raises(StateError, match="not JSON"):
+        parse_response(b"<html>502 Bad Gateway</html>")
+
+
+def test_queries_use_istio_names_slo_bucket_and_per_second_subquery() -> None:
+    q = WindowQueries.build(PromService("resnet", slo_ms=1000, capacity=4), 30)
+    assert q.completed == ('sum(increase(istio_requests_total{reporter="destination",'
+                           'destination_workload_namespace="drafas",destination_service_name="resnet"}[30s]))')
+    assert 'response_code!~"2.."' in q.failed
+    assert 'istio_request_duration_milliseconds_bucket{' in q.within_slo
+    assert 'le=~"1000(\\\\.0)?"' in q.within_slo
+    assert q.utilization == (
+        'avg_over_time((avg(clamp_max(sum by (pod) (envoy_cluster_upstream_rq_active{namespace="drafas",'
+        'app="resnet",cluster_name=~"inbound\\\\|.*"}) / 4, 1)))[30s:1s])')
+    assert q.in_flight_before.endswith("offset 30s)")
+    q2 = WindowQueries.build(PromService("tts", slo_ms=2.5, app="coqui", namespace="ai"), 7.6)
+    assert 'le=~"2\\\\.5(\\\\.0)?"' in q2.within_slo and "[8s:1s]" in q2.utilization
+    assert 'app="coqui"' in q2.instances and 'namespace="ai"' in q2.instances
+    with pytest.raises(ValueError, match="capacity"):
+        PromService("x", slo_ms=100, capacity=0)
+
+
+def _answers(values: dict[str, str | None]) -> dict[str, bytes]:
+    q = WindowQueries.build(PromService("resnet", slo_ms=1000, capacity=2), 30)
+    out = {}
+    for name, promql in q.items():
+        value = values.get(name)
+        result = [] if value is None else [{"metric": {}, "value": [1735689600.0, value]}]
+        out[promql] = json.dumps({"status": "success",
+                                  "data": {"resultType": "vector", "result": result}}).encode()
+    return out
+
+
+def test_window_combines_the_answers() -> None:
+    answers = _answers({"completed": "59.8", "failed": "2", "within_slo": "50.2",
+                        "latency_sum_ms": "29000", "latency_count": "58", "utilization": "0.6",
+                        "in_flight_now": "3", "in_flight_before": "1", "instances": "2"})
+    urls: list[str] = []
+
+    def fetch(url: str, timeout_s: float) -> bytes:
+        urls.append(url)
+        params = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+        assert params["time"] == ["1735689600.000"]
+        return answers[params["query"][0]]
+
+    prom = PrometheusMetrics("http://prom:9090/", [PromService("resnet", 1000, 2)], fetch=fetch)
+    w = prom.window("resnet", 30, end=1735689600.0)
+    assert all(u.startswith("http://prom:9090/api/v1/query?") for u in urls)
+    assert (w.completed, w.arrivals, w.instances) == (60, 62, 2)
+    assert w.violations == 2 + (58 - 50)  # failures + successes slower than the SLO
+    assert w.utilization == pytest.approx(0.6)
+    assert w.mean_proc_time_ms == pytest.approx(500.0)
+    assert w.slo_violation_rate == pytest.approx(10 / 60)
+
+
+def test_idle_service_gives_zeros_not_errors() -> None:
+    answers = _answers({})
+
+    def fetch(url: str, timeout_s: float) -> bytes:
+        return answers[urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["query"][0]]
+
+    w = PrometheusMetrics("http://p", [PromService("resnet", 1000, 2)], fetch=fetch).window("resnet", 30)
+    assert (w.arrivals, w.completed, w.violations, w.instances, w.utilization) == (0, 0, 0, 0, 0.0)
+    assert w.mean_proc_time_ms is None
+    with pytest.raises(StateError, match="no metrics configured for service 'chatbot'"):
+        PrometheusMetrics("http://p", [PromService("resnet", 1000)], fetch=fetch).window("chatbot", 30)
+
+
+class _PromApi(BaseHTTPRequestHandler):
+    """A tiny HTTP server answering /api/v1/query like Prometheus does (used over real HTTP)."""
+
+    def do_GET(self) -> None:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)["query"][0]
+        if not re.search(r"\)\)?$", query):
+            status, body = 400, ERROR
+        elif "utilization" in self.path or "clamp_max" in query:
+            status, body = 200, {"status": "success", "data": {"resultType": "vector", "result": [
+                {"metric": {}, "value": [1.0, "0.25"]}]}}
+        else:
+            status, body = 200, EMPTY
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_over_real_http_including_error_status_and_unreachable() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _PromApi)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        prom = PrometheusMetrics(f"http://127.0.0.1:{server.server_address[1]}",
+                                 [PromService("resnet", 1000)])
+        assert prom.window("resnet", 30).utilization == pytest.approx(0.25)
+        with pytest.raises(StateError, match="bad_data"):
+            prom.query("sum(x")  # a 400 answer still carries Prometheus's error document
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(MissingRequirement, match="unreachable"):
+        PrometheusMetrics(f"http://127.0.0.1:{server.server_address[1]}", [],
+                          timeout_s=2).query("up")
