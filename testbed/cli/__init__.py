@@ -23,12 +23,10 @@ err_console = Console(stderr=True)
 
 def _register() -> None:
     # Each concern adds its commands in its own module; importing it registers them on `app`.
-    import testbed.cli.core  # noqa: F401
-    import testbed.cli.lab  # noqa: F401
-    from testbed.cli import net  # noqa: F401
-    from testbed.cli import scenario  # noqa: F401
-    from testbed.cli import services  # noqa: F401
-    from testbed.cli import sim  # noqa: F401
+    import importlib
+
+    for module in ("core", "lab", "net", "scenario", "services", "sim"):
+        importlib.import_module(f"testbed.cli.{module}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,12 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 1
-    except Exception as exc:  # click usage errors arrive here in standalone_mode=False
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return exc.exit_code
+    except Exception as exc:
+        # usage errors (typer's vendored click) arrive here in standalone_mode=False
+        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            return code
         raise
     return 0
 

@@ -26,6 +26,27 @@ ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Testbed 
                                                 "the built-in default when omitted.")]
 NameOpt = Annotated[str | None, typer.Option("--name", "-n", help="Which testbed (its `name:`); "
                                              "needed only when several are up.")]
+ProfileOpt = Annotated[str | None, typer.Option("--profile", help="local (namespaces on this "
+                                                "machine) or lab (real servers via Ansible); "
+                                                "default: the testbed file's `profile:`.")]
+InventoryOpt = Annotated[Path | None, typer.Option("--inventory", "-i", help="Ansible inventory "
+                                                   "(lab profile).")]
+RunDirOpt = Annotated[Path | None, typer.Option("--run-dir", help="Lab profile: where events, "
+                                                "logs and the kubeconfig are kept.")]
+
+
+def _lab_inventory(inventory: Path | None) -> Path:
+    if inventory is None:
+        raise typer.BadParameter("the lab profile needs -i INVENTORY "
+                                 "(see playbooks/inventory.example.yml)")
+    if not inventory.is_file():
+        raise typer.BadParameter(f"inventory {inventory} not found")
+    return inventory
+
+
+def _check_profile(profile: str | None) -> None:
+    if profile not in (None, "local", "lab"):
+        raise typer.BadParameter(f"--profile must be local or lab, not {profile!r}")
 
 traffic_app = typer.Typer(help="Run traffic through a running testbed.", no_args_is_help=True)
 app.add_typer(traffic_app, name="traffic")
@@ -56,12 +77,24 @@ def _topology(state: TestbedState) -> LocalTestbed:
 @app.command()
 def up(config: ConfigOpt = None,
        no_slicing: Annotated[bool, typer.Option("--no-slicing", help="One shared class for all "
-                                                "traffic (the no-slice baseline).")] = False) -> None:
-    """Bring up the local testbed: namespaces, links, slice shaping.
+                                                "traffic (the no-slice baseline).")] = False,
+       profile: ProfileOpt = None, inventory: InventoryOpt = None,
+       check: Annotated[bool, typer.Option("--check", help="Lab profile: Ansible check mode, "
+                                           "changes nothing.")] = False,
+       run_dir: RunDirOpt = None) -> None:
+    """Bring up a testbed: on the local profile namespaces, links and slice shaping; on the lab
+    profile the whole DRAFAS testbed on real servers (playbooks/site.yml).
 
-    Example: [bold]testbed up -c testbed.yaml[/]
+    Example: [bold]testbed up -c testbed.yaml[/]   or   [bold]testbed up --profile lab -i inventory.yml[/]
     """
+    _check_profile(profile)
     spec = load_testbed(config)
+    if (profile or spec.profile) == "lab":
+        from testbed.cli import lab
+
+        lab.up(inventory=_lab_inventory(inventory), testbed_file=config, rendered=None,
+               manifests=None, check=check, run_dir=run_dir)
+        return
     if no_slicing:
         spec = spec.model_copy(update={"link": spec.link.model_copy(update={"slicing": False})})
     _sigterm_as_interrupt()
@@ -79,11 +112,21 @@ def up(config: ConfigOpt = None,
 
 @app.command()
 def down(name: NameOpt = None,
-         all_: Annotated[bool, typer.Option("--all", help="Every recorded testbed.")] = False) -> None:
+         all_: Annotated[bool, typer.Option("--all", help="Every recorded testbed.")] = False,
+         profile: ProfileOpt = None, inventory: InventoryOpt = None,
+         run_dir: RunDirOpt = None) -> None:
     """Remove a testbed and everything it started; works after a crash from its state file.
+    On the lab profile, undo `up` on the servers (playbooks/reset.yml).
 
     Example: [bold]testbed down[/]   or   [bold]testbed down --all[/]
+    Lab: [bold]testbed down --profile lab -i inventory.yml[/]
     """
+    _check_profile(profile)
+    if profile == "lab":
+        from testbed.cli import lab
+
+        lab.down(inventory=_lab_inventory(inventory), run_dir=run_dir)
+        return
     require_root("testbed down")
     if all_:
         names = recorded_testbeds()
@@ -106,12 +149,27 @@ def down(name: NameOpt = None,
 
 @app.command()
 def status(name: NameOpt = None,
-           as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False
-           ) -> None:
-    """Show namespaces, addresses and per-slice HTB counters of a running testbed.
+           as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+           profile: ProfileOpt = None, inventory: InventoryOpt = None, run_dir: RunDirOpt = None,
+           kubeconfig: Annotated[Path | None, typer.Option(help="Lab profile: default "
+                                                           "RUN_DIR/kubeconfig.")] = None,
+           prometheus: Annotated[str | None, typer.Option(help="Lab profile: Prometheus URL.")]
+           = None) -> None:
+    """Show namespaces, addresses and per-slice HTB counters of a running testbed; on the lab
+    profile NFs, gNB, UEs and PDU sessions, nodes, GPUs, replicas and Prometheus targets.
 
     Example: [bold]testbed status[/]
+    Lab: [bold]testbed status --profile lab -i inventory.yml --run-dir runs/X[/]
     """
+    _check_profile(profile)
+    if profile == "lab":
+        from testbed.cli import lab
+
+        if run_dir is None:
+            raise typer.BadParameter("the lab profile needs --run-dir (the `up` run's directory)")
+        lab.status(inventory=_lab_inventory(inventory), run_dir=run_dir, kubeconfig=kubeconfig,
+                   prometheus=prometheus)
+        return
     require_root("testbed status")
     state = _running(name)
     tb = _topology(state)

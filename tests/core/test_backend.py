@@ -7,7 +7,7 @@ import socket
 import time
 
 import pytest
-from core_specs import THREE_SLICES, spec_from
+from tests.core.core_specs import THREE_SLICES, spec_from
 
 from testbed.core import backend
 from testbed.core.backend import StoreUnreachable, connect, open_store, redact

@@ -6,7 +6,7 @@ import ipaddress
 import stat
 
 import yaml
-from core_specs import THREE_SLICES, spec_from
+from tests.core.core_specs import THREE_SLICES, spec_from
 
 from testbed.core.provision import desired_ues
 from testbed.core.render import open5gs_files, render_open5gs

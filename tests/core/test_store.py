@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from core_specs import THREE_SLICES, spec_from
+from tests.core.core_specs import THREE_SLICES, spec_from
 
 from testbed.core.provision import desired_ues
 from testbed.core.store import SubscriberStore

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from core_specs import THREE_SLICES, spec_from
+from tests.core.core_specs import THREE_SLICES, spec_from
 
 from testbed.core.provision import derive_keys, desired_ues
 from testbed.core.subscriber import Bitrate, Subscriber, mask
