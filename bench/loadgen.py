@@ -31,7 +31,16 @@ from testbed.load.trace import constant_schedule
 FLOOR_RATE, FLOOR_P99_MS = 2000, 5.0
 
 
+def raise_fd_limit() -> None:
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def _serve(port_q: mp.Queue) -> None:
+    import logging
+
+    raise_fd_limit()
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     async def ok(request: web.Request) -> web.Response:
         await request.read()
         return web.json_response({"response": "ok"})
@@ -115,6 +124,7 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--rates", default="100,500,1000,2000")
     args = ap.parse_args()
+    raise_fd_limit()
     q: mp.Queue = mp.Queue()
     server = mp.get_context("fork").Process(target=_serve, args=(q,), daemon=True)
     server.start()

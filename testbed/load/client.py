@@ -30,7 +30,9 @@ class ClientConfig:
     slice: str | None = None  # recorded with every request
     timeout_s: float = DEFAULT_TIMEOUT_S
     source_address: str | None = None  # bind outgoing connections to this local IP
-    max_connections: int = 0  # 0 = unlimited (open loop must not queue inside the client)
+    # Open loop wants a connection per outstanding request, but a stalled server must not make the
+    # client open thousands of sockets (fd exhaustion on both sides): beyond this, requests wait.
+    max_connections: int = 256
     seed: int = 0
     check: bool = True  # validate response bodies against the service's API
 
