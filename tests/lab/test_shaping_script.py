@@ -1,0 +1,53 @@
+"""The UPF host's slice shaping script: same tc commands as the local profile, run for real in a netns."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from testbed.config import load_testbed
+from testbed.lab.shaping_script import shaping_script
+from testbed.net.shaping import Shaper
+
+
+def test_script_contains_the_local_profile_commands() -> None:
+    spec = load_testbed()
+    text = shaping_script(spec)
+    up = Shaper("X", "uplink", spec.link, tuple(spec.slices)).commands()
+    assert all(" ".join(c).replace(" X ", ' "$dev" ') in text for c in up)
+    assert "match ip src 10.45.0.0/24" in text and "match ip dst 10.45.0.0/24" in text
+    assert "mirred egress redirect dev tbifb0" in text
+
+
+@pytest.mark.needs_root
+def test_start_is_idempotent_and_stop_cleans(tmp_path: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("tc") is None:
+        pytest.skip("needs root and tc")
+    script = tmp_path / "shape.sh"
+    script.write_text(shaping_script(load_testbed()))
+    ns = f"tb-i7s{os.getpid() % 10000}"
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True)
+
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        run("ip", "link", "add", "tbv0", "type", "veth", "peer", "name", "tbv1")
+        run("ip", "link", "set", "tbv0", "up")
+        first = run("sh", str(script), "start", "tbv0")
+        if first.returncode != 0 and ("ifb" in first.stderr or "Unknown" in first.stderr):
+            pytest.skip(f"kernel lacks ifb/mirred: {first.stderr.strip()}")
+        assert first.returncode == 0, first.stderr
+        assert run("sh", str(script), "start", "tbv0").returncode == 0  # again: no "exists" errors
+        classes = run("tc", "class", "show", "dev", "tbifb0").stdout
+        assert "1:100" in classes and "rate 20Mbit" in classes
+        assert "ingress" in run("tc", "qdisc", "show", "dev", "tbv0").stdout
+        assert run("sh", str(script), "stop", "tbv0").returncode == 0
+        assert "htb" not in run("tc", "qdisc", "show", "dev", "tbv0").stdout
+        assert run("ip", "link", "show", "tbifb0").returncode != 0
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
