@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from testbed.cli import app, console
@@ -75,7 +76,7 @@ def print_outcomes(outcomes: list) -> None:
         return
     table = Table("expect", "result", "value", title="Expectations")
     for o in outcomes:
-        table.add_row(o.text, "[green]PASS[/]" if o.passed else "[red]FAIL[/]",
+        table.add_row(escape(o.text), "[green]PASS[/]" if o.passed else "[red]FAIL[/]",
                       o.detail or (f"{o.left:.4g} vs {o.right:.4g}" if o.left is not None else ""))
     console.print(table)
 

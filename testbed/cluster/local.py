@@ -106,6 +106,7 @@ class LocalCluster:
             metrics_port=metrics_port,
             sample_interval_s=1.0 / time_scale,
             advertise_host=advertise_host,
+            time_scale=time_scale,
         )
         for sb in self.lb.services.values():
             sb.on_failure = self._on_lb_failure
@@ -218,6 +219,7 @@ class LocalCluster:
 
     # ---- beyond the protocol --------------------------------------------------------------------
     def window(self, seconds: float) -> dict[str, WindowMetrics]:
+        """One WindowMetrics per service over the last `seconds` of scenario time."""
         return self.lb.window(seconds)
 
     @property

@@ -9,7 +9,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import aiohttp
 from aiohttp import web
@@ -56,11 +56,13 @@ class ServiceBalancer:
         metrics: BalancerMetrics,
         session_factory: Callable[[], aiohttp.ClientSession],
         upstream_timeout_s: float,
+        time_scale: float = 1.0,
     ):
         self.service = service
         self.profile = profile
         self.metrics = metrics
-        self.collector = ServiceCollector(service, profile.slo_ms, profile.capacity)
+        # latencies are measured in wall time; the SLO threshold shrinks with the time scale
+        self.collector = ServiceCollector(service, profile.slo_ms / time_scale, profile.capacity)
         self.backends: dict[str, Backend] = {}
         self._rr = 0
         self._session = session_factory
@@ -187,15 +189,18 @@ class LoadBalancer:
         sample_interval_s: float = 1.0,
         upstream_timeout_s: float = 60.0,
         advertise_host: str | None = None,
+        time_scale: float = 1.0,
     ):
         names = services or list(profiles)
+        self.time_scale = time_scale
         self.host = host
         self.advertise_host = advertise_host or ("127.0.0.1" if host in ("0.0.0.0", "") else host)
         self.sample_interval_s = sample_interval_s
         self.metrics = BalancerMetrics([profiles[s].slo_ms / 1000.0 for s in names])
         self._client: aiohttp.ClientSession | None = None
         self.services = {
-            s: ServiceBalancer(s, profiles[s], self.metrics, self._session, upstream_timeout_s) for s in names
+            s: ServiceBalancer(s, profiles[s], self.metrics, self._session, upstream_timeout_s, time_scale)
+            for s in names
         }
         self._ports = dict(ports or {})
         self._metrics_port = metrics_port
@@ -267,8 +272,15 @@ class LoadBalancer:
         return f"http://{self.advertise_host}:{self.bound['metrics']}"
 
     def window(self, seconds: float) -> dict[str, WindowMetrics]:
-        """The scaler's input: one WindowMetrics per service over the last `seconds`."""
-        return {name: sb.window(seconds) for name, sb in self.services.items()}
+        """The scaler's input: one WindowMetrics per service over the last `seconds` of scenario
+        time (wall seconds × time scale); rates and latencies come back in scenario time too."""
+        ts = self.time_scale
+        out = {}
+        for name, sb in self.services.items():
+            w = sb.window(seconds / ts)
+            out[name] = replace(w, seconds=seconds, mean_proc_time_ms=None
+                                if w.mean_proc_time_ms is None else w.mean_proc_time_ms * ts)
+        return out
 
     async def _prometheus(self, request: web.Request) -> web.Response:
         resp = web.Response(body=generate_latest(self.metrics.registry))

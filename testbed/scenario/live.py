@@ -3,7 +3,6 @@ latency, SLO violations and replicas of the last few seconds."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from rich.console import Console, Group
@@ -60,10 +59,9 @@ class LiveView:
     def update(self, cluster: Any, elapsed: float) -> None:
         self._elapsed = elapsed
         rows = []
-        for name, w in sorted(cluster.window(5.0 / max(cluster.time_scale, 1e-9)).items()):
-            rows.append((name, f"{w.request_rate * cluster.time_scale:.1f}",
-                         "–" if w.mean_proc_time_ms is None
-                         else f"{w.mean_proc_time_ms * cluster.time_scale:.0f}",
+        for name, w in sorted(cluster.window(5.0).items()):  # scenario seconds and units
+            rows.append((name, f"{w.request_rate:.1f}",
+                         "–" if w.mean_proc_time_ms is None else f"{w.mean_proc_time_ms:.0f}",
                          f"{100 * w.slo_violation_rate:.1f} %",
                          f"{cluster.ready_replicas(name)}/{cluster.desired_replicas(name)}"))
         self._rows = rows
@@ -85,6 +83,3 @@ class LiveView:
         parts: list[Any] = [Text(progress + self._header + timing, style="bold"), table]
         parts += [Text(n, style="yellow") for n in self._notes[-3:]]
         return Group(*parts)
-
-    def stamp(self) -> float:
-        return time.time()

@@ -232,7 +232,7 @@ class CellRunner:
                         self._sample(cluster, now - t0)
                     if now >= next_decision:
                         next_decision += period
-                        latest.update(cluster.window(period))
+                        latest.update(cluster.window(scn.scaler_period_s))
                         for s in scn.services:
                             d = loop.decide(s.name)
                             append_jsonl(self.dir.decisions, {**asdict(d), "t": now - t0})
@@ -243,7 +243,7 @@ class CellRunner:
                 await asyncio.to_thread(self._finish_iperf, sessions)
 
     def _sample(self, cluster: Any, elapsed: float) -> None:
-        win = cluster.window(1.0 / self.scn.time_scale)
+        win = cluster.window(1.0)  # one scenario second
         for s in self.scn.services:
             w = win.get(s.name)
             append_jsonl(self.dir.samples, {
