@@ -81,7 +81,11 @@ def up(config: ConfigOpt = None,
        profile: ProfileOpt = None, inventory: InventoryOpt = None,
        check: Annotated[bool, typer.Option("--check", help="Lab profile: Ansible check mode, "
                                            "changes nothing.")] = False,
-       run_dir: RunDirOpt = None) -> None:
+       run_dir: RunDirOpt = None,
+       mongo_uri: Annotated[str | None, typer.Option(help="Subscriber store (default: the "
+                                                     "testbed file's core.mongo_uri, a local "
+                                                     "mongod, or the embedded store).")] = None
+       ) -> None:
     """Bring up a testbed: on the local profile namespaces, links and slice shaping; on the lab
     profile the whole DRAFAS testbed on real servers (playbooks/site.yml).
 
@@ -99,10 +103,11 @@ def up(config: ConfigOpt = None,
         spec = spec.model_copy(update={"link": spec.link.model_copy(update={"slicing": False})})
     _sigterm_as_interrupt()
     t0 = time.monotonic()
-    tb = LocalTestbed(spec)
+    tb = LocalTestbed(spec, provision=True, mongo_uri=mongo_uri)
     with console.status(f"bringing up testbed [bold]{spec.name}[/]…"):
         tb.up()
     topo = tb.topology
+    console.print(f"subscribers: {tb.provisioned}")
     console.print(f"[green]up[/] testbed [bold]{spec.name}[/] in {time.monotonic() - t0:.2f} s: "
                   f"{len(topo.namespaces)} namespaces, {len(spec.slices)} slices, "
                   f"{len(topo.ues)} UEs, bottleneck {spec.link.capacity_mbit:g} Mbit/s "
@@ -190,10 +195,10 @@ def status(name: NameOpt = None,
         addrs = ", ".join(str(u.address) for u in tb.topology.ues_of_group(group))
         ues.add_row(host.name, tb.topology.slice_of_group(group).name, addrs)
     console.print(ues)
-    classes = Table("direction", "slice", "class", "rate Mbit/s", "ceil Mbit/s", "bytes",
-                    "packets", "drops", "overlimits", "backlog", title="HTB classes (UPF)")
+    classes = Table("dir", "slice", "class", "rate", "ceil", "bytes", "packets", "drops",
+                    "overlimits", "backlog", title="HTB classes on the UPF (rates in Mbit/s)")
     for c in counters:
-        classes.add_row(c.direction, c.slice if c.slice != "-" else "(default)", c.classid,
+        classes.add_row("up" if c.direction == "uplink" else "down", c.slice if c.slice != "-" else "(default)", c.classid,
                         f"{c.rate_mbit:g}", f"{c.ceil_mbit:g}", f"{c.bytes:,}", f"{c.packets:,}",
                         str(c.drops), str(c.overlimits), str(c.backlog_packets))
     console.print(classes)

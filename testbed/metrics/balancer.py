@@ -68,6 +68,9 @@ class ServiceBalancer:
         self._session = session_factory
         self.upstream_timeout_s = upstream_timeout_s
         self.on_failure: Callable[[str, str], None] | None = None  # (service, replica)
+        self._busy_area = 0.0  # ∫ Σ_ready min(in_flight, capacity)/capacity dt since the last sample
+        self._busy_now = 0.0
+        self._busy_since = self._interval_start = time.monotonic()
         metrics.capacity.labels(service).set(profile.capacity)
         metrics.ready.labels(service).set(0)
 
@@ -76,6 +79,7 @@ class ServiceBalancer:
 
     def add(self, replica: str, url: str) -> None:
         self.backends[replica] = Backend(replica, url.rstrip("/"))
+        self._busy_changed()
         self.metrics.in_flight.labels(self.service, replica).set(0)
         self.metrics.ready.labels(self.service).set(len(self.rotation()))
 
@@ -84,6 +88,7 @@ class ServiceBalancer:
         b = self.backends.get(replica)
         if b is not None:
             b.in_rotation = False
+            self._busy_changed()
             self.metrics.ready.labels(self.service).set(len(self.rotation()))
             self._forget_if_idle(b)
 
@@ -100,8 +105,23 @@ class ServiceBalancer:
         self._rr = (self._rr + 1) % len(ready)
         return ready[self._rr]
 
+    def _busy_changed(self) -> None:
+        """Integrate min(in_flight, capacity)/capacity over time, per ready replica."""
+        now = time.monotonic()
+        self._busy_area += self._busy_now * (now - self._busy_since)
+        self._busy_since = now
+        cap = self.profile.capacity
+        self._busy_now = sum(min(b.in_flight, cap) / cap for b in self.rotation())
+
     def sample(self) -> None:
-        tick = self.collector.sample([b.in_flight for b in self.rotation()])
+        # Time-weighted over the interval: one instantaneous reading per interval aliases with
+        # constant-rate clients (each sample lands at the same phase of the arrivals).
+        self._busy_changed()
+        ready = self.rotation()
+        length = self._busy_since - self._interval_start
+        util = (self._busy_area / length / len(ready)) if ready and length > 0 else 0.0
+        self._busy_area, self._interval_start = 0.0, self._busy_since
+        tick = self.collector.sample([b.in_flight for b in ready], utilization=min(util, 1.0))
         self.metrics.utilization.labels(self.service).set(tick.utilization)
 
     def window(self, seconds: float) -> WindowMetrics:
@@ -123,6 +143,7 @@ class ServiceBalancer:
                 break
             tried.add(b.replica)
             b.in_flight += 1
+            self._busy_changed()
             gauge = self.metrics.in_flight.labels(self.service, b.replica)
             gauge.inc()
             try:
@@ -154,6 +175,7 @@ class ServiceBalancer:
                 break
             finally:
                 b.in_flight -= 1
+                self._busy_changed()
                 gauge.dec()
                 self._forget_if_idle(b)
         latency_ms = (time.monotonic() - start) * 1000.0
@@ -278,7 +300,7 @@ class LoadBalancer:
         out = {}
         for name, sb in self.services.items():
             w = sb.window(seconds / ts)
-            out[name] = replace(w, seconds=seconds, mean_proc_time_ms=None
+            out[name] = replace(w, seconds=w.seconds * ts, mean_proc_time_ms=None
                                 if w.mean_proc_time_ms is None else w.mean_proc_time_ms * ts)
         return out
 

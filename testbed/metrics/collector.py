@@ -42,6 +42,7 @@ class ServiceCollector:
         self.clock = clock
         self.ticks: deque[Tick] = deque()
         self._open = Tick(t_end=0.0)
+        self._first_start = clock()  # where the oldest interval began
         self.total_arrivals = 0
         self.total_violations = 0
 
@@ -59,24 +60,40 @@ class ServiceCollector:
             self.total_violations += 1
         return violated
 
-    def sample(self, in_flight: list[int]) -> Tick:
-        """Close the current interval with a utilization sample of the ready instances."""
+    def sample(self, in_flight: list[int], utilization: float | None = None) -> Tick:
+        """Close the current interval; its utilization is `utilization` when the caller measured
+        it over the interval, else an instantaneous sample of the ready instances."""
         now = self.clock()
         tick = self._open
         tick.t_end = now
-        tick.utilization = utilization_sample(in_flight, self.capacity)
+        tick.utilization = (utilization_sample(in_flight, self.capacity) if utilization is None
+                            else utilization)
         tick.instances = len(in_flight)
         self.ticks.append(tick)
         self._open = Tick(t_end=0.0)
         while self.ticks and self.ticks[0].t_end < now - self.keep_s:
-            self.ticks.popleft()
+            self._first_start = self.ticks.popleft().t_end
         return tick
 
     def window(self, seconds: float, in_flight_now: list[int]) -> WindowMetrics:
-        """Sum of the intervals that closed in the last `seconds`, plus the open one's counts."""
+        """Counts of the closed intervals that lie inside the last `seconds`, plus the open one.
+
+        `seconds` of the result is the span actually covered (from the start of the oldest
+        interval taken to now), so `arrivals / seconds` is the rate without the bias of a
+        partly covered interval."""
         now = self.clock()
-        since = now - seconds
-        picked = [t for t in self.ticks if t.t_end > since]
+        since = now - seconds - 1e-6
+        # closed intervals that lie inside the window, plus the open one (last close .. now):
+        # counting every interval that merely overlaps it would count up to one interval twice
+        picked = []
+        start = self._first_start
+        covered_from = self.ticks[-1].t_end if self.ticks else self._first_start
+        for t in self.ticks:
+            if start >= since:
+                if not picked:
+                    covered_from = start
+                picked.append(t)
+            start = t.t_end
         arrivals = self._open.arrivals + sum(t.arrivals for t in picked)
         completed = self._open.completed + sum(t.completed for t in picked)
         violations = self._open.violations + sum(t.violations for t in picked)
@@ -86,7 +103,8 @@ class ServiceCollector:
         else:
             util = utilization_sample(in_flight_now, self.capacity)
         return WindowMetrics(
-            service=self.service, seconds=seconds, arrivals=arrivals, completed=completed,
+            service=self.service, seconds=max(now - covered_from, 1e-9), arrivals=arrivals,
+            completed=completed,
             violations=violations, utilization=util, instances=len(in_flight_now),
             mean_proc_time_ms=(lat / completed) if completed else None,
         )

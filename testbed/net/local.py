@@ -15,6 +15,7 @@ import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from testbed.config import TestbedSpec
 from testbed.errors import MissingRequirement, StateError
@@ -48,10 +49,16 @@ def netns_list(runner: Runner) -> list[str]:
 class LocalTestbed:
     """One testbed on this machine; owns its namespaces and everything inside them."""
 
-    def __init__(self, spec: TestbedSpec, runner: Runner | None = None):
+    def __init__(self, spec: TestbedSpec, runner: Runner | None = None, *,
+                 provision: bool = False, mongo_uri: str | None = None,
+                 store_dir: Path | None = None):
         self.spec = spec
         self.topology = Topology.from_spec(spec)
         self.runner = runner or Runner()
+        self.provision = provision
+        self.mongo_uri = mongo_uri
+        self.store_dir = store_dir  # where a local mongod or the embedded store keeps data
+        self.provisioned: str | None = None  # "N created, M updated, K unchanged"
         self._up = False
 
     @property
@@ -81,6 +88,8 @@ class LocalTestbed:
             )
         create_state(self._state("building"))
         try:
+            if self.provision:
+                self._provision()
             self.runner.run_all(self.topology.build_commands())
             if self.spec.link.delay_ms > 0:
                 self._require_netem()
@@ -102,6 +111,19 @@ class LocalTestbed:
     def __exit__(self, *exc: object) -> None:
         self.down()
 
+    def _provision(self) -> None:
+        """Write the spec's subscribers to the store, then place UEs as the store has them."""
+        from testbed.core import desired_ues, open_store
+
+        with open_store(self.spec, self.mongo_uri, self.store_dir) as opened:
+            plan = opened.store.apply(desired_ues(self.spec))
+            members = opened.store.membership(self.spec)
+        try:
+            self.topology.place_members(members)
+        except ValueError as exc:
+            raise StateError(f"subscriber store disagrees with the testbed: {exc}") from None
+        self.provisioned = f"{plan.summary()} ({opened.kind} store)"
+
     def _state(self, status: str) -> TestbedState:
         return TestbedState(
             name=self.name,
@@ -109,6 +131,7 @@ class LocalTestbed:
             status=status,
             namespaces=self.topology.namespaces,
             spec=self.spec.model_dump(mode="json"),
+            extra={"store_dir": str(self.store_dir)} if self.store_dir else {},
         )
 
     def _require_netem(self) -> None:
@@ -191,8 +214,27 @@ def teardown(name: str, runner: Runner | None = None) -> list[str]:
         _kill(sorted(set(pids)))
         for ns in doomed:
             runner.run(["ip", "netns", "del", ns], check=False)
+        if state:
+            _stop_core(state)
         remove_state(name)
         return doomed
+
+
+def _stop_core(state: TestbedState) -> None:
+    """Stop what the core and RAN started for this testbed: a local mongod, nr-ue processes."""
+    try:
+        from testbed.core import state_dir, stop_mongod
+        from testbed.ran.ue import ue_down
+    except ImportError:
+        return
+    try:
+        spec = TestbedSpec.model_validate(state.spec)
+    except ValueError:
+        return
+    core_state = Path(state.extra["store_dir"]) if state.extra.get("store_dir") else state_dir(spec)
+    stop_mongod(core_state)
+    for group in spec.ue_groups:
+        ue_down(core_state, group.name)
 
 
 def recorded_testbeds() -> list[str]:

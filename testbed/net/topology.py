@@ -97,6 +97,29 @@ class Topology:
     def _address(self, intf: Intf, addr: ipaddress.IPv4Address, prefixlen: int) -> None:
         self.addresses.append((intf, ipaddress.IPv4Interface(f"{addr}/{prefixlen}")))
 
+    def place_members(self, members: list) -> None:
+        """Take each UE's slice and address from the subscriber store's view (`Member`s with
+        imsi, slice, group, address): the store, not the spec, is the source of truth."""
+        by_group: dict[str, list] = {}
+        for m in members:
+            if m.group is not None and m.address is not None:
+                by_group.setdefault(m.group, []).append(m)
+        placed: list[UE] = []
+        for g in self.spec.ue_groups:
+            found = sorted(by_group.get(g.name, []), key=lambda m: m.imsi)
+            if len(found) != g.count:
+                raise ValueError(f"UE group {g.name!r}: the subscriber store has {len(found)} "
+                                 f"subscribers with addresses, the spec asks for {g.count}")
+            for i, m in enumerate(found):
+                if m.slice != g.slice:
+                    raise ValueError(f"subscriber {m.imsi[:5]}… of group {g.name!r} is in slice "
+                                     f"{m.slice!r} in the store, {g.slice!r} in the spec")
+                placed.append(UE(g.name, i, g.slice, m.address, self.ue_hosts[g.name]))
+        self.ues = placed
+        self.addresses = [(i, a) for i, a in self.addresses if i.name != RAN]
+        for ue in placed:
+            self._address(Intf(ue.host, RAN), ue.address, self.spec.slice(ue.slice).subnet.prefixlen)
+
     @property
     def upf_n6_addr(self) -> ipaddress.IPv4Address:
         return self.spec.dn_subnet.network_address + 1

@@ -89,14 +89,15 @@ def timeseries(cell_dir: Path, out: Path, name: str) -> Path | None:
     for s in samples:
         by_service[s["service"]].append(s)
     fig, axes = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
-    scale = _time_scale(cell_dir)
-    for service, rows in sorted(by_service.items()):
-        t = [r["t"] * scale for r in rows]
-        axes[0].step(t, [r["ready"] for r in rows], where="post", label=service)
-        axes[1].plot(t, [r["arrivals"] for r in rows], label=service, linewidth=0.9)
+    for k, (service, rows) in enumerate(sorted(by_service.items())):
+        t = [r["t"] for r in rows]
+        # offset the step lines a little so services with equal counts stay visible
+        axes[0].step(t, [r["ready"] + 0.04 * (k - 1) for r in rows], where="post", label=service)
+        rate_t, rate = _rates(rows)
+        axes[1].plot(rate_t, rate, label=service, linewidth=0.9)
     axes[0].set_ylabel("ready replicas")
-    axes[1].set_ylabel("requests / sample")
-    axes[1].set_xlabel("scenario time (s)")
+    axes[1].set_ylabel("requests/s (5 s mean)")
+    axes[1].set_xlabel("scenario time (s), from the first request")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -107,13 +108,15 @@ def timeseries(cell_dir: Path, out: Path, name: str) -> Path | None:
     return path
 
 
-def _time_scale(cell_dir: Path) -> float:
-    import json
-
-    try:
-        return float(json.loads((cell_dir / "cell.json").read_text()).get("time_scale", 1.0))
-    except (OSError, ValueError):
-        return 1.0
+def _rates(rows: list[dict[str, Any]], span: int = 5) -> tuple[list[float], list[float]]:
+    """Arrival rate from the cumulative counter, over `span` samples."""
+    ts, out = [], []
+    for i in range(span, len(rows)):
+        dt = rows[i]["t"] - rows[i - span]["t"]
+        if dt > 0:
+            ts.append(rows[i]["t"])
+            out.append((rows[i]["arrivals_total"] - rows[i - span]["arrivals_total"]) / dt)
+    return ts, out
 
 
 def iperf_bars(rows: list[dict[str, Any]], out: Path) -> Path | None:

@@ -142,12 +142,12 @@ class CellRunner:
         # a fresh name per cell: runs never collide with a testbed the user has up
         name = "r" + secrets.token_hex(3)
         spec = self.cell.testbed.model_copy(update={"name": name})
-        tb = LocalTestbed(spec)
+        tb = LocalTestbed(spec, provision=True, store_dir=self.dir.path / "store")
         status = "failed"
         try:
             tb.up()
             self.info["testbed"] = {"name": name, "namespaces": tb.topology.namespaces}
-            self._provision(spec)
+            self.info["provisioned"] = tb.provisioned
             job = NetnsLoop(tb.topology.dn.name, lambda: self._main(tb))
             job.start()
             try:
@@ -175,15 +175,6 @@ class CellRunner:
             self._write_info()
         return self.problems
 
-    def _provision(self, spec: Any) -> None:
-        """Subscribers of the cell's slices into the subscriber store (the source of truth)."""
-        try:
-            from testbed.core.provision import provision_local
-        except ImportError:
-            return
-        summary = provision_local(spec, state_dir=self.dir.path)
-        self.info["provisioned"] = summary
-
     async def _main(self, tb: LocalTestbed) -> None:
         from testbed.cluster.local import LocalCluster
         from testbed.scaler.loop import ScalerLoop
@@ -193,10 +184,13 @@ class CellRunner:
         ts = scn.time_scale
         events = self.dir.events
 
+        closing = False
+
         def on_event(ev: Any) -> None:
             row = asdict(ev)
             append_jsonl(events, row)
-            if row.get("kind") in ("died", "failed_to_start"):
+            # replicas stopped by the cell's own shutdown are not failures
+            if row.get("kind") in ("died", "failed_to_start") and not closing:
                 self.problem(f"replica {row.get('replica')} of {row.get('service')} "
                              f"{row.get('kind')}: {row.get('detail', '')}")
 
@@ -218,6 +212,9 @@ class CellRunner:
             period = scn.scaler_period_s / ts
             latest: dict[str, Any] = {}
             loop = ScalerLoop(cluster, policies, lambda s: latest[s], clock=time.time)
+            # clients take a moment to start (Python, imports): the measured window, the
+            # samples and the scaler periods begin with the first request
+            await self._first_arrival(cluster, clients, timeout_s=60)
             t0 = time.monotonic()
             self.info["measure_started"] = time.time()
             next_sample, next_decision = t0 + 1.0 / ts, t0 + period
@@ -235,22 +232,42 @@ class CellRunner:
                         latest.update(cluster.window(scn.scaler_period_s))
                         for s in scn.services:
                             d = loop.decide(s.name)
-                            append_jsonl(self.dir.decisions, {**asdict(d), "t": now - t0})
+                            append_jsonl(self.dir.decisions, {**asdict(d), "t": (now - t0) * ts})
                     self.view.update(cluster, now - t0)
             finally:
                 self.info["measured_s"] = scn.duration_s
                 await self._stop_clients(clients)
                 await asyncio.to_thread(self._finish_iperf, sessions)
+                closing = True
+
+    async def _first_arrival(self, cluster: Any, clients: list[Any], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and clients:
+            if any(self._totals(cluster, s.name)[0] for s in self.scn.services):
+                return
+            if all(p.returncode is not None for p in clients):
+                self.problem("every client exited before sending a request (see logs/)")
+                return
+            await asyncio.sleep(0.02)
+        if clients:
+            self.problem(f"no request reached the services within {timeout_s:g} s")
+
+    @staticmethod
+    def _totals(cluster: Any, service: str) -> tuple[int, int]:
+        coll = cluster.lb.services[service].collector
+        return coll.total_arrivals, coll.total_violations
 
     def _sample(self, cluster: Any, elapsed: float) -> None:
-        win = cluster.window(1.0)  # one scenario second
+        """Per scenario second: replicas and cumulative counters (rates are their differences)."""
+        win = cluster.window(5.0)
+        ts = self.scn.time_scale
         for s in self.scn.services:
             w = win.get(s.name)
+            arrivals, violations = self._totals(cluster, s.name)
             append_jsonl(self.dir.samples, {
-                "t": elapsed, "service": s.name, "ready": cluster.ready_replicas(s.name),
-                "desired": cluster.desired_replicas(s.name),
-                "arrivals": w.arrivals if w else 0, "completed": w.completed if w else 0,
-                "violations": w.violations if w else 0,
+                "t": elapsed * ts, "service": s.name, "ready": cluster.ready_replicas(s.name),
+                "desired": cluster.desired_replicas(s.name), "arrivals_total": arrivals,
+                "violations_total": violations,
                 "utilization": w.utilization if w else 0.0,
                 "mean_latency_ms": w.mean_proc_time_ms if w else None})
 

@@ -37,3 +37,32 @@ def test_window_before_any_sample_uses_the_instant():
     c = ServiceCollector("tts", slo_ms=2500, capacity=2, clock=lambda: 0.0)
     w = c.window(30, [2, 1])
     assert w.utilization == pytest.approx(0.75) and w.completed == 0 and w.slo_violation_rate == 0.0
+
+
+class FakeClock:
+    """A settable clock for the collector under test."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_window_rate_is_unbiased_by_a_partly_covered_interval():
+    from testbed.metrics.collector import ServiceCollector
+
+    clock = FakeClock()
+    c = ServiceCollector("imgcls", slo_ms=500, capacity=1, clock=clock)
+    for _ in range(10):  # ten 1-second intervals, 4 arrivals each
+        for _ in range(4):
+            c.arrival()
+        clock.t += 1.0
+        c.sample([0])
+    clock.t += 0.5  # half of the open interval, 2 arrivals so far
+    c.arrival()
+    c.arrival()
+    for seconds in (1.0, 3.0, 5.0, 30.0):
+        w = c.window(seconds, [0])
+        assert w.seconds <= seconds + 1e-6
+        assert w.request_rate == pytest.approx(4.0)
