@@ -68,7 +68,7 @@ def test_up_status_exec_traffic_down(tmp_path, tb_name):
         assert len(summary["flows"]) == 3 and summary["total_mbit"] > 1
         assert Path(summary["json"]).exists()
         human = testbed("status", "--name", tb_name, check=True).stdout
-        assert "HTB classes" in human and "uplink" in human
+        assert "HTB classes" in human and " up " in human and " down " in human
     finally:
         down = testbed("down", "--name", tb_name)
     assert down.returncode == 0 and "down testbed" in down.stdout
