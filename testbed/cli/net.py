@@ -198,7 +198,8 @@ def status(name: NameOpt = None,
     classes = Table("dir", "slice", "class", "rate", "ceil", "bytes", "packets", "drops",
                     "overlimits", "backlog", title="HTB classes on the UPF (rates in Mbit/s)")
     for c in counters:
-        classes.add_row("up" if c.direction == "uplink" else "down", c.slice if c.slice != "-" else "(default)", c.classid,
+        direction = "up" if c.direction == "uplink" else "down"
+        classes.add_row(direction, c.slice if c.slice != "-" else "(default)", c.classid,
                         f"{c.rate_mbit:g}", f"{c.ceil_mbit:g}", f"{c.bytes:,}", f"{c.packets:,}",
                         str(c.drops), str(c.overlimits), str(c.backlog_packets))
     console.print(classes)

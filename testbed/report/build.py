@@ -64,7 +64,13 @@ def build_document(run_dir: Path) -> Document:
     if problems:
         doc.sections.append(Section("Problems during the run", bullets=problems))
 
-    svc = [r for r in rows if "service" in r]
+    svc = [r for r in rows if "service" in r and r.get("engine") != "sim"]
+    simulated = [r for r in rows if r.get("engine") == "sim"]
+    if simulated:
+        doc.sections.append(_sim_results(simulated))
+        tables = _paper_tables(simulated)
+        if tables:
+            doc.sections.append(tables)
     if svc:
         sec = Section("Results per cell")
         sec.tables.append(TableData(
@@ -109,6 +115,56 @@ def build_document(run_dir: Path) -> Document:
                              "cell).")
         doc.sections.append(ts)
     return doc
+
+
+def _sim_results(rows: list[dict[str, Any]]) -> Section:
+    sec = Section("Results per cell (simulator)")
+    sec.tables.append(TableData(
+        ["cell", "rep", "service", "policy", "units", "ratio", "SLO viol.", "instances",
+         "proc. time s", "reward", "steps/s"],
+        [[r["cell"], str(r["rep"]), r["service"], str(r.get("policy")), str(r.get("total_units")),
+          _f(r.get("ratio"), 2), _rate(r["slo_violation_rate"]), _f(r["mean_replicas"], 3),
+          _f(r["mean_latency_ms"] / 1000, 4), _f(r["reward"], 4),
+          _f(r.get("steps_per_second"), 0)] for r in rows]))
+    return sec
+
+
+def _paper_tables(rows: list[dict[str, Any]]) -> Section | None:
+    """Tables 5.1–5.3 beside ours, for cells whose units and ratios match a paper table."""
+    try:
+        from testbed.sim.paper import PAPER_TABLES
+    except ImportError:
+        return None
+    sec = Section("Beside the paper: Tables 5.1–5.3 (simulator)")
+    for key in ("5.1", "5.2", "5.3"):
+        table = PAPER_TABLES[key]
+        mine = [r for r in rows if r.get("total_units") == table.total_units
+                and r.get("ratio") is not None
+                and abs(r["ratio"] - table.ratios.get(r["service"], -1)) < 1e-9]
+        if not mine:
+            continue
+        out = []
+        for policy, paper_name in (("rule_v2", "rule_v2"), ("ppo", "drl")):
+            for service, ref in table.results.get(paper_name, {}).items():
+                ours = [r for r in mine if r["service"] == service and r.get("policy") == policy]
+                if not ours:
+                    continue
+
+                def m(metric: str, ours: list[dict[str, Any]] = ours) -> float:
+                    return sum(r[metric] for r in ours) / len(ours)
+                reward = m("reward")
+                out.append([service, policy, _rate(m("slo_violation_rate")),
+                            _rate(ref.slo_violation_rate), _f(m("mean_replicas"), 3),
+                            _f(ref.instances, 3), _f(m("mean_latency_ms") / 1000, 4),
+                            _f(ref.proc_time_s, 4), _f(reward, 4), _f(ref.reward, 4),
+                            f"{(reward - ref.reward) / abs(ref.reward):+.1%}"])
+        if out:
+            sec.tables.append(TableData(
+                ["service", "policy", "SLO viol. ours", "paper", "instances ours", "paper",
+                 "proc. time s ours", "paper", "reward ours", "paper", "reward diff"], out,
+                f"{table.name}: {table.total_units} units, ratios "
+                + ", ".join(f"{k} {v:g}" for k, v in table.ratios.items())))
+    return sec if sec.tables else None
 
 
 def _problems(run_dir: Path) -> list[str]:

@@ -73,6 +73,17 @@ def _alias(key: str, scn: Scenario) -> Callable[[Scenario, TestbedSpec, Any],
     if key in ("policy", "replicas"):
         return lambda s, t, v: (s.model_copy(update={"services": _update_list(
             s.services, key, v)}), t)
+    if key == "paper_table":
+        def set_paper(s: Scenario, t: TestbedSpec, v: Any) -> tuple[Scenario, TestbedSpec]:
+            from testbed.sim.paper import PAPER_TABLES
+
+            table = PAPER_TABLES.get(str(v))
+            if table is None:
+                raise ValueError(f"no paper table {v!r} (tables: {', '.join(PAPER_TABLES)})")
+            clients = [c.model_copy(update={"ratio": table.ratios[c.service]})
+                       if c.service in table.ratios else c for c in s.clients]
+            return s.model_copy(update={"clients": clients, "total_units": table.total_units}), t
+        return set_paper
     if key in TOP_LEVEL:
         return lambda s, t, v: (s.model_copy(update={key: v}), t)
     m = re.fullmatch(r"(services|clients|cross_traffic)\[(\d+)\]\.(\w+)", key)

@@ -57,6 +57,8 @@ def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
     info = json.loads((cell_dir / "cell.json").read_text())
     params = info["params"]
     base = {**params, "cell": info["slug"], "rep": info["rep"], "status": info.get("status")}
+    if info.get("engine") == "sim":
+        return sim_rows(cell_dir, info, base)
     time_scale = info.get("time_scale", 1.0)
     duration_s = info.get("measured_s") or info.get("duration_s") or 0.0
     records: dict[str, list[dict[str, Any]]] = {}
@@ -86,6 +88,22 @@ def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
         rows.append({**base, "slice": slice_name, "direction": direction,
                      "iperf_goodput_mbit": mbit / 1e6 if mbit is not None else None,
                      "iperf_error": raw.get("error")})
+    return rows
+
+
+def sim_rows(cell_dir: Path, info: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows of a simulated cell: the simulator's per-service figures."""
+    sim = json.loads((cell_dir / "sim.json").read_text()) if (cell_dir / "sim.json").exists() else {}
+    rows = []
+    for service, r in sim.items():
+        rows.append({**base, "service": service, "engine": "sim",
+                     "policy": info.get("policies", {}).get(service, r.get("policy")),
+                     "total_units": info.get("total_units"),
+                     "ratio": info.get("ratios", {}).get(service),
+                     "slo_violation_rate": r["slo_violation_rate"], "mean_replicas": r["instances"],
+                     "mean_latency_ms": r["proc_time"] * 1000.0, "reward": r["reward"],
+                     "steps_per_second": r.get("steps_per_second"), "requests": None,
+                     "errors": None})
     return rows
 
 

@@ -70,50 +70,104 @@ def effective(loaded: LoadedScenario, options: RunOptions) -> Scenario:
     return loaded.scenario.model_copy(update=update) if update else loaded.scenario
 
 
-def run_scenario(loaded: LoadedScenario, options: RunOptions | None = None) -> RunResult:
-    options = options or RunOptions()
-    if options.profile != "local":
-        raise TestbedError(f"profile {options.profile!r}: scenarios run on the local profile here; "
-                           "the lab profile runs them through `testbed up --profile lab` first")
-    from testbed.net.local import require_root
+class ScenarioRun:
+    """One run of a scenario: its run directory, its cells, and the results at the end.
 
-    require_root("testbed run")
-    console = options.console or Console(stderr=True)
-    scn = effective(loaded, options)
-    cells = expand(scn, loaded.testbed)
-    run_dir = options.run_dir or new_run_dir(options.out_root, scn.name)
-    write_manifest(run_dir, scenario=scn.model_dump(mode="json"),
-                   testbed=loaded.testbed.model_dump(mode="json"), source=loaded.source,
-                   base_dir=loaded.base_dir,
-                   profile=options.profile,
-                   overrides={k: v for k, v in (("time_scale", options.time_scale),
-                                                ("duration_s", options.duration_s),
-                                                ("repetitions", options.repetitions))
-                              if v is not None})
-    interrupted = False
-    problems: list[str] = []
-    view = LiveView(console, cells, scn.repetitions, enabled=options.progress)
-    with view:
-        for cell in cells:
-            for rep in range(scn.repetitions):
-                celldir = CellDir.create(run_dir, cell.slug, rep)
-                runner = CellRunner(cell, rep, celldir, loaded.base_dir, view)
+        run = ScenarioRun(load_scenario("scenarios/smoke.yaml"), RunOptions())
+        for cell in run.cells: run.run_cell(cell)
+        result = run.finish()
+    """
+
+    def __init__(self, loaded: LoadedScenario, options: RunOptions | None = None):
+        self.options = options or RunOptions()
+        if self.options.profile != "local":
+            raise TestbedError(
+                f"profile {self.options.profile!r}: scenarios run on the local profile here; on "
+                "a lab, bring it up with `testbed up --profile lab` and run clients against it")
+        self.loaded = loaded
+        self.scenario = effective(loaded, self.options)
+        self.cells = expand(self.scenario, loaded.testbed)
+        if self.scenario.engine == "testbed":
+            from testbed.net.local import require_root
+
+            require_root("a testbed scenario")
+        self.console = self.options.console or Console(stderr=True)
+        self.run_dir = self.options.run_dir or new_run_dir(self.options.out_root, self.scenario.name)
+        o = self.options
+        write_manifest(self.run_dir, scenario=self.scenario.model_dump(mode="json"),
+                       testbed=loaded.testbed.model_dump(mode="json"), source=loaded.source,
+                       base_dir=loaded.base_dir, profile=o.profile,
+                       overrides={k: v for k, v in (("time_scale", o.time_scale),
+                                                    ("duration_s", o.duration_s),
+                                                    ("repetitions", o.repetitions))
+                                  if v is not None})
+        self.problems: list[str] = []
+        self.interrupted = False
+
+    def run_cell(self, cell: Cell, view: LiveView | None = None) -> list[str]:
+        """Every repetition of one cell; returns the problems it recorded."""
+        view = view or LiveView(self.console, [cell], self.scenario.repetitions, enabled=False)
+        problems: list[str] = []
+        for rep in range(self.scenario.repetitions):
+            celldir = CellDir.create(self.run_dir, cell.slug, rep)
+            if self.scenario.engine == "sim":
+                problems += SimCellRunner(cell, rep, celldir, self.loaded.base_dir, view).run()
+            else:
                 try:
-                    problems += runner.run()
+                    problems += CellRunner(cell, rep, celldir, self.loaded.base_dir, view).run()
                 except KeyboardInterrupt:
-                    interrupted = True
-                    break
-            if interrupted:
-                break
-    rows = run_rows(run_dir)
-    outcomes = evaluate_all(scn.expect, rows) if not interrupted else []
-    (run_dir / "results.json").write_text(json.dumps(
-        {"rows": rows, "expect": [asdict(o) for o in outcomes], "interrupted": interrupted,
-         "problems": problems}, indent=1, default=str))
-    from testbed.report import write_report
+                    self.interrupted = True
+                    raise
+        self.problems += problems
+        return problems
 
-    write_report(run_dir)
-    return RunResult(run_dir, rows, outcomes, interrupted, problems)
+    def finish(self) -> RunResult:
+        rows = run_rows(self.run_dir)
+        outcomes = evaluate_all(self.scenario.expect, rows) if not self.interrupted else []
+        (self.run_dir / "results.json").write_text(json.dumps(
+            {"rows": rows, "expect": [asdict(o) for o in outcomes],
+             "interrupted": self.interrupted, "problems": self.problems}, indent=1, default=str))
+        from testbed.report import write_report
+
+        write_report(self.run_dir)
+        return RunResult(self.run_dir, rows, outcomes, self.interrupted, self.problems)
+
+
+def run_scenario(loaded: LoadedScenario, options: RunOptions | None = None) -> RunResult:
+    """Every cell and repetition with a live view, then results, expectations and the report."""
+    run = ScenarioRun(loaded, options)
+    view = LiveView(run.console, run.cells, run.scenario.repetitions,
+                    enabled=run.options.progress)
+    with view:
+        for cell in run.cells:
+            try:
+                run.run_cell(cell, view)
+            except KeyboardInterrupt:
+                break
+    return run.finish()
+
+
+class SimCellRunner:
+    """One repetition of one cell through the simulator (`engine: sim`)."""
+
+    def __init__(self, cell: Cell, rep: int, celldir: CellDir, base_dir: Path, view: LiveView):
+        self.cell, self.rep, self.dir, self.base_dir, self.view = cell, rep, celldir, base_dir, view
+
+    def run(self) -> list[str]:
+        from testbed.scenario.simcell import run_sim_cell
+
+        scn = self.cell.scenario
+        self.view.set_phase(self.cell, self.rep, "simulating")
+        info = {"slug": self.cell.slug, "label": self.cell.label, "params": self.cell.params,
+                "rep": self.rep, "engine": "sim", "services": [s.name for s in scn.services],
+                "total_units": scn.total_units, "duration_s": scn.duration_s,
+                "ratios": {c.service: c.ratio for c in scn.clients},
+                "policies": {s.name: s.policy for s in scn.services}, "started": time.time()}
+        results = run_sim_cell(scn, self.base_dir, seed=scn.seed + self.rep)
+        (self.dir.path / "sim.json").write_text(json.dumps(results, indent=1))
+        info.update(status="ok", ended=time.time(), problems=[])
+        self.dir.info.write_text(json.dumps(info, indent=1))
+        return []
 
 
 class CellRunner:
@@ -162,6 +216,8 @@ class CellRunner:
                 raise
             job.result()
             status = "ok"
+            if self.scn.compare_sim:
+                self._compare_sim()
         except KeyboardInterrupt:
             status = "interrupted"
             raise
@@ -174,6 +230,22 @@ class CellRunner:
             self.info.update(status=status, ended=time.time())
             self._write_info()
         return self.problems
+
+    def _compare_sim(self) -> None:
+        """The same cell through the simulator, with the replicas' own profiles."""
+        from testbed.cluster.profile import default_profiles
+        from testbed.scenario.simcell import run_sim_cell
+
+        try:
+            results = run_sim_cell(self.scn, self.base_dir, seed=self.scn.seed + self.rep,
+                                   cluster_profiles=default_profiles())
+        except (ValueError, TestbedError) as exc:
+            self.problem(f"simulator comparison skipped: {exc}")
+            return
+        out = self.dir.path.parents[2] / "sim"
+        out.mkdir(exist_ok=True)
+        (out / f"{self.cell.slug}-rep-{self.rep}.json").write_text(json.dumps(
+            {"cell": self.cell.slug, "rep": self.rep, "services": results}, indent=1))
 
     async def _main(self, tb: LocalTestbed) -> None:
         from testbed.cluster.local import LocalCluster

@@ -45,7 +45,7 @@ class ClientSpec(Strict):
     """A load client in a UE group: a trace replay or a constant rate, for one service."""
 
     service: Literal["chatbot", "imgcls", "tts"]
-    ue_group: str
+    ue_group: str | None = None  # required on the testbed engine
     trace: str | None = None  # `DURATION COUNT` lines; relative to the scenario's traces dir
     ratio: float = Field(1.0, gt=0)
     shift_hours: float = Field(0.0, ge=0, lt=24)
@@ -70,6 +70,8 @@ class CrossTrafficSpec(Strict):
 class Scenario(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     description: str = ""
+    engine: Literal["testbed", "sim"] = "testbed"  # sim: every cell through the simulator
+    markers: list[Literal["slow", "needs_root"]] = Field(default_factory=list)  # for pytest
     testbed: str | InlineTestbed | None = None  # a testbed file, inline, or the built-in default
     duration_s: float = Field(gt=0)  # per cell, in scenario time (wall time = / time_scale)
     time_scale: float = Field(1.0, gt=0, le=1000)
@@ -112,7 +114,7 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
         if s.model and not (base_dir / s.model).is_file():
             problems.append((("services", i, "model"), f"model file {s.model!r} not found"))
     units = sum(s.replicas for s in scn.services)
-    if units > scn.total_units:
+    if units > scn.total_units and "total_units" not in scn.matrix and "paper_table" not in scn.matrix:
         problems.append((("total_units",), f"initial replicas need {units} units, only "
                          f"{scn.total_units} exist"))
     groups = {g.name for g in testbed.ue_groups}
@@ -122,7 +124,9 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
         if c.service not in seen:
             problems.append((("clients", i, "service"),
                              f"no service {c.service!r} in `services:` ({', '.join(sorted(seen))})"))
-        if c.ue_group not in groups:
+        if scn.engine == "testbed" and c.ue_group is None:
+            problems.append((("clients", i), "a client on the testbed engine needs `ue_group:`"))
+        elif scn.engine == "testbed" and c.ue_group not in groups:
             problems.append((("clients", i, "ue_group"),
                              f"no UE group {c.ue_group!r} (groups: {', '.join(sorted(groups))})"))
         if c.trace and not (traces / c.trace).is_file():

@@ -1,0 +1,80 @@
+"""A scenario cell through the simulator: the same services, policies, traces and units.
+
+Used for `engine: sim` scenarios (Tables 5.1–5.3) and for the sim-to-testbed check of testbed
+cells (`compare_sim: true`). Constant-rate clients become constant traces; a trace client's
+shift and start offset rotate and cut the trace exactly as the load client does.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from testbed.scenario.spec import Scenario, trace_dir
+
+
+def cell_traces(scn: Scenario, base_dir: Path) -> tuple[dict[str, Any], dict[str, float]]:
+    """Per service: its trace window (one client per service in the simulator) and ratio."""
+    from testbed.sim.trace import Trace, read_trace
+
+    traces: dict[str, Trace] = {}
+    ratios: dict[str, float] = {}
+    seconds = math.ceil(scn.duration_s)
+    for c in scn.clients:
+        if c.service in traces:
+            raise ValueError(f"the simulator takes one client per service ({c.service} has more)")
+        if c.rate is not None:
+            traces[c.service] = Trace.constant(c.rate, seconds, name=f"constant {c.rate:g}/s")
+            ratios[c.service] = 1.0
+            continue
+        full = read_trace(trace_dir(scn, base_dir) / c.trace)
+        per_second = np.repeat(full.counts / np.maximum(full.durations, 1e-9),
+                               full.durations.astype(int).clip(min=1))
+        offset = int(c.shift_hours * 3600 + c.start_s) % len(per_second)
+        rolled = np.roll(per_second, -offset)
+        reps = math.ceil(seconds / len(rolled))
+        counts = np.tile(rolled, reps)[:seconds]
+        traces[c.service] = Trace(f"{c.trace} +{c.shift_hours:g}h", np.ones(seconds), counts)
+        ratios[c.service] = c.ratio
+    return traces, ratios
+
+
+def sim_profiles(scn: Scenario, cluster_profiles: dict[str, Any] | None) -> dict[str, Any]:
+    """The simulator's profiles: the paper's (Table 4.4), or — for the sim-to-testbed check —
+    exactly the profiles the testbed's replicas ran with, so both sides model the same service."""
+    from dataclasses import replace
+
+    from testbed.sim.paper import PROFILES
+
+    out = {}
+    for s in scn.services:
+        base = PROFILES[s.name]
+        c = (cluster_profiles or {}).get(s.name)
+        if c is not None:
+            base = replace(base, capacity_per_inst=c.capacity, proc_time_ms=tuple(c.proc_time_ms),
+                           slo_ms=c.slo_ms, startup_ms=c.startup_ms,
+                           queue_size_per_inst=c.queue_limit, resource_per_inst=c.units)
+        out[s.name] = replace(base, initial_inst=s.replicas)
+    return out
+
+
+def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
+                 cluster_profiles: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Figures per service, in the keys the report reads (`slo_violation_rate`, `instances`,
+    `proc_time` in seconds, `reward`, `steps_per_second`)."""
+    from testbed.scaler.policies import make_policy
+    from testbed.sim.evaluate import evaluate
+
+    traces, ratios = cell_traces(scn, base_dir)
+    services = [s for s in scn.services if s.name in traces]
+    profiles = {k: v for k, v in sim_profiles(scn, cluster_profiles).items() if k in traces}
+    policies = {s.name: make_policy(s.policy, s.name, total_units=scn.total_units, seed=seed,
+                                    model=str(base_dir / s.model) if s.model else None)
+                for s in services}
+    steps = max(1, int(scn.duration_s // scn.scaler_period_s))
+    results = evaluate(policies, traces, ratios, total_units=scn.total_units, seed=seed,
+                       max_steps=steps, profiles=profiles)
+    return {name: r.as_json() for name, r in results.items()}
