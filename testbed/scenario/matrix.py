@@ -73,6 +73,15 @@ def _alias(key: str, scn: Scenario) -> Callable[[Scenario, TestbedSpec, Any],
     if key in ("policy", "replicas"):
         return lambda s, t, v: (s.model_copy(update={"services": _update_list(
             s.services, key, v)}), t)
+    if key == "service":
+        # one service at a time (Section 5.3 tests each service independently)
+        def keep_one(s: Scenario, t: TestbedSpec, v: Any) -> tuple[Scenario, TestbedSpec]:
+            if v not in {x.name for x in s.services}:
+                raise ValueError(f"no service {v!r} in `services:`")
+            return s.model_copy(update={
+                "services": [x for x in s.services if x.name == v],
+                "clients": [c for c in s.clients if c.service == v]}), t
+        return keep_one
     if key == "paper_table":
         def set_paper(s: Scenario, t: TestbedSpec, v: Any) -> tuple[Scenario, TestbedSpec]:
             from testbed.sim.paper import PAPER_TABLES

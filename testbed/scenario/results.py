@@ -55,7 +55,8 @@ def service_row(records: list[dict[str, Any]], service: str, *, time_scale: floa
 def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
     """Rows for one repetition of one cell, from its files."""
     info = json.loads((cell_dir / "cell.json").read_text())
-    params = info["params"]
+    # a `service` matrix key picks the service: it names rows' services, it is not a row label
+    params = {k: v for k, v in info["params"].items() if k not in ("service", "slice")}
     base = {**params, "cell": info["slug"], "rep": info["rep"], "status": info.get("status")}
     if info.get("engine") == "sim":
         return sim_rows(cell_dir, info, base)

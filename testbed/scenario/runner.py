@@ -233,12 +233,14 @@ class CellRunner:
 
     def _compare_sim(self) -> None:
         """The same cell through the simulator, with the replicas' own profiles."""
-        from testbed.cluster.profile import default_profiles
+        from testbed.cluster.profile import load_profiles
         from testbed.scenario.simcell import run_sim_cell
 
         try:
+            profiles = load_profiles(self.base_dir / self.scn.service_profiles
+                                     if self.scn.service_profiles else None)
             results = run_sim_cell(self.scn, self.base_dir, seed=self.scn.seed + self.rep,
-                                   cluster_profiles=default_profiles())
+                                   cluster_profiles=profiles)
         except (ValueError, TestbedError) as exc:
             self.problem(f"simulator comparison skipped: {exc}")
             return
@@ -266,7 +268,14 @@ class CellRunner:
                 self.problem(f"replica {row.get('replica')} of {row.get('service')} "
                              f"{row.get('kind')}: {row.get('detail', '')}")
 
+        from testbed.cluster.profile import load_profiles
+
+        profiles = load_profiles(self.base_dir / scn.service_profiles if scn.service_profiles
+                                 else None)
+        self.info["profiles"] = {s.name: profiles[s.name].model_dump(mode="json")
+                                 for s in scn.services}
         cluster = LocalCluster(
+            profiles=profiles,
             services=[s.name for s in scn.services],
             initial={s.name: s.replicas for s in scn.services},
             total_units=scn.total_units, time_scale=ts, host=str(tb.topology.dn_addr),

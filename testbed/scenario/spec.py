@@ -86,6 +86,7 @@ class Scenario(Strict):
     matrix: dict[str, list[Any]] = Field(default_factory=dict)
     expect: list[str] = Field(default_factory=list)
     compare_sim: bool = False  # also run each cell through the simulator (sim-to-testbed check)
+    service_profiles: str | None = None  # profile YAML merged over Table 4.4 (`testbed profile`)
 
     def service(self, name: str) -> ServiceSpec:
         return next(s for s in self.services if s.name == name)
@@ -113,10 +114,14 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
         seen.add(s.name)
         if s.model and not (base_dir / s.model).is_file():
             problems.append((("services", i, "model"), f"model file {s.model!r} not found"))
-    units = sum(s.replicas for s in scn.services)
-    if units > scn.total_units and "total_units" not in scn.matrix and "paper_table" not in scn.matrix:
-        problems.append((("total_units",), f"initial replicas need {units} units, only "
-                         f"{scn.total_units} exist"))
+    if scn.service_profiles:
+        from testbed.cluster.profile import load_profiles
+
+        if not (base_dir / scn.service_profiles).is_file():
+            problems.append((("service_profiles",),
+                             f"profile file {scn.service_profiles!r} not found"))
+        else:
+            load_profiles(base_dir / scn.service_profiles)  # its own errors name its lines
     groups = {g.name for g in testbed.ue_groups}
     slices = {s.name for s in testbed.slices}
     traces = trace_dir(scn, base_dir)
@@ -136,6 +141,19 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
             problems.append((("cross_traffic", i, "slice"),
                              f"no slice {x.slice!r} (slices: {', '.join(sorted(slices))})"))
     problems += [(("testbed", *p), m) for p, m in check_testbed(testbed)]
+    return problems
+
+
+def _check_cells(scn: Scenario, testbed: TestbedSpec) -> list[tuple[tuple, str]]:
+    """Rules that hold per matrix cell: the initial replicas fit the resource units."""
+    from testbed.scenario.matrix import expand
+
+    problems: list[tuple[tuple, str]] = []
+    for cell in expand(scn, testbed):
+        units = sum(s.replicas for s in cell.scenario.services)
+        if cell.scenario.engine == "testbed" and units > cell.scenario.total_units:
+            problems.append((("total_units",), f"cell {cell.label}: initial replicas need "
+                             f"{units} units, only {cell.scenario.total_units} exist"))
     return problems
 
 
@@ -179,6 +197,8 @@ def scenario_from_yaml(doc: LocatedYaml, base_dir: Path,
     problems = check_scenario(scn, testbed, base_dir)
     problems += check_matrix(scn, testbed)
     problems += check_expectations(scn)
+    if not problems:
+        problems += _check_cells(scn, testbed)
     if problems:
         raise ConfigError([doc.problem(path, msg) for path, msg in problems])
     return LoadedScenario(scn, testbed, doc, base_dir)

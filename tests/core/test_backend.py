@@ -7,12 +7,12 @@ import socket
 import time
 
 import pytest
-from tests.core.core_specs import THREE_SLICES, spec_from
 
 from testbed.core import backend
 from testbed.core.backend import StoreUnreachable, connect, open_store, redact
 from testbed.core.provision import desired_ues
 from testbed.errors import StateError
+from tests.core.core_specs import THREE_SLICES, spec_from
 
 
 def _closed_port() -> int:

@@ -6,10 +6,10 @@ import ipaddress
 import stat
 
 import yaml
-from tests.core.core_specs import THREE_SLICES, spec_from
 
 from testbed.core.provision import desired_ues
 from testbed.core.render import open5gs_files, render_open5gs
+from tests.core.core_specs import THREE_SLICES, spec_from
 
 
 def _snssai(d):

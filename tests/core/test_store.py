@@ -6,11 +6,11 @@ import copy
 from typing import Any
 
 import pytest
-from tests.core.core_specs import THREE_SLICES, spec_from
 
 from testbed.core.provision import desired_ues
 from testbed.core.store import SubscriberStore
 from testbed.errors import StateError
+from tests.core.core_specs import THREE_SLICES, spec_from
 
 
 def _docs(store: SubscriberStore) -> dict[str, dict[str, Any]]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from tests.core.core_specs import THREE_SLICES, spec_from
 
 from testbed.core.provision import derive_keys, desired_ues
 from testbed.core.subscriber import Bitrate, Subscriber, mask
+from tests.core.core_specs import THREE_SLICES, spec_from
 
 
 def test_document_has_the_open5gs_shape(spec):

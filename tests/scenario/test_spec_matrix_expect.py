@@ -119,7 +119,8 @@ def test_trace_xor_rate():
 
 def test_initial_replicas_must_fit_units():
     ps = errors(BASE.replace("duration_s: 30", "duration_s: 30\ntotal_units: 4"))
-    assert any("total_units: initial replicas need 8 units" in p for p in ps)
+    assert any("total_units: cell iperf_flows=10, slicing=on: initial replicas need 8 units"
+               in p for p in ps)
 
 
 ROWS = [
