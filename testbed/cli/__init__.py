@@ -33,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script: one line per error, non-zero exit, no traceback."""
     _register()
     try:
-        app(args=argv, standalone_mode=False)
+        # without standalone mode, click returns a command's typer.Exit code instead of raising
+        rv = app(args=argv, standalone_mode=False)
+        if isinstance(rv, int):
+            return rv
     except TestbedError as exc:
         for line in str(exc).splitlines():
             err_console.print(f"[bold red]error:[/] {line}", highlight=False, markup=True)

@@ -97,3 +97,15 @@ def test_missing_binary_names_the_package(monkeypatch):
     monkeypatch.setattr(cmd.shutil, "which", lambda name: None)
     with pytest.raises(MissingRequirement, match=r"iperf3 not found: install iperf3 \(apt-get"):
         cmd.require_binaries("iperf3")
+
+
+def test_exit_codes_of_commands_reach_the_shell(tmp_path):
+    """A command that ends with typer.Exit(n) exits n (a failed expect: must fail CI)."""
+    (tmp_path / "x.yaml").write_text("name: x\nengine: sim\nduration_s: 60\nservices:\n"
+                                     "  - {name: imgcls}\nclients:\n"
+                                     "  - {service: imgcls, rate: 1}\n"
+                                     "expect:\n  - requests[service=imgcls] > 0\n")
+    proc = testbed("run", str(tmp_path / "x.yaml"), "--out", str(tmp_path / "runs"),
+                   "--no-progress")
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # no request counts in the simulator
+    assert "FAIL" in proc.stdout

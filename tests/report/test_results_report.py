@@ -1,0 +1,103 @@
+"""Results and reports from a run directory alone (a small one written by hand)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from testbed.report import write_report
+from testbed.scenario.results import percentile, run_rows, service_row
+from testbed.scenario.rundir import CellDir, append_jsonl, write_manifest
+
+
+def _record(service: str, latency_ms: float, error: str | None = None, seq: int = 0) -> dict:
+    return {"service": service, "slice": "ai", "seq": seq, "scheduled": 1.0, "sent": 1.001,
+            "latency_ms": latency_ms, "latency_sched_ms": latency_ms + 1.0,
+            "status": 0 if error else 200, "bytes_up": 100, "bytes_down": 10, "error": error}
+
+
+def test_service_row_counts_violations_in_scenario_time():
+    recs = [_record("imgcls", 100), _record("imgcls", 200), _record("imgcls", 50, "timeout"),
+            _record("imgcls", 90)]
+    # time scale 3: 200 ms wall is 600 ms of scenario time, over imgcls' 500 ms SLO
+    row = service_row(recs, "imgcls", time_scale=3.0, duration_s=2.0, slo_ms=500)
+    assert row["requests"] == 4 and row["errors"] == 1
+    assert row["violations"] == 2  # the timeout and the slow one
+    assert row["slo_violation_rate"] == pytest.approx(0.5)
+    assert row["mean_latency_ms"] == pytest.approx((100 + 200 + 90) * 3 / 3)
+    assert row["throughput_rps"] == pytest.approx(1.5)
+    assert row["error_kinds"] == {"timeout": 1}
+
+
+def test_percentile_interpolates():
+    assert percentile([1, 2, 3, 4], 0.5) == pytest.approx(2.5)
+    assert percentile([], 0.5) is None
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    run.mkdir()
+    scenario = {"name": "t", "duration_s": 10, "time_scale": 1.0, "repetitions": 1, "seed": 0,
+                "matrix": {"slicing": [True, False], "iperf_flows": [10]},
+                "expect": ["slo_violation_rate[service=imgcls, slicing=on] < "
+                           "slo_violation_rate[service=imgcls, slicing=off]"]}
+    write_manifest(run, scenario=scenario, testbed={}, source="t.yaml", base_dir=tmp_path,
+                   profile="local", overrides={})
+    for i, slicing in enumerate((True, False)):
+        cell = CellDir.create(run, f"{i:02d}-slicing-{'on' if slicing else 'off'}", 0)
+        info = {"slug": cell.path.parent.name, "label": "x", "rep": 0, "status": "ok",
+                "params": {"slicing": slicing, "iperf_flows": 10}, "services": ["imgcls"],
+                "time_scale": 1.0, "duration_s": 10, "problems": []}
+        cell.info.write_text(json.dumps(info))
+        slow = 0 if slicing else 5
+        with (cell.requests / "imgcls-ai-0.jsonl").open("w") as f:
+            for k in range(10):
+                f.write(json.dumps(_record("imgcls", 900 if k < slow else 100, seq=k)) + "\n")
+        for t in range(10):
+            append_jsonl(cell.samples, {"t": float(t), "service": "imgcls", "ready": 2,
+                                        "desired": 2, "arrivals_total": t, "violations_total": 0})
+        append_jsonl(cell.decisions, {"service": "imgcls", "reward": -0.05, "t": 5.0})
+        (cell.iperf / "be-downlink.json").write_text(json.dumps(
+            {"end": {"sum_received": {"bits_per_second": 80e6}}}))
+    return run
+
+
+def test_rows_from_a_run_directory(tmp_path):
+    rows = run_rows(_run_dir(tmp_path))
+    svc = {r["slicing"]: r for r in rows if r.get("service") == "imgcls"}
+    assert svc[True]["slo_violation_rate"] == 0 and svc[False]["slo_violation_rate"] == 0.5
+    assert svc[True]["mean_replicas"] == 2 and svc[True]["reward"] == -0.05
+    iperf = [r for r in rows if "iperf_goodput_mbit" in r]
+    assert {(r["slice"], r["direction"], r["iperf_goodput_mbit"]) for r in iperf} == {
+        ("be", "downlink", 80.0)}
+
+
+def test_report_is_self_contained_and_shows_the_paper(tmp_path):
+    run = _run_dir(tmp_path)
+    md, page = write_report(run)
+    text = md.read_text()
+    assert "## Expectations" in text and "**PASS**" in text
+    assert "Figs 5.7 / 5.8" in text  # the matrix has slicing and iperf_flows
+    assert "| imgcls | 10 | 0.5000 | 0.0000 |" in text
+    html = page.read_text()
+    assert "data:image/png;base64," in html and "<img" in html
+    assert 'src="plots/' not in html  # nothing outside the file
+    pngs = list((run / "plots").glob("*.png"))
+    assert {p.name for p in pngs} >= {"slicing-imgcls.png", "services.png", "iperf.png"}
+    assert all(p.stat().st_size > 5000 for p in pngs)
+
+
+def test_report_names_problems_and_interruption(tmp_path):
+    run = _run_dir(tmp_path)
+    info_path = next((run / "cells").glob("01-*/rep-0/cell.json"))
+    info = json.loads(info_path.read_text())
+    info.update(status="interrupted", problems=["iperf3 in slice be failed: boom"])
+    info_path.write_text(json.dumps(info))
+    append_jsonl(info_path.parent / "events.jsonl", {"kind": "died", "service": "imgcls",
+                                                     "replica": "imgcls-3", "detail": "SIGKILL"})
+    md, _ = write_report(run)
+    text = md.read_text()
+    assert "Problems during the run" in text
+    assert "status interrupted" in text and "boom" in text and "imgcls-3 of imgcls died" in text
