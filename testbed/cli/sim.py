@@ -149,13 +149,17 @@ def sim_tables(
     table: list[str] = typer.Option(["5.1", "5.2", "5.3"], help="Which tables (repeatable)."),
     seed: int = typer.Option(0, help="Simulation seed."),
     rate_limit: str = typer.Option("none", help=RATE_LIMIT_HELP),
+    with_oracle: bool = typer.Option(
+        False, "--oracle/--no-oracle", help="Add the oracle bound and each policy's gap (slow at 128 units)."
+    ),
 ) -> None:
     """Reproduce Tables 5.1-5.3 (rule-based v2, and DRL when --models is given) beside the paper.
 
-    Example: testbed sim tables --traces ../shared/traces --models models/
+    Example: testbed sim tables --traces ../shared/traces --models models/ --oracle
     """
     from testbed.scaler.policies import make_policy
     from testbed.sim.evaluate import evaluate, test_day_traces
+    from testbed.sim.oracle import shared_pool_oracles
 
     tr = test_day_traces(traces)
     for key in table:
@@ -171,8 +175,17 @@ def sim_tables(
             title=f"{spec.name}: {spec.total_units} units, ratios "
             + ", ".join(f"{s} {r:g}" for s, r in spec.ratios.items())
         )
-        for col in ("service", "policy", "metric", "ours", "paper", "diff"):
+        for col in ("service", "policy", "metric", "ours", "paper", "diff", "gap to oracle"):
             out.add_column(col, justify="right")
+        profiles = _profiles(rate_limit, list(paper.SERVICES))
+        bounds = {}
+        if with_oracle:
+            with console.status(f"{spec.name}: oracle bound"):
+                bounds = shared_pool_oracles(
+                    profiles, tr, spec.ratios, total_units=spec.total_units, seed=seed
+                )
+            for s, b in bounds.items():
+                out.add_row(s, "oracle", "reward", f"{b.reward:.4f}", "-", "-", "-")
         for name, model_dir in runs.items():
             policies = {
                 s: make_policy(
@@ -189,7 +202,7 @@ def sim_tables(
                 spec.ratios,
                 total_units=spec.total_units,
                 seed=seed,
-                profiles=_profiles(rate_limit, list(paper.SERVICES)),
+                profiles=profiles,
             )
             for s in paper.SERVICES:
                 theirs = spec.results[name][s]
@@ -200,7 +213,8 @@ def sim_tables(
                     ("reward", ours[s].reward, theirs.reward),
                 ):
                     diff = f"{(mine - ref) / abs(ref):+.1%}" if ref else "-"
-                    out.add_row(s, name, metric, f"{mine:.4f}", f"{ref:.4f}", diff)
+                    gap = f"{mine - bounds[s].reward:+.4f}" if metric == "reward" and bounds else ""
+                    out.add_row(s, name, metric, f"{mine:.4f}", f"{ref:.4f}", diff, gap)
         console.print(out)
 
 
