@@ -147,6 +147,13 @@ def train(
 
     from testbed.sim.env import ScalingEnv
 
+    if tensorboard is not None:
+        try:
+            import tensorboard as _tb  # noqa: F401  (sb3 writes its logs through it)
+        except ImportError:
+            raise MissingRequirement(
+                "--tensorboard needs the tensorboard package: pip install 'testbed[drl]'"
+            ) from None
     ratio = paper.DEFAULT_RATIOS[service] if ratio is None else ratio
     torch.set_num_threads(1)
     env = ScalingEnv(service, train_traces, ratio, total_units=total_units)
