@@ -199,6 +199,7 @@ def train(
                 return True
             score = validation_reward(self.model, service, val_traces, ratio, total_units, val_episodes)
             meta.validations.append((n, score))
+            self.logger.record("validation/mean_reward", score)  # Figure 4.6 in TensorBoard
             if meta.best_validation_reward is None or score > meta.best_validation_reward:
                 meta.best_validation_reward, meta.steps, self.stale = score, n, 0
                 _save(self.model, out, meta)
