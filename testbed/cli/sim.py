@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -38,6 +39,21 @@ def _services(service: str) -> list[str]:
     return chosen
 
 
+RATE_LIMIT_HELP = (
+    "none: the Table 3.1 model; author: add the per-instance rate limits of the dissertation's "
+    "published simulator (not in its text; they explain Table 5.2's figures)."
+)
+
+
+def _profiles(rate_limit: str, services: list[str]) -> dict[str, paper.ServiceProfile]:
+    if rate_limit not in ("none", "author"):
+        raise ConfigError(
+            [ConfigProblem("--rate-limit", None, "rate_limit", f"{rate_limit!r}; use none or author")]
+        )
+    limits = paper.AUTHOR_RATE_LIMITS if rate_limit == "author" else {}
+    return {s: replace(paper.PROFILES[s], rate_limit=limits.get(s)) for s in services}
+
+
 def _progress() -> Progress:
     return Progress(
         TextColumn("{task.description}"),
@@ -62,40 +78,59 @@ def sim_eval(
     traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
     model: str = typer.Option(None, help="PPO model file, or a directory holding SERVICE.zip files."),
     seed: int = typer.Option(0, help="Simulation seed."),
+    rate_limit: str = typer.Option("none", help=RATE_LIMIT_HELP),
+    with_oracle: bool = typer.Option(
+        True, "--oracle/--no-oracle", help="Also compute the oracle bound (one static run per count)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per service."),
 ) -> None:
-    """Run a policy on the simulator and print SLO violation, instances, processing time, reward.
+    """Run a policy on the simulator and print SLO violation, instances, processing time, reward,
+    and the oracle bound's reward with the policy's gap to it (policy minus oracle).
 
     Example: testbed sim eval --policy rule_v2 --service all --traces ../shared/traces --json
     """
     from testbed.scaler.policies import make_policy
     from testbed.sim.evaluate import evaluate, test_day_traces
+    from testbed.sim.oracle import shared_pool_oracles
     from testbed.sim.trace import read_trace
 
     chosen = _services(service)
+    profiles = _profiles(rate_limit, chosen)
     tr = {s: read_trace(trace) for s in chosen} if trace else test_day_traces(traces, chosen)
     ratios = {s: ratio if ratio is not None else paper.DEFAULT_RATIOS[s] * load for s in chosen}
     policies = {
         s: make_policy(policy, s, total_units=units, seed=seed, model=_model_for(model, s)) for s in chosen
     }
-    results = evaluate(policies, tr, ratios, total_units=units, seed=seed)
+    results = evaluate(policies, tr, ratios, total_units=units, seed=seed, profiles=profiles)
+    bounds = {}
+    if with_oracle:
+        with console.status("oracle bound: one static run per instance count"):
+            bounds = shared_pool_oracles(profiles, tr, ratios, total_units=units, seed=seed)
     if as_json:
-        for r in results.values():
-            typer.echo(json.dumps(r.as_json()))
+        for s, r in results.items():
+            row = r.as_json()
+            if s in bounds:
+                row["oracle_reward"] = bounds[s].reward
+                row["gap"] = r.reward - bounds[s].reward
+            typer.echo(json.dumps(row))
         return
     table = Table(title=f"{policy} on the simulator ({units} units)")
-    for col in ("service", "ratio", "SLO violation", "instances", "proc time (s)", "reward", "steps/s"):
+    cols = ["service", "ratio", "SLO violation", "instances", "proc time (s)", "reward"]
+    cols += ["oracle reward", "gap"] if bounds else []
+    for col in [*cols, "steps/s"]:
         table.add_column(col, justify="right")
     for s, r in results.items():
-        table.add_row(
+        cells = [
             s,
             f"{ratios[s]:g}",
             f"{r.slo_violation_rate:.4f}",
             f"{r.instances:.4f}",
             f"{r.proc_time:.4f}",
             f"{r.reward:.4f}",
-            f"{r.steps_per_second:,.0f}",
-        )
+        ]
+        if bounds:
+            cells += [f"{bounds[s].reward:.4f}", f"{r.reward - bounds[s].reward:+.4f}"]
+        table.add_row(*cells, f"{r.steps_per_second:,.0f}")
     console.print(table)
 
 
@@ -113,13 +148,18 @@ def sim_tables(
     traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
     table: list[str] = typer.Option(["5.1", "5.2", "5.3"], help="Which tables (repeatable)."),
     seed: int = typer.Option(0, help="Simulation seed."),
+    rate_limit: str = typer.Option("none", help=RATE_LIMIT_HELP),
+    with_oracle: bool = typer.Option(
+        False, "--oracle/--no-oracle", help="Add the oracle bound and each policy's gap (slow at 128 units)."
+    ),
 ) -> None:
     """Reproduce Tables 5.1-5.3 (rule-based v2, and DRL when --models is given) beside the paper.
 
-    Example: testbed sim tables --traces ../shared/traces --models models/
+    Example: testbed sim tables --traces ../shared/traces --models models/ --oracle
     """
     from testbed.scaler.policies import make_policy
     from testbed.sim.evaluate import evaluate, test_day_traces
+    from testbed.sim.oracle import shared_pool_oracles
 
     tr = test_day_traces(traces)
     for key in table:
@@ -135,8 +175,17 @@ def sim_tables(
             title=f"{spec.name}: {spec.total_units} units, ratios "
             + ", ".join(f"{s} {r:g}" for s, r in spec.ratios.items())
         )
-        for col in ("service", "policy", "metric", "ours", "paper", "diff"):
+        for col in ("service", "policy", "metric", "ours", "paper", "diff", "gap to oracle"):
             out.add_column(col, justify="right")
+        profiles = _profiles(rate_limit, list(paper.SERVICES))
+        bounds = {}
+        if with_oracle:
+            with console.status(f"{spec.name}: oracle bound"):
+                bounds = shared_pool_oracles(
+                    profiles, tr, spec.ratios, total_units=spec.total_units, seed=seed
+                )
+            for s, b in bounds.items():
+                out.add_row(s, "oracle", "reward", f"{b.reward:.4f}", "-", "-", "-")
         for name, model_dir in runs.items():
             policies = {
                 s: make_policy(
@@ -147,7 +196,14 @@ def sim_tables(
                 )
                 for s in paper.SERVICES
             }
-            ours = evaluate(policies, tr, spec.ratios, total_units=spec.total_units, seed=seed)
+            ours = evaluate(
+                policies,
+                tr,
+                spec.ratios,
+                total_units=spec.total_units,
+                seed=seed,
+                profiles=profiles,
+            )
             for s in paper.SERVICES:
                 theirs = spec.results[name][s]
                 for metric, mine, ref in (
@@ -157,7 +213,8 @@ def sim_tables(
                     ("reward", ours[s].reward, theirs.reward),
                 ):
                     diff = f"{(mine - ref) / abs(ref):+.1%}" if ref else "-"
-                    out.add_row(s, name, metric, f"{mine:.4f}", f"{ref:.4f}", diff)
+                    gap = f"{mine - bounds[s].reward:+.4f}" if metric == "reward" and bounds else ""
+                    out.add_row(s, name, metric, f"{mine:.4f}", f"{ref:.4f}", diff, gap)
         console.print(out)
 
 

@@ -147,6 +147,13 @@ def train(
 
     from testbed.sim.env import ScalingEnv
 
+    if tensorboard is not None:
+        try:
+            import tensorboard as _tb  # noqa: F401  (sb3 writes its logs through it)
+        except ImportError:
+            raise MissingRequirement(
+                "--tensorboard needs the tensorboard package: pip install 'testbed[drl]'"
+            ) from None
     ratio = paper.DEFAULT_RATIOS[service] if ratio is None else ratio
     torch.set_num_threads(1)
     env = ScalingEnv(service, train_traces, ratio, total_units=total_units)
@@ -192,6 +199,7 @@ def train(
                 return True
             score = validation_reward(self.model, service, val_traces, ratio, total_units, val_episodes)
             meta.validations.append((n, score))
+            self.logger.record("validation/mean_reward", score)  # Figure 4.6 in TensorBoard
             if meta.best_validation_reward is None or score > meta.best_validation_reward:
                 meta.best_validation_reward, meta.steps, self.stale = score, n, 0
                 _save(self.model, out, meta)

@@ -25,7 +25,7 @@ class TuneResult:
 
 def _suggest(trial, space: dict, name: str, chosen: dict[str, float]) -> float:
     lo, hi, step = space[name]
-    lo = chosen[lo] if isinstance(lo, str) else lo
+    lo = round(chosen[lo], 6) if isinstance(lo, str) else lo  # a grid value, without float noise
     hi = round(lo + int((hi - lo) / step + 1e-9) * step, 6)
     return trial.suggest_float(name, lo, hi, step=step) if hi - lo >= step else lo
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -11,6 +12,21 @@ from testbed.metrics.window import WindowMetrics
 from testbed.sim.paper import STEP_SECONDS, TOTAL_UNITS, ServiceProfile
 from testbed.sim.service import SimService, StepOutcome
 from testbed.sim.trace import Trace, arrival_times
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """Modelling choices the dissertation's text leaves open (see `bench/sim_fidelity.py`).
+
+    Defaults follow the dissertation's published simulator (tu-nv/drafas): client counts
+    truncated per interval, starting instances in the utilization denominator.
+    """
+
+    rounding: str = "floor"  # testbed.sim.trace.scaled_counts
+    util_counts_starting: bool = True  # SimService._utilization
+
+
+DEFAULT_OPTIONS = SimOptions()
 
 
 class SimCluster:
@@ -30,6 +46,7 @@ class SimCluster:
         seed: int = 0,
         step_seconds: float = STEP_SECONDS,
         exact: bool = False,
+        options: SimOptions = DEFAULT_OPTIONS,
     ):
         missing = [name for name in profiles if name not in traces or name not in ratios]
         if missing:
@@ -43,8 +60,14 @@ class SimCluster:
         self.sims: dict[str, SimService] = {}
         self._end = np.inf
         for (name, profile), child in zip(profiles.items(), rngs, strict=True):
-            arrivals = arrival_times(traces[name], ratios[name])
-            self.sims[name] = SimService(profile, arrivals, np.random.default_rng(child), exact=exact)
+            arrivals = arrival_times(traces[name], ratios[name], options.rounding)
+            self.sims[name] = SimService(
+                profile,
+                arrivals,
+                np.random.default_rng(child),
+                exact=exact,
+                util_counts_starting=options.util_counts_starting,
+            )
             self._end = min(self._end, traces[name].seconds)
         used = sum(s.units_in_use(self.now) for s in self.sims.values())
         if used > total_units:

@@ -10,7 +10,7 @@ from pathlib import Path
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.scaler.loop import Decision, ScalerLoop
 from testbed.scaler.policies import Policy
-from testbed.sim.cluster import SimCluster
+from testbed.sim.cluster import DEFAULT_OPTIONS, SimCluster, SimOptions
 from testbed.sim.paper import PROFILES, TEST_SHIFT_HOURS, TOTAL_UNITS, TRACE_MAX_RPS, ServiceProfile
 from testbed.sim.trace import Trace, read_trace
 
@@ -24,7 +24,7 @@ class ServiceResult:
     steps: int
     slo_violation_rate: float  # mean of per-period rates
     instances: float  # mean replicas (desired, i.e. holding units) per period
-    proc_time: float  # mean latency of served requests, seconds
+    proc_time: float  # mean over periods of the period's mean latency of served requests, seconds
     reward: float  # mean Eq. 3.2 reward per period
     steps_per_second: float
 
@@ -53,8 +53,14 @@ def evaluate(
     max_steps: int | None = None,
     on_decision: Callable[[Decision], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    options: SimOptions = DEFAULT_OPTIONS,
 ) -> dict[str, ServiceResult]:
-    """All `policies`' services share one cluster of `total_units`, as in Section 5.1."""
+    """All `policies`' services share one cluster of `total_units`, as in Section 5.1.
+
+    Like the dissertation's evaluation (its EvalStats), SLO violation rate, instances and
+    processing time are means over periods of the per-period values (processing time over the
+    periods that served a request), and the reward is Eq. 3.2's mean per period.
+    """
     chosen = {s: (profiles or PROFILES)[s] for s in policies}
     cluster = SimCluster(
         chosen,
@@ -62,11 +68,12 @@ def evaluate(
         {s: ratios[s] for s in chosen},
         total_units=total_units,
         seed=seed,
+        options=options,
     )
     loop = ScalerLoop(
         cluster, policies, cluster.latest_window, max_rate=TRACE_MAX_RPS, clock=lambda: cluster.now
     )
-    sums = {s: [0.0, 0.0, 0.0, 0.0, 0] for s in chosen}  # slo, instances, reward, proc sum, accepted
+    sums = {s: [0.0, 0.0, 0.0, 0.0, 0] for s in chosen}  # slo, instances, reward, proc, periods
     total_steps = int(min(t.seconds for t in traces.values()) // cluster.step_seconds)
     if max_steps is not None:
         total_steps = min(total_steps, max_steps)
@@ -81,8 +88,9 @@ def evaluate(
             acc[0] += d.slo_violation_rate
             acc[1] += d.replicas_before
             acc[2] += d.reward
-            acc[3] += out.proc_time_sum_s
-            acc[4] += out.accepted
+            if out.accepted:
+                acc[3] += out.proc_time_sum_s / out.accepted
+                acc[4] += 1
             if on_decision is not None:
                 on_decision(d)
         steps += 1

@@ -21,16 +21,30 @@ class ServiceProfile:
     proc_time_ms: tuple[float, float]  # uniform static processing time range
     slo_ms: float  # request delay SLO
     startup_ms: float  # time from scale-up to ready
-    queue_size_per_inst: int = 10  # NOT in the paper (Table 4.4 omits it); our assumption
+    # Table 4.4 omits the queue size; 10 is the value hard-coded in the dissertation's published
+    # simulator (tu-nv/drafas drl/simpy_env.py). Section 3.4.1: drop when the queue holds this many.
+    queue_size_per_inst: int = 10
     resource_per_inst: int = 1  # resource units (vGPUs) per instance
     initial_inst: int = 1  # Section 5.2: every service starts with one replica
+    # (requests, seconds): each instance admits at most this many requests per fixed window of
+    # that many seconds and drops the rest. Not in the dissertation's text; its published
+    # simulator has one (drl_utils.service_configs). None = no limit. See AUTHOR_RATE_LIMITS.
+    rate_limit: tuple[int, float] | None = None
 
 
-# Table 4.4 (profiling on RTX 5000 MPS partitions). queue_size_per_inst is our assumption.
+# Table 4.4 (profiling on RTX 5000 MPS partitions), exactly the model of Table 3.1.
 PROFILES: dict[str, ServiceProfile] = {
     "chatbot": ServiceProfile("chatbot", 1, (140.0, 420.0), 2500.0, 13000.0),
     "imgcls": ServiceProfile("imgcls", 1, (60.0, 80.0), 500.0, 11000.0),
     "tts": ServiceProfile("tts", 1, (130.0, 390.0), 2500.0, 21000.0),
+}
+# Per-instance admission limits in the dissertation's published simulator (tu-nv/drafas,
+# drl/drl_utils.py service_configs: 14 per 1000 ms imgcls, 7 per 2000 ms chatbot and TTS, about
+# each instance's throughput). The text never mentions them; `--rate-limit author` turns them on.
+AUTHOR_RATE_LIMITS: dict[str, tuple[int, float]] = {
+    "chatbot": (7, 2.0),
+    "imgcls": (14, 1.0),
+    "tts": (7, 2.0),
 }
 
 # Table 4.5 and Section 4.4.3

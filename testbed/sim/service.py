@@ -74,8 +74,10 @@ class SimService:
         *,
         exact: bool = False,
         max_chunk_steps: int = MAX_CHUNK_STEPS,
+        util_counts_starting: bool = True,
     ):
         self.profile = profile
+        self.util_counts_starting = util_counts_starting
         self.arrivals = arrivals
         lo, hi = profile.proc_time_ms
         self.proc_s = rng.uniform(lo / 1000.0, hi / 1000.0, len(arrivals))
@@ -166,6 +168,7 @@ class SimService:
         bounds = [t0, *changes, t_end]
         cuts = np.searchsorted(a, bounds, side="left") if changes else (0, n)
         subs = []
+        tokens_used: dict[tuple[int, int], int] = {}  # (instance, rate-limit window) -> admitted
         for b in range(len(bounds) - 1):
             j0, j1 = int(cuts[b]), int(cuts[b + 1])
             targets = [k for k in active if self.instances[k].ready_at <= bounds[b]]
@@ -176,23 +179,58 @@ class SimService:
             slot = (self._rr + np.arange(j1 - j0)) % m
             self._rr = (self._rr + j1 - j0) % m
             pend = [self.instances[k].pending for k in targets]
+            who = np.asarray(targets)[slot]
+            if self.profile.rate_limit is None:
+                adm = slice(None)
+            else:
+                adm = self._admitted(a[j0:j1], who, tokens_used)
             if self._exact:
                 f = serve_exact(
-                    a[j0:j1],
-                    s[j0:j1],
-                    slot,
+                    a[j0:j1][adm],
+                    s[j0:j1][adm],
+                    slot[adm],
                     pend,
                     self.profile.capacity_per_inst,
                     self.profile.queue_size_per_inst,
                 )
             else:
-                f = serve_fast(a[j0:j1], s[j0:j1], slot, pend, self.profile.queue_size_per_inst)
+                f = serve_fast(
+                    a[j0:j1][adm], s[j0:j1][adm], slot[adm], pend, self.profile.queue_size_per_inst
+                )
             for k, p in zip(targets, pend, strict=True):
                 self.instances[k].pending = p
-            finish[j0:j1] = f
-            owner[j0:j1] = np.asarray(targets)[slot]
+            sub_finish = finish[j0:j1]  # a view: dropped requests stay NaN
+            sub_finish[adm] = f
+            owner[j0:j1] = who
         outcomes = self._outcomes(t0, step, steps, a, finish, owner, start_pending)
         return _Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes)
+
+    def _admitted(
+        self, a: np.ndarray, who: np.ndarray, used: dict[tuple[int, int], int]
+    ) -> np.ndarray:
+        """Which of these arrivals (sorted, instance `who`) the rate limit admits; `used` carries
+        each (instance, window)'s admitted count between sub-intervals of a chunk.
+
+        The windows are fixed, [k·w, (k+1)·w), as the published simulator refills every token at
+        once. Unlike it, the limit is applied before the queue check, so a request the full queue
+        would drop still takes a token; both bind at once only in deep overload."""
+        limit, window = self.profile.rate_limit  # type: ignore[misc]
+        bucket = np.floor(a / window + 1e-9).astype(np.int64)
+        order = np.lexsort((bucket, who))
+        key_w, key_b = who[order], bucket[order]
+        new_group = np.ones(len(a), dtype=bool)
+        new_group[1:] = (key_w[1:] != key_w[:-1]) | (key_b[1:] != key_b[:-1])
+        starts = np.flatnonzero(new_group)
+        sizes = np.diff(np.append(starts, len(a)))
+        rank = np.arange(len(a)) - np.repeat(starts, sizes)
+        groups = list(zip(key_w[starts].tolist(), key_b[starts].tolist(), strict=True))
+        prior = np.array([used.get(g, 0) for g in groups], dtype=np.int64)
+        ok_sorted = rank + np.repeat(prior, sizes) < limit
+        for g, p, n in zip(groups, prior.tolist(), sizes.tolist(), strict=True):
+            used[g] = min(limit, p + n)
+        ok = np.empty(len(a), dtype=bool)
+        ok[order] = ok_sorted
+        return ok
 
     def _outcomes(
         self,
@@ -245,8 +283,15 @@ class SimService:
         owner: np.ndarray,
         start_pending: list[list[float]],
     ) -> np.ndarray:
-        """Per window: mean over per-second samples (mid-second) of the mean over present, ready
-        instances of min(in_flight, capacity) / capacity, counting queued requests as a proxy would."""
+        """Per window: mean over per-second samples (mid-second) of the service's instance
+        utilization, sum of min(in_flight, capacity) / capacity over instances divided by the
+        instance count.
+
+        With `util_counts_starting` (default) the count is every instance holding units and not
+        draining, starting ones included (they serve nothing, so they pull the mean down), as in
+        the dissertation's own simulator (`sum(count) / (num_inst * capacity)`, num_inst counting
+        instances still starting) and its testbed query (sum over pods / running pods). Without
+        it, only ready instances count and draining ones count until they are gone."""
         per_window = round(step)
         samples = t0 + 0.5 + np.arange(steps * per_window, dtype=np.float64)
         cap = self.profile.capacity_per_inst
@@ -254,9 +299,12 @@ class SimService:
         present = np.zeros(len(samples))
         ok = ~np.isnan(finish)
         for k, inst in enumerate(self.instances):
-            alive = samples >= inst.ready_at
-            if inst.removed_at is not None:
-                alive &= samples < inst.removed_at
+            if self.util_counts_starting:
+                alive = np.full(len(samples), not inst.draining)
+            else:
+                alive = samples >= inst.ready_at
+                if inst.removed_at is not None:
+                    alive &= samples < inst.removed_at
             mine = ok & (owner == k)
             in_flight = np.searchsorted(a[mine], samples, side="right") - np.searchsorted(
                 np.sort(finish[mine]), samples, side="right"

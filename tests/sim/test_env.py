@@ -74,3 +74,18 @@ def test_short_training_beats_random(tmp_path):
     ppo = validation_reward(policy.model, "chatbot", [val_tr], 0.15, 8, 1)
     rnd = validation_reward(AsModel(RandomPolicy(0)), "chatbot", [val_tr], 0.15, 8, 1)
     assert ppo > rnd
+
+
+def test_tensorboard_logs_without_tensorboard_is_one_clear_error(tmp_path, monkeypatch):
+    pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
+    import sys
+
+    from testbed.errors import MissingRequirement
+    from testbed.scaler.ppo import train
+    from testbed.sim.trace import Trace
+
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # import tensorboard -> ImportError
+    tr = [Trace.constant(5, 600)]
+    with pytest.raises(MissingRequirement, match="tensorboard"):
+        train("chatbot", tr, tr, tmp_path / "m.zip", steps=64, tensorboard=str(tmp_path / "tb"))
+    assert not (tmp_path / "m.zip").exists()

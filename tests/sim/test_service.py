@@ -1,10 +1,12 @@
 """The simulator against closed-form cases, the exact reference kernel, and itself under a seed."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from testbed.errors import StateError
-from testbed.sim.cluster import SimCluster
+from testbed.sim.cluster import SimCluster, SimOptions
 from testbed.sim.paper import PROFILES, ServiceProfile
 from testbed.sim.queueing import serve_exact, serve_fast
 from testbed.sim.service import SimService
@@ -62,6 +64,29 @@ def test_new_instance_serves_only_after_its_startup_time():
     assert first.instances == 2
     second = c.advance()["svc"]
     assert second.violations == 0  # 1.5 req/s per instance
+
+
+def test_starting_instances_count_in_utilization_by_default():
+    # one instance busy all the time; a second starts at t=0 and is ready at t=20 s
+    def first_window(options):
+        c = cluster(profile(1000, queue=50, startup_ms=20000), rate=2, options=options)
+        c.scale("svc", 2)
+        return c.advance()["svc"].utilization
+
+    # 20 samples at 1/2 (the starting instance serves nothing), 10 at 2/2
+    assert first_window(SimOptions()) == pytest.approx((20 * 0.5 + 10 * 1.0) / 30, abs=1 / 30)
+    assert first_window(SimOptions(util_counts_starting=False)) == pytest.approx(1.0)
+
+
+def test_rate_limit_drops_what_exceeds_each_windows_quota():
+    prof = dataclasses.replace(profile(10, queue=10), rate_limit=(3, 1.0))
+    c = cluster(prof, rate=5)  # 5 arrivals per second, 3 admitted
+    w = c.advance()["svc"]
+    out = c.last_outcome["svc"]
+    assert (w.arrivals, out.accepted, out.dropped, w.violations) == (150, 90, 60, 60)
+    # a 2-second window spans two trace seconds: 10 arrivals, 3 admitted
+    c2 = cluster(dataclasses.replace(prof, rate_limit=(3, 2.0)), rate=5)
+    assert c2.advance()["svc"].violations == 150 - 45
 
 
 def test_scale_down_drains_the_last_instance_before_freeing_its_unit():
@@ -135,6 +160,14 @@ def test_chunked_simulation_equals_step_by_step_and_exact():
     chunked = _run(prof, 1, chunk=128)
     _same(chunked, _run(prof, 1, chunk=1))
     _same(chunked, _run(prof, 1, chunk=16, exact=True))
+    assert sum(w.violations for w in chunked) > 0
+
+
+def test_chunked_simulation_with_rate_limit_equals_step_by_step_and_exact():
+    prof = dataclasses.replace(PROFILES["chatbot"], rate_limit=(3, 2.0))
+    chunked = _run(prof, 2, chunk=128)
+    _same(chunked, _run(prof, 2, chunk=1))
+    _same(chunked, _run(prof, 2, chunk=16, exact=True))
     assert sum(w.violations for w in chunked) > 0
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from testbed.errors import ConfigError
-from testbed.sim.trace import Trace, arrival_times, read_trace
+from testbed.sim.trace import Trace, arrival_times, read_trace, scaled_counts
 
 
 def test_read_trace_and_bad_line(tmp_path):
@@ -18,9 +18,15 @@ def test_read_trace_and_bad_line(tmp_path):
         read_trace(bad)
 
 
-def test_arrivals_are_spread_evenly_and_ratio_carries_fractions():
+def test_arrivals_are_spread_evenly_and_counts_are_rounded_as_chosen():
     tr = Trace("t", np.array([1.0, 2.0]), np.array([4.0, 2.0]))
     np.testing.assert_allclose(arrival_times(tr, 1.0), [0, 0.25, 0.5, 0.75, 1.0, 2.0])
-    tr2 = Trace.constant(1, 10)
-    assert len(arrival_times(tr2, 0.15)) == 1  # 10 * 0.15 = 1.5 -> 1, the fraction carried
-    assert len(arrival_times(Trace.constant(1, 20), 0.15)) == 3
+    # "floor" (the dissertation's client): int(count * ratio) per interval, fractions lost
+    assert len(arrival_times(Trace.constant(1, 10), 0.15)) == 0
+    np.testing.assert_array_equal(scaled_counts(Trace.constant(7, 3), 0.5), [3, 3, 3])
+    # "carry": the running sum is floored, so the total matches count * ratio
+    assert len(arrival_times(Trace.constant(1, 10), 0.15, "carry")) == 1
+    assert len(arrival_times(Trace.constant(1, 20), 0.15, "carry")) == 3
+    np.testing.assert_array_equal(scaled_counts(Trace.constant(7, 3), 0.5, "carry"), [3, 4, 3])
+    with pytest.raises(ConfigError, match="rounding"):
+        scaled_counts(Trace.constant(7, 3), 0.5, "round")

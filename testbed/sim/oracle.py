@@ -1,0 +1,198 @@
+"""The oracle bound: the best Eq. 3.2 reward any policy could reach on a trace, knowing the future.
+
+Dynamic programming over (instances, scale-down cooldown) per 30 s step, under exactly the action
+constraints every policy gets (Algorithm 1's mask via `action_mask`: at least one instance, only
+into free units, no scale-down for 6 steps after a scale-up, -2..+2 per step).
+
+Approximation (why it is a bound only approximately): step t's SLO violation rate with n instances
+is read from a run that keeps n instances for the whole trace, so each step starts from the queue
+that n instances would have built up (a warm queue at that count); the scheduled count is ready at
+once (no startup delay) and the queue carried over from a different count history is ignored.
+Counts above the smallest one with no violation at all are never better, so only counts up to it
+are simulated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from testbed.scaler.actions import ACTIONS, action_mask, next_cooldown
+from testbed.sim.cluster import DEFAULT_OPTIONS, SimOptions
+from testbed.sim.paper import (
+    COOLDOWN_STEPS,
+    REWARD_ALPHA,
+    REWARD_BETA,
+    STEP_SECONDS,
+    TOTAL_UNITS,
+    ServiceProfile,
+)
+from testbed.sim.service import SimService
+from testbed.sim.trace import Trace, arrival_times
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    """The best schedule: instances per step, and its mean reward and SLO violation rate."""
+
+    reward: float  # mean Eq. 3.2 reward per step
+    slo_violation_rate: float  # mean per step
+    instances: float  # mean per step
+    schedule: tuple[int, ...]  # instances during each step
+
+
+def static_slo_table(
+    profile: ServiceProfile,
+    trace: Trace,
+    ratio: float,
+    max_instances: int,
+    *,
+    seed: int = 0,
+    steps: int | None = None,
+    step_seconds: float = STEP_SECONDS,
+    options: SimOptions = DEFAULT_OPTIONS,
+) -> np.ndarray:
+    """slo[t, n-1]: step t's SLO violation rate when n instances (all ready) serve the whole trace.
+
+    Stops at the first count with no violation in any step and repeats that column up to
+    `max_instances` (more instances cannot lower the rate below zero)."""
+    arrivals = arrival_times(trace, ratio, options.rounding)
+    total = int(trace.seconds // step_seconds) if steps is None else steps
+    columns: list[np.ndarray] = []
+    for n in range(1, max_instances + 1):
+        prof = dataclasses.replace(profile, initial_inst=n)
+        svc = SimService(
+            prof,
+            arrivals,
+            np.random.default_rng(seed),
+            util_counts_starting=options.util_counts_starting,
+        )
+        col = np.empty(total)
+        for t in range(total):
+            col[t] = svc.advance(t * step_seconds, (t + 1) * step_seconds).window.slo_violation_rate
+        columns.append(col)
+        if not col.any():
+            break
+    while len(columns) < max_instances:
+        columns.append(columns[-1])
+    return np.stack(columns, axis=1)
+
+
+def best_schedule(
+    slo: np.ndarray,
+    *,
+    total_units: int = TOTAL_UNITS,
+    units_per_instance: int = 1,
+    max_instances: int | None = None,
+    initial: int = 1,
+    alpha: float = REWARD_ALPHA,
+    beta: float = REWARD_BETA,
+) -> OracleResult:
+    """Maximise the mean of -(alpha·slo[t, n_t - 1] + beta·n_t/total_units) over schedules the
+    mask allows, starting with `initial` instances and no cooldown.
+
+    `max_instances` caps the count (default: the table's width); the free units the mask sees are
+    (max_instances - n)·units_per_instance."""
+    steps, width = slo.shape
+    cap = width if max_instances is None else min(max_instances, width)
+    counts = np.arange(1, cap + 1)
+    gain = -(alpha * slo[:, :cap] + beta * counts / total_units)  # gain[t, n-1]
+    n_cool = COOLDOWN_STEPS + 1
+    neg = -np.inf
+    # best[n-1, c]: best total of the steps so far, being at n instances with cooldown c
+    best = np.full((cap, n_cool), neg)
+    best[initial - 1, 0] = gain[0, initial - 1]
+    back = np.zeros((steps, cap, n_cool, 2), dtype=np.int16)  # predecessor (n-1, c)
+    moves = []  # (from n-1, from c, to n-1, to c), the same at every step
+    for n in counts.tolist():
+        for c in range(n_cool):
+            mask = action_mask(n, (cap - n) * units_per_instance, units_per_instance, c)
+            for i, delta in enumerate(ACTIONS):
+                if mask[i]:
+                    moves.append((n - 1, c, n - 1 + delta, next_cooldown(c, delta)))
+    src_n, src_c, dst_n, dst_c = (np.array(col) for col in zip(*moves, strict=True))
+    order = np.lexsort((dst_c, dst_n))  # group the moves by destination state
+    src_n, src_c, dst_n, dst_c = src_n[order], src_c[order], dst_n[order], dst_c[order]
+    dst = dst_n * n_cool + dst_c
+    starts = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]])
+    sizes = np.diff(np.r_[starts, len(dst)])
+    group = np.repeat(np.arange(len(starts)), sizes)
+    targets = dst[starts]
+    t_n, t_c = targets // n_cool, targets % n_cool
+    for t in range(1, steps):
+        cand = best[src_n, src_c]
+        top = np.maximum.reduceat(cand, starts)
+        hits = np.flatnonzero(cand == top[group])
+        first = hits[np.unique(group[hits], return_index=True)[1]]  # best move into each target
+        best = np.full((cap, n_cool), neg)
+        best[t_n, t_c] = top + gain[t, t_n]
+        back[t, ..., 0] = -1
+        back[t, t_n, t_c, 0] = src_n[first]
+        back[t, t_n, t_c, 1] = src_c[first]
+    n_last, c_last = np.unravel_index(int(np.argmax(best)), best.shape)
+    total = float(best[n_last, c_last])
+    path = [int(n_last)]
+    n, c = int(n_last), int(c_last)
+    for t in range(steps - 1, 0, -1):
+        n, c = int(back[t, n, c, 0]), int(back[t, n, c, 1])
+        path.append(n)
+    path.reverse()
+    schedule = tuple(k + 1 for k in path)
+    rates = slo[np.arange(steps), np.asarray(path)]
+    return OracleResult(total / steps, float(rates.mean()), float(np.mean(schedule)), schedule)
+
+
+def oracle(
+    profile: ServiceProfile,
+    trace: Trace,
+    ratio: float,
+    *,
+    total_units: int = TOTAL_UNITS,
+    max_instances: int | None = None,
+    seed: int = 0,
+    steps: int | None = None,
+    options: SimOptions = DEFAULT_OPTIONS,
+) -> OracleResult:
+    """The oracle bound for one service on `trace` (see the module docstring for what it ignores).
+
+    `max_instances` defaults to every unit of the pool; with services sharing the pool, pass the
+    units the others cannot take from it (a relaxation, so still a bound)."""
+    per = profile.resource_per_inst
+    cap = total_units // per if max_instances is None else max_instances
+    slo = static_slo_table(profile, trace, ratio, cap, seed=seed, steps=steps, options=options)
+    return best_schedule(
+        slo,
+        total_units=total_units,
+        units_per_instance=per,
+        max_instances=cap,
+        initial=profile.initial_inst,
+    )
+
+
+def shared_pool_oracles(
+    profiles: dict[str, ServiceProfile],
+    traces: dict[str, Trace],
+    ratios: dict[str, float],
+    *,
+    total_units: int = TOTAL_UNITS,
+    seed: int = 0,
+    options: SimOptions = DEFAULT_OPTIONS,
+) -> dict[str, OracleResult]:
+    """One oracle per service of a shared pool: each may use every unit the others' first
+    instances do not hold (a relaxation of the shared constraint, so each stays a bound)."""
+    out = {}
+    for name, prof in profiles.items():
+        others = sum(p.initial_inst * p.resource_per_inst for n, p in profiles.items() if n != name)
+        cap = max((total_units - others) // prof.resource_per_inst, prof.initial_inst)
+        out[name] = oracle(
+            prof,
+            traces[name],
+            ratios[name],
+            total_units=total_units,
+            max_instances=cap,
+            seed=seed,
+            options=options,
+        )
+    return out

@@ -1,0 +1,85 @@
+"""The oracle: its DP against brute force, a hand-checked cooldown case, and the per-count table."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from testbed.scaler.actions import ACTIONS, action_mask, next_cooldown
+from testbed.scaler.policies import StaticPolicy
+from testbed.sim.evaluate import evaluate
+from testbed.sim.oracle import best_schedule, oracle, static_slo_table
+from testbed.sim.paper import ServiceProfile
+from testbed.sim.trace import Trace
+
+
+def brute_force(slo: np.ndarray, cap: int, units: int = 8) -> float:
+    """Best mean reward over every action sequence the mask allows (the DP's specification)."""
+    steps = slo.shape[0]
+    best = -np.inf
+    for seq in itertools.product(ACTIONS, repeat=steps - 1):
+        n, cool, total, ok = 1, 0, 0.0, True
+        for t in range(steps):
+            total -= 0.9 * slo[t, n - 1] + 0.1 * n / units
+            if t == steps - 1:
+                break
+            delta = seq[t]
+            if not action_mask(n, cap - n, 1, cool)[delta + 2]:
+                ok = False
+                break
+            n, cool = n + delta, next_cooldown(cool, delta)
+        if ok:
+            best = max(best, total / steps)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_dp_equals_brute_force_on_four_steps(seed):
+    rng = np.random.default_rng(seed)
+    # violation rates that fall with the count, as a real table does, plus noise
+    slo = np.clip(rng.uniform(0, 1, (4, 1)) / np.arange(1, 6) + rng.uniform(-0.05, 0.05, (4, 5)), 0, 1)
+    result = best_schedule(slo, max_instances=5)
+    assert result.reward == pytest.approx(brute_force(slo, 5))
+    assert result.schedule[0] == 1
+    recomputed = np.mean([-(0.9 * slo[t, n - 1] + 0.1 * n / 8) for t, n in enumerate(result.schedule)])
+    assert result.reward == pytest.approx(recomputed)
+
+
+def test_cooldown_keeps_the_extra_instance_after_a_scale_up():
+    slo = np.zeros((4, 3))
+    slo[1, 0] = 1.0  # one instance fails step 1 only
+    result = best_schedule(slo, max_instances=3)
+    # scaling up once costs 2 instances for the rest of the day (scale-down is blocked), still
+    # far cheaper than one step at 100 % violations
+    assert result.schedule == (1, 2, 2, 2)
+    assert result.reward == pytest.approx(-(0.0125 + 3 * 0.025) / 4)
+    assert brute_force(slo, 3) == pytest.approx(result.reward)
+
+
+def test_plus_two_is_used_when_one_more_is_not_enough():
+    slo = np.zeros((3, 4))
+    slo[1, :2] = 1.0  # step 1 needs three instances
+    assert best_schedule(slo, max_instances=4).schedule == (1, 3, 3)
+    assert best_schedule(slo, max_instances=2).schedule[1] == 1  # no room: scaling buys nothing
+
+
+def _profile() -> ServiceProfile:
+    return ServiceProfile("svc", 1, (500.0, 500.0), 1000.0, 10_000.0, queue_size_per_inst=2)
+
+
+def test_static_table_closed_form():
+    # 3 req/s at 0.5 s each: one instance serves 2/s and drops the rest; two never queue
+    slo = static_slo_table(_profile(), Trace.constant(3, 300), 1.0, 4, steps=10)
+    assert slo.shape == (10, 4)
+    assert (slo[1:, 0] > 0.3).all()
+    assert not slo[:, 1:].any()
+
+
+def test_oracle_is_at_least_any_static_count():
+    trace = Trace("wave", np.ones(3000), 3 + 2 * np.sin(np.arange(3000) / 300.0))
+    prof = _profile()
+    best = oracle(prof, trace, 1.0, total_units=8)
+    static = evaluate({"svc": StaticPolicy()}, {"svc": trace}, {"svc": 1.0}, profiles={"svc": prof})
+    assert best.reward >= static["svc"].reward - 1e-12
+    assert best.reward > static["svc"].reward  # the wave needs a second instance at its peaks
+    assert 1 < best.instances < 3
