@@ -168,7 +168,7 @@ class _Connection(asyncio.Protocol):
     def _parse_chunks(self) -> bool:
         buf = self._buf
         while True:
-            if self._chunk_left < 0:
+            if self._chunk_left == -1:
                 eol = buf.find(b"\r\n")
                 if eol < 0:
                     return False
