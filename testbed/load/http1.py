@@ -243,10 +243,10 @@ class ConnectionPool:
         self.loop = asyncio.get_running_loop()
         self._idle: list[_Connection] = []
         self._all: set[_Connection] = set()
-        self._connecting: dict[asyncio.Task[None], Exchange] = {}
+        self._connecting: set[asyncio.Task[None]] = set()
         self._waiting: deque[Exchange] = deque()
         self._closed = False
-        self.waited = 0  # requests that found every allowed connection busy and had to queue
+        self.waited = 0  # requests that found every allowed connection busy or opening: queued
         self.peak_connections = 0
 
     @property
@@ -267,37 +267,43 @@ class ConnectionPool:
             if not conn.closed:
                 conn.send(ex)
                 return ex
+        # No idle connection: the request waits for whichever frees up first, an answered one or
+        # a new one (when under the limit) -- never bound to one connection attempt.
+        self._waiting.append(ex)
         if len(self._all) + len(self._connecting) < self.limit:
-            task = self.loop.create_task(self._connect())
-            self._connecting[task] = ex
-            task.add_done_callback(self._connected)
+            self._open()
         else:
             self.waited += 1
-            self._waiting.append(ex)
         return ex
+
+    def _open(self) -> None:
+        task = self.loop.create_task(self._connect())
+        self._connecting.add(task)
+        task.add_done_callback(self._connected)
 
     async def _connect(self) -> None:
         _transport, conn = await self.loop.create_connection(
             lambda: _Connection(self), self.host, self.port, local_addr=self.local_addr)
         if self._closed:
             conn.abort()
-            raise RequestCancelled("client closed")
+            return
         self._all.add(conn)
         self.peak_connections = max(self.peak_connections, len(self._all))
-        task = asyncio.current_task()
-        assert task is not None
-        ex = self._connecting.get(task)
-        if ex is not None and not ex.done:
-            conn.send(ex)
-        else:
-            self._release(conn)
+        self._release(conn)
 
     def _connected(self, task: asyncio.Task[None]) -> None:
-        ex = self._connecting.pop(task)
-        if task.cancelled():
-            ex.finish(0, b"", RequestCancelled("client closed"))
-        elif (exc := task.exception()) is not None:
-            ex.finish(0, b"", exc)
+        self._connecting.discard(task)
+        if task.cancelled() or (exc := task.exception()) is None:
+            return
+        # This attempt failed: the oldest waiting request gets the error (with an unreachable
+        # server every request fails once); none waiting means nobody needed the connection.
+        while self._waiting:
+            ex = self._waiting.popleft()
+            if not ex.done:
+                ex.finish(0, b"", exc)
+                break
+        if self._waiting and not self._closed and len(self._all) + len(self._connecting) < self.limit:
+            self._open()  # requests queued behind the limit get their own attempt
 
     def _release(self, conn: _Connection) -> None:
         if self._closed or conn.closed:
@@ -313,10 +319,7 @@ class ConnectionPool:
     def _forget(self, conn: _Connection) -> None:
         self._all.discard(conn)
         if self._waiting and not self._closed and len(self._all) + len(self._connecting) < self.limit:
-            ex = self._waiting.popleft()  # a slot opened up: connect for the oldest waiter
-            task = self.loop.create_task(self._connect())
-            self._connecting[task] = ex
-            task.add_done_callback(self._connected)
+            self._open()  # a slot opened up while requests wait
 
     def _timed_out(self, ex: Exchange) -> None:
         ex.timer = None
