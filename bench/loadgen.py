@@ -8,6 +8,8 @@ service's request and response payload sizes (against emulated replicas).
     python3 bench/loadgen.py [--duration 20] [--rates 100,500,1000,2000] [--pin]
 
 --pin puts the client on CPU 0 and the server on CPU 1 so they do not compete for one core.
+--nice -N runs client and server at a higher CPU priority (root): on a machine shared with other
+work, what remains of the lateness is waiting for a CPU, and this shows how much.
 """
 
 from __future__ import annotations
@@ -151,8 +153,11 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--rates", default="100,500,1000,2000")
     ap.add_argument("--pin", action="store_true", help="client on CPU 0, server on CPU 1")
+    ap.add_argument("--nice", type=int, default=0, help="niceness increment for client and server")
     args = ap.parse_args()
     raise_fd_limit()
+    if args.nice:
+        os.nice(args.nice)  # before the fork: the server inherits it
     q: mp.Queue = mp.Queue()
     server = mp.get_context("fork").Process(target=_serve, args=(q, 1 if args.pin else None), daemon=True)
     server.start()
@@ -160,7 +165,8 @@ def main() -> int:
         os.sched_setaffinity(0, {0})
     url = f"http://127.0.0.1:{q.get(timeout=30)}"
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
-          f"({os.cpu_count()} CPUs){', client/server pinned to CPU 0/1' if args.pin else ''}")
+          f"({os.cpu_count()} CPUs){', client/server pinned to CPU 0/1' if args.pin else ''}"
+          f"{f', niceness {os.getpriority(os.PRIO_PROCESS, 0)}' if args.nice else ''}")
     try:
         print(
             f"{'offered/s':>9} {'sent':>7} {'ok':>7} {'achieved/s':>10} {'late p50 ms':>11} "
