@@ -174,3 +174,52 @@ def test_closed_loop_sends_next_when_last_returns():
     assert len(records) == 20
     for a, b in itertools.pairwise(records):
         assert b.sent >= a.sent + a.latency_ms / 1000 - 1e-3
+
+
+def test_sending_keeps_pace_while_a_burst_of_answers_is_handled():
+    """20 answers arrive together and each costs 5 ms to handle (a slow sink): requests falling due
+    meanwhile go out between two answers, not after the whole 100 ms burst."""
+    n_held, n_during = 20, 30
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        release = loop.create_future()
+
+        async def hold(request):
+            await release
+            return web.json_response({"response": "held"})
+
+        app = faulty_app()
+        app.router.add_post("/hold", hold)
+        async with TestServer(app, host="127.0.0.1") as server:
+            base = str(server.make_url("")).rstrip("/")
+            target = ["/ok"]
+            records = []
+
+            def slow_sink(record):
+                records.append(record)
+                if target[0] == "/hold" and record.seq <= warm + n_held:
+                    __import__("time").sleep(0.005)
+
+            async with LoadClient(ClientConfig("chatbot", base), [slow_sink],
+                                  request_factory=lambda: request_to(target[0])()) as client:
+                # keep-alive connections for everything, so no connection set-up is measured
+                warm = n_held + n_during + 10
+                await client.run_closed_loop(workers=warm, requests=warm)
+                records.clear()
+                targets = iter(["/hold"] * n_held + ["/ok"] * n_during)
+                client._factory = lambda: request_to(next(targets))()
+                target[0] = "/hold"
+                offsets = [i * 0.001 for i in range(n_held)] + [0.1 + i * 0.005 for i in range(n_during)]
+                loop.call_later(0.05 + 0.1, release.set_result, None)
+                await client.run_open_loop(offsets, lead_s=0.05)
+            return records, warm
+
+    records, warm = asyncio.run(main())
+    assert len(records) == n_held + n_during and all(r.ok for r in records)
+    held = [r for r in records if r.seq <= warm + n_held]
+    burst = (min(r.sent + r.latency_ms / 1000 for r in held), max(r.sent + r.latency_ms / 1000 for r in held))
+    assert burst[1] - burst[0] > 0.08, "handling the answers must take a while for the test to mean anything"
+    during = [r for r in records if r.seq > warm + n_held and burst[0] <= r.scheduled <= burst[1] - 0.01]
+    assert len(during) >= 10
+    assert max(r.lateness_ms for r in during) < 30, sorted(r.lateness_ms for r in during)[-5:]

@@ -57,7 +57,13 @@ def test_sigint_keeps_every_record(tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
-        time.sleep(2.5)
+        # Interrupt once records are on disk (the writer flushes every 0.5 s), however long Python
+        # takes to start on a busy machine; the run itself lasts 30 s, so this is not a race.
+        deadline = time.monotonic() + 25.0
+        while time.monotonic() < deadline and load.poll() is None:
+            if out.exists() and len(out.read_bytes().splitlines()) >= 20:
+                break
+            time.sleep(0.1)
         load.send_signal(signal.SIGINT)
         output, _ = load.communicate(timeout=15)
     finally:
