@@ -240,7 +240,7 @@ class CellRunner:
             profiles = load_profiles(self.base_dir / self.scn.service_profiles
                                      if self.scn.service_profiles else None)
             results = run_sim_cell(self.scn, self.base_dir, seed=self.scn.seed + self.rep,
-                                   cluster_profiles=profiles)
+                                   cluster_profiles=profiles, like_testbed=True)
         except (ValueError, TestbedError) as exc:
             self.problem(f"simulator comparison skipped: {exc}")
             return

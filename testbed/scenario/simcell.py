@@ -62,10 +62,16 @@ def sim_profiles(scn: Scenario, cluster_profiles: dict[str, Any] | None) -> dict
 
 
 def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
-                 cluster_profiles: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+                 cluster_profiles: dict[str, Any] | None = None,
+                 like_testbed: bool = False) -> dict[str, dict[str, Any]]:
     """Figures per service, in the keys the report reads (`slo_violation_rate`, `instances`,
-    `proc_time` in seconds, `reward`, `steps_per_second`)."""
+    `proc_time` in seconds, `reward`, `steps_per_second`).
+
+    `like_testbed` models the local testbed rather than the paper's simulator: the load client
+    carries fractional trace counts to the next interval instead of truncating them, and the
+    balancer's utilization counts ready replicas only."""
     from testbed.scaler.policies import make_policy
+    from testbed.sim.cluster import DEFAULT_OPTIONS, SimOptions
     from testbed.sim.evaluate import evaluate
 
     traces, ratios = cell_traces(scn, base_dir)
@@ -75,6 +81,8 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
                                     model=str(base_dir / s.model) if s.model else None)
                 for s in services}
     steps = max(1, int(scn.duration_s // scn.scaler_period_s))
+    options = (SimOptions(rounding="carry", util_counts_starting=False) if like_testbed
+               else DEFAULT_OPTIONS)
     results = evaluate(policies, traces, ratios, total_units=scn.total_units, seed=seed,
-                       max_steps=steps, profiles=profiles)
+                       max_steps=steps, profiles=profiles, options=options)
     return {name: r.as_json() for name, r in results.items()}
