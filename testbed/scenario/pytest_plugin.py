@@ -85,10 +85,16 @@ class ScenarioFile(pytest.File):
         except TestbedError as exc:
             raise self.CollectError(str(exc)) from None
         self.loaded = loaded
+        scale = self.config.getoption("--scenario-time-scale") or loaded.scenario.time_scale
+        seconds = self.config.getoption("--scenario-duration") or loaded.scenario.duration_s
         for cell in expand(loaded.scenario, loaded.testbed):
             item = ScenarioCellItem.from_parent(self, name=cell.label, cell=cell)
             for m in markers:
                 item.add_marker(getattr(pytest.mark, m))
+            if loaded.scenario.engine == "testbed":
+                # a cell takes its wall time plus startup and teardown, per repetition
+                budget = (seconds / scale + 120) * loaded.scenario.repetitions
+                item.add_marker(pytest.mark.timeout(max(300, int(budget))))
             yield item
         item = ScenarioExpectItem.from_parent(self, name="expect")
         for m in markers:
