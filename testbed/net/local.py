@@ -149,7 +149,7 @@ class LocalTestbed:
 
 
 @contextlib.contextmanager
-def _sigint_deferred() -> Iterator[None]:
+def sigint_deferred() -> Iterator[None]:
     """Ignore Ctrl-C while cleaning up, so a second Ctrl-C cannot leave half a testbed."""
     try:
         old = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -195,7 +195,7 @@ def teardown(name: str, runner: Runner | None = None) -> list[str]:
     Returns the namespaces removed.
     """
     runner = runner or Runner()
-    with _sigint_deferred():
+    with sigint_deferred():
         prefix = prefix_for(name)
         try:
             state: TestbedState | None = load_state(name)

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from testbed.errors import TestbedError
 from testbed.net.iperf import IperfSession
-from testbed.net.local import LocalTestbed
+from testbed.net.local import LocalTestbed, sigint_deferred
 from testbed.net.netns import NetnsLoop
 from testbed.scenario.expect import Outcome, evaluate_all
 from testbed.scenario.live import LiveView
@@ -210,7 +210,7 @@ class CellRunner:
             except KeyboardInterrupt:
                 self.view.note("interrupted: stopping clients, keeping what was collected…")
                 job.cancel()
-                with _sigint_ignored():
+                with sigint_deferred():
                     job.join()
                 status = "interrupted"
                 raise
@@ -225,7 +225,7 @@ class CellRunner:
             self.problem(str(exc))
             raise
         finally:
-            with _sigint_ignored():
+            with sigint_deferred():
                 tb.down()
             self.info.update(status=status, ended=time.time())
             self._write_info()
@@ -417,16 +417,3 @@ class CellRunner:
                 rc = await p.wait()
             if rc not in (0, -signal.SIGINT, 130):
                 self.problem(f"client {i} exited with {rc} (see logs/client-{i}.log)")
-
-
-@contextlib.contextmanager
-def _sigint_ignored():
-    try:
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
