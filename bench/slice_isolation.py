@@ -146,8 +146,9 @@ def plot(cells: list[dict], flows: list[int], path: Path) -> None:
         ax.set_xlabel("best-effort iperf3 flows")
         ax.set_title(f"ai flow goodput, {direction}")
     axes[0].set_ylabel("Mbit/s")
-    axes[0].legend()
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=3, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
     fig.savefig(path, dpi=110)
 
 
