@@ -83,6 +83,10 @@ class FailingCollection:
     def insert_one(self, *a: Any, **k: Any) -> Any:
         return self._write("insert_one", *a, **k)
 
+    def insert_many(self, docs: list[Any], ordered: bool = True) -> Any:
+        for doc in docs:  # one write per document, so a batch can fail half-way through
+            self._write("insert_one", doc)
+
     def update_one(self, *a: Any, **k: Any) -> Any:
         return self._write("update_one", *a, **k)
 
@@ -115,8 +119,8 @@ def test_failure_mid_batch_leaves_the_store_as_it_was(store, fail_at):
 
 def test_failure_message_never_carries_a_key(store, spec):
     class KeyLeakingCollection(FailingCollection):
-        def insert_one(self, doc: Any, *a: Any, **k: Any) -> Any:
-            raise ValueError(f"cannot write {doc['security']['k']}")
+        def insert_many(self, docs: Any, *a: Any, **k: Any) -> Any:
+            raise ValueError(f"cannot write {docs[0]['security']['k']}")
 
     ues = desired_ues(spec)
     with pytest.raises(StateError) as err:
