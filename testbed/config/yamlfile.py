@@ -87,13 +87,18 @@ def parse_yaml(text: str, source: str = "<string>") -> LocatedYaml:
     return LocatedYaml(convert(node, ()), lines, source)
 
 
-def load_yaml_file(path: str | Path) -> LocatedYaml:
+def read_config_text(path: str | Path, what: str = "") -> str:
+    """A config or data file's text; an unreadable file is a ConfigError naming it."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError([ConfigProblem(str(p), None, "", f"cannot read: {exc.strerror}")]) from None
-    return parse_yaml(text, str(p))
+        label = f"cannot read {what}" if what else "cannot read"
+        raise ConfigError([ConfigProblem(str(p), None, "", f"{label}: {exc.strerror}")]) from None
+
+
+def load_yaml_file(path: str | Path) -> LocatedYaml:
+    return parse_yaml(read_config_text(path), str(path))
 
 
 def validate(model: type[M], doc: LocatedYaml, root: FieldPath = ()) -> M:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.config.yamlfile import read_config_text
 from testbed.errors import ConfigError, ConfigProblem
 
 
@@ -71,12 +72,7 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
 
 
 def load_trace(path: str | Path) -> Trace:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError([ConfigProblem(str(p), None, "", f"cannot read trace: {exc.strerror}")]) from None
-    return parse_trace(text, str(p))
+    return parse_trace(read_config_text(path, "trace"), str(path))
 
 
 def window_trace(
