@@ -18,11 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from testbed.load.trace import load_trace
 from testbed.scaler.policies import RuleV2
 from testbed.sim.cluster import SimOptions
 from testbed.sim.evaluate import evaluate, test_day_traces
 from testbed.sim.paper import AUTHOR_RATE_LIMITS, PROFILES, TABLE_4_11, TABLE_5_1, TABLE_5_2
-from testbed.sim.trace import read_trace
 
 
 def main() -> None:
@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("--queue", type=int, default=10)
     args = ap.parse_args()
     test = test_day_traces(args.traces)
-    val = read_trace(Path(args.traces) / "val" / "day6.txt")
+    val = load_trace(Path(args.traces) / "val" / "day6.txt")
     base = {s: dataclasses.replace(p, queue_size_per_inst=args.queue) for s, p in PROFILES.items()}
     limited = {s: dataclasses.replace(p, rate_limit=AUTHOR_RATE_LIMITS[s]) for s, p in base.items()}
     variants = (

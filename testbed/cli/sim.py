@@ -89,14 +89,14 @@ def sim_eval(
 
     Example: testbed sim eval --policy rule_v2 --service all --traces ../shared/traces --json
     """
+    from testbed.load.trace import load_trace
     from testbed.scaler.policies import make_policy
     from testbed.sim.evaluate import evaluate, test_day_traces
     from testbed.sim.oracle import shared_pool_oracles
-    from testbed.sim.trace import read_trace
 
     chosen = _services(service)
     profiles = _profiles(rate_limit, chosen)
-    tr = {s: read_trace(trace) for s in chosen} if trace else test_day_traces(traces, chosen)
+    tr = {s: load_trace(trace) for s in chosen} if trace else test_day_traces(traces, chosen)
     ratios = {s: ratio if ratio is not None else paper.DEFAULT_RATIOS[s] * load for s in chosen}
     policies = {
         s: make_policy(policy, s, total_units=units, seed=seed, model=_model_for(model, s)) for s in chosen
@@ -231,14 +231,14 @@ def train_cmd(
 
     Example: testbed train chatbot --traces ../shared/traces --steps 300000
     """
+    from testbed.load.trace import load_trace
     from testbed.scaler.ppo import train
-    from testbed.sim.trace import read_trace
 
     (svc,) = _services(service)
-    train_tr = [read_trace(p) for p in sorted((traces / "train").glob("*.txt"))]
+    train_tr = [load_trace(p) for p in sorted((traces / "train").glob("*.txt"))]
     if not train_tr:
         raise ConfigError([ConfigProblem(str(traces / "train"), None, "", "no training traces (*.txt)")])
-    val_tr = [read_trace(traces / "val" / "day6.txt")]
+    val_tr = [load_trace(traces / "val" / "day6.txt")]
     out = out or Path("models") / f"{svc}.zip"
     with _progress() as bar:
         task = bar.add_task(f"training {svc}", total=steps)
@@ -269,11 +269,11 @@ def tune_cmd(
 
     Example: testbed tune imgcls --trials 100 --traces ../shared/traces
     """
+    from testbed.load.trace import load_trace
     from testbed.scaler.tune import tune
-    from testbed.sim.trace import read_trace
 
     (svc,) = _services(service)
-    trace = read_trace(traces / "val" / "day6.txt")
+    trace = load_trace(traces / "val" / "day6.txt")
     with _progress() as bar:
         task = bar.add_task(f"tuning {svc} rule {rule}", total=trials)
         result = tune(

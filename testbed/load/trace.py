@@ -1,4 +1,5 @@
-"""Request-rate traces (`DURATION COUNT` lines) and the send schedule a client derives from one."""
+"""Request-rate traces (`DURATION COUNT` lines): the one reader, and the request times that the load
+client and the simulator derive from a trace."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from testbed.config.yamlfile import read_config_text
 from testbed.errors import ConfigError, ConfigProblem
+
+MAX_PROBLEMS = 20  # a garbage file stops after this many reported lines
 
 
 @dataclass(frozen=True)
@@ -19,22 +24,49 @@ class TraceLine:
 
 @dataclass(frozen=True)
 class Trace:
-    lines: tuple[TraceLine, ...]
-    source: str = "<trace>"
+    """A request-count trace: interval i lasts durations[i] seconds and holds counts[i] requests."""
+
+    name: str
+    durations: np.ndarray  # float64 seconds
+    counts: np.ndarray  # float64 requests (before the client's ratio)
 
     @property
     def seconds(self) -> float:
-        return sum(line.duration for line in self.lines)
+        return float(self.durations.sum())
 
     @property
     def requests(self) -> float:
-        return sum(line.count for line in self.lines)
+        return float(self.counts.sum())
+
+    @property
+    def max_rate(self) -> float:
+        return float((self.counts / self.durations).max()) if len(self.counts) else 0.0
+
+    @property
+    def lines(self) -> tuple[TraceLine, ...]:
+        return tuple(TraceLine(float(d), float(c)) for d, c in zip(self.durations, self.counts, strict=True))
+
+    @classmethod
+    def constant(cls, rate: float, seconds: int, name: str = "constant") -> Trace:
+        """A synthetic trace of `rate` requests in every second (tests, closed-form cases)."""
+        return cls(name, np.ones(seconds), np.full(seconds, float(rate)))
+
+    @classmethod
+    def from_lines(cls, lines: list[TraceLine], name: str) -> Trace:
+        return cls(name, np.array([x.duration for x in lines], dtype=float),
+                   np.array([x.count for x in lines], dtype=float))
+
+    def window(self, shift_hours: float = 0.0, start: float = 0.0, duration: float | None = None) -> Trace:
+        """This trace as `window_trace` cuts it, as a Trace."""
+        suffix = f" +{shift_hours:g}h" if shift_hours else ""
+        return Trace.from_lines(window_trace(self, shift_hours, start, duration), self.name + suffix)
 
 
 def parse_trace(text: str, source: str = "<trace>") -> Trace:
     """Parse `DURATION COUNT` lines; blank lines and `#` comments are skipped. Every malformed
-    line is reported with file and line number."""
-    lines: list[TraceLine] = []
+    line is reported with file and line number (the first MAX_PROBLEMS of them)."""
+    durations: list[float] = []
+    counts: list[float] = []
     problems: list[ConfigProblem] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         stripped = raw.split("#", 1)[0].strip()
@@ -43,35 +75,42 @@ def parse_trace(text: str, source: str = "<trace>") -> Trace:
         parts = stripped.split()
         if len(parts) != 2:
             problems.append(
-                ConfigProblem(source, number, "", f"expected 'DURATION COUNT', got {raw.strip()!r}")
+                ConfigProblem(source, number, "", f"expected 'DURATION COUNT', got {raw.strip()[:40]!r}")
             )
-            continue
-        try:
-            duration = float(parts[0])
-        except ValueError:
-            problems.append(ConfigProblem(source, number, "duration", f"not a number: {parts[0]!r}"))
-            continue
-        try:
-            count = int(parts[1])
-        except ValueError:
-            problems.append(ConfigProblem(source, number, "count", f"not an integer: {parts[1]!r}"))
-            continue
-        if not math.isfinite(duration) or duration <= 0:
-            problems.append(ConfigProblem(source, number, "duration", f"must be > 0, got {parts[0]}"))
-        elif count < 0:
-            problems.append(ConfigProblem(source, number, "count", f"must be >= 0, got {count}"))
         else:
-            lines.append(TraceLine(duration, count))
-        if len(problems) >= 20:
+            problem = _check_line(parts, source, number)
+            if problem is None:
+                durations.append(float(parts[0]))
+                counts.append(float(int(parts[1])))
+            else:
+                problems.append(problem)
+        if len(problems) >= MAX_PROBLEMS:
             break
     if problems:
         raise ConfigError(problems)
-    if not lines:
+    if not durations:
         raise ConfigError([ConfigProblem(source, None, "", "trace has no lines")])
-    return Trace(tuple(lines), source)
+    return Trace(Path(source).name, np.asarray(durations), np.asarray(counts))
+
+
+def _check_line(parts: list[str], source: str, number: int) -> ConfigProblem | None:
+    try:
+        duration = float(parts[0])
+    except ValueError:
+        return ConfigProblem(source, number, "duration", f"not a number: {parts[0][:20]!r}")
+    try:
+        count = int(parts[1])
+    except ValueError:
+        return ConfigProblem(source, number, "count", f"not an integer: {parts[1][:20]!r}")
+    if not math.isfinite(duration) or duration <= 0:
+        return ConfigProblem(source, number, "duration", f"must be > 0, got {parts[0][:20]}")
+    if count < 0:
+        return ConfigProblem(source, number, "count", f"must be >= 0, got {count}")
+    return None
 
 
 def load_trace(path: str | Path) -> Trace:
+    """The trace in the file at `path`; an unreadable or malformed file is a ConfigError naming it."""
     return parse_trace(read_config_text(path, "trace"), str(path))
 
 
@@ -88,17 +127,17 @@ def window_trace(
     out: list[TraceLine] = []
     if end <= begin:
         return out
+    pairs = list(zip(trace.durations.tolist(), trace.counts.tolist(), strict=True))
     t = 0.0
     # Walk the trace as many times as the window needs (a window may wrap past the end).
     while t < end:
-        for line in trace.lines:
-            a, b = t, t + line.duration
+        for d, c in pairs:
+            a, b = t, t + d
             t = b
             lo, hi = max(a, begin), min(b, end)
             if hi > lo:
-                part = (hi - lo) / line.duration
-                count = line.count if part >= 1.0 else line.count * part
-                out.append(TraceLine(hi - lo, count))
+                part = (hi - lo) / d
+                out.append(TraceLine(hi - lo, c if part >= 1.0 else c * part))
             if t >= end:
                 break
     return out
@@ -112,12 +151,12 @@ def schedule_from_trace(
     duration: float | None = None,
     speedup: float = 1.0,
 ) -> Iterator[float]:
-    """Offsets (seconds from the run's start, wall time) at which to send requests: each line's
-    `count * ratio` requests spread evenly over its `duration / speedup`. Fractions carry over to
-    the next line so the total matches the scaled trace."""
-    if ratio < 0:
+    """Offsets (seconds from the run's start, wall time) at which the load client sends: each
+    line's `count * ratio` requests spread evenly over its `duration / speedup`. Fractions carry
+    over to the next line so the total matches the scaled trace."""
+    if not ratio >= 0:
         raise ValueError("ratio must be >= 0")
-    if speedup <= 0:
+    if not speedup > 0:
         raise ValueError("speedup must be > 0")
     t = 0.0
     carry = 0.0
@@ -138,3 +177,38 @@ def constant_schedule(rate: float, duration: float) -> Iterator[float]:
     n = int(rate * duration + 1e-9)
     for i in range(n):
         yield i / rate
+
+
+COUNT_ROUNDING = ("floor", "carry")
+
+
+def scaled_counts(trace: Trace, ratio: float, rounding: str = "floor") -> np.ndarray:
+    """Requests per interval the simulator's client sends for `trace` scaled by `ratio`.
+
+    "floor" (default) truncates each interval's count·ratio, as the dissertation's own client does
+    (`int(num_requests * req_scaling)` in tu-nv/drafas drl/simpy_env.py; the text of Section
+    3.4.2 only says the count is multiplied). At ratio 0.15 this sends about 11 % fewer requests
+    than count·ratio on the test day. "carry" floors the running sum instead, so the total
+    matches trace·ratio, as `schedule_from_trace` does for the testbed's client.
+    """
+    if rounding == "floor":
+        return np.floor(trace.counts * ratio + 1e-9).astype(np.int64)
+    if rounding == "carry":
+        scaled = np.floor(np.cumsum(trace.counts * ratio) + 1e-9)
+        return np.diff(scaled, prepend=0.0).astype(np.int64)
+    raise ConfigError(
+        [ConfigProblem("<sim>", None, "rounding", f"{rounding!r}; known: {', '.join(COUNT_ROUNDING)}")]
+    )
+
+
+def arrival_times(trace: Trace, ratio: float, rounding: str = "floor") -> np.ndarray:
+    """All arrival times (s, sorted) of a client replaying `trace` scaled by `ratio`: the n
+    requests of an interval (see `scaled_counts`) are spread evenly at start + k·d/n."""
+    per_interval = scaled_counts(trace, ratio, rounding)
+    total = int(per_interval.sum())
+    starts = np.cumsum(trace.durations) - trace.durations
+    first = np.cumsum(per_interval) - per_interval
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spacing = np.where(per_interval > 0, trace.durations / np.maximum(per_interval, 1), 0.0)
+    k = np.arange(total) - np.repeat(first, per_interval)
+    return np.repeat(starts, per_interval) + k * np.repeat(spacing, per_interval)

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
+from testbed.load.trace import Trace
 from testbed.scaler.actions import Mask
 from testbed.sim import paper
-from testbed.sim.trace import Trace
 
 META_MEMBER = "testbed.json"
 

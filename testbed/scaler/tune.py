@@ -6,10 +6,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
+from testbed.load.trace import Trace
 from testbed.scaler.policies import RuleV1, RuleV2
 from testbed.sim import paper
 from testbed.sim.evaluate import evaluate
-from testbed.sim.trace import Trace
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from testbed.scenario.spec import Scenario, trace_dir
 
 
 def cell_traces(scn: Scenario, base_dir: Path) -> tuple[dict[str, Any], dict[str, float]]:
     """Per service: its trace window (one client per service in the simulator) and ratio."""
-    from testbed.sim.trace import Trace, read_trace
+    from testbed.load.trace import Trace, load_trace
 
     traces: dict[str, Trace] = {}
     ratios: dict[str, float] = {}
@@ -30,14 +28,8 @@ def cell_traces(scn: Scenario, base_dir: Path) -> tuple[dict[str, Any], dict[str
             traces[c.service] = Trace.constant(c.rate, seconds, name=f"constant {c.rate:g}/s")
             ratios[c.service] = 1.0
             continue
-        full = read_trace(trace_dir(scn, base_dir) / c.trace)
-        per_second = np.repeat(full.counts / np.maximum(full.durations, 1e-9),
-                               full.durations.astype(int).clip(min=1))
-        offset = int(c.shift_hours * 3600 + c.start_s) % len(per_second)
-        rolled = np.roll(per_second, -offset)
-        reps = math.ceil(seconds / len(rolled))
-        counts = np.tile(rolled, reps)[:seconds]
-        traces[c.service] = Trace(f"{c.trace} +{c.shift_hours:g}h", np.ones(seconds), counts)
+        full = load_trace(trace_dir(scn, base_dir) / c.trace)
+        traces[c.service] = full.window(c.shift_hours, c.start_s, seconds)
         ratios[c.service] = c.ratio
     return traces, ratios
 

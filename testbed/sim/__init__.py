@@ -3,7 +3,6 @@
 from testbed.sim.cluster import SimCluster, SimOptions
 from testbed.sim.paper import PROFILES, ServiceProfile
 from testbed.sim.service import SimService, StepOutcome
-from testbed.sim.trace import Trace, arrival_times, read_trace
 
 __all__ = [
     "PROFILES",
@@ -12,7 +11,4 @@ __all__ = [
     "SimOptions",
     "SimService",
     "StepOutcome",
-    "Trace",
-    "arrival_times",
-    "read_trace",
 ]

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from testbed.errors import ConfigError, ConfigProblem, StateError
+from testbed.load.trace import Trace, arrival_times
 from testbed.metrics.window import WindowMetrics
 from testbed.sim.paper import STEP_SECONDS, TOTAL_UNITS, ServiceProfile
 from testbed.sim.service import SimService, StepOutcome
-from testbed.sim.trace import Trace, arrival_times
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class SimOptions:
     truncated per interval, starting instances in the utilization denominator.
     """
 
-    rounding: str = "floor"  # testbed.sim.trace.scaled_counts
+    rounding: str = "floor"  # testbed.load.trace.scaled_counts
     util_counts_starting: bool = True  # SimService._utilization
 
 

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 import gymnasium as gym
 import numpy as np
 
+from testbed.load.trace import Trace
 from testbed.scaler.actions import ACTIONS, action_mask, adjust_action, next_cooldown, reward
 from testbed.scaler.state import N_METRICS, StateBuilder
 from testbed.sim.cluster import SimCluster
 from testbed.sim.paper import HISTORY, PROFILES, TOTAL_UNITS, TRACE_MAX_RPS, ServiceProfile
-from testbed.sim.trace import Trace
 
 
 class ScalingEnv(gym.Env):

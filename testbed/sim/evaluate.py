@@ -8,11 +8,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from testbed.errors import ConfigError, ConfigProblem
+from testbed.load.trace import Trace, load_trace
 from testbed.scaler.loop import Decision, ScalerLoop
 from testbed.scaler.policies import Policy
 from testbed.sim.cluster import DEFAULT_OPTIONS, SimCluster, SimOptions
 from testbed.sim.paper import PROFILES, TEST_SHIFT_HOURS, TOTAL_UNITS, TRACE_MAX_RPS, ServiceProfile
-from testbed.sim.trace import Trace, read_trace
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def test_day_traces(traces_dir: str | Path, services: list[str] | None = None) -
     for service in services or list(TEST_SHIFT_HOURS):
         if service not in TEST_SHIFT_HOURS:
             raise ConfigError([ConfigProblem("<sim>", None, "service", f"no test trace for {service!r}")])
-        out[service] = read_trace(Path(traces_dir) / "test" / f"day7-shift{TEST_SHIFT_HOURS[service]}h.txt")
+        out[service] = load_trace(Path(traces_dir) / "test" / f"day7-shift{TEST_SHIFT_HOURS[service]}h.txt")
     return out
 
 

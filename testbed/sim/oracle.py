@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from testbed.load.trace import Trace, arrival_times
 from testbed.scaler.actions import ACTIONS, action_mask, next_cooldown
 from testbed.sim.cluster import DEFAULT_OPTIONS, SimOptions
 from testbed.sim.paper import (
@@ -30,7 +31,6 @@ from testbed.sim.paper import (
     ServiceProfile,
 )
 from testbed.sim.service import SimService
-from testbed.sim.trace import Trace, arrival_times
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,19 @@
-"""Trace parsing and the send schedules derived from traces."""
+"""The one trace reader, and the request times the load client and the simulator derive from it."""
 
+import numpy as np
 import pytest
 
 from testbed.errors import ConfigError
-from testbed.load.trace import constant_schedule, load_trace, parse_trace, schedule_from_trace, window_trace
+from testbed.load.trace import (
+    Trace,
+    arrival_times,
+    constant_schedule,
+    load_trace,
+    parse_trace,
+    scaled_counts,
+    schedule_from_trace,
+    window_trace,
+)
 
 
 def test_malformed_lines_name_file_and_line(tmp_path):
@@ -72,3 +82,31 @@ def test_shared_trace_files_parse_if_present():
         pytest.skip("shared traces not present")
     trace = load_trace(path)
     assert len(trace.lines) == 86400 and trace.seconds == 86400
+
+
+def test_arrivals_are_spread_evenly_and_counts_are_rounded_as_chosen():
+    tr = Trace("t", np.array([1.0, 2.0]), np.array([4.0, 2.0]))
+    np.testing.assert_allclose(arrival_times(tr, 1.0), [0, 0.25, 0.5, 0.75, 1.0, 2.0])
+    # "floor" (the dissertation's client): int(count * ratio) per interval, fractions lost
+    assert len(arrival_times(Trace.constant(1, 10), 0.15)) == 0
+    np.testing.assert_array_equal(scaled_counts(Trace.constant(7, 3), 0.5), [3, 3, 3])
+    # "carry": the running sum is floored, so the total matches count * ratio
+    assert len(arrival_times(Trace.constant(1, 10), 0.15, "carry")) == 1
+    assert len(arrival_times(Trace.constant(1, 20), 0.15, "carry")) == 3
+    np.testing.assert_array_equal(scaled_counts(Trace.constant(7, 3), 0.5, "carry"), [3, 4, 3])
+    with pytest.raises(ConfigError, match="rounding"):
+        scaled_counts(Trace.constant(7, 3), 0.5, "round")
+
+
+def test_simulator_and_load_client_send_the_same_requests_with_carry_rounding():
+    trace = parse_trace("".join(f"1 {c}\n" for c in [3, 0, 7, 1, 1, 1, 9, 2]))
+    client = list(schedule_from_trace(trace, ratio=0.3))
+    np.testing.assert_allclose(arrival_times(trace, 0.3, "carry"), client)
+
+
+def test_window_as_a_trace_keeps_the_cut():
+    trace = parse_trace("".join(f"3600 {i}\n" for i in range(24)), "day.txt")
+    shifted = trace.window(shift_hours=8, start=1800, duration=3600)
+    assert shifted.name == "day.txt +8h"
+    assert shifted.durations.tolist() == [1800.0, 1800.0]
+    assert shifted.counts.tolist() == [4.0, 4.5]

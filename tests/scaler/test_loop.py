@@ -1,11 +1,11 @@
 """ScalerLoop drives a ClusterBackend: mask, Algorithm 3 and cooldown between policy and cluster."""
 
 from testbed.cluster.base import ClusterBackend
+from testbed.load.trace import Trace
 from testbed.scaler.actions import action_index
 from testbed.scaler.loop import ScalerLoop
 from testbed.sim.cluster import SimCluster
 from testbed.sim.paper import ServiceProfile
-from testbed.sim.trace import Trace
 
 
 class Always:

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from testbed.errors import ConfigError
+from testbed.load.trace import Trace
 from testbed.sim import paper
-from testbed.sim.trace import Trace
 
 pytest.importorskip("optuna")
 

@@ -4,8 +4,8 @@ import pytest
 
 gym = pytest.importorskip("gymnasium", reason="the Gymnasium env needs the drl extra")
 
+from testbed.load.trace import Trace  # noqa: E402
 from testbed.sim.env import ScalingEnv  # noqa: E402
-from testbed.sim.trace import Trace  # noqa: E402
 
 
 def test_check_env_and_mask():
@@ -81,8 +81,8 @@ def test_tensorboard_logs_without_tensorboard_is_one_clear_error(tmp_path, monke
     import sys
 
     from testbed.errors import MissingRequirement
+    from testbed.load.trace import Trace
     from testbed.scaler.ppo import train
-    from testbed.sim.trace import Trace
 
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # import tensorboard -> ImportError
     tr = [Trace.constant(5, 600)]

@@ -5,12 +5,12 @@ import itertools
 import numpy as np
 import pytest
 
+from testbed.load.trace import Trace
 from testbed.scaler.actions import ACTIONS, action_mask, next_cooldown
 from testbed.scaler.policies import StaticPolicy
 from testbed.sim.evaluate import evaluate
 from testbed.sim.oracle import best_schedule, oracle, static_slo_table
 from testbed.sim.paper import ServiceProfile
-from testbed.sim.trace import Trace
 
 
 def brute_force(slo: np.ndarray, cap: int, units: int = 8) -> float:

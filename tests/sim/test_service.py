@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from testbed.errors import StateError
+from testbed.load.trace import Trace, arrival_times
 from testbed.sim.cluster import SimCluster, SimOptions
 from testbed.sim.paper import PROFILES, ServiceProfile
 from testbed.sim.queueing import serve_exact, serve_fast
 from testbed.sim.service import SimService
-from testbed.sim.trace import Trace, arrival_times
 
 
 def profile(
