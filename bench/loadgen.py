@@ -126,8 +126,8 @@ async def one_rate(url: str, rate: float, duration: float, server_pid: int,
 
 
 async def payload_sizes() -> list[tuple[str, int, int]]:
-    from testbed.cluster.profile import default_profiles
     from testbed.cluster.replica import EmulatedReplica
+    from testbed.profiles import default_profiles
 
     out = []
     content = ContentSet(seed=0)

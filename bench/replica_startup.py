@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from testbed.cluster.local import LocalCluster
-from testbed.cluster.profile import default_profiles
+from testbed.profiles import default_profiles
 
 
 async def startup_times(service: str, startup_ms: float, trials: int) -> list[float]:

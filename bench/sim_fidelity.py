@@ -12,17 +12,17 @@ limits, which the dissertation's text never mentions.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from testbed.load.trace import load_trace
+from testbed.profiles import default_profiles
+from testbed.profiles.paper import AUTHOR_RATE_LIMITS, TABLE_4_11, TABLE_5_1, TABLE_5_2
 from testbed.scaler.policies import RuleV2
 from testbed.sim.cluster import SimOptions
 from testbed.sim.evaluate import evaluate, test_day_traces
-from testbed.sim.paper import AUTHOR_RATE_LIMITS, PROFILES, TABLE_4_11, TABLE_5_1, TABLE_5_2
 
 
 def main() -> None:
@@ -33,8 +33,8 @@ def main() -> None:
     args = ap.parse_args()
     test = test_day_traces(args.traces)
     val = load_trace(Path(args.traces) / "val" / "day6.txt")
-    base = {s: dataclasses.replace(p, queue_size_per_inst=args.queue) for s, p in PROFILES.items()}
-    limited = {s: dataclasses.replace(p, rate_limit=AUTHOR_RATE_LIMITS[s]) for s, p in base.items()}
+    base = {s: p.replace(queue_limit=args.queue) for s, p in default_profiles().items()}
+    limited = {s: p.replace(rate_limit=AUTHOR_RATE_LIMITS[s]) for s, p in base.items()}
     variants = (
         ("before: carry, ready-only utilization", base, SimOptions("carry", False)),
         ("default: floor, starting in utilization", base, SimOptions()),
@@ -45,7 +45,7 @@ def main() -> None:
         ("test x2", test, TABLE_5_2, True),
         ("val", {s: val for s in test}, TABLE_4_11, False),
     )
-    print(f"queue_size_per_inst = {args.queue}; mean of {args.seeds} seeds; rule-based v2")
+    print(f"queue_limit = {args.queue}; mean of {args.seeds} seeds; rule-based v2")
     for title, profiles, options in variants:
         print(f"\n== {title}")
         print(

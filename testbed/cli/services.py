@@ -13,8 +13,8 @@ from rich.live import Live
 from rich.table import Table
 
 from testbed.cli import app, console
-from testbed.cluster.profile import SERVICES, load_profiles, profile_for, write_profiles
 from testbed.errors import ConfigError, ConfigProblem
+from testbed.profiles import SERVICES, load_profiles, profile_for, write_profiles
 
 services_app = typer.Typer(
     help="Emulated AI services on this machine (the local profile).", no_args_is_help=True

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -12,7 +11,7 @@ from rich.table import Table
 
 from testbed.cli import app, console
 from testbed.errors import ConfigError, ConfigProblem
-from testbed.sim import paper
+from testbed.profiles import ServiceProfile, default_profiles, paper
 
 sim_app = typer.Typer(
     help="The fast simulator: evaluate policies, reproduce Tables 5.1-5.3.", no_args_is_help=True
@@ -24,7 +23,7 @@ TRACES_HELP = "Trace directory with train/, val/ and test/ (DURATION COUNT files
 
 def _services(service: str) -> list[str]:
     chosen = list(paper.SERVICES) if service == "all" else [s.strip() for s in service.split(",")]
-    unknown = [s for s in chosen if s not in paper.PROFILES]
+    unknown = [s for s in chosen if s not in paper.SERVICES]
     if unknown:
         raise ConfigError(
             [
@@ -45,13 +44,13 @@ RATE_LIMIT_HELP = (
 )
 
 
-def _profiles(rate_limit: str, services: list[str]) -> dict[str, paper.ServiceProfile]:
+def _profiles(rate_limit: str, services: list[str]) -> dict[str, ServiceProfile]:
     if rate_limit not in ("none", "author"):
         raise ConfigError(
             [ConfigProblem("--rate-limit", None, "rate_limit", f"{rate_limit!r}; use none or author")]
         )
     limits = paper.AUTHOR_RATE_LIMITS if rate_limit == "author" else {}
-    return {s: replace(paper.PROFILES[s], rate_limit=limits.get(s)) for s in services}
+    return {s: default_profiles()[s].replace(rate_limit=limits.get(s)) for s in services}
 
 
 def _progress() -> Progress:

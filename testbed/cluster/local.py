@@ -19,10 +19,10 @@ from typing import IO
 
 import aiohttp
 
-from testbed.cluster.profile import ServiceProfile, default_profiles
 from testbed.errors import ConfigError, ConfigProblem, StateError
 from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.window import WindowMetrics
+from testbed.profiles import ServiceProfile, default_profiles
 
 log = logging.getLogger(__name__)
 

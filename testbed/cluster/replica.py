@@ -16,7 +16,7 @@ import time
 from aiohttp import web
 
 from testbed.cluster import payload
-from testbed.cluster.profile import ServiceProfile
+from testbed.profiles import ServiceProfile
 
 
 class EmulatedReplica:

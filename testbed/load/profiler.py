@@ -9,12 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from testbed.cluster.base import ClusterBackend
-from testbed.cluster.profile import ServiceProfile
 from testbed.errors import StateError
 from testbed.load.client import ClientConfig, LoadClient
 from testbed.load.records import RequestRecord
 from testbed.load.stats import percentile
 from testbed.load.trace import constant_schedule
+from testbed.profiles import ServiceProfile
 
 Progress = Callable[[str], None]
 
@@ -41,7 +41,9 @@ class ProfileResult:
         }
         if self.startup_ms is not None:
             upd["startup_ms"] = round(self.startup_ms)
-        return base.model_copy(update=upd)
+        measured = base.replace(**upd)
+        sources = {k: f"measured by `testbed profile {self.service}`" for k in upd}
+        return measured.replace(sources={**measured.sources, **sources})
 
 
 async def measure_processing(

@@ -15,10 +15,10 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from testbed.cluster.profile import ServiceProfile
 from testbed.metrics.collector import ServiceCollector
 from testbed.metrics.exposition import BalancerMetrics
 from testbed.metrics.window import WindowMetrics
+from testbed.profiles import ServiceProfile
 
 log = logging.getLogger(__name__)
 

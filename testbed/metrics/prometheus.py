@@ -38,7 +38,7 @@ class PromService:
     """How one service appears in the lab's metrics.
 
     `slo_ms` must be one of the boundaries of the duration histogram; `capacity` is the number of
-    requests one replica processes in parallel (the dissertation's `capacity_per_inst`).
+    requests one replica processes in parallel (the dissertation's `capacity`).
     """
 
     name: str

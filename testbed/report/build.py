@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from testbed.profiles.paper import FIG_5_7_5_8, SLICING_SETUP, TABLE_5_4
 from testbed.report import plots
 from testbed.report.document import Document, Section, TableData
-from testbed.report.paper import FIG_5_7_5_8, SLICING_SETUP, TABLE_5_4
 from testbed.scenario.expect import evaluate_all
 from testbed.scenario.results import run_rows
 from testbed.scenario.rundir import read_jsonl
@@ -132,7 +132,7 @@ def _sim_results(rows: list[dict[str, Any]]) -> Section:
 def _paper_tables(rows: list[dict[str, Any]]) -> Section | None:
     """Tables 5.1–5.3 beside ours, for cells whose units and ratios match a paper table."""
     try:
-        from testbed.sim.paper import PAPER_TABLES
+        from testbed.profiles.paper import PAPER_TABLES
     except ImportError:
         return None
     sec = Section("Beside the paper: Tables 5.1–5.3 (simulator)")

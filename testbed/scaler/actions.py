@@ -3,7 +3,7 @@ adjustment and Eq. 3.2's reward: the rules every policy and backend share."""
 
 from __future__ import annotations
 
-from testbed.sim.paper import COOLDOWN_STEPS, REWARD_ALPHA, REWARD_BETA
+from testbed.profiles.paper import COOLDOWN_STEPS, REWARD_ALPHA, REWARD_BETA
 
 ACTIONS = (-2, -1, 0, 1, 2)  # index i of the Discrete(5) space means ACTIONS[i] replicas
 Mask = tuple[int, int, int, int, int]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from testbed.cluster.base import ClusterBackend
 from testbed.metrics.window import WindowMetrics
+from testbed.profiles.paper import TRACE_MAX_RPS
 from testbed.scaler.actions import (
     Mask,
     action_delta,
@@ -19,7 +20,6 @@ from testbed.scaler.actions import (
 )
 from testbed.scaler.policies import Policy
 from testbed.scaler.state import StateBuilder
-from testbed.sim.paper import TRACE_MAX_RPS
 
 
 @dataclass(frozen=True)

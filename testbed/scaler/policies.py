@@ -14,9 +14,9 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from testbed.errors import ConfigError, ConfigProblem
+from testbed.profiles.paper import RULE_V1_THRESHOLDS, RULE_V2_THRESHOLDS
 from testbed.scaler.actions import Mask, action_index
 from testbed.scaler.state import latest
-from testbed.sim.paper import RULE_V1_THRESHOLDS, RULE_V2_THRESHOLDS
 
 
 @runtime_checkable

@@ -17,8 +17,8 @@ import numpy as np
 
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.load.trace import Trace
+from testbed.profiles import paper
 from testbed.scaler.actions import Mask
-from testbed.sim import paper
 
 META_MEMBER = "testbed.json"
 
@@ -176,7 +176,7 @@ def train(
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = ModelMeta(
         service=service,
-        profile=asdict(env.profile),
+        profile=env.profile.model_dump(exclude={"sources"}),
         ratio=ratio,
         total_units=total_units,
         train_traces=[t.name for t in train_traces],

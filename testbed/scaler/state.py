@@ -7,8 +7,8 @@ from collections import deque
 import numpy as np
 
 from testbed.metrics.window import WindowMetrics
+from testbed.profiles.paper import HISTORY, TRACE_MAX_RPS
 from testbed.scaler.actions import Mask, mask_code
-from testbed.sim.paper import HISTORY, TRACE_MAX_RPS
 
 METRICS = ("request_rate", "utilization", "action_mask", "slo_violation_rate", "instances")
 N_METRICS = len(METRICS)

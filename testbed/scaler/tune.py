@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.load.trace import Trace
+from testbed.profiles import paper
 from testbed.scaler.policies import RuleV1, RuleV2
-from testbed.sim import paper
 from testbed.sim.evaluate import evaluate
 
 

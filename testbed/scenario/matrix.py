@@ -84,7 +84,7 @@ def _alias(key: str, scn: Scenario) -> Callable[[Scenario, TestbedSpec, Any],
         return keep_one
     if key == "paper_table":
         def set_paper(s: Scenario, t: TestbedSpec, v: Any) -> tuple[Scenario, TestbedSpec]:
-            from testbed.sim.paper import PAPER_TABLES
+            from testbed.profiles.paper import PAPER_TABLES
 
             table = PAPER_TABLES.get(str(v))
             if table is None:

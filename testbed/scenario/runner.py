@@ -233,7 +233,7 @@ class CellRunner:
 
     def _compare_sim(self) -> None:
         """The same cell through the simulator, with the replicas' own profiles."""
-        from testbed.cluster.profile import load_profiles
+        from testbed.profiles import load_profiles
         from testbed.scenario.simcell import run_sim_cell
 
         try:
@@ -268,7 +268,7 @@ class CellRunner:
                 self.problem(f"replica {row.get('replica')} of {row.get('service')} "
                              f"{row.get('kind')}: {row.get('detail', '')}")
 
-        from testbed.cluster.profile import load_profiles
+        from testbed.profiles import load_profiles
 
         profiles = load_profiles(self.base_dir / scn.service_profiles if scn.service_profiles
                                  else None)

@@ -35,22 +35,12 @@ def cell_traces(scn: Scenario, base_dir: Path) -> tuple[dict[str, Any], dict[str
 
 
 def sim_profiles(scn: Scenario, cluster_profiles: dict[str, Any] | None) -> dict[str, Any]:
-    """The simulator's profiles: the paper's (Table 4.4), or — for the sim-to-testbed check —
-    exactly the profiles the testbed's replicas ran with, so both sides model the same service."""
-    from dataclasses import replace
+    """The simulator's profiles: the packaged ones (Table 4.4), or — for the sim-to-testbed check —
+    exactly the profiles the testbed's replicas ran with; each starts with the scenario's replicas."""
+    from testbed.profiles import default_profiles
 
-    from testbed.sim.paper import PROFILES
-
-    out = {}
-    for s in scn.services:
-        base = PROFILES[s.name]
-        c = (cluster_profiles or {}).get(s.name)
-        if c is not None:
-            base = replace(base, capacity_per_inst=c.capacity, proc_time_ms=tuple(c.proc_time_ms),
-                           slo_ms=c.slo_ms, startup_ms=c.startup_ms,
-                           queue_size_per_inst=c.queue_limit, resource_per_inst=c.units)
-        out[s.name] = replace(base, initial_inst=s.replicas)
-    return out
+    profiles = cluster_profiles or default_profiles()
+    return {s.name: profiles[s.name].replace(initial_replicas=s.replicas) for s in scn.services}
 
 
 def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,

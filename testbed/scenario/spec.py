@@ -115,7 +115,7 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
         if s.model and not (base_dir / s.model).is_file():
             problems.append((("services", i, "model"), f"model file {s.model!r} not found"))
     if scn.service_profiles:
-        from testbed.cluster.profile import load_profiles
+        from testbed.profiles import load_profiles
 
         if not (base_dir / scn.service_profiles).is_file():
             problems.append((("service_profiles",),

@@ -10,7 +10,8 @@ import numpy as np
 from testbed.errors import ConfigError, ConfigProblem, StateError
 from testbed.load.trace import Trace, arrival_times
 from testbed.metrics.window import WindowMetrics
-from testbed.sim.paper import STEP_SECONDS, TOTAL_UNITS, ServiceProfile
+from testbed.profiles import ServiceProfile
+from testbed.profiles.paper import STEP_SECONDS, TOTAL_UNITS
 from testbed.sim.service import SimService, StepOutcome
 
 
@@ -97,7 +98,7 @@ class SimCluster:
         sim = self._sim(service)
         if replicas < 1:
             raise StateError(f"{service}: cannot scale below one replica (asked {replicas})")
-        extra = (replicas - sim.desired()) * sim.profile.resource_per_inst
+        extra = (replicas - sim.desired()) * sim.profile.units
         if extra > self.free_units():
             raise StateError(
                 f"{service}: {replicas} replicas need {extra} more units, {self.free_units()} free"
@@ -105,7 +106,7 @@ class SimCluster:
         sim.scale(replicas, self.now)
 
     def units_per_replica(self, service: str) -> int:
-        return self._sim(service).profile.resource_per_inst
+        return self._sim(service).profile.units
 
     def total_units(self) -> int:
         return self._total_units

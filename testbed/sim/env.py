@@ -11,10 +11,11 @@ import gymnasium as gym
 import numpy as np
 
 from testbed.load.trace import Trace
+from testbed.profiles import ServiceProfile, default_profiles
+from testbed.profiles.paper import HISTORY, TOTAL_UNITS, TRACE_MAX_RPS
 from testbed.scaler.actions import ACTIONS, action_mask, adjust_action, next_cooldown, reward
 from testbed.scaler.state import N_METRICS, StateBuilder
 from testbed.sim.cluster import SimCluster
-from testbed.sim.paper import HISTORY, PROFILES, TOTAL_UNITS, TRACE_MAX_RPS, ServiceProfile
 
 
 class ScalingEnv(gym.Env):
@@ -44,7 +45,7 @@ class ScalingEnv(gym.Env):
         self.ratio = ratio
         self.total_units = total_units
         self.randomize_free_units = randomize_free_units
-        self.profile = profile or PROFILES[service]
+        self.profile = profile or default_profiles()[service]
         self.max_rate = max_rate
         self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(N_METRICS * HISTORY,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(len(ACTIONS))

@@ -9,10 +9,11 @@ from pathlib import Path
 
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.load.trace import Trace, load_trace
+from testbed.profiles import ServiceProfile, default_profiles
+from testbed.profiles.paper import TEST_SHIFT_HOURS, TOTAL_UNITS, TRACE_MAX_RPS
 from testbed.scaler.loop import Decision, ScalerLoop
 from testbed.scaler.policies import Policy
 from testbed.sim.cluster import DEFAULT_OPTIONS, SimCluster, SimOptions
-from testbed.sim.paper import PROFILES, TEST_SHIFT_HOURS, TOTAL_UNITS, TRACE_MAX_RPS, ServiceProfile
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def evaluate(
     processing time are means over periods of the per-period values (processing time over the
     periods that served a request), and the reward is Eq. 3.2's mean per period.
     """
-    chosen = {s: (profiles or PROFILES)[s] for s in policies}
+    chosen = {s: (profiles or default_profiles())[s] for s in policies}
     cluster = SimCluster(
         chosen,
         {s: traces[s] for s in chosen},

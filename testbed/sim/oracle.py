@@ -14,22 +14,21 @@ are simulated.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from testbed.load.trace import Trace, arrival_times
-from testbed.scaler.actions import ACTIONS, action_mask, next_cooldown
-from testbed.sim.cluster import DEFAULT_OPTIONS, SimOptions
-from testbed.sim.paper import (
+from testbed.profiles import ServiceProfile
+from testbed.profiles.paper import (
     COOLDOWN_STEPS,
     REWARD_ALPHA,
     REWARD_BETA,
     STEP_SECONDS,
     TOTAL_UNITS,
-    ServiceProfile,
 )
+from testbed.scaler.actions import ACTIONS, action_mask, next_cooldown
+from testbed.sim.cluster import DEFAULT_OPTIONS, SimOptions
 from testbed.sim.service import SimService
 
 
@@ -62,7 +61,7 @@ def static_slo_table(
     total = int(trace.seconds // step_seconds) if steps is None else steps
     columns: list[np.ndarray] = []
     for n in range(1, max_instances + 1):
-        prof = dataclasses.replace(profile, initial_inst=n)
+        prof = profile.replace(initial_replicas=n)
         svc = SimService(
             prof,
             arrivals,
@@ -159,7 +158,7 @@ def oracle(
 
     `max_instances` defaults to every unit of the pool; with services sharing the pool, pass the
     units the others cannot take from it (a relaxation, so still a bound)."""
-    per = profile.resource_per_inst
+    per = profile.units
     cap = total_units // per if max_instances is None else max_instances
     slo = static_slo_table(profile, trace, ratio, cap, seed=seed, steps=steps, options=options)
     return best_schedule(
@@ -167,7 +166,7 @@ def oracle(
         total_units=total_units,
         units_per_instance=per,
         max_instances=cap,
-        initial=profile.initial_inst,
+        initial=profile.initial_replicas,
     )
 
 
@@ -184,8 +183,8 @@ def shared_pool_oracles(
     instances do not hold (a relaxation of the shared constraint, so each stays a bound)."""
     out = {}
     for name, prof in profiles.items():
-        others = sum(p.initial_inst * p.resource_per_inst for n, p in profiles.items() if n != name)
-        cap = max((total_units - others) // prof.resource_per_inst, prof.initial_inst)
+        others = sum(p.initial_replicas * p.units for n, p in profiles.items() if n != name)
+        cap = max((total_units - others) // prof.units, prof.initial_replicas)
         out[name] = oracle(
             prof,
             traces[name],

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from testbed.metrics.window import WindowMetrics
-from testbed.sim.paper import ServiceProfile
+from testbed.profiles import ServiceProfile
 from testbed.sim.queueing import serve_exact, serve_fast
 
 MAX_CHUNK_STEPS = 128
@@ -81,10 +81,10 @@ class SimService:
         self.arrivals = arrivals
         lo, hi = profile.proc_time_ms
         self.proc_s = rng.uniform(lo / 1000.0, hi / 1000.0, len(arrivals))
-        self.instances = [SimInstance(ready_at=0.0) for _ in range(profile.initial_inst)]
+        self.instances = [SimInstance(ready_at=0.0) for _ in range(profile.initial_replicas)]
         self._cursor = 0
         self._rr = 0
-        self._exact = exact or profile.capacity_per_inst != 1
+        self._exact = exact or profile.capacity != 1
         self._chunk: _Chunk | None = None
         self._next_steps = 1
         self._max_steps = max_chunk_steps
@@ -98,7 +98,7 @@ class SimService:
 
     def units_in_use(self, now: float) -> int:
         alive = sum(1 for i in self.instances if i.removed_at is None or i.removed_at > now)
-        return alive * self.profile.resource_per_inst
+        return alive * self.profile.units
 
     def scale(self, replicas: int, now: float) -> None:
         """Add instances (ready after startup) or drain the last ones (gone once their queue is empty)."""
@@ -190,12 +190,12 @@ class SimService:
                     s[j0:j1][adm],
                     slot[adm],
                     pend,
-                    self.profile.capacity_per_inst,
-                    self.profile.queue_size_per_inst,
+                    self.profile.capacity,
+                    self.profile.queue_limit,
                 )
             else:
                 f = serve_fast(
-                    a[j0:j1][adm], s[j0:j1][adm], slot[adm], pend, self.profile.queue_size_per_inst
+                    a[j0:j1][adm], s[j0:j1][adm], slot[adm], pend, self.profile.queue_limit
                 )
             for k, p in zip(targets, pend, strict=True):
                 self.instances[k].pending = p
@@ -294,7 +294,7 @@ class SimService:
         it, only ready instances count and draining ones count until they are gone."""
         per_window = round(step)
         samples = t0 + 0.5 + np.arange(steps * per_window, dtype=np.float64)
-        cap = self.profile.capacity_per_inst
+        cap = self.profile.capacity
         total = np.zeros(len(samples))
         present = np.zeros(len(samples))
         ok = ~np.isnan(finish)

@@ -9,10 +9,10 @@ import pytest
 
 from testbed.cluster.base import ClusterBackend
 from testbed.cluster.local import LocalCluster
-from testbed.cluster.profile import ServiceProfile
 from testbed.errors import ConfigError, StateError
 from testbed.load.client import ClientConfig, LoadClient
 from testbed.load.trace import constant_schedule
+from testbed.profiles import ServiceProfile
 
 SLOW = ServiceProfile(capacity=1, queue_limit=20, proc_time_ms=(300, 300), startup_ms=500, slo_ms=2500)
 

@@ -8,10 +8,10 @@ import wave
 import aiohttp
 from aiohttp.test_utils import TestServer
 
-from testbed.cluster.profile import ServiceProfile
 from testbed.cluster.replica import EmulatedReplica
 from testbed.load.api import build_request, check_response
 from testbed.load.content import ContentSet
+from testbed.profiles import ServiceProfile
 
 FAST = ServiceProfile(capacity=1, queue_limit=2, proc_time_ms=(100, 100), startup_ms=0, slo_ms=500)
 
@@ -89,7 +89,7 @@ def test_capacity_and_queue_limit_drop_the_excess():
 
 def test_startup_then_ready_then_draining():
     async def main():
-        prof = FAST.model_copy(update={"startup_ms": 5000, "proc_time_ms": (1000, 1000)})
+        prof = FAST.replace(startup_ms=5000, proc_time_ms=(1000, 1000))
         replica = EmulatedReplica("chatbot", prof, time_scale=10)  # ready after 0.5 s, 100 ms each
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             health = str(server.make_url("/healthz"))

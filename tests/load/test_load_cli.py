@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from testbed.cluster.profile import ServiceProfile
+from testbed.profiles import ServiceProfile
 
 PROFILE = ServiceProfile(capacity=4, queue_limit=100, proc_time_ms=(5, 10), startup_ms=0, slo_ms=500)
 

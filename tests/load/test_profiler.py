@@ -7,9 +7,9 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from testbed.cluster.local import LocalCluster
-from testbed.cluster.profile import ServiceProfile
 from testbed.cluster.replica import EmulatedReplica
 from testbed.load.profiler import measure_startup, profile_service
+from testbed.profiles import ServiceProfile
 
 KNOWN = ServiceProfile(capacity=2, queue_limit=50, proc_time_ms=(40, 60), startup_ms=0, slo_ms=500)
 
@@ -27,7 +27,7 @@ def test_processing_range_and_capacity_of_a_known_replica():
     lo, hi = res.proc_range_ms
     assert 38 <= lo <= 50 and 50 <= hi <= 75, (lo, hi)
     assert res.capacity == 2, res.sweep
-    prof = res.to_profile(KNOWN.model_copy(update={"capacity": 1}))
+    prof = res.to_profile(KNOWN.replace(capacity=1))
     assert prof.capacity == 2 and prof.slo_ms == 500
 
 

@@ -6,12 +6,12 @@ import asyncio
 import aiohttp
 from aiohttp.test_utils import TestServer
 
-from testbed.cluster.profile import ServiceProfile, default_profiles
 from testbed.cluster.replica import EmulatedReplica
 from testbed.load.api import build_request
 from testbed.load.content import ContentSet
 from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.exposition import DURATION, IN_FLIGHT, READY, REQUESTS, UTILIZATION, VIOLATIONS
+from testbed.profiles import ServiceProfile, default_profiles
 
 PROFILE = ServiceProfile(capacity=1, queue_limit=10, proc_time_ms=(50, 50), startup_ms=0, slo_ms=120)
 

@@ -2,10 +2,10 @@
 
 from testbed.cluster.base import ClusterBackend
 from testbed.load.trace import Trace
+from testbed.profiles import ServiceProfile
 from testbed.scaler.actions import action_index
 from testbed.scaler.loop import ScalerLoop
 from testbed.sim.cluster import SimCluster
-from testbed.sim.paper import ServiceProfile
 
 
 class Always:
@@ -18,7 +18,8 @@ class Always:
 
 
 def make(units=3):
-    prof = ServiceProfile("svc", 1, (100.0, 100.0), 1000.0, 5000.0)
+    prof = ServiceProfile(name="svc", capacity=1, proc_time_ms=(100.0, 100.0), slo_ms=1000.0,
+                          startup_ms=5000.0, queue_limit=10)
     c = SimCluster({"svc": prof}, {"svc": Trace.constant(2, 3600)}, {"svc": 1.0}, total_units=units)
     return c
 

@@ -7,7 +7,7 @@ import pytest
 
 from testbed.errors import ConfigError
 from testbed.load.trace import Trace
-from testbed.sim import paper
+from testbed.profiles import paper
 
 pytest.importorskip("optuna")
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from testbed.load.trace import Trace
+from testbed.profiles import ServiceProfile
 from testbed.scaler.actions import ACTIONS, action_mask, next_cooldown
 from testbed.scaler.policies import StaticPolicy
 from testbed.sim.evaluate import evaluate
 from testbed.sim.oracle import best_schedule, oracle, static_slo_table
-from testbed.sim.paper import ServiceProfile
 
 
 def brute_force(slo: np.ndarray, cap: int, units: int = 8) -> float:
@@ -64,7 +64,8 @@ def test_plus_two_is_used_when_one_more_is_not_enough():
 
 
 def _profile() -> ServiceProfile:
-    return ServiceProfile("svc", 1, (500.0, 500.0), 1000.0, 10_000.0, queue_size_per_inst=2)
+    return ServiceProfile(name="svc", capacity=1, proc_time_ms=(500.0, 500.0), slo_ms=1000.0,
+                          startup_ms=10_000.0, queue_limit=2)
 
 
 def test_static_table_closed_form():

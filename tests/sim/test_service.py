@@ -1,22 +1,24 @@
 """The simulator against closed-form cases, the exact reference kernel, and itself under a seed."""
 
-import dataclasses
 
 import numpy as np
 import pytest
 
 from testbed.errors import StateError
 from testbed.load.trace import Trace, arrival_times
+from testbed.profiles import ServiceProfile, default_profiles
 from testbed.sim.cluster import SimCluster, SimOptions
-from testbed.sim.paper import PROFILES, ServiceProfile
 from testbed.sim.queueing import serve_exact, serve_fast
 from testbed.sim.service import SimService
+
+PROFILES = default_profiles()
 
 
 def profile(
     proc_ms: float, *, queue: int = 3, startup_ms: float = 13000, slo_ms: float = 1000, capacity: int = 1
 ) -> ServiceProfile:
-    return ServiceProfile("svc", capacity, (proc_ms, proc_ms), slo_ms, startup_ms, queue_size_per_inst=queue)
+    return ServiceProfile(name="svc", capacity=capacity, proc_time_ms=(proc_ms, proc_ms), slo_ms=slo_ms,
+                          startup_ms=startup_ms, queue_limit=queue)
 
 
 def cluster(prof: ServiceProfile, rate: float, seconds: int = 300, units: int = 8, **kw) -> SimCluster:
@@ -79,13 +81,13 @@ def test_starting_instances_count_in_utilization_by_default():
 
 
 def test_rate_limit_drops_what_exceeds_each_windows_quota():
-    prof = dataclasses.replace(profile(10, queue=10), rate_limit=(3, 1.0))
+    prof = profile(10, queue=10).replace(rate_limit=(3, 1.0))
     c = cluster(prof, rate=5)  # 5 arrivals per second, 3 admitted
     w = c.advance()["svc"]
     out = c.last_outcome["svc"]
     assert (w.arrivals, out.accepted, out.dropped, w.violations) == (150, 90, 60, 60)
     # a 2-second window spans two trace seconds: 10 arrivals, 3 admitted
-    c2 = cluster(dataclasses.replace(prof, rate_limit=(3, 2.0)), rate=5)
+    c2 = cluster(prof.replace(rate_limit=(3, 2.0)), rate=5)
     assert c2.advance()["svc"].violations == 150 - 45
 
 
@@ -164,7 +166,7 @@ def test_chunked_simulation_equals_step_by_step_and_exact():
 
 
 def test_chunked_simulation_with_rate_limit_equals_step_by_step_and_exact():
-    prof = dataclasses.replace(PROFILES["chatbot"], rate_limit=(3, 2.0))
+    prof = PROFILES["chatbot"].replace(rate_limit=(3, 2.0))
     chunked = _run(prof, 2, chunk=128)
     _same(chunked, _run(prof, 2, chunk=1))
     _same(chunked, _run(prof, 2, chunk=16, exact=True))

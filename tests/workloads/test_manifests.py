@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.cluster.profile import default_profiles
+from testbed.profiles import default_profiles
 
 ROOT = Path(__file__).resolve().parents[2]
 

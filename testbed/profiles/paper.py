@@ -1,43 +1,19 @@
-"""The dissertation's published numbers (profiles, tuned thresholds, result tables) as importable data.
+"""The dissertation's published numbers (setup, tuned thresholds, result tables) as importable data.
 
-Source: papers/000_67625ca8cb93418e.txt, Tables 4.4, 4.5, 4.7-4.11 and 5.1-5.3. Nothing here is
-computed; the report and the `testbed sim tables` command print these beside our own figures.
+Source: papers/000_67625ca8cb93418e.txt, Tables 4.5, 4.7-4.11 and 5.1-5.4, Figs 5.7/5.8. Nothing
+here is computed; the report and `testbed sim tables` print these beside our own figures. The
+service profiles (Table 4.4) are in services.yaml beside this file, read by testbed.profiles.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SERVICES = ("chatbot", "imgcls", "tts")
+from testbed.profiles.service import SERVICES  # noqa: F401 (re-exported: paper.SERVICES)
+
 SERVICE_TITLES = {"chatbot": "Chatbot", "imgcls": "Image classification", "tts": "Text to speech"}
 
 
-@dataclass(frozen=True)
-class ServiceProfile:
-    """One AI service as the simulator models it (dissertation Table 3.1)."""
-
-    name: str
-    capacity_per_inst: int  # requests one instance processes at the same time
-    proc_time_ms: tuple[float, float]  # uniform static processing time range
-    slo_ms: float  # request delay SLO
-    startup_ms: float  # time from scale-up to ready
-    # Table 4.4 omits the queue size; 10 is the value hard-coded in the dissertation's published
-    # simulator (tu-nv/drafas drl/simpy_env.py). Section 3.4.1: drop when the queue holds this many.
-    queue_size_per_inst: int = 10
-    resource_per_inst: int = 1  # resource units (vGPUs) per instance
-    initial_inst: int = 1  # Section 5.2: every service starts with one replica
-    # (requests, seconds): each instance admits at most this many requests per fixed window of
-    # that many seconds and drops the rest. Not in the dissertation's text; its published
-    # simulator has one (drl_utils.service_configs). None = no limit. See AUTHOR_RATE_LIMITS.
-    rate_limit: tuple[int, float] | None = None
-
-
-# Table 4.4 (profiling on RTX 5000 MPS partitions), exactly the model of Table 3.1.
-PROFILES: dict[str, ServiceProfile] = {
-    "chatbot": ServiceProfile("chatbot", 1, (140.0, 420.0), 2500.0, 13000.0),
-    "imgcls": ServiceProfile("imgcls", 1, (60.0, 80.0), 500.0, 11000.0),
-    "tts": ServiceProfile("tts", 1, (130.0, 390.0), 2500.0, 21000.0),
-}
 # Per-instance admission limits in the dissertation's published simulator (tu-nv/drafas,
 # drl/drl_utils.py service_configs: 14 per 1000 ms imgcls, 7 per 2000 ms chatbot and TTS, about
 # each instance's throughput). The text never mentions them; `--rate-limit author` turns them on.
@@ -201,3 +177,39 @@ PAPER_TABLES = {"5.1": TABLE_5_1, "5.2": TABLE_5_2, "5.3": TABLE_5_3, "4.11": TA
 
 # Section 4.1 / issue text: a per-request-process SimPy simulator's speed on this machine kind.
 SIMPY_BASELINE_STEPS_PER_S = {"chatbot": 540.0, "imgcls": 220.0}
+
+# Chapter V, the testbed experiments. Table 5.4 (real testbed, DRL vs rule-based; processing
+# time in seconds). Figs 5.7/5.8 give no numbers in the text, only the qualitative result stated in
+# Section 5.3, kept here in substance as checks the report shows next to our figures.
+TABLE_5_4 = {
+    # service: {policy: {metric: value}}
+    "chatbot": {
+        "ppo": {"slo_violation_rate": 0.0067, "instances": 2.2484, "proc_time_s": 0.4625,
+                "reward": -0.0341},
+        "rule_v2": {"slo_violation_rate": 0.0036, "instances": 2.5642, "proc_time_s": 0.3994,
+                    "reward": -0.0353},
+    },
+    "imgcls": {
+        "ppo": {"slo_violation_rate": 0.0026, "instances": 1.4946, "proc_time_s": 0.0874,
+                "reward": -0.0210},
+        "rule_v2": {"slo_violation_rate": 0.0106, "instances": 1.7024, "proc_time_s": 0.1023,
+                    "reward": -0.0308},
+    },
+    "tts": {
+        "ppo": {"slo_violation_rate": 0.0034, "instances": 2.0472, "proc_time_s": 0.3752,
+                "reward": -0.0287},
+        "rule_v2": {"slo_violation_rate": 0.0012, "instances": 2.2448, "proc_time_s": 0.3397,
+                    "reward": -0.0291},
+    },
+}
+
+FIG_5_7_5_8 = [
+    "imgcls: without a slice, SLO violation rate and mean processing time grow with the number "
+    "of iperf3 flows (10, 20, 40); with a 20 Mbit/s slice they are almost unaffected.",
+    "tts: a small difference in mean processing time only at 40 flows; no difference in SLO "
+    "violation rate with or without a slice.",
+    "chatbot: no difference in SLO violation rate or processing time with or without a slice.",
+]
+
+SLICING_SETUP = ("100 Mbit/s bottleneck, 20 Mbit/s slice shared by the AI services, 6 replicas "
+                 "per service, constant 10/30/10 req/s (chatbot/imgcls/tts), 10/20/40 iperf3 flows")

@@ -1,0 +1,21 @@
+"""What the services and the dissertation say: the one service-profile model and the paper's numbers."""
+
+from testbed.profiles.service import (
+    SERVICES,
+    ServiceProfile,
+    default_profiles,
+    dump_profiles,
+    load_profiles,
+    profile_for,
+    write_profiles,
+)
+
+__all__ = [
+    "SERVICES",
+    "ServiceProfile",
+    "default_profiles",
+    "dump_profiles",
+    "load_profiles",
+    "profile_for",
+    "write_profiles",
+]

@@ -1,0 +1,151 @@
+"""The one service-profile model (capacity, queue, processing time, startup, SLO, units) that the
+emulated replicas, the load balancer, the simulator and the lab read, loaded from YAML."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from testbed.config.yamlfile import load_yaml_file, parse_yaml, validate
+from testbed.errors import ConfigError, ConfigProblem
+
+SERVICES = ("chatbot", "imgcls", "tts")
+PACKAGED = "testbed/profiles/services.yaml"
+
+
+class ServiceProfile(BaseModel):
+    """How one replica of a service behaves (dissertation Table 3.1 / Table 4.4)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(default="", description="the service; set from the key in a profile file")
+    capacity: int = Field(ge=1, description="requests one replica processes at the same time")
+    queue_limit: int = Field(ge=0, description="requests waiting per replica; more are dropped")
+    proc_time_ms: tuple[float, float] = Field(description="processing time range [min, max], ms")
+    startup_ms: float = Field(ge=0, description="time from start until ready, ms")
+    slo_ms: float = Field(gt=0, description="latency threshold above which a request violates")
+    units: int = Field(default=1, ge=1, description="resource units (vGPUs) per replica")
+    initial_replicas: int = Field(default=1, ge=0, description="replicas at the start of a run")
+    rate_limit: tuple[int, float] | None = Field(
+        default=None, description="[requests, seconds]: each replica admits at most this many per window"
+    )
+    sources: dict[str, str] = Field(default_factory=dict, description="field -> where its number comes from")
+
+    @model_validator(mode="after")
+    def _check(self) -> ServiceProfile:
+        lo, hi = self.proc_time_ms
+        if lo < 0 or hi < lo:
+            raise ValueError(f"proc_time_ms must be [min, max] with 0 <= min <= max, got [{lo}, {hi}]")
+        if self.rate_limit is not None and (self.rate_limit[0] < 1 or self.rate_limit[1] <= 0):
+            raise ValueError(f"rate_limit must be [requests >= 1, seconds > 0], got {list(self.rate_limit)}")
+        unknown = sorted(set(self.sources) - set(type(self).model_fields))
+        if unknown:
+            raise ValueError(f"sources names unknown fields: {', '.join(unknown)}")
+        return self
+
+    @property
+    def mean_proc_time_ms(self) -> float:
+        return (self.proc_time_ms[0] + self.proc_time_ms[1]) / 2
+
+    def replace(self, **changes: Any) -> ServiceProfile:
+        """A validated copy with `changes` applied (a changed number loses its stated source)."""
+        sources = {k: v for k, v in self.sources.items() if k not in changes}
+        return type(self).model_validate({**self.model_dump(), "sources": sources, **changes})
+
+
+class ProfileSet(BaseModel):
+    """The file format: `services: {name: ServiceProfile}`, and `sources:` that every service shares
+    (a service's own `sources:` win)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sources: dict[str, str] = Field(default_factory=dict)
+    services: dict[str, ServiceProfile]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _names_and_shared_sources(cls, data: Any) -> Any:
+        services = data.get("services") if isinstance(data, dict) else None
+        shared = data.get("sources") if isinstance(data, dict) else None
+        if isinstance(services, dict):
+            data = {**data, "services": {k: _entry(k, v, shared) for k, v in services.items()}}
+        return data
+
+
+def _entry(name: str, entry: Any, shared: Any) -> Any:
+    if not isinstance(entry, dict):
+        return entry
+    out = {"name": name, **entry}
+    if isinstance(shared, dict) and isinstance(entry.get("sources", {}), dict):
+        out["sources"] = {**shared, **entry.get("sources", {})}
+    return out
+
+
+def default_profiles() -> dict[str, ServiceProfile]:
+    """The packaged profiles (Table 4.4 of the dissertation; each number names its source)."""
+    text = resources.files("testbed.profiles").joinpath("services.yaml").read_text(encoding="utf-8")
+    return validate(ProfileSet, parse_yaml(text, PACKAGED)).services
+
+
+def load_profiles(path: str | Path | None = None) -> dict[str, ServiceProfile]:
+    """Profiles from `path` merged over the defaults: a file may describe only some services, and
+    only some fields of a known service (the rest, and their sources, stay the packaged ones)."""
+    profiles = default_profiles()
+    if path is None:
+        return profiles
+    doc = load_yaml_file(path)
+    services = doc.data.get("services") if isinstance(doc.data, dict) else None
+    shared = doc.data.get("sources") if isinstance(doc.data, dict) else None
+    if isinstance(services, dict):
+        for name, entry in services.items():
+            if isinstance(entry, dict) and name in profiles:
+                services[name] = _over(profiles[name], entry, shared, str(path))
+    profiles.update(validate(ProfileSet, doc).services)
+    return profiles
+
+
+def _over(base: ServiceProfile, entry: dict[str, Any], shared: Any, source: str) -> dict[str, Any]:
+    fields = base.model_dump(exclude={"name", "sources"})
+    given = {k for k in entry if k in fields}
+    sources = {k: v for k, v in base.sources.items() if k not in given}
+    sources.update({k: f"given in {source}" for k in given})
+    for stated in (shared, entry.get("sources")):
+        if isinstance(stated, dict):
+            sources.update(stated)
+    return {**fields, **entry, "sources": sources}
+
+
+def profile_for(
+    profiles: dict[str, ServiceProfile], service: str, source: str = "services"
+) -> ServiceProfile:
+    try:
+        return profiles[service]
+    except KeyError:
+        known = ", ".join(sorted(profiles))
+        raise ConfigError(
+            [ConfigProblem(source, None, service, f"unknown service (known: {known})")]
+        ) from None
+
+
+def dump_profiles(profiles: dict[str, ServiceProfile]) -> str:
+    """YAML text in the same format `load_profiles` reads."""
+    data = {"services": {name: _plain(p) for name, p in sorted(profiles.items())}}
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def write_profiles(path: str | Path, profiles: dict[str, ServiceProfile]) -> None:
+    Path(path).write_text(dump_profiles(profiles), encoding="utf-8")
+
+
+def _plain(p: ServiceProfile) -> dict[str, object]:
+    d = p.model_dump(exclude={"name"})
+    d["proc_time_ms"] = [round(float(x), 3) for x in p.proc_time_ms]
+    if p.rate_limit is not None:
+        d["rate_limit"] = list(p.rate_limit)
+    if not p.sources:
+        del d["sources"]
+    return d
