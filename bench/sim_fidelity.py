@@ -22,7 +22,7 @@ from testbed.profiles import default_profiles
 from testbed.profiles.paper import AUTHOR_RATE_LIMITS, TABLE_4_11, TABLE_5_1, TABLE_5_2
 from testbed.scaler.policies import RuleV2
 from testbed.sim.cluster import SimOptions
-from testbed.sim.evaluate import evaluate, test_day_traces
+from testbed.train.evaluate import evaluate, test_day_traces
 
 
 def main() -> None:

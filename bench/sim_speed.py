@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from testbed.profiles.paper import DEFAULT_RATIOS, SIMPY_BASELINE_STEPS_PER_S
 from testbed.scaler.policies import RandomPolicy, RuleV2, StaticPolicy
-from testbed.sim.evaluate import evaluate, test_day_traces
+from testbed.train.evaluate import evaluate, test_day_traces
 
 
 def main() -> None:

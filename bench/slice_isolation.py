@@ -23,10 +23,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from testbed.bringup.local import LocalTestbed, netns_list
 from testbed.config import load_testbed
 from testbed.net.cmd import Runner
 from testbed.net.iperf import IperfSession
-from testbed.net.local import LocalTestbed, netns_list
 
 console = Console()
 GUARANTEE = 20.0

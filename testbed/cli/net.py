@@ -14,12 +14,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from testbed.bringup.local import LocalTestbed, class_counters, recorded_testbeds, require_root, teardown
 from testbed.cli import app, console
 from testbed.config import TestbedSpec, load_testbed
 from testbed.errors import StateError, TestbedError
 from testbed.net.cmd import require_binaries
 from testbed.net.iperf import IperfResult, IperfSession, save_json
-from testbed.net.local import LocalTestbed, class_counters, recorded_testbeds, require_root, teardown
 from testbed.net.state import TestbedState, load_state
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Testbed file (YAML); "

@@ -15,8 +15,9 @@ from testbed.config import TestbedSpec
 from testbed.config.yamlfile import LocatedYaml
 from testbed.errors import StateError
 from testbed.report import write_report
+from testbed.scenario.load import LoadedScenario, load_scenario
 from testbed.scenario.runner import RunOptions, run_scenario
-from testbed.scenario.spec import LoadedScenario, Scenario, load_scenario
+from testbed.scenario.spec import Scenario
 
 
 def _from_manifest(path: Path) -> LoadedScenario:
@@ -60,6 +61,7 @@ def run(
     result = run_scenario(loaded, RunOptions(out_root=out, profile=profile, time_scale=time_scale,
                                              duration_s=duration, repetitions=repetitions,
                                              progress=not no_progress, console=console))
+    write_report(result.run_dir)
     print_outcomes(result.outcomes)
     for p in result.problems:
         console.print(f"[yellow]problem:[/] {p}")

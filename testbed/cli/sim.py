@@ -90,8 +90,8 @@ def sim_eval(
     """
     from testbed.load.trace import load_trace
     from testbed.scaler.policies import make_policy
-    from testbed.sim.evaluate import evaluate, test_day_traces
-    from testbed.sim.oracle import shared_pool_oracles
+    from testbed.train.evaluate import evaluate, test_day_traces
+    from testbed.train.oracle import shared_pool_oracles
 
     chosen = _services(service)
     profiles = _profiles(rate_limit, chosen)
@@ -157,8 +157,8 @@ def sim_tables(
     Example: testbed sim tables --traces ../shared/traces --models models/ --oracle
     """
     from testbed.scaler.policies import make_policy
-    from testbed.sim.evaluate import evaluate, test_day_traces
-    from testbed.sim.oracle import shared_pool_oracles
+    from testbed.train.evaluate import evaluate, test_day_traces
+    from testbed.train.oracle import shared_pool_oracles
 
     tr = test_day_traces(traces)
     for key in table:
@@ -231,7 +231,7 @@ def train_cmd(
     Example: testbed train chatbot --traces ../shared/traces --steps 300000
     """
     from testbed.load.trace import load_trace
-    from testbed.scaler.ppo import train
+    from testbed.train.ppo import train
 
     (svc,) = _services(service)
     train_tr = [load_trace(p) for p in sorted((traces / "train").glob("*.txt"))]
@@ -269,7 +269,7 @@ def tune_cmd(
     Example: testbed tune imgcls --trials 100 --traces ../shared/traces
     """
     from testbed.load.trace import load_trace
-    from testbed.scaler.tune import tune
+    from testbed.train.tune import tune
 
     (svc,) = _services(service)
     trace = load_trace(traces / "val" / "day6.txt")

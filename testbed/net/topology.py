@@ -1,7 +1,7 @@
 """The local data plane as plain data: namespaces, links and addresses derived from a spec.
 
 Nothing here touches the kernel. `Topology.build_commands()` lists the `ip` commands that
-realise it; `testbed.net.local.LocalTestbed` runs them.
+realise it; `testbed.bringup.local.LocalTestbed` runs them.
 
     ue-<group> ns          upf ns                              dn ns
     ran0 ──veth── ue-<group> ─┐

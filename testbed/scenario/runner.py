@@ -21,16 +21,17 @@ from typing import Any
 
 from rich.console import Console
 
+from testbed.bringup.local import LocalTestbed, sigint_deferred
 from testbed.errors import TestbedError
 from testbed.net.iperf import IperfSession
-from testbed.net.local import LocalTestbed, sigint_deferred
 from testbed.net.netns import NetnsLoop
 from testbed.scenario.expect import Outcome, evaluate_all
 from testbed.scenario.live import LiveView
+from testbed.scenario.load import LoadedScenario
 from testbed.scenario.matrix import Cell, expand
 from testbed.scenario.results import SLO_MS, run_rows
 from testbed.scenario.rundir import CellDir, append_jsonl, new_run_dir, write_manifest
-from testbed.scenario.spec import LoadedScenario, Scenario, trace_dir
+from testbed.scenario.spec import Scenario, trace_dir
 
 
 @dataclass
@@ -88,7 +89,7 @@ class ScenarioRun:
         self.scenario = effective(loaded, self.options)
         self.cells = expand(self.scenario, loaded.testbed)
         if self.scenario.engine == "testbed":
-            from testbed.net.local import require_root
+            from testbed.bringup.local import require_root
 
             require_root("a testbed scenario")
         self.console = self.options.console or Console(stderr=True)
@@ -127,14 +128,12 @@ class ScenarioRun:
         (self.run_dir / "results.json").write_text(json.dumps(
             {"rows": rows, "expect": [asdict(o) for o in outcomes],
              "interrupted": self.interrupted, "problems": self.problems}, indent=1, default=str))
-        from testbed.report import write_report
-
-        write_report(self.run_dir)
         return RunResult(self.run_dir, rows, outcomes, self.interrupted, self.problems)
 
 
 def run_scenario(loaded: LoadedScenario, options: RunOptions | None = None) -> RunResult:
-    """Every cell and repetition with a live view, then results, expectations and the report."""
+    """Every cell and repetition with a live view, then results and expectations (the caller writes
+    the report: `testbed.report.write_report(result.run_dir)`)."""
     run = ScenarioRun(loaded, options)
     view = LiveView(run.console, run.cells, run.scenario.repetitions,
                     enabled=run.options.progress)

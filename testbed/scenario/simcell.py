@@ -54,7 +54,7 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
     balancer's utilization counts ready replicas only."""
     from testbed.scaler.policies import make_policy
     from testbed.sim.cluster import DEFAULT_OPTIONS, SimOptions
-    from testbed.sim.evaluate import evaluate
+    from testbed.train.evaluate import evaluate
 
     traces, ratios = cell_traces(scn, base_dir)
     services = [s for s in scn.services if s.name in traces]

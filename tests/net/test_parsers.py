@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.bringup.local import parse_htb_classes
 from testbed.net.iperf import IperfFailed, parse_iperf_json
-from testbed.net.local import parse_htb_classes
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -6,8 +6,8 @@ import pytest
 
 from testbed.errors import ConfigError
 from testbed.scenario.expect import ExpectSyntaxError, evaluate, parse
+from testbed.scenario.load import parse_scenario
 from testbed.scenario.matrix import expand
-from testbed.scenario.spec import parse_scenario
 
 BASE = """\
 name: t

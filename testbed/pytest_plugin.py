@@ -57,8 +57,8 @@ class ScenarioFile(pytest.File):
     run: Any = None
 
     def collect(self):  # type: ignore[no-untyped-def]
+        from testbed.scenario.load import load_scenario
         from testbed.scenario.matrix import expand
-        from testbed.scenario.spec import load_scenario
 
         try:
             raw = yaml.safe_load(self.path.read_text()) or {}
@@ -151,7 +151,10 @@ class ExpectFailed(Exception):
 class ScenarioExpectItem(pytest.Item):
     def runtest(self) -> None:
         run = self.parent.get_run()
+        from testbed.report import write_report  # matplotlib: only when a scenario ran
+
         result = run.finish()
+        write_report(result.run_dir)
         self.user_properties.append(("run_dir", str(result.run_dir)))
         lines = [f"{'PASS' if o.passed else 'FAIL'}  {o.text}  "
                  f"({o.left if o.left is not None else o.detail} vs {o.right})"

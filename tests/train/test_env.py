@@ -5,7 +5,7 @@ import pytest
 gym = pytest.importorskip("gymnasium", reason="the Gymnasium env needs the drl extra")
 
 from testbed.load.trace import Trace  # noqa: E402
-from testbed.sim.env import ScalingEnv  # noqa: E402
+from testbed.train.env import ScalingEnv  # noqa: E402
 
 
 def test_check_env_and_mask():
@@ -44,7 +44,8 @@ def test_short_training_beats_random(tmp_path):
     import numpy as np
 
     from testbed.scaler.policies import RandomPolicy
-    from testbed.scaler.ppo import MaskablePpoPolicy, read_meta, train, validation_reward
+    from testbed.scaler.ppo import MaskablePpoPolicy, read_meta
+    from testbed.train.ppo import train, validation_reward
 
     rate = 10 + 8 * np.sin(np.arange(21600) / 3000.0)  # one instance suffices: learn not to waste units
     train_tr = Trace("wave", np.ones(21600), rate)
@@ -82,7 +83,7 @@ def test_tensorboard_logs_without_tensorboard_is_one_clear_error(tmp_path, monke
 
     from testbed.errors import MissingRequirement
     from testbed.load.trace import Trace
-    from testbed.scaler.ppo import train
+    from testbed.train.ppo import train
 
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # import tensorboard -> ImportError
     tr = [Trace.constant(5, 600)]

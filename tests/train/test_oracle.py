@@ -9,8 +9,8 @@ from testbed.load.trace import Trace
 from testbed.profiles import ServiceProfile
 from testbed.scaler.actions import ACTIONS, action_mask, next_cooldown
 from testbed.scaler.policies import StaticPolicy
-from testbed.sim.evaluate import evaluate
-from testbed.sim.oracle import best_schedule, oracle, static_slo_table
+from testbed.train.evaluate import evaluate
+from testbed.train.oracle import best_schedule, oracle, static_slo_table
 
 
 def brute_force(slo: np.ndarray, cap: int, units: int = 8) -> float:

@@ -9,7 +9,7 @@ from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.load.trace import Trace
 from testbed.profiles import paper
 from testbed.scaler.policies import RuleV1, RuleV2
-from testbed.sim.evaluate import evaluate
+from testbed.train.evaluate import evaluate
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from testbed.profiles import paper
 
 pytest.importorskip("optuna")
 
-from testbed.scaler.tune import tune
+from testbed.train.tune import tune
 
 
 def _on_grid(value: float, start: float, end: float, step: float) -> bool:

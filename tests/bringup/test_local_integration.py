@@ -11,11 +11,11 @@ import time
 
 import pytest
 
+from testbed.bringup.local import LocalTestbed, class_counters, teardown
 from testbed.config import load_testbed
 from testbed.errors import StateError
 from testbed.net.cmd import Runner, in_ns
 from testbed.net.iperf import IperfSession
-from testbed.net.local import LocalTestbed, class_counters, teardown
 from testbed.net.state import load_state, recorded_names
 from tests.conftest import namespaces_with_prefix
 
@@ -112,7 +112,7 @@ def test_down_recovers_after_sigkill(tb_name, state_dir):
         import subprocess, time
         from testbed.config import load_testbed
         from testbed.net.cmd import in_ns
-        from testbed.net.local import LocalTestbed
+        from testbed.bringup.local import LocalTestbed
         spec = load_testbed().model_copy(update={{"name": "{tb_name}"}})
         tb = LocalTestbed(spec); tb.up()
         subprocess.Popen(in_ns(tb.topology.dn.name, ["iperf3", "-s", "-p", "5998"]))

@@ -1,0 +1,140 @@
+"""Maskable PPO training on the simulator (Section 4.4.3): validation, early stopping, the best
+model written as sb3's zip plus the `testbed.json` member that testbed.scaler.ppo reads."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from testbed.errors import MissingRequirement
+from testbed.load.trace import Trace
+from testbed.profiles import paper
+from testbed.scaler.ppo import META_MEMBER, ModelMeta, git_commit, require_drl
+from testbed.train.env import ScalingEnv
+
+
+def validation_reward(
+    model, service: str, traces: Sequence[Trace], ratio: float, total_units: int, episodes: int
+) -> float:
+    """Mean total episode reward of the deterministic agent (no free-unit randomisation)."""
+    env = ScalingEnv(service, traces, ratio, total_units=total_units, randomize_free_units=False)
+    totals = []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=10_000 + ep)
+        done, total = False, 0.0
+        while not done:
+            action, _ = model.predict(obs, action_masks=env.action_masks(), deterministic=True)
+            obs, r, term, trunc, _ = env.step(int(action))
+            total += r
+            done = term or trunc
+        totals.append(total)
+    return float(np.mean(totals))
+
+
+def train(
+    service: str,
+    train_traces: Sequence[Trace],
+    val_traces: Sequence[Trace],
+    out: str | Path,
+    *,
+    ratio: float | None = None,
+    total_units: int = paper.TOTAL_UNITS,
+    steps: int = paper.MAX_TRAIN_STEPS,
+    validate_every: int = paper.VALIDATION_EVERY,
+    val_episodes: int = paper.VALIDATION_EPISODES,
+    patience: int = paper.EARLY_STOP_PATIENCE,
+    min_validations: int = paper.EARLY_STOP_MIN_VALIDATIONS,
+    seed: int = 0,
+    tensorboard: str | None = None,
+    learning_rate: float = paper.LEARNING_RATE,
+    ppo_params: dict | None = None,
+    progress: Callable[[int, float | None], None] | None = None,
+) -> ModelMeta:
+    """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`."""
+    require_drl()
+    import torch
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    if tensorboard is not None:
+        try:
+            import tensorboard as _tb  # noqa: F401  (sb3 writes its logs through it)
+        except ImportError:
+            raise MissingRequirement(
+                "--tensorboard needs the tensorboard package: pip install 'testbed[drl]'"
+            ) from None
+    ratio = paper.DEFAULT_RATIOS[service] if ratio is None else ratio
+    torch.set_num_threads(1)
+    env = ScalingEnv(service, train_traces, ratio, total_units=total_units)
+    lr = learning_rate
+    model = MaskablePPO(
+        "MlpPolicy",
+        env,
+        learning_rate=lambda remaining: lr * remaining,
+        seed=seed,
+        verbose=0,
+        policy_kwargs={
+            "net_arch": {"pi": list(paper.NET_ARCH), "vf": list(paper.NET_ARCH)},
+            "activation_fn": torch.nn.ReLU,
+        },
+        tensorboard_log=tensorboard,
+        device="cpu",
+        **{**paper.PPO_PARAMS, **(ppo_params or {})},
+    )
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = ModelMeta(
+        service=service,
+        profile=env.profile.model_dump(exclude={"sources"}),
+        ratio=ratio,
+        total_units=total_units,
+        train_traces=[t.name for t in train_traces],
+        val_traces=[t.name for t in val_traces],
+        seed=seed,
+        steps=0,
+        commit=git_commit(),
+    )
+
+    class Validate(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.stale = 0
+
+        def _on_step(self) -> bool:
+            n = self.num_timesteps
+            if progress is not None and n % 256 == 0:
+                progress(n, meta.best_validation_reward)
+            if n % validate_every:
+                return True
+            score = validation_reward(self.model, service, val_traces, ratio, total_units, val_episodes)
+            meta.validations.append((n, score))
+            self.logger.record("validation/mean_reward", score)  # Figure 4.6 in TensorBoard
+            if meta.best_validation_reward is None or score > meta.best_validation_reward:
+                meta.best_validation_reward, meta.steps, self.stale = score, n, 0
+                _save(self.model, out, meta)
+            else:
+                self.stale += 1
+            return not (len(meta.validations) >= min_validations and self.stale >= patience)
+
+    model.learn(total_timesteps=steps, callback=Validate(), progress_bar=False)
+    if meta.best_validation_reward is None:  # budget shorter than one validation period
+        meta.best_validation_reward = validation_reward(
+            model, service, val_traces, ratio, total_units, val_episodes
+        )
+        meta.validations.append((model.num_timesteps, meta.best_validation_reward))
+        meta.steps = model.num_timesteps
+        _save(model, out, meta)
+    return meta
+
+
+def _save(model, out: Path, meta: ModelMeta) -> None:
+    tmp = out.with_suffix(".tmp.zip")
+    model.save(str(tmp))
+    with zipfile.ZipFile(tmp, "a") as zf:
+        zf.writestr(META_MEMBER, json.dumps(asdict(meta), indent=2))
+    tmp.replace(out)
