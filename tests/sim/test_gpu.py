@@ -74,7 +74,8 @@ def test_more_share_is_faster_and_neighbours_are_slower():
     assert lat[25] == pytest.approx(70)
     assert lat[50] == pytest.approx(70 * 0.5**0.95)
     c = _one(prof, 1, initial={"svc": ServiceTarget(3, 25, 1)})
-    assert c.advance()["svc"].mean_proc_time_ms == pytest.approx(70 * prof.gpu.stretch([prof.gpu.pressure(25)] * 2))
+    two_neighbours = prof.gpu.stretch([prof.gpu.pressure(25)] * 2)
+    assert c.advance()["svc"].mean_proc_time_ms == pytest.approx(70 * two_neighbours)
 
 
 def test_a_share_change_starts_new_replicas_beside_the_old_until_ready():
@@ -99,7 +100,9 @@ def test_what_does_not_fit_is_not_applied_and_scale_says_so():
 
 
 def test_a_profile_without_the_gpu_curve_takes_only_drafas_configuration():
-    prof = ServiceProfile(name="svc", capacity=1, queue_limit=10, proc_time_ms=(60, 80), startup_ms=0, slo_ms=500)
+    prof = ServiceProfile(
+        name="svc", capacity=1, queue_limit=10, proc_time_ms=(60, 80), startup_ms=0, slo_ms=500
+    )
     c = _one(prof, 5)
-    with pytest.raises(ConfigError, match="svc.gpu: the profile has no gpu curve"):
+    with pytest.raises(ConfigError, match=r"svc\.gpu: the profile has no gpu curve"):
         c.configure("svc", ServiceTarget(1, 25, 4))
