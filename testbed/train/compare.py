@@ -25,8 +25,8 @@ from testbed.sim.gpu import UNIT_PCT, GpuSimCluster
 from testbed.train.oracle import share_bound
 
 CLASSIC = ("rule_v1", "rule_v2", "static", "hpa", "ppo")
-SHARE_POLICIES = ("fa2", "inss", "ddpg")
-ALL_POLICIES = ("rule_v1", "rule_v2", "static", "hpa", "ppo", "fa2", "inss", "ddpg")
+SHARE_POLICIES = ("fa2", "gslice", "inss", "ddpg")
+ALL_POLICIES = ("rule_v1", "rule_v2", "static", "hpa", "ppo", "fa2", "gslice", "inss", "ddpg")
 
 
 @dataclass
@@ -76,6 +76,11 @@ def build_policies(
     if name == "fa2":
         chosen = {s: profiles[s] for s in services}
         pol = Fa2Policy(chosen, pipelines=pipelines, profile_source=profile_source)
+        return dict.fromkeys(services, pol)
+    if name == "gslice":
+        from testbed.scaler.gslice import EqualSharePolicy
+
+        pol = EqualSharePolicy({s: profiles[s] for s in services}, profile_source=profile_source)
         return dict.fromkeys(services, pol)
     if name in ("ddpg", "inss"):
         from testbed.scaler.share import SharePolicy
