@@ -352,6 +352,8 @@ def sim_compare(
     models: Path = typer.Option(Path("models"), help="Directory with ddpg.zip, inss.zip (and PPO's)."),
     profiles: Path = typer.Option(None, help="Profile file over the packaged one (gpu curves)."),
     pipeline: str = typer.Option(None, help="fa2: a chain under one SLA, e.g. 'imgcls,tts:3000' (ms)."),
+    layout: Path = typer.Option(None, help="GPU layout file: GPUs and each service's starting replicas, "
+                                "share_pct, batch, gpus (overrides the table's GPU count)."),
     interference: bool = typer.Option(True, "--interference/--no-interference",
                                       help="InSS's interference term between instances on one GPU."),
     steps: int = typer.Option(None, help="Stop after this many 30 s steps (default: the whole day)."),
@@ -367,6 +369,8 @@ def sim_compare(
     """
     import time as _time
 
+    from testbed.cluster.base import ServiceTarget
+    from testbed.config.gpu_layout import load_layout
     from testbed.profiles import load_profiles
     from testbed.report.compare import markdown_table, write_compare_report
     from testbed.scaler.fa2 import Pipeline
@@ -374,6 +378,17 @@ def sim_compare(
     from testbed.train.evaluate import test_day_traces
 
     names = _policy_names(policies, models)
+    initial, layout_gpus = None, None
+    if layout is not None:
+        spec_layout = load_layout(layout)
+        layout_gpus = spec_layout.gpus
+        unknown = [s for s in spec_layout.services if s not in paper.SERVICES]
+        if unknown:
+            _services(",".join(unknown))
+        initial = {
+            s: ServiceTarget(v.replicas, v.share_pct, v.batch, tuple(v.gpus) if v.gpus is not None else None)
+            for s, v in spec_layout.services.items()
+        }
     for key in load:
         if key not in COMPARE_LOADS:
             raise ConfigError([ConfigProblem("--load", None, "load", f"unknown {key!r}; use 5.1 or 5.3")])
@@ -381,10 +396,11 @@ def sim_compare(
     source = str(profiles) if profiles else "testbed/profiles/services.yaml"
     prof = load_profiles(profiles)
     services = list(paper.SERVICES)
+    _check_curves(prof, profiles, [n for n in names if n in ("fa2", "gslice", "inss", "ddpg")])
     tr = test_day_traces(traces, services)
     built = {}  # everything is checked before anything runs
     for key in load:
-        units = COMPARE_LOADS[key] * 4
+        units = (layout_gpus or COMPARE_LOADS[key]) * 4
         for name in names:
             built[key, name] = build_policies(name, services, prof, total_units=units, models=models,
                                               seed=seed, pipelines=pipes, profile_source=source)
@@ -393,13 +409,14 @@ def sim_compare(
     started = _time.perf_counter()
     for key in load:
         spec = paper.PAPER_TABLES[key]
-        gpus = COMPARE_LOADS[key]
+        gpus = layout_gpus or COMPARE_LOADS[key]
         with console.status(f"Table {key}: share bound"):
             bounds = bounds_for(prof, tr, spec.ratios, gpus=gpus, max_steps=steps)
         for name in names:
             with console.status(f"Table {key}: {name}"):
                 r = run_policy(name, built[key, name], prof, tr, spec.ratios, gpus=gpus, load=f"Table {key}",
-                               seed=seed, interference=interference, max_steps=steps, bounds=bounds)
+                               seed=seed, interference=interference, max_steps=steps, bounds=bounds,
+                               initial=initial)
             rows.append(r.as_json(with_series=True))
             if as_json:
                 typer.echo(json.dumps(r.as_json()))
@@ -446,3 +463,24 @@ def _pipeline(text: str, pipeline_type):
                                          f"expected SERVICE,SERVICE:SLA_MS, got {text!r}")])
     _services(",".join(services))
     return pipeline_type(services, sla_ms)
+
+
+def _check_curves(prof: dict[str, ServiceProfile], path: Path | None, policies: list[str]) -> None:
+    """The policies that need a gpu curve, against the profiles: file, line and field."""
+    missing = [s for s in paper.SERVICES if prof[s].gpu is None]
+    if not policies or not missing:
+        return
+    from testbed.config.yamlfile import load_yaml_file
+
+    doc = load_yaml_file(path) if path is not None else None
+    raise ConfigError(
+        [
+            ConfigProblem(
+                str(path) if path else "testbed/profiles/services.yaml",
+                doc.line_of(("services", s, "gpu")) if doc else None,
+                f"services.{s}.gpu",
+                f"{', '.join(policies)} need the profile's gpu curve (batch/share times); it is missing",
+            )
+            for s in missing
+        ]
+    )

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from testbed.cluster.base import ServiceTarget
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.load.trace import Trace
 from testbed.profiles import ServiceProfile
@@ -111,6 +112,7 @@ def run_policy(
     interference: bool = True,
     max_steps: int | None = None,
     bounds: Mapping[str, float] | None = None,
+    initial: Mapping[str, ServiceTarget] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> PolicyResult:
     services = list(policies)
@@ -121,6 +123,7 @@ def run_policy(
         gpus=gpus,
         seed=seed,
         interference=interference,
+        initial=initial,
     )
     total_units = cluster.total_units()
     loop = ScalerLoop(cluster, policies, cluster.latest_window, clock=lambda: cluster.now)
