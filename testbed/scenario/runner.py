@@ -285,10 +285,7 @@ class CellRunner:
             wall = scn.duration_s / ts
             sessions = await asyncio.to_thread(self._start_iperf, tb, wall)
             clients = await self._start_clients(tb, cluster)
-            policies = {s.name: make_policy(s.policy, s.name, total_units=scn.total_units,
-                                            seed=scn.seed + self.rep,
-                                            model=str(self.base_dir / s.model) if s.model else None)
-                        for s in scn.services}
+            policies = self._policies(profiles, make_policy)
             period = scn.scaler_period_s / ts
             latest: dict[str, Any] = {}
             loop = ScalerLoop(cluster, policies, lambda s: latest[s], clock=time.time)
@@ -310,8 +307,7 @@ class CellRunner:
                     if now >= next_decision:
                         next_decision += period
                         latest.update(cluster.window(scn.scaler_period_s))
-                        for s in scn.services:
-                            d = loop.decide(s.name)
+                        for d in loop.decide_all():  # a shared target policy plans its services together
                             append_jsonl(self.dir.decisions, {**asdict(d), "t": (now - t0) * ts})
                     self.view.update(cluster, now - t0)
             finally:
@@ -319,6 +315,32 @@ class CellRunner:
                 await self._stop_clients(clients)
                 await asyncio.to_thread(self._finish_iperf, sessions)
                 closing = True
+
+    def _policies(self, profiles: dict[str, Any], make_policy: Any) -> dict[str, Any]:
+        """One policy per service; fa2 and gslice are one object over the services that use them."""
+        from testbed.scaler.fa2 import Fa2Policy, Pipeline
+        from testbed.scaler.gslice import EqualSharePolicy
+
+        scn = self.scn
+        source = str(self.base_dir / scn.service_profiles) if scn.service_profiles else \
+            "testbed/profiles/services.yaml"
+        out: dict[str, Any] = {}
+        for kind in ("fa2", "gslice"):
+            mine = {s.name: profiles[s.name] for s in scn.services if s.policy == kind}
+            if not mine:
+                continue
+            if kind == "fa2":
+                pipes = [Pipeline(tuple(p.services), p.sla_ms) for p in scn.pipelines]
+                shared = Fa2Policy(mine, pipelines=pipes, profile_source=source)
+            else:
+                shared = EqualSharePolicy(mine, profile_source=source)
+            out.update(dict.fromkeys(mine, shared))
+        for s in scn.services:
+            if s.name not in out:
+                out[s.name] = make_policy(s.policy, s.name, total_units=scn.total_units,
+                                          seed=scn.seed + self.rep,
+                                          model=str(self.base_dir / s.model) if s.model else None)
+        return {s.name: out[s.name] for s in scn.services}
 
     async def _first_arrival(self, cluster: Any, clients: list[Any], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
