@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -51,15 +52,25 @@ def _slug(load: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in load).strip("-") or "load"
 
 
+SMOOTH_STEPS = 60  # 30 min of 30 s steps
+
+
 def _share_over_time(rows: Sequence[dict[str, Any]], path: Path, load: str) -> Path:
-    fig, ax = plt.subplots(figsize=(10, 4))
-    for r in rows:
-        series = r.get("share_series") or []
-        hours = [30.0 * (i + 1) / 3600.0 for i in range(len(series))]
-        ax.plot(hours, series, label=r["policy"], linewidth=1.0)
+    fig, ax = plt.subplots(figsize=(10, 4.2))
+    colours = plt.get_cmap("tab10").colors
+    for k, r in enumerate(rows):
+        series = np.asarray(r.get("share_series") or [], dtype=float)
+        if len(series) >= SMOOTH_STEPS:
+            series = np.convolve(series, np.ones(SMOOTH_STEPS) / SMOOTH_STEPS, mode="valid")
+            offset = SMOOTH_STEPS
+        else:
+            offset = 1
+        hours = 30.0 * (np.arange(len(series)) + offset) / 3600.0
+        ax.plot(hours, series, label=r["policy"], linewidth=1.4, color=colours[k % 10],
+                linestyle="-" if k < 10 else "--")
     ax.set_xlabel("hour of the test day")
-    ax.set_ylabel("GPU share held, all services (units of 25 %)")
-    ax.set_title(f"Share held over the test day ({load})")
+    ax.set_ylabel("GPU share held (units of 25 %)")
+    ax.set_title(f"Share held by all services, mean of the last 30 min ({load})")
     ax.grid(alpha=0.3)
     ax.legend(ncol=4, fontsize=8, loc="upper left")
     fig.tight_layout()
@@ -69,17 +80,20 @@ def _share_over_time(rows: Sequence[dict[str, Any]], path: Path, load: str) -> P
 
 
 def _pareto(rows: Sequence[dict[str, Any]], path: Path, load: str) -> Path:
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for r in rows:
+    fig, ax = plt.subplots(figsize=(7, 4.8))
+    colours = plt.get_cmap("tab10").colors
+    for k, r in enumerate(rows):
         x, y = r["share_units"], 100.0 * r["slo_violation_rate"]
-        ax.scatter([x], [y], s=40)
-        ax.annotate(r["policy"], (x, y), textcoords="offset points", xytext=(5, 4), fontsize=9)
+        ax.scatter([x], [y], s=40, color=colours[k % 10])
+        ax.annotate(r["policy"], (x, y), textcoords="offset points", xytext=(4, 4 + 9 * (k % 3)),
+                    fontsize=8, color=colours[k % 10])
     front = _front([(r["share_units"], 100.0 * r["slo_violation_rate"]) for r in rows])
     if len(front) > 1:
         ax.plot(*zip(*front, strict=True), linestyle="--", color="grey", linewidth=0.8, label="Pareto front")
         ax.legend(fontsize=8)
+    ax.set_yscale("symlog", linthresh=0.1)  # 0-0.1 % linear, log above: static's 40 % fits too
     ax.set_xlabel("mean GPU share held (units of 25 %)")
-    ax.set_ylabel("SLO violation rate (%)")
+    ax.set_ylabel("SLO violation rate (%, log above 0.1)")
     ax.set_title(f"SLO violations against share held ({load})")
     ax.grid(alpha=0.3)
     fig.tight_layout()
