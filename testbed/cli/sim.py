@@ -357,6 +357,7 @@ def sim_compare(
     interference: bool = typer.Option(True, "--interference/--no-interference",
                                       help="InSS's interference term between instances on one GPU."),
     steps: int = typer.Option(None, help="Stop after this many 30 s steps (default: the whole day)."),
+    scale: float = typer.Option(1.0, help="Multiply the table's ratios (e.g. 4: saturate the GPUs)."),
     seed: int = typer.Option(0, help="Simulation seed."),
     out: Path = typer.Option(None, help="Report directory (default runs/<UTC time>-compare)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per policy and load."),
@@ -378,6 +379,8 @@ def sim_compare(
     from testbed.train.evaluate import test_day_traces
 
     names = _policy_names(policies, models)
+    if scale <= 0:
+        raise ConfigError([ConfigProblem("--scale", None, "scale", f"must be > 0, got {scale:g}")])
     initial, layout_gpus = None, None
     if layout is not None:
         spec_layout = load_layout(layout)
@@ -409,19 +412,21 @@ def sim_compare(
     started = _time.perf_counter()
     for key in load:
         spec = paper.PAPER_TABLES[key]
+        ratios = {s: r * scale for s, r in spec.ratios.items()}
+        label = f"Table {key}" + (f" x{scale:g}" if scale != 1 else "")
         gpus = layout_gpus or COMPARE_LOADS[key]
-        with console.status(f"Table {key}: share bound"):
-            bounds = bounds_for(prof, tr, spec.ratios, gpus=gpus, max_steps=steps)
+        with console.status(f"{label}: share bound"):
+            bounds = bounds_for(prof, tr, ratios, gpus=gpus, max_steps=steps)
         for name in names:
-            with console.status(f"Table {key}: {name}"):
-                r = run_policy(name, built[key, name], prof, tr, spec.ratios, gpus=gpus, load=f"Table {key}",
+            with console.status(f"{label}: {name}"):
+                r = run_policy(name, built[key, name], prof, tr, ratios, gpus=gpus, load=label,
                                seed=seed, interference=interference, max_steps=steps, bounds=bounds,
                                initial=initial)
             rows.append(r.as_json(with_series=True))
             if as_json:
                 typer.echo(json.dumps(r.as_json()))
             else:
-                console.print(f"  Table {key} {name}: SLO {r.slo_violation_rate:.4f}, "
+                console.print(f"  {label} {name}: SLO {r.slo_violation_rate:.4f}, "
                               f"share {r.share_units:.2f} units, reward {r.reward:.4f}"
                               f" ({r.run_seconds:.1f} s)")
     elapsed = _time.perf_counter() - started
