@@ -17,8 +17,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
-console = Console()
-err_console = Console(stderr=True)
+# Piped or captured output has no terminal width; rich would then cut tables at 80 columns.
+_WIDTH = None if sys.stdout.isatty() else 160
+console = Console(width=_WIDTH)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
 def _register() -> None:
