@@ -7,6 +7,7 @@ import contextlib
 import json
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.live import Live
@@ -15,6 +16,9 @@ from rich.table import Table
 from testbed.cli import app, console
 from testbed.cluster.profile import SERVICES, load_profiles, profile_for, write_profiles
 from testbed.errors import ConfigError, ConfigProblem
+
+if TYPE_CHECKING:
+    from testbed.cluster.local import ClusterEvent
 
 services_app = typer.Typer(
     help="Emulated AI services on this machine (the local profile).", no_args_is_help=True
@@ -85,7 +89,7 @@ def services_up(
             ports=ports,
             metrics_port=port_base,
             log_dir=log_dir,
-            on_event=lambda e: console.print(f"[dim]{e.replica}[/] {e.kind} {e.detail}"),
+            on_event=_print_event,
         )
         add_admin_routes(cluster, stop, token)
         async with cluster:
@@ -143,6 +147,12 @@ def services_down(admin: str = _ADMIN, token_file: Path | None = _TOKEN) -> None
     console.print("stopping")
 
 
+def _print_event(e: ClusterEvent) -> None:
+    # lost client connections are counted (status, /metrics), not printed one by one
+    if e.kind != "connection_lost":
+        console.print(f"[dim]{e.replica}[/] {e.kind} {e.detail}")
+
+
 def _print_status(doc: dict) -> None:
     table = Table("service", "desired", "ready", "replicas", "endpoint")
     for name, st in doc.items():
@@ -152,7 +162,9 @@ def _print_status(doc: dict) -> None:
         table.add_row(name, str(st["desired"]), str(st["ready"]), reps, st["endpoint"])
     console.print(table)
     c = doc.get("_cluster", {})
-    console.print(f"units free {c.get('free_units')}/{c.get('total_units')}  metrics {c.get('metrics')}")
+    lost = sum((c.get("lost_connections") or {}).values())
+    console.print(f"units free {c.get('free_units')}/{c.get('total_units')}  metrics {c.get('metrics')}"
+                  f"  lost client connections {lost}")
 
 
 def _service_list(text: str, profs: dict) -> list[str]:
