@@ -117,13 +117,13 @@ def test_a_client_closing_mid_request_is_counted_not_a_traceback(caplog, capfd):
                 sb.on_lost = lambda service, when: lost.append((service, when))
                 host, port = lb.endpoint("chatbot").split("//")[1].split(":")
                 # a request whose body never arrives in full: the client closes mid-upload
-                reader, writer = await asyncio.open_connection(host, int(port))
+                _, writer = await asyncio.open_connection(host, int(port))
                 writer.write(b"POST /api/generate HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n"
                              b"Content-Type: application/json\r\n\r\n" + b"x" * 1000)
                 await writer.drain()
                 writer.transport.abort()
                 # a client that closes while the replica is still working on its request
-                reader, writer = await asyncio.open_connection(host, int(port))
+                _, writer = await asyncio.open_connection(host, int(port))
                 req = build_request("chatbot", ContentSet())
                 writer.write(f"POST {req.target} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(req.body)}\r\n"
                              "Content-Type: application/json\r\n\r\n".encode() + req.body)
