@@ -55,6 +55,7 @@ def _hits(root: Path, needles: set[str]) -> list[str]:
     return found
 
 
+@pytest.mark.slow  # a whole scenario run
 def test_a_finished_run_directory_holds_no_key_and_no_seed(tmp_path, state_dir):
     tb_file, seed = _testbed_file(tmp_path, "sec")
     needles = _secrets_of(tb_file, seed)
