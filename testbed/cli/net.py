@@ -16,16 +16,29 @@ from rich.table import Table
 
 from testbed.bringup.local import LocalTestbed, class_counters, recorded_testbeds, require_root, teardown
 from testbed.cli import app, console
-from testbed.config import TestbedSpec, load_testbed
+from testbed.config import load_testbed
 from testbed.errors import StateError, TestbedError
 from testbed.net.cmd import require_binaries
 from testbed.net.iperf import IperfResult, IperfSession, save_json
-from testbed.net.state import TestbedState, load_state
+from testbed.net.state import TestbedState, check_name, load_state
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Testbed file (YAML); "
                                                 "the built-in default when omitted.")]
-NameOpt = Annotated[str | None, typer.Option("--name", "-n", help="Which testbed (its `name:`); "
-                                             "needed only when several are up.")]
+
+
+def _testbed_name(value: str | None) -> str | None:
+    """Every command's --name passes the testbed-name check before it touches a path."""
+    if value is None:
+        return None
+    try:
+        return check_name(value)
+    except StateError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+NameOpt = Annotated[str | None, typer.Option("--name", "-n", callback=_testbed_name,
+                                             help="Which testbed (its `name:`); needed only "
+                                             "when several are up.")]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", help="local (namespaces on this "
                                                 "machine) or lab (real servers via Ansible); "
                                                 "default: the testbed file's `profile:`.")]
@@ -60,7 +73,7 @@ def _sigterm_as_interrupt() -> None:
 
 
 def _running(name: str | None) -> TestbedState:
-    if name:
+    if name is not None:
         return load_state(name)
     names = recorded_testbeds()
     if not names:
@@ -71,7 +84,7 @@ def _running(name: str | None) -> TestbedState:
 
 
 def _topology(state: TestbedState) -> LocalTestbed:
-    return LocalTestbed(TestbedSpec.model_validate(state.spec))
+    return LocalTestbed(state.testbed_spec())
 
 
 @app.command()
@@ -135,7 +148,7 @@ def down(name: NameOpt = None,
     require_root("testbed down")
     if all_:
         names = recorded_testbeds()
-    elif name:
+    elif name is not None:
         names = [name]
     else:
         names = recorded_testbeds()
@@ -147,7 +160,7 @@ def down(name: NameOpt = None,
         return
     for n in names:
         t0 = time.monotonic()
-        removed = teardown(n)
+        removed = teardown(n, missing_ok=name is None)  # a name asked for must exist
         console.print(f"[green]down[/] testbed [bold]{n}[/] in {time.monotonic() - t0:.2f} s "
                       f"({len(removed)} namespaces removed)")
 

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from testbed.cli import app, console
 from testbed.config import TestbedSpec
+from testbed.config.secrets import unredact_scenario, unredact_testbed
 from testbed.config.yamlfile import LocatedYaml
 from testbed.errors import StateError
 from testbed.report import write_report
@@ -25,8 +26,9 @@ def _from_manifest(path: Path) -> LoadedScenario:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise StateError(f"{path}: not a readable manifest ({exc})") from None
-    scn = Scenario.model_validate(manifest["scenario"])
-    testbed = TestbedSpec.model_validate(manifest["testbed"])
+    # masked secrets come back as defaults: keys derive from the default seed
+    scn = Scenario.model_validate(unredact_scenario(manifest["scenario"]))
+    testbed = TestbedSpec.model_validate(unredact_testbed(manifest["testbed"]))
     base = Path(manifest.get("base_dir") or Path(manifest["source"]).parent)
     doc = LocatedYaml(manifest["scenario"], {}, str(path))
     return LoadedScenario(scn, testbed, doc, base)

@@ -32,7 +32,7 @@ class ClusterEvent:
     t: float  # epoch seconds
     service: str
     replica: str
-    kind: str  # started, ready, draining, stopped, died, replaced, failed_to_start
+    kind: str  # started, ready, draining, stopped, died, replaced, failed_to_start, connection_lost
     detail: str = ""
 
 
@@ -110,6 +110,7 @@ class LocalCluster:
         )
         for sb in self.lb.services.values():
             sb.on_failure = self._on_lb_failure
+            sb.on_lost = self._on_lost_connection
         self._desired = dict.fromkeys(names, 0)
         self._replicas: dict[str, list[ReplicaProcess]] = {s: [] for s in names}
         self._counter = itertools.count(1)
@@ -244,6 +245,7 @@ class LocalCluster:
                 "free_units": self.free_units(),
                 "metrics": self.lb.metrics_url,
                 "time_scale": self.time_scale,
+                "lost_connections": {s: sb.lost_connections for s, sb in self.lb.services.items()},
             }
         }
 
@@ -402,10 +404,17 @@ class LocalCluster:
             )
         return service
 
+    def _on_lost_connection(self, service: str, when: str) -> None:
+        """A client closed its connection (normal during a run): one event, no console output."""
+        self._record(ClusterEvent(time.time(), service, "-", "connection_lost",
+                                  f"client closed its connection {when}"))
+
     def _event(self, r: ReplicaProcess, kind: str, detail: str = "") -> None:
-        ev = ClusterEvent(time.time(), r.service, r.name, kind, detail)
+        self._record(ClusterEvent(time.time(), r.service, r.name, kind, detail))
+
+    def _record(self, ev: ClusterEvent) -> None:
         self.events.append(ev)
-        log.info("%s %s %s", r.name, kind, detail)
+        log.info("%s %s %s", ev.replica, ev.kind, ev.detail)
         if self.on_event is not None:
             self.on_event(ev)
 

@@ -14,7 +14,8 @@ from testbed.config.yamlfile import FieldPath, LocatedYaml, load_yaml_file, pars
 from testbed.errors import ConfigError
 
 # Names end up inside namespace and interface names (15-char limit), so keep them short.
-Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9]{0,11}$")]
+NAME_PATTERN = r"^[a-z][a-z0-9]{0,11}$"
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 _SD = re.compile(r"^(0x)?([0-9a-fA-F]{6})$")
 _HEX128 = re.compile(r"^[0-9a-fA-F]{32}$")
 IMSI_BLOCK = 1000  # default IMSI ranges: group i starts at MSIN i*IMSI_BLOCK + 1 (count <= 1000)

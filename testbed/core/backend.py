@@ -108,11 +108,23 @@ def embedded_collection(path: Path) -> tuple[Any, Any]:
     except ImportError:
         raise MissingRequirement("the embedded subscriber store needs montydb: pip install montydb") \
             from None
-    path.mkdir(parents=True, exist_ok=True)
+    private_tree(path)
     if not (path / "monty.storage.cfg").exists():
         set_storage(str(path), storage="sqlite")
     client = MontyClient(str(path))
     return client[DB_NAME][COLLECTION], client
+
+
+def private_tree(path: Path) -> None:
+    """Create `path` if needed and keep it for root only: directories 0700, files 0600.
+    The store's files hold every UE's K and OPc."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    for root, dirs, files in os.walk(path):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o700)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o600)
 
 
 # ---- a local mongod ------------------------------------------------------------------------
@@ -148,10 +160,10 @@ def start_mongod(state: Path, timeout_s: float = 20.0) -> MongodRecord:
     binary = shutil.which("mongod")
     if binary is None:
         raise MissingRequirement("mongod is not on PATH")
-    state.mkdir(parents=True, exist_ok=True)
+    private_tree(state)
     dbpath = state / "mongod-data"
     shutil.rmtree(dbpath, ignore_errors=True)
-    dbpath.mkdir()
+    dbpath.mkdir(mode=0o700)
     port = _free_port()
     log = open(state / "mongod.log", "ab")  # noqa: SIM115 - handed to the child process
     proc = subprocess.Popen(
@@ -220,3 +232,5 @@ def open_store(spec: TestbedSpec, mongo_uri: str | None = None,
         yield OpenedStore(SubscriberStore(collection), kind, where)
     finally:
         client.close()
+        if kind == "embedded":
+            private_tree(state / EMBEDDED_DIR)  # files montydb created under the umask

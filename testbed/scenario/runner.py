@@ -25,6 +25,7 @@ from testbed.bringup.local import LocalTestbed, sigint_deferred
 from testbed.errors import TestbedError
 from testbed.net.iperf import IperfSession
 from testbed.net.netns import NetnsLoop
+from testbed.net.state import state_dir
 from testbed.scenario.expect import Outcome, evaluate_all
 from testbed.scenario.live import LiveView
 from testbed.scenario.load import LoadedScenario
@@ -195,7 +196,9 @@ class CellRunner:
         # a fresh name per cell: runs never collide with a testbed the user has up
         name = "r" + secrets.token_hex(3)
         spec = self.cell.testbed.model_copy(update={"name": name})
-        tb = LocalTestbed(spec, provision=True, store_dir=self.dir.path / "store")
+        # the subscriber store holds every UE's K/OPc: kept beside the state file, not in the
+        # run directory that users share, and removed by the testbed's down
+        tb = LocalTestbed(spec, provision=True, store_dir=state_dir() / f"{name}.store")
         status = "failed"
         try:
             tb.up()

@@ -94,3 +94,58 @@ def test_no_replica_is_503_and_a_dead_replica_leaves_rotation():
     assert after == [200] * 4  # refused connections are retried on the next replica
     assert failures == ["chatbot-0"] and rotation == ["chatbot-1"]
     assert w.violations >= 1  # the 503
+
+
+def test_a_client_closing_mid_request_is_counted_not_a_traceback(caplog, capfd):
+    """The main job printed aiohttp's "Error handling request … ConnectionResetError" traceback
+    when a UE's client closed its connection while sending: now it is one count and one
+    on_lost call (an event line in the run directory), and nothing on the console."""
+    import logging
+
+    from testbed.metrics.exposition import LOST
+
+    async def main():
+        profiles = default_profiles() | {"chatbot": PROFILE}
+        replica = EmulatedReplica("chatbot", PROFILE, seed=0)
+        server = TestServer(replica.app(), host="127.0.0.1")
+        await server.start_server()
+        lost = []
+        try:
+            async with LoadBalancer(profiles, ["chatbot"]) as lb, aiohttp.ClientSession() as session:
+                sb = lb.services["chatbot"]
+                sb.add("chatbot-0", str(server.make_url("")))
+                sb.on_lost = lambda service, when: lost.append((service, when))
+                host, port = lb.endpoint("chatbot").split("//")[1].split(":")
+                # a request whose body never arrives in full: the client closes mid-upload
+                _, writer = await asyncio.open_connection(host, int(port))
+                writer.write(b"POST /api/generate HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n"
+                             b"Content-Type: application/json\r\n\r\n" + b"x" * 1000)
+                await writer.drain()
+                writer.transport.abort()
+                # a client that closes while the replica is still working on its request
+                _, writer = await asyncio.open_connection(host, int(port))
+                req = build_request("chatbot", ContentSet())
+                writer.write(f"POST {req.target} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(req.body)}\r\n"
+                             "Content-Type: application/json\r\n\r\n".encode() + req.body)
+                await writer.drain()
+                await asyncio.sleep(0.01)
+                writer.transport.abort()
+                for _ in range(100):
+                    if sb.lost_connections >= 2:
+                        break
+                    await asyncio.sleep(0.02)
+                statuses = await send(session, lb.endpoint("chatbot"), 2, ContentSet())  # still serving
+                async with session.get(lb.metrics_url + "/metrics") as r:
+                    text = await r.text()
+                return sb.lost_connections, lost, statuses, text
+        finally:
+            await server.close()
+
+    with caplog.at_level(logging.DEBUG):
+        count, lost, statuses, text = asyncio.run(main())
+    assert count == 2 and statuses == [200, 200]
+    assert lost == [("chatbot", "while sending the request"), ("chatbot", "while waiting for the response")]
+    assert f'{LOST}{{service="chatbot"}} 2.0' in text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err and "ConnectionResetError" not in out + err

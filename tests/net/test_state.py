@@ -45,3 +45,21 @@ def test_missing_state_is_a_clear_error():
 def test_start_time_identifies_a_live_process_only():
     assert process_start_time(os.getpid()) is not None
     assert process_start_time(2**22 + 12345) is None
+
+
+@pytest.mark.parametrize("bad", ["", "..", "../../x/victim", "/etc/passwd", "a/b", "Main", "x" * 13])
+def test_a_name_that_is_not_a_testbed_name_never_becomes_a_path(bad, tmp_path):
+    from testbed.net.state import state_path
+
+    with pytest.raises(StateError, match="is not a testbed name"):
+        state_path(bad)
+    with pytest.raises(StateError, match="is not a testbed name"):
+        load_state(bad)
+    with pytest.raises(StateError, match="is not a testbed name"):
+        remove_state(bad)
+
+
+def test_recorded_names_ignore_files_that_are_not_testbed_names(state_dir):
+    (state_dir / "Not A Name.json").write_text("{}")
+    create_state(_state("ok1"))
+    assert recorded_names() == ["ok1"]
