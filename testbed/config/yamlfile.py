@@ -190,7 +190,7 @@ def validate(model: type[M], doc: LocatedYaml, root: FieldPath = ()) -> M:
         for err in exc.errors():
             loc = tuple(p for p in err["loc"] if not _is_union_tag(p))
             path = (*root, *loc)
-            problems.append(doc.problem(path, _message(err)))
+            problems.append(doc.problem(path, friendly_message(err)))
         raise ConfigError(problems) from None
 
 
@@ -199,7 +199,8 @@ def _is_union_tag(part: Any) -> bool:
     return isinstance(part, str) and ("[" in part or part in {"str", "int", "float", "bool"})
 
 
-def _message(err: dict[str, Any]) -> str:
+def friendly_message(err: Any) -> str:
+    """A pydantic error as the user reads it: no "Value error, " prefix, the value when it helps."""
     kind = err["type"]
     if kind == "extra_forbidden":
         return "unknown key"

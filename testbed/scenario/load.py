@@ -9,9 +9,9 @@ from typing import Any
 from testbed.config import TestbedSpec, check_testbed
 from testbed.config.yamlfile import LocatedYaml, format_path, load_yaml_file, parse_yaml, validate
 from testbed.errors import ConfigError
+from testbed.load.trace import load_trace
 from testbed.scenario.expect import check_expectations
 from testbed.scenario.matrix import check_matrix, expand
-from testbed.load.trace import load_trace
 from testbed.scenario.spec import Scenario, check_scenario, resolve_testbed, trace_dir
 
 
