@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     except TestbedError as exc:
         for line in str(exc).splitlines() or [type(exc).__name__]:
             # user text (file names, values, patterns with brackets) is printed literally
-            err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, markup=True)
+            err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, markup=True,
+                              soft_wrap=True)
         return exc.exit_code
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")

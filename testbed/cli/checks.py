@@ -55,15 +55,16 @@ def like_field(option: str, model: type[BaseModel], field: str, value: Any) -> A
         raise bad(option, friendly_message(exc.errors()[0])) from None
 
 
-def http_url(option: str, url: str) -> str:
-    """An http:// or https:// URL with a host and a valid port."""
+def http_url(option: str, url: str, schemes: tuple[str, ...] = ("http", "https")) -> str:
+    """A URL of one of `schemes` with a host and a valid port."""
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
         raise bad(option, f"not a URL ({exc}): {url!r}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise bad(option, f"must be http://HOST:PORT, got {url!r}")
+    if parts.scheme not in schemes or not parts.hostname:
+        raise bad(option, f"must be {' or '.join(x + '://HOST:PORT' for x in schemes)}, "
+                          f"got {url!r}")
     if port == 0:
         raise bad(option, f"port must be 1-65535, got {url!r}")
     return url
@@ -79,6 +80,8 @@ def port(option: str, value: int, span: int = 1) -> None:
 
 def local_address(option: str, address: str) -> str:
     """An IP address of this machine (one a socket can bind to), checked by binding port 0."""
+    if address == "localhost":
+        address = "127.0.0.1"
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
