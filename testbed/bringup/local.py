@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -235,6 +236,8 @@ def _stop_core(state: TestbedState) -> None:
     stop_mongod(core_state)
     for group in spec.ue_groups:
         ue_down(core_state, group.name)
+    # the store and UE state are this testbed's alone: `down` leaves no directory behind
+    shutil.rmtree(core_state, ignore_errors=True)
 
 
 def recorded_testbeds() -> list[str]:

@@ -81,7 +81,8 @@ def slice_apply(
     """
     spec = _spec(file)
     desired = desired_ues(spec)
-    with console.status("opening the subscriber store"), open_store(spec, mongo_uri) as opened:
+    with (console.status("opening the subscriber store"),
+          open_store(spec, mongo_uri, create=not dry_run) as opened):  # a dry run creates nothing
         store = opened.store
         plan = store.plan(desired, prune) if dry_run else store.apply(desired, prune)
     if as_json:
