@@ -179,24 +179,32 @@ def load_yaml_file(path: str | Path) -> LocatedYaml:
 
 def validate(model: type[M], doc: LocatedYaml, root: FieldPath = ()) -> M:
     """Validate `doc` (or the subtree at `root`) as `model`, turning pydantic errors into
-    ConfigErrors that name file, line and field."""
+    ConfigErrors that name file, line and field. An empty file is one problem; of a union's
+    branches only those that got furthest into the value are reported."""
     data: Any = doc.data
     for part in root:
         data = data[part]
+    if not root and data == {} and any(f.is_required() for f in model.model_fields.values()):
+        raise ConfigError([ConfigProblem(doc.source, None, "", "the file is empty")])
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = tuple(p for p in err["loc"] if not _is_union_tag(p))
-            path = (*root, *loc)
-            problems.append(doc.problem(path, friendly_message(err)))
+        errors = [(tuple(p for p in err["loc"] if not _is_union_tag(p)), err)
+                  for err in exc.errors()]
+        # `testbed: {...}` against `str | InlineTestbed`: "should be a valid string" is noise
+        # when another branch reports something deeper inside the same value
+        errors = [(loc, err) for loc, err in errors
+                  if not any(len(other) > len(loc) and other[:len(loc)] == loc
+                             for other, _ in errors)]
+        problems = [doc.problem((*root, *loc), friendly_message(err)) for loc, err in errors]
         raise ConfigError(problems) from None
 
 
 def _is_union_tag(part: Any) -> bool:
-    # pydantic inserts type names such as 'function-after[...]' into locs of unions
-    return isinstance(part, str) and ("[" in part or part in {"str", "int", "float", "bool"})
+    # pydantic inserts branch names into locs of unions: 'function-after[...]', 'str', or a
+    # model's class name (our fields and keys are lower case)
+    return isinstance(part, str) and ("[" in part or part in {"str", "int", "float", "bool"}
+                                      or (part[:1].isupper() and part.isidentifier()))
 
 
 def friendly_message(err: Any) -> str:

@@ -82,8 +82,8 @@ def test_commands_on_a_missing_testbed_fail_clearly(tb_name):
 
 
 def test_not_root_is_one_clear_line(monkeypatch):
-    from testbed.errors import MissingRequirement
     from testbed.bringup import local
+    from testbed.errors import MissingRequirement
 
     monkeypatch.setattr(local.os, "geteuid", lambda: 1000)
     with pytest.raises(MissingRequirement, match="needs root"):
