@@ -244,8 +244,8 @@ def _stop_core(state: TestbedState) -> None:
     stop_mongod(core_state)
     for group in spec.ue_groups:
         ue_down(core_state, group.name)
-    if state.extra.get("store_dir"):  # a store private to this testbed (a scenario cell's)
-        shutil.rmtree(core_state, ignore_errors=True)
+    # the store and UE state are this testbed's alone: `down` leaves no directory behind
+    shutil.rmtree(core_state, ignore_errors=True)
 
 
 def recorded_testbeds() -> list[str]:

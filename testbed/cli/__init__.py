@@ -6,6 +6,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from testbed.errors import TestbedError
 
@@ -40,8 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(rv, int):
             return rv
     except TestbedError as exc:
-        for line in str(exc).splitlines():
-            err_console.print(f"[bold red]error:[/] {line}", highlight=False, markup=True)
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            # user text (file names, values, patterns with brackets) is printed literally
+            err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, markup=True,
+                              soft_wrap=True)
         return exc.exit_code
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")

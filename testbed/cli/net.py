@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from testbed.bringup.local import LocalTestbed, class_counters, recorded_testbeds, require_root, teardown
-from testbed.cli import app, console
+from testbed.cli import app, checks, console
 from testbed.config import load_testbed
 from testbed.errors import StateError, TestbedError
 from testbed.net.cmd import require_binaries
@@ -277,6 +277,8 @@ def traffic_iperf(
     """
     require_root("testbed traffic")
     require_binaries("iperf3")
+    run_dir = _run_dir(out, "iperf")
+    checks.writable_dir("--out", run_dir)  # before the flows: a result must not be lost after
     _sigterm_as_interrupt()
     tb = _topology(_running(name))
     session = IperfSession.start(tb.topology, slice_, flows=flows, duration=duration,
@@ -286,7 +288,7 @@ def traffic_iperf(
             result = session.wait()
     finally:
         session.stop()
-    path = save_json(result, _run_dir(out, "iperf"), f"iperf3-{slice_}-{result.direction}")
+    path = save_json(result, run_dir, f"iperf3-{slice_}-{result.direction}")
     if as_json:
         print(json.dumps({**result.summary(), "json": str(path)}, indent=2))
         return

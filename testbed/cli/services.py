@@ -13,7 +13,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from testbed.cli import app, console
+from testbed.cli import app, checks, console
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles import SERVICES, load_profiles, profile_for, write_profiles
 
@@ -71,6 +71,11 @@ def services_up(
 
     profs = load_profiles(profiles)
     names = _service_list(services, profs)
+    checks.port("--port-base", port_base, span=len(names) + 1)
+    checks.number("--time-scale", time_scale, gt=0, le=1000)
+    host = checks.local_address("--host", host)
+    if log_dir is not None:
+        checks.writable_dir("--log-dir", log_dir)
     ports = {s: port_base + 1 + i for i, s in enumerate(names)}
     token, token_file = new_token(), admin_token_file(port_base)
 
@@ -118,6 +123,7 @@ def services_up(
 def services_scale(service: str, replicas: int, admin: str = _ADMIN,
                    token_file: Path | None = _TOKEN) -> None:
     """Set the replica count of a running service.  Example: [b]testbed services scale imgcls 3[/]"""
+    checks.http_url("--admin", admin)
     from testbed.cluster.local_admin import admin_call
 
     doc = asyncio.run(admin_call(admin, "POST", "/admin/scale", {"service": service, "replicas": replicas},
@@ -129,6 +135,7 @@ def services_scale(service: str, replicas: int, admin: str = _ADMIN,
 def services_status(admin: str = _ADMIN, as_json: bool = typer.Option(False, "--json"),
                     token_file: Path | None = _TOKEN) -> None:
     """Replicas, readiness and free units.  Example: [b]testbed services status --json[/]"""
+    checks.http_url("--admin", admin)
     from testbed.cluster.local_admin import admin_call
 
     doc = asyncio.run(admin_call(admin, "GET", "/admin/status", token=_token(admin, token_file)))
@@ -141,6 +148,7 @@ def services_status(admin: str = _ADMIN, as_json: bool = typer.Option(False, "--
 @services_app.command("down")
 def services_down(admin: str = _ADMIN, token_file: Path | None = _TOKEN) -> None:
     """Stop a running `services up` gracefully.  Example: [b]testbed services down[/]"""
+    checks.http_url("--admin", admin)
     from testbed.cluster.local_admin import admin_call
 
     asyncio.run(admin_call(admin, "POST", "/admin/shutdown", token=_token(admin, token_file)))
@@ -200,6 +208,7 @@ def load(
     --trace traces/test/day7-shift0h.txt --ratio 0.15 --duration 600 --out records.jsonl[/]
     """
     from testbed.load.runner import LoadSpec, run_load
+    from testbed.load.trace import load_trace
 
     slo_ms = profile_for(load_profiles(profiles), service, "SERVICE").slo_ms
     modes = sum(x is not None for x in (trace, rate, closed))
@@ -211,6 +220,24 @@ def load(
         raise ConfigError(
             [ConfigProblem("testbed load", None, "--duration", "required with --rate/--closed")]
         )
+    # every value before the first request: a zero rate or a foreign --source must not print a
+    # summary and exit 0, an unwritable --out must not be found after the run
+    checks.http_url("--url", url, schemes=("http",))
+    checks.number("--rate", rate, gt=0, le=1e6)
+    checks.number("--duration", duration, gt=0, le=31 * 86400)
+    if closed is not None and not 1 <= closed <= 10_000:
+        raise checks.bad("--closed", f"must be 1-10000 workers, got {closed}")
+    checks.number("--ratio", ratio, ge=0, le=1e6)
+    checks.number("--speedup", speedup, gt=0, le=1e6)
+    checks.number("--shift", shift, ge=0, le=1e6)
+    checks.number("--start", start, ge=0)
+    checks.number("--timeout", timeout, gt=0, le=3600)
+    if source is not None:
+        source = checks.local_address("--source", source)
+    if trace is not None:
+        load_trace(trace)  # its errors name the file and line
+    if out is not None:
+        checks.writable_file("--out", out)
     spec = LoadSpec(
         service=service,
         url=url,
@@ -284,6 +311,12 @@ def profile(
     """
     from testbed.load.profiler import measure_startup, profile_service
 
+    checks.http_url("--url", url, schemes=("http",))
+    checks.writable_file("--out", out)  # before minutes of measuring
+    if requests < 1:
+        raise checks.bad("--requests", f"must be >= 1, got {requests}")
+    checks.number("--step", step, gt=0, le=3600)
+    checks.number("--time-scale", time_scale, gt=0, le=1000)
     profs = load_profiles(out if out.exists() else None)
     base = profile_for(profs, service, "SERVICE")
 

@@ -22,6 +22,7 @@ import aiohttp
 from testbed.errors import ConfigError, ConfigProblem, StateError
 from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.window import WindowMetrics
+from testbed.net.cmd import die_with_parent
 from testbed.profiles import ServiceProfile, default_profiles
 
 log = logging.getLogger(__name__)
@@ -310,6 +311,7 @@ class LocalCluster:
                 stderr=stderr,
                 stdin=asyncio.subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=die_with_parent(),  # a SIGKILLed harness leaves no replica behind
                 env=_child_env(),
             )  # Ctrl-C at a terminal reaches us, we stop replicas gracefully
             self._event(

@@ -36,6 +36,9 @@ _HOP_BY_HOP = {
 }
 
 
+HEADER_TIMEOUT_S = 60.0  # aiohttp's keep-alive timer: idle or slow-header connections close
+
+
 @dataclass
 class Backend:
     """One replica as the balancer sees it."""
@@ -274,7 +277,9 @@ class LoadBalancer:
         self._sampler = asyncio.create_task(self._sample_loop())
 
     async def _serve(self, app: web.Application, port: int) -> int:
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # a connection that sends no whole request (headers included) in this long is closed
+        runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                               keepalive_timeout=HEADER_TIMEOUT_S)
         await runner.setup()
         self._runners.append(runner)
         site = web.TCPSite(runner, self.host, port, backlog=2048)

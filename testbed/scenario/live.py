@@ -49,12 +49,16 @@ class LiveView:
         self._wall = wall
         self._elapsed = 0.0
         if not self.enabled:
-            self.console.print(self._header)
+            self.console.print(Text(self._header))  # labels hold user values: never markup
 
     def note(self, text: str) -> None:
         self._notes.append(text)
         if not self.enabled:
-            self.console.print(text)
+            self.console.print(Text(text))
+
+    def log(self, text: str) -> None:
+        """A line that stays on screen (above the live view), e.g. a cell's testbed name."""
+        self.console.print(Text(text))
 
     def update(self, cluster: Any, elapsed: float) -> None:
         self._elapsed = elapsed

@@ -23,6 +23,7 @@ from rich.console import Console
 
 from testbed.bringup.local import LocalTestbed, sigint_deferred
 from testbed.errors import TestbedError
+from testbed.net.cmd import die_with_parent
 from testbed.net.iperf import IperfSession
 from testbed.net.netns import NetnsLoop
 from testbed.net.state import state_dir
@@ -200,6 +201,9 @@ class CellRunner:
         # run directory that users share, and removed by the testbed's down
         tb = LocalTestbed(spec, provision=True, store_dir=state_dir() / f"{name}.store")
         status = "failed"
+        # printed before anything is built: after a crash or SIGKILL, `down` needs this name
+        self.view.log(f"cell {self.cell.index + 1} ({self.cell.label}), rep {self.rep + 1}: "
+                      f"testbed {name} (if left behind: testbed down --name {name})")
         try:
             tb.up()
             self.info["testbed"] = {"name": name, "namespaces": tb.topology.namespaces}
@@ -402,7 +406,7 @@ class CellRunner:
             log = (self.dir.logs / f"client-{i}.log").open("wb")
             procs.append(await asyncio.create_subprocess_exec(
                 "ip", "netns", "exec", ue.host.name, *argv, stdout=log, stderr=log,
-                start_new_session=True))
+                start_new_session=True, preexec_fn=die_with_parent()))  # no orphans after SIGKILL
             log.close()
         return procs
 

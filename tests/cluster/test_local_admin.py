@@ -65,8 +65,8 @@ except urllib.error.HTTPError as exc:
 
 @pytest.mark.needs_root
 def test_a_ue_cannot_scale_or_stop_services_in_the_data_network(tb_name, state_dir):
+    from testbed.bringup.local import LocalTestbed
     from testbed.config import load_testbed
-    from testbed.net.local import LocalTestbed
 
     spec = load_testbed().model_copy(update={"name": tb_name})
     testbed = [sys.executable, "-m", "testbed"]
