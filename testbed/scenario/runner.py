@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ class RunOptions:
     console: Console | None = None
     run_dir: Path | None = None
     lab: Any = None  # testbed.scenario.lab.LabOptions for the lab profile (inventory, --check)
+    # builds the profile from the run (Python callers and tests: a lab profile on other clients)
+    profile_factory: Callable[[ScenarioRun], Profile] | None = None
 
 
 @dataclass
@@ -81,7 +84,8 @@ class ScenarioRun:
         self.options = options or RunOptions()
         if self.options.profile not in ("local", "lab"):
             raise TestbedError(f"profile {self.options.profile!r}: local or lab")
-        if self.options.profile == "lab" and self.options.lab is None:
+        if self.options.profile == "lab" and self.options.lab is None \
+                and self.options.profile_factory is None:
             raise TestbedError("the lab profile needs an inventory (-i INVENTORY)")
         self.loaded = loaded
         self.scenario = effective(loaded, self.options)
@@ -107,6 +111,8 @@ class ScenarioRun:
             self.profile = self._make_profile()
 
     def _make_profile(self) -> Profile:
+        if self.options.profile_factory is not None:
+            return self.options.profile_factory(self)
         if self.options.profile == "local":
             return LocalProfile()
         from testbed.scenario.lab import LabProfile
