@@ -19,6 +19,7 @@ from typing import Any
 
 from testbed.cluster.kubernetes import KubernetesCluster, KubeService
 from testbed.errors import ConfigError, ConfigProblem
+from testbed.lab.inventory import LabInventory
 from testbed.lab.plan import ActionLog, PlanHosts, PlanKube, VirtualTime, plan_fetch
 from testbed.lab.session import DEFAULT_NAMESPACE, LabConfig, LabService, LabSession
 from testbed.metrics.prometheus import PrometheusMetrics, PromService
@@ -56,15 +57,20 @@ class LabProfile:
                            options.namespace)
         self.log: ActionLog | None = None
         if session is None and options.check:
+            inv = LabInventory.load(options.inventory)
+            server = (inv.hosts("cluster_server") or ["<cluster_server>"])[0]
+            node_address = str(inv.var(server, "services_address") or inv.address(server))
+            prometheus = options.prometheus or (
+                f"http://{inv.address(server)}:{inv.var(server, 'prometheus_node_port', 30090)}")
             vt = VirtualTime()
             self.log = log = ActionLog(options.emit, clock=vt.elapsed)
             kube = PlanKube(log, {s.name: 0 for s in services}, scenario.total_units)
             cluster = KubernetesCluster(
                 [KubeService(s.name, units_per_replica=s.units) for s in services],
                 options.namespace, apps_api=kube, core_api=kube, max_units=scenario.total_units,
-                node_address="<cluster_server>", clock=vt.monotonic, sleep=vt.advance)
+                node_address=node_address, clock=vt.monotonic, sleep=vt.advance)
             metrics = PrometheusMetrics(
-                options.prometheus or "http://<cluster_server>:30090",
+                prometheus,
                 [PromService(s.name, s.slo_ms, s.capacity, options.namespace) for s in services],
                 fetch=plan_fetch(log), clock=vt.time)
             session = LabSession(config, services, testbed, run_dir, run_dir.name,
