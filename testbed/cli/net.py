@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -48,7 +49,14 @@ RunDirOpt = Annotated[Path | None, typer.Option("--run-dir", help="Lab profile: 
                                                 "logs and the kubeconfig are kept.")]
 
 
-def _lab_inventory(inventory: Path | None) -> Path:
+def _lab_inventory(inventory: Path | None, remembered: bool = False) -> Path:
+    if inventory is None and remembered:
+        # `down` undoes the newest `up`: its run directory's lab.json names the inventory
+        for lab_json in sorted(Path("runs").glob("*-lab-*/lab.json"), reverse=True):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                inventory = Path(json.loads(lab_json.read_text())["inventory"])
+                console.print(f"inventory of the last `up` ({lab_json.parent}): {inventory}")
+                break
     if inventory is None:
         raise typer.BadParameter("the lab profile needs -i INVENTORY "
                                  "(see playbooks/inventory.example.yml)")
@@ -137,13 +145,13 @@ def down(name: NameOpt = None,
     On the lab profile, undo `up` on the servers (playbooks/reset.yml).
 
     Example: [bold]testbed down[/]   or   [bold]testbed down --all[/]
-    Lab: [bold]testbed down --profile lab -i inventory.yml[/]
+    Lab: [bold]testbed down --profile lab [-i inventory.yml][/] (default: the last `up`'s inventory)
     """
     _check_profile(profile)
     if profile == "lab":
         from testbed.cli import lab
 
-        lab.down(inventory=_lab_inventory(inventory), run_dir=run_dir)
+        lab.down(inventory=_lab_inventory(inventory, remembered=True), run_dir=run_dir)
         return
     require_root("testbed down")
     if all_:

@@ -73,11 +73,20 @@ def run(
                                                        "manifest.json.")] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Plain lines instead of "
                                               "the live view.")] = False,
+    inventory: Annotated[Path | None, typer.Option("-i", "--inventory", help="Lab profile: the "
+                                                   "Ansible inventory of `testbed up`.")] = None,
+    check: Annotated[bool, typer.Option("--check", help="Lab profile: print every action the "
+                                        "run would take, in order, without a lab.")] = False,
+    kubeconfig: Annotated[Path | None, typer.Option(help="Lab profile: default $KUBECONFIG, "
+                                                    "else runs/*-lab-up/kubeconfig.")] = None,
+    prometheus: Annotated[str | None, typer.Option(help="Lab profile: Prometheus URL (default "
+                                                   "http://<cluster_server>:30090).")] = None,
 ) -> None:
     """Run a scenario end to end into a run directory and write its report; exits 1 when an
     `expect:` check fails.
 
     Example: [bold]testbed run scenarios/smoke.yaml[/]   or   [bold]testbed run --from runs/X/manifest.json[/]
+    Lab: [bold]testbed run --profile lab -i inventory.yml scenarios/slicing.yaml [--check][/]
     """
     # overrides get the file fields' rules and messages; the output folder must be writable:
     # all before a testbed is built
@@ -91,9 +100,28 @@ def run(
     else:
         raise typer.BadParameter("give a scenario file or --from RUN_DIR/manifest.json")
     writable_dir("--out", out)
+    lab = None
+    if profile == "lab":
+        if inventory is None:
+            raise typer.BadParameter("the lab profile needs -i INVENTORY (the inventory of "
+                                     "`testbed up --profile lab`)")
+        from testbed.scenario.lab import LabOptions
+
+        lab = LabOptions(inventory, kubeconfig=kubeconfig, prometheus=prometheus, check=check,
+                         emit=lambda line: console.print(escape(line), highlight=False,
+                                                       soft_wrap=True))
+    elif check or inventory is not None:
+        raise typer.BadParameter("-i and --check belong to the lab profile (--profile lab)")
     result = run_scenario(loaded, RunOptions(out_root=out, profile=profile, time_scale=time_scale,
                                              duration_s=duration, repetitions=repetitions,
-                                             progress=not no_progress, console=console))
+                                             progress=not no_progress and not check,
+                                             console=console, lab=lab))
+    if check:
+        console.print(f"check mode: nothing was changed on the lab; run directory (no "
+                      f"records): {result.run_dir}")
+        for p in result.problems:
+            console.print(f"[yellow]problem:[/] {p}")
+        return
     write_report(result.run_dir)
     print_outcomes(result.outcomes)
     for p in result.problems:
