@@ -5,7 +5,8 @@ last item named `expect` checks the scenario's `expect:` block over all cells.
                                  [--scenario-slow] [--scenario-out runs]
 
 Scenarios with `markers: [slow]` are skipped unless --scenario-slow is given; testbed-engine
-scenarios need root and network namespaces and are skipped with a reason without them.
+scenarios need root and network namespaces and are skipped with a reason without them. Every
+item carries the `scenario` marker: `pytest -m "not scenario and not slow"` is the quick path.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     for line in ("slow: takes more than a few seconds",
-                 "needs_root: needs root and network namespaces"):
+                 "needs_root: needs root and network namespaces",
+                 "scenario: an item of a scenarios/*.yaml file (a matrix cell or its expect)"):
         config.addinivalue_line("markers", line)
 
 
@@ -65,6 +67,7 @@ class ScenarioFile(pytest.File):
         except yaml.YAMLError as exc:
             raise self.CollectError(f"{self.path}: invalid YAML: {exc}") from None
         markers = list(raw.get("markers") or []) if isinstance(raw, dict) else []
+        markers.append("scenario")  # every item: `-m "not scenario"` leaves them all out
         engine = raw.get("engine", "testbed") if isinstance(raw, dict) else "testbed"
         if engine == "testbed" and "needs_root" not in markers:
             markers.append("needs_root")

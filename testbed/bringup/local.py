@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -18,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.config import TestbedSpec
+from testbed.config.secrets import redact_testbed
 from testbed.errors import MissingRequirement, StateError
 from testbed.net.cmd import CommandFailed, Runner, require_binaries
 from testbed.net.shaping import Shaper, shapers_for
 from testbed.net.state import (
     TestbedState,
+    check_name,
     create_state,
     load_state,
     process_start_time,
@@ -57,7 +60,8 @@ class LocalTestbed:
         self.runner = runner or Runner()
         self.provision = provision
         self.mongo_uri = mongo_uri
-        self.store_dir = store_dir  # where a local mongod or the embedded store keeps data
+        # a store private to this testbed (its local mongod or embedded store), removed by down
+        self.store_dir = store_dir
         self.provisioned: str | None = None  # "N created, M updated, K unchanged"
         self._up = False
 
@@ -130,7 +134,7 @@ class LocalTestbed:
             prefix=self.topology.prefix,
             status=status,
             namespaces=self.topology.namespaces,
-            spec=self.spec.model_dump(mode="json"),
+            spec=redact_testbed(self.spec.model_dump(mode="json")),  # no keys in /run
             extra={"store_dir": str(self.store_dir)} if self.store_dir else {},
         )
 
@@ -188,13 +192,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def teardown(name: str, runner: Runner | None = None) -> list[str]:
+def teardown(name: str, runner: Runner | None = None, missing_ok: bool = True) -> list[str]:
     """Remove testbed `name`: its processes, namespaces (with their links and qdiscs), state.
 
     Works from the state file, and also finds namespaces by prefix when the state is gone.
-    Returns the namespaces removed.
+    Returns the namespaces removed; with `missing_ok=False`, a StateError when there is
+    neither a state file nor a namespace of that name.
     """
     runner = runner or Runner()
+    check_name(name)
     with sigint_deferred():
         prefix = prefix_for(name)
         try:
@@ -205,6 +211,9 @@ def teardown(name: str, runner: Runner | None = None) -> list[str]:
         wanted = set(state.namespaces if state else [])
         wanted |= {n for n in present if n.startswith(prefix + "-")}
         doomed = [n for n in present if n in wanted]
+        if state is None and not doomed and not missing_ok and not state_path(name).exists():
+            raise StateError(f"no testbed named {name!r} is up (no state file "
+                             f"{state_path(name)}, no {prefix}-* namespaces)")
         pids: list[int] = []
         for ns in doomed:
             out = runner.run(["ip", "netns", "pids", ns], check=False).stdout
@@ -228,13 +237,15 @@ def _stop_core(state: TestbedState) -> None:
     except ImportError:
         return
     try:
-        spec = TestbedSpec.model_validate(state.spec)
+        spec = state.testbed_spec()
     except ValueError:
         return
     core_state = Path(state.extra["store_dir"]) if state.extra.get("store_dir") else state_dir(spec)
     stop_mongod(core_state)
     for group in spec.ue_groups:
         ue_down(core_state, group.name)
+    # the store and UE state are this testbed's alone: `down` leaves no directory behind
+    shutil.rmtree(core_state, ignore_errors=True)
 
 
 def recorded_testbeds() -> list[str]:
@@ -279,7 +290,7 @@ def parse_htb_classes(text: str) -> dict[str, dict[str, int]]:
 def class_counters(tb_state: TestbedState, runner: Runner | None = None) -> list[ClassCounters]:
     """Read the HTB class counters of both directions from the kernel."""
     runner = runner or Runner()
-    tb = LocalTestbed(TestbedSpec.model_validate(tb_state.spec), runner)
+    tb = LocalTestbed(tb_state.testbed_spec(), runner)
     out: list[ClassCounters] = []
     for shaper in tb.shapers:
         text = runner.run(["tc", "-n", tb.topology.upf.name, "-s", "class", "show", "dev",

@@ -6,6 +6,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from testbed.errors import TestbedError
 
@@ -17,8 +18,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
-console = Console()
-err_console = Console(stderr=True)
+# Piped or captured output has no terminal width; rich would then cut tables at 80 columns.
+_WIDTH = None if sys.stdout.isatty() else 160
+console = Console(width=_WIDTH)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
 def _register() -> None:
@@ -38,8 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(rv, int):
             return rv
     except TestbedError as exc:
-        for line in str(exc).splitlines():
-            err_console.print(f"[bold red]error:[/] {line}", highlight=False, markup=True)
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            # user text (file names, values, patterns with brackets) is printed literally
+            err_console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, markup=True,
+                              soft_wrap=True)
         return exc.exit_code
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from testbed.cli import app, console
+from testbed.cli import app, checks, console
 from testbed.config import TestbedSpec, load_testbed
 from testbed.core.backend import open_store, state_dir
 from testbed.core.provision import desired_ues
@@ -48,7 +48,7 @@ def _doc(sub: Subscriber, show_secrets: bool) -> dict[str, Any]:
 
 
 def _check_imsi(imsi: str) -> str:
-    if not (imsi.isdigit() and len(imsi) == 15):
+    if not (imsi.isascii() and imsi.isdigit() and len(imsi) == 15):
         raise ConfigError([ConfigProblem("<command line>", None, "IMSI",
                                          f"must be 15 digits, got {imsi!r}")])
     return imsi
@@ -81,7 +81,8 @@ def slice_apply(
     """
     spec = _spec(file)
     desired = desired_ues(spec)
-    with console.status("opening the subscriber store"), open_store(spec, mongo_uri) as opened:
+    with (console.status("opening the subscriber store"),
+          open_store(spec, mongo_uri, create=not dry_run) as opened):  # a dry run creates nothing
         store = opened.store
         plan = store.plan(desired, prune) if dry_run else store.apply(desired, prune)
     if as_json:
@@ -209,6 +210,7 @@ def subscriber_delete(imsis: list[str] = typer.Argument(..., help="IMSIs to dele
 
 def _render(kind: str, outdir: Path, testbed: Path | None) -> None:
     spec = _spec(testbed)
+    checks.writable_dir("--output", outdir)  # before the first file: no half-rendered folder
     if kind == "open5gs":
         written, release = render_open5gs(spec, outdir), f"Open5GS {OPEN5GS_RELEASE}"
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,17 +16,30 @@ import typer
 from rich.table import Table
 
 from testbed.bringup.local import LocalTestbed, class_counters, recorded_testbeds, require_root, teardown
-from testbed.cli import app, console
-from testbed.config import TestbedSpec, load_testbed
+from testbed.cli import app, checks, console
+from testbed.config import load_testbed
 from testbed.errors import StateError, TestbedError
 from testbed.net.cmd import require_binaries
 from testbed.net.iperf import IperfResult, IperfSession, save_json
-from testbed.net.state import TestbedState, load_state
+from testbed.net.state import TestbedState, check_name, load_state
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Testbed file (YAML); "
                                                 "the built-in default when omitted.")]
-NameOpt = Annotated[str | None, typer.Option("--name", "-n", help="Which testbed (its `name:`); "
-                                             "needed only when several are up.")]
+
+
+def _testbed_name(value: str | None) -> str | None:
+    """Every command's --name passes the testbed-name check before it touches a path."""
+    if value is None:
+        return None
+    try:
+        return check_name(value)
+    except StateError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+NameOpt = Annotated[str | None, typer.Option("--name", "-n", callback=_testbed_name,
+                                             help="Which testbed (its `name:`); needed only "
+                                             "when several are up.")]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", help="local (namespaces on this "
                                                 "machine) or lab (real servers via Ansible); "
                                                 "default: the testbed file's `profile:`.")]
@@ -35,7 +49,14 @@ RunDirOpt = Annotated[Path | None, typer.Option("--run-dir", help="Lab profile: 
                                                 "logs and the kubeconfig are kept.")]
 
 
-def _lab_inventory(inventory: Path | None) -> Path:
+def _lab_inventory(inventory: Path | None, remembered: bool = False) -> Path:
+    if inventory is None and remembered:
+        # `down` undoes the newest `up`: its run directory's lab.json names the inventory
+        for lab_json in sorted(Path("runs").glob("*-lab-*/lab.json"), reverse=True):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                inventory = Path(json.loads(lab_json.read_text())["inventory"])
+                console.print(f"inventory of the last `up` ({lab_json.parent}): {inventory}")
+                break
     if inventory is None:
         raise typer.BadParameter("the lab profile needs -i INVENTORY "
                                  "(see playbooks/inventory.example.yml)")
@@ -60,7 +81,7 @@ def _sigterm_as_interrupt() -> None:
 
 
 def _running(name: str | None) -> TestbedState:
-    if name:
+    if name is not None:
         return load_state(name)
     names = recorded_testbeds()
     if not names:
@@ -71,7 +92,7 @@ def _running(name: str | None) -> TestbedState:
 
 
 def _topology(state: TestbedState) -> LocalTestbed:
-    return LocalTestbed(TestbedSpec.model_validate(state.spec))
+    return LocalTestbed(state.testbed_spec())
 
 
 @app.command()
@@ -124,18 +145,18 @@ def down(name: NameOpt = None,
     On the lab profile, undo `up` on the servers (playbooks/reset.yml).
 
     Example: [bold]testbed down[/]   or   [bold]testbed down --all[/]
-    Lab: [bold]testbed down --profile lab -i inventory.yml[/]
+    Lab: [bold]testbed down --profile lab [-i inventory.yml][/] (default: the last `up`'s inventory)
     """
     _check_profile(profile)
     if profile == "lab":
         from testbed.cli import lab
 
-        lab.down(inventory=_lab_inventory(inventory), run_dir=run_dir)
+        lab.down(inventory=_lab_inventory(inventory, remembered=True), run_dir=run_dir)
         return
     require_root("testbed down")
     if all_:
         names = recorded_testbeds()
-    elif name:
+    elif name is not None:
         names = [name]
     else:
         names = recorded_testbeds()
@@ -147,7 +168,7 @@ def down(name: NameOpt = None,
         return
     for n in names:
         t0 = time.monotonic()
-        removed = teardown(n)
+        removed = teardown(n, missing_ok=name is None)  # a name asked for must exist
         console.print(f"[green]down[/] testbed [bold]{n}[/] in {time.monotonic() - t0:.2f} s "
                       f"({len(removed)} namespaces removed)")
 
@@ -264,6 +285,8 @@ def traffic_iperf(
     """
     require_root("testbed traffic")
     require_binaries("iperf3")
+    run_dir = _run_dir(out, "iperf")
+    checks.writable_dir("--out", run_dir)  # before the flows: a result must not be lost after
     _sigterm_as_interrupt()
     tb = _topology(_running(name))
     session = IperfSession.start(tb.topology, slice_, flows=flows, duration=duration,
@@ -273,7 +296,7 @@ def traffic_iperf(
             result = session.wait()
     finally:
         session.stop()
-    path = save_json(result, _run_dir(out, "iperf"), f"iperf3-{slice_}-{result.direction}")
+    path = save_json(result, run_dir, f"iperf3-{slice_}-{result.direction}")
     if as_json:
         print(json.dumps({**result.summary(), "json": str(path)}, indent=2))
         return

@@ -11,24 +11,51 @@ from rich.markup import escape
 from rich.table import Table
 
 from testbed.cli import app, console
+from testbed.cli.checks import like_field, writable_dir
 from testbed.config import TestbedSpec
-from testbed.config.yamlfile import LocatedYaml
+from testbed.config.secrets import unredact_scenario, unredact_testbed
+from testbed.config.yamlfile import LocatedYaml, validate
 from testbed.errors import StateError
 from testbed.report import write_report
 from testbed.scenario.load import LoadedScenario, load_scenario
 from testbed.scenario.runner import RunOptions, run_scenario
 from testbed.scenario.spec import Scenario
 
+MANIFEST_KEYS = ("scenario", "testbed", "source", "profile", "created", "host")
+
+
+def read_manifest(path: Path) -> dict:
+    """A run's manifest.json as a dict with the keys a report and a re-run need; anything else
+    (missing, empty, not JSON, truncated) is one StateError naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StateError(f"{path}: cannot read the manifest ({getattr(exc, 'strerror', None) or exc})"
+                         ) from None
+    try:
+        manifest = json.loads(text)
+    except ValueError as exc:
+        what = "empty" if not text.strip() else f"not JSON ({exc})"
+        raise StateError(f"{path}: not a run manifest: {what}") from None
+    if not isinstance(manifest, dict):
+        raise StateError(f"{path}: not a run manifest: a JSON object is expected")
+    missing = [k for k in MANIFEST_KEYS if k not in manifest]
+    if missing:
+        raise StateError(f"{path}: not a run manifest: missing {', '.join(missing)}")
+    for key in ("scenario", "testbed", "host"):
+        if not isinstance(manifest[key], dict):
+            raise StateError(f"{path}: not a run manifest: {key} must be an object")
+    return manifest
+
 
 def _from_manifest(path: Path) -> LoadedScenario:
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise StateError(f"{path}: not a readable manifest ({exc})") from None
-    scn = Scenario.model_validate(manifest["scenario"])
-    testbed = TestbedSpec.model_validate(manifest["testbed"])
-    base = Path(manifest.get("base_dir") or Path(manifest["source"]).parent)
-    doc = LocatedYaml(manifest["scenario"], {}, str(path))
+    manifest = read_manifest(path)
+    # masked secrets come back as defaults: keys derive from the default seed
+    doc = LocatedYaml(unredact_scenario(manifest["scenario"]), {}, f"{path}: scenario")
+    scn = validate(Scenario, doc)
+    testbed_doc = LocatedYaml(unredact_testbed(manifest["testbed"]), {}, f"{path}: testbed")
+    testbed = validate(TestbedSpec, testbed_doc)
+    base = Path(str(manifest.get("base_dir") or Path(str(manifest["source"])).parent))
     return LoadedScenario(scn, testbed, doc, base)
 
 
@@ -46,21 +73,55 @@ def run(
                                                        "manifest.json.")] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Plain lines instead of "
                                               "the live view.")] = False,
+    inventory: Annotated[Path | None, typer.Option("-i", "--inventory", help="Lab profile: the "
+                                                   "Ansible inventory of `testbed up`.")] = None,
+    check: Annotated[bool, typer.Option("--check", help="Lab profile: print every action the "
+                                        "run would take, in order, without a lab.")] = False,
+    kubeconfig: Annotated[Path | None, typer.Option(help="Lab profile: default $KUBECONFIG, "
+                                                    "else runs/*-lab-up/kubeconfig.")] = None,
+    prometheus: Annotated[str | None, typer.Option(help="Lab profile: Prometheus URL (default "
+                                                   "http://<cluster_server>:30090).")] = None,
 ) -> None:
     """Run a scenario end to end into a run directory and write its report; exits 1 when an
     `expect:` check fails.
 
     Example: [bold]testbed run scenarios/smoke.yaml[/]   or   [bold]testbed run --from runs/X/manifest.json[/]
+    Lab: [bold]testbed run --profile lab -i inventory.yml scenarios/slicing.yaml [--check][/]
     """
+    # overrides get the file fields' rules and messages; the output folder must be writable:
+    # all before a testbed is built
+    like_field("--time-scale", Scenario, "time_scale", time_scale)
+    like_field("--duration", Scenario, "duration_s", duration)
+    like_field("--repetitions", Scenario, "repetitions", repetitions)
     if from_manifest is not None:
         loaded = _from_manifest(from_manifest)
     elif scenario is not None:
         loaded = load_scenario(scenario)
     else:
         raise typer.BadParameter("give a scenario file or --from RUN_DIR/manifest.json")
+    writable_dir("--out", out)
+    lab = None
+    if profile == "lab":
+        if inventory is None:
+            raise typer.BadParameter("the lab profile needs -i INVENTORY (the inventory of "
+                                     "`testbed up --profile lab`)")
+        from testbed.scenario.lab import LabOptions
+
+        lab = LabOptions(inventory, kubeconfig=kubeconfig, prometheus=prometheus, check=check,
+                         emit=lambda line: console.print(escape(line), highlight=False,
+                                                       soft_wrap=True))
+    elif check or inventory is not None:
+        raise typer.BadParameter("-i and --check belong to the lab profile (--profile lab)")
     result = run_scenario(loaded, RunOptions(out_root=out, profile=profile, time_scale=time_scale,
                                              duration_s=duration, repetitions=repetitions,
-                                             progress=not no_progress, console=console))
+                                             progress=not no_progress and not check,
+                                             console=console, lab=lab))
+    if check:
+        console.print(f"check mode: nothing was changed on the lab; run directory (no "
+                      f"records): {result.run_dir}")
+        for p in result.problems:
+            console.print(f"[yellow]problem:[/] {p}")
+        return
     write_report(result.run_dir)
     print_outcomes(result.outcomes)
     for p in result.problems:
@@ -91,5 +152,7 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) ->
     """
     if not (run_dir / "manifest.json").is_file():
         raise StateError(f"{run_dir} is not a run directory (no manifest.json)")
+    read_manifest(run_dir / "manifest.json")
+    writable_dir("RUN_DIR", run_dir)
     md, page = write_report(run_dir)
     console.print(f"wrote {md} and {page}")

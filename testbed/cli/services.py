@@ -7,14 +7,18 @@ import contextlib
 import json
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.live import Live
 from rich.table import Table
 
-from testbed.cli import app, console
+from testbed.cli import app, checks, console
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles import SERVICES, load_profiles, profile_for, write_profiles
+
+if TYPE_CHECKING:
+    from testbed.cluster.local import ClusterEvent
 
 services_app = typer.Typer(
     help="Emulated AI services on this machine (the local profile).", no_args_is_help=True
@@ -22,6 +26,29 @@ services_app = typer.Typer(
 app.add_typer(services_app, name="services")
 
 _ADMIN = typer.Option("http://127.0.0.1:8000", "--admin", help="Metrics/control URL of `services up`.")
+_TOKEN = typer.Option(None, "--token-file", help="The admin token of `services up` (default: "
+                      "the one it wrote for the URL's port in the state directory).")
+
+
+def admin_token_file(port: int) -> Path:
+    """Where `services up` keeps the admin token of its metrics/control port (root only)."""
+    from testbed.net.state import state_dir
+
+    return state_dir() / f"services-{port}.token"
+
+
+def _token(admin: str, token_file: Path | None) -> str:
+    from urllib.parse import urlsplit
+
+    from testbed.cluster.local_admin import read_token
+
+    if token_file is None:
+        try:
+            port = urlsplit(admin).port or 80
+        except ValueError:
+            raise typer.BadParameter(f"--admin {admin!r} is not a URL") from None
+        token_file = admin_token_file(port)
+    return read_token(token_file)
 
 
 @services_app.command("up")
@@ -40,11 +67,17 @@ def services_up(
     Example: [b]ip netns exec tb-x-dn testbed services up --host 10.200.0.2 --time-scale 10[/]
     """
     from testbed.cluster.local import LocalCluster
-    from testbed.cluster.local_admin import add_admin_routes
+    from testbed.cluster.local_admin import add_admin_routes, new_token, write_token
 
     profs = load_profiles(profiles)
     names = _service_list(services, profs)
+    checks.port("--port-base", port_base, span=len(names) + 1)
+    checks.number("--time-scale", time_scale, gt=0, le=1000)
+    host = checks.local_address("--host", host)
+    if log_dir is not None:
+        checks.writable_dir("--log-dir", log_dir)
     ports = {s: port_base + 1 + i for i, s in enumerate(names)}
+    token, token_file = new_token(), admin_token_file(port_base)
 
     async def run() -> None:
         stop = asyncio.Event()
@@ -61,36 +94,51 @@ def services_up(
             ports=ports,
             metrics_port=port_base,
             log_dir=log_dir,
-            on_event=lambda e: console.print(f"[dim]{e.replica}[/] {e.kind} {e.detail}"),
+            on_event=_print_event,
         )
-        add_admin_routes(cluster, stop)
+        add_admin_routes(cluster, stop, token)
         async with cluster:
+            write_token(token_file, token)  # once the port is ours: never another run's file
+            written.append(token_file)
             for s in names:
                 console.print(f"[bold]{s}[/] {cluster.endpoint(s)}")
             console.print(
                 f"metrics {cluster.metrics_url}/metrics   control {cluster.metrics_url}/admin/status"
+                f" (token in {token_file})"
             )
             await stop.wait()
             console.print("stopping replicas (finishing in-flight requests)...")
 
-    asyncio.run(run())
+    written: list[Path] = []
+    try:
+        asyncio.run(run())
+    finally:
+        for f in written:
+            with contextlib.suppress(OSError):
+                if f.read_text().strip() == token:
+                    f.unlink()
 
 
 @services_app.command("scale")
-def services_scale(service: str, replicas: int, admin: str = _ADMIN) -> None:
+def services_scale(service: str, replicas: int, admin: str = _ADMIN,
+                   token_file: Path | None = _TOKEN) -> None:
     """Set the replica count of a running service.  Example: [b]testbed services scale imgcls 3[/]"""
+    checks.http_url("--admin", admin)
     from testbed.cluster.local_admin import admin_call
 
-    doc = asyncio.run(admin_call(admin, "POST", "/admin/scale", {"service": service, "replicas": replicas}))
+    doc = asyncio.run(admin_call(admin, "POST", "/admin/scale", {"service": service, "replicas": replicas},
+                                 token=_token(admin, token_file)))
     _print_status(doc)
 
 
 @services_app.command("status")
-def services_status(admin: str = _ADMIN, as_json: bool = typer.Option(False, "--json")) -> None:
+def services_status(admin: str = _ADMIN, as_json: bool = typer.Option(False, "--json"),
+                    token_file: Path | None = _TOKEN) -> None:
     """Replicas, readiness and free units.  Example: [b]testbed services status --json[/]"""
+    checks.http_url("--admin", admin)
     from testbed.cluster.local_admin import admin_call
 
-    doc = asyncio.run(admin_call(admin, "GET", "/admin/status"))
+    doc = asyncio.run(admin_call(admin, "GET", "/admin/status", token=_token(admin, token_file)))
     if as_json:
         console.print_json(json.dumps(doc))
     else:
@@ -98,12 +146,19 @@ def services_status(admin: str = _ADMIN, as_json: bool = typer.Option(False, "--
 
 
 @services_app.command("down")
-def services_down(admin: str = _ADMIN) -> None:
+def services_down(admin: str = _ADMIN, token_file: Path | None = _TOKEN) -> None:
     """Stop a running `services up` gracefully.  Example: [b]testbed services down[/]"""
+    checks.http_url("--admin", admin)
     from testbed.cluster.local_admin import admin_call
 
-    asyncio.run(admin_call(admin, "POST", "/admin/shutdown"))
+    asyncio.run(admin_call(admin, "POST", "/admin/shutdown", token=_token(admin, token_file)))
     console.print("stopping")
+
+
+def _print_event(e: ClusterEvent) -> None:
+    # lost client connections are counted (status, /metrics), not printed one by one
+    if e.kind != "connection_lost":
+        console.print(f"[dim]{e.replica}[/] {e.kind} {e.detail}")
 
 
 def _print_status(doc: dict) -> None:
@@ -115,7 +170,9 @@ def _print_status(doc: dict) -> None:
         table.add_row(name, str(st["desired"]), str(st["ready"]), reps, st["endpoint"])
     console.print(table)
     c = doc.get("_cluster", {})
-    console.print(f"units free {c.get('free_units')}/{c.get('total_units')}  metrics {c.get('metrics')}")
+    lost = sum((c.get("lost_connections") or {}).values())
+    console.print(f"units free {c.get('free_units')}/{c.get('total_units')}  metrics {c.get('metrics')}"
+                  f"  lost client connections {lost}")
 
 
 def _service_list(text: str, profs: dict) -> list[str]:
@@ -151,6 +208,7 @@ def load(
     --trace traces/test/day7-shift0h.txt --ratio 0.15 --duration 600 --out records.jsonl[/]
     """
     from testbed.load.runner import LoadSpec, run_load
+    from testbed.load.trace import load_trace
 
     slo_ms = profile_for(load_profiles(profiles), service, "SERVICE").slo_ms
     modes = sum(x is not None for x in (trace, rate, closed))
@@ -162,6 +220,24 @@ def load(
         raise ConfigError(
             [ConfigProblem("testbed load", None, "--duration", "required with --rate/--closed")]
         )
+    # every value before the first request: a zero rate or a foreign --source must not print a
+    # summary and exit 0, an unwritable --out must not be found after the run
+    checks.http_url("--url", url, schemes=("http",))
+    checks.number("--rate", rate, gt=0, le=1e6)
+    checks.number("--duration", duration, gt=0, le=31 * 86400)
+    if closed is not None and not 1 <= closed <= 10_000:
+        raise checks.bad("--closed", f"must be 1-10000 workers, got {closed}")
+    checks.number("--ratio", ratio, ge=0, le=1e6)
+    checks.number("--speedup", speedup, gt=0, le=1e6)
+    checks.number("--shift", shift, ge=0, le=1e6)
+    checks.number("--start", start, ge=0)
+    checks.number("--timeout", timeout, gt=0, le=3600)
+    if source is not None:
+        source = checks.local_address("--source", source)
+    if trace is not None:
+        load_trace(trace)  # its errors name the file and line
+    if out is not None:
+        checks.writable_file("--out", out)
     spec = LoadSpec(
         service=service,
         url=url,
@@ -235,6 +311,12 @@ def profile(
     """
     from testbed.load.profiler import measure_startup, profile_service
 
+    checks.http_url("--url", url, schemes=("http",))
+    checks.writable_file("--out", out)  # before minutes of measuring
+    if requests < 1:
+        raise checks.bad("--requests", f"must be >= 1, got {requests}")
+    checks.number("--step", step, gt=0, le=3600)
+    checks.number("--time-scale", time_scale, gt=0, le=1000)
     profs = load_profiles(out if out.exists() else None)
     base = profile_for(profs, service, "SERVICE")
 

@@ -9,7 +9,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from testbed.cli import app, console
+from testbed.cli import app, checks, console
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles import ServiceProfile, default_profiles, paper
 
@@ -94,9 +94,14 @@ def sim_eval(
     from testbed.train.oracle import shared_pool_oracles
 
     chosen = _services(service)
+    checks.number("--ratio", ratio, ge=0, le=1e6)
+    checks.number("--load", load, ge=0, le=1e6)
+    if not 1 <= units <= 100_000:
+        raise checks.bad("--units", f"must be 1-100000, got {units}")
     profiles = _profiles(rate_limit, chosen)
     tr = {s: load_trace(trace) for s in chosen} if trace else test_day_traces(traces, chosen)
     ratios = {s: ratio if ratio is not None else paper.DEFAULT_RATIOS[s] * load for s in chosen}
+    _bound_requests(tr, ratios)
     policies = {
         s: make_policy(policy, s, total_units=units, seed=seed, model=_model_for(model, s)) for s in chosen
     }
@@ -131,6 +136,24 @@ def sim_eval(
             cells += [f"{bounds[s].reward:.4f}", f"{r.reward - bounds[s].reward:+.4f}"]
         table.add_row(*cells, f"{r.steps_per_second:,.0f}")
     console.print(table)
+
+
+MAX_SIM_SECONDS = 31 * 86400.0  # simulated time per run (the paper's test day is one)
+MAX_SIM_REQUESTS = 50_000_000  # arrivals the simulator holds in memory (about 0.4 GB per array)
+
+
+def _bound_requests(traces: dict, ratios: dict[str, float]) -> None:
+    """Refuse before allocating: the simulator keeps every arrival of a trace in arrays."""
+    for s, t in traces.items():
+        if t.seconds > MAX_SIM_SECONDS:
+            raise ConfigError([ConfigProblem(
+                t.name, None, "", f"{t.seconds:,.0f} s of trace; the simulator takes at most "
+                f"{MAX_SIM_SECONDS:,.0f} s (31 days) per run")])
+        wanted = t.requests * ratios[s]
+        if wanted > MAX_SIM_REQUESTS:
+            raise ConfigError([ConfigProblem(
+                "--ratio", None, s, f"{t.name} at ratio {ratios[s]:g} is {wanted:,.0f} requests; "
+                f"the simulator takes at most {MAX_SIM_REQUESTS:,} per service")])
 
 
 def _model_for(model: str | None, service: str) -> str | None:

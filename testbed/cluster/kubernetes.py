@@ -10,6 +10,7 @@ shows as 4 allocatable units, and a replica requesting 1 unit gets one MPS parti
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -92,7 +93,11 @@ class KubernetesCluster:
     def __init__(self, services: Iterable[KubeService], namespace: str, *, apps_api: Any,
                  core_api: Any, resource: str = GPU_RESOURCE,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, max_units: int | None = None,
+                 node_address: str | None = None):
+        """`max_units` caps `total_units` (a scenario's pool on a bigger cluster);
+        `node_address` makes `endpoint` answer `http://<node_address>:<nodePort>` for NodePort
+        Services, the address clients outside the cluster (the lab's UEs) reach."""
         self._services = {s.name: s for s in services}
         if not self._services:
             raise ConfigError([ConfigProblem("<kubernetes cluster>", None, "services",
@@ -103,11 +108,15 @@ class KubernetesCluster:
         self.resource = resource
         self._clock = clock
         self._sleep = sleep
+        self.max_units = max_units
+        self.node_address = node_address
+        config = getattr(getattr(apps_api, "api_client", None), "configuration", None)
+        self.api_host = getattr(config, "host", None) or "the Kubernetes API server"
 
     @classmethod
     def connect(cls, services: Iterable[KubeService], namespace: str = "drafas", *,
                 kubeconfig: str | None = None, context: str | None = None,
-                resource: str = GPU_RESOURCE) -> KubernetesCluster:
+                resource: str = GPU_RESOURCE, **options: Any) -> KubernetesCluster:
         """Connect with in-cluster config when running in a pod, else the kubeconfig file."""
         try:
             from kubernetes import client, config
@@ -128,7 +137,7 @@ class KubernetesCluster:
                 f"no Kubernetes configuration ({exc}); set KUBECONFIG or pass --kubeconfig"
             ) from None
         return cls(services, namespace, apps_api=client.AppsV1Api(), core_api=client.CoreV1Api(),
-                   resource=resource)
+                   resource=resource, **options)
 
     # --- ClusterBackend ---------------------------------------------------------------------
 
@@ -167,8 +176,9 @@ class KubernetesCluster:
 
     def total_units(self) -> int:
         nodes = self._list("list nodes", self.core.list_node)
-        return round(sum(parse_quantity((n.status.allocatable or {}).get(self.resource))
-                         for n in nodes.items if n.status is not None))
+        total = round(sum(parse_quantity((n.status.allocatable or {}).get(self.resource))
+                          for n in nodes.items if n.status is not None))
+        return total if self.max_units is None else min(total, self.max_units)
 
     def used_units(self) -> int:
         """Units requested by every live pod in the cluster (other tenants' pods included)."""
@@ -177,7 +187,14 @@ class KubernetesCluster:
         return sum(pod_units(p.spec, self.resource) for p in pods.items if p.spec is not None)
 
     def free_units(self) -> int:
-        return max(self.total_units() - self.used_units(), 0)
+        if self.max_units is None:
+            return max(self.total_units() - self.used_units(), 0)
+        # within the cap: what our own Deployments do not hold, if the cluster has it free
+        nodes = self._list("list nodes", self.core.list_node)
+        allocatable = round(sum(parse_quantity((n.status.allocatable or {}).get(self.resource))
+                                for n in nodes.items if n.status is not None))
+        ours = sum(self.desired_replicas(s) * self.units_per_replica(s) for s in self._services)
+        return max(min(self.max_units - ours, allocatable - self.used_units()), 0)
 
     def endpoint(self, service: str) -> str:
         svc = self._service(service)
@@ -188,6 +205,12 @@ class KubernetesCluster:
         ports = k8s_svc.spec.ports or []
         if not ports:
             raise StateError(f"Service {service!r} in namespace {self.namespace!r} has no ports")
+        if self.node_address:
+            if not ports[0].node_port:
+                raise StateError(f"Service {service!r} in namespace {self.namespace!r} has no "
+                                 "nodePort: clients outside the cluster cannot reach it (make it "
+                                 "type NodePort, as workloads/*/k8s.yaml do, or set its endpoint)")
+            return f"http://{self.node_address}:{ports[0].node_port}"
         return f"http://{k8s_svc.metadata.name}.{self.namespace}.svc.cluster.local:{ports[0].port}"
 
     # --- GpuClusterBackend --------------------------------------------------------------------
@@ -290,13 +313,14 @@ class KubernetesCluster:
         try:
             return method(name, self.namespace, **kwargs)
         except Exception as exc:
-            raise _translate(exc, f"{what} {name!r} in namespace {self.namespace!r}") from None
+            raise _translate(exc, f"{what} {name!r} in namespace {self.namespace!r}",
+                             self.api_host) from None
 
     def _list(self, what: str, method: Callable[..., Any], **kwargs: Any) -> Any:
         try:
             return method(**kwargs)
         except Exception as exc:
-            raise _translate(exc, what) from None
+            raise _translate(exc, what, self.api_host) from None
 
 
 def _env_list(container: Any) -> list[dict[str, str]]:
@@ -309,7 +333,14 @@ def _env(pod_spec: Any) -> dict[str, str]:
     return {e["name"]: e["value"] for e in _env_list(containers[0])} if containers else {}
 
 
-def _translate(exc: Exception, what: str) -> Exception:
+def _reason(exc: Exception) -> str:
+    """The root of a connection failure in one line ("[Errno 111] Connection refused")."""
+    text = str(getattr(exc, "reason", None) or exc)
+    m = re.search(r"(\[Errno -?\d+\][^'\")]*|timed out|Read timed out)", text)
+    return m.group(1).strip() if m else " ".join(text.split())[:200]
+
+
+def _translate(exc: Exception, what: str, api_host: str = "the Kubernetes API server") -> Exception:
     """API and connection failures as harness errors that say what was being done."""
     status = getattr(exc, "status", None)
     reason = getattr(exc, "reason", None) or type(exc).__name__
@@ -321,7 +352,8 @@ def _translate(exc: Exception, what: str) -> Exception:
     if isinstance(status, int):
         return StateError(f"cannot {what}: API error {status} {reason}")
     if isinstance(exc, OSError | ConnectionError) or "MaxRetryError" in type(exc).__name__:
-        return MissingRequirement(f"cannot {what}: Kubernetes API server unreachable ({exc})")
+        return MissingRequirement(f"{api_host}: Kubernetes API server unreachable, cannot {what} "
+                                  f"({_reason(exc)})")
     return exc
 
 

@@ -23,6 +23,7 @@ from testbed.cluster.base import ServiceTarget
 from testbed.errors import ConfigError, ConfigProblem, StateError
 from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.window import WindowMetrics
+from testbed.net.cmd import die_with_parent
 from testbed.profiles import ServiceProfile, default_profiles
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ class ClusterEvent:
     t: float  # epoch seconds
     service: str
     replica: str
-    kind: str  # started, ready, draining, stopped, died, replaced, failed_to_start
+    kind: str  # started, ready, draining, stopped, died, replaced, failed_to_start, connection_lost
     detail: str = ""
 
 
@@ -114,6 +115,7 @@ class LocalCluster:
         )
         for sb in self.lb.services.values():
             sb.on_failure = self._on_lb_failure
+            sb.on_lost = self._on_lost_connection
         # Emulated GPUs (issue 15): the units are DRAFAS's 25 % slices, four to a GPU; replicas
         # hold a share of one GPU and all replicas of a service share its batch size.
         self._gpu_caps = [100.0] * (total_units // 4) + [25.0 * (total_units % 4)] * bool(total_units % 4)
@@ -327,6 +329,7 @@ class LocalCluster:
                 "free_units": self.free_units(),
                 "metrics": self.lb.metrics_url,
                 "time_scale": self.time_scale,
+                "lost_connections": {s: sb.lost_connections for s, sb in self.lb.services.items()},
             }
         }
 
@@ -394,6 +397,7 @@ class LocalCluster:
                 stderr=stderr,
                 stdin=asyncio.subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=die_with_parent(),  # a SIGKILLed harness leaves no replica behind
                 env=_child_env(),
             )  # Ctrl-C at a terminal reaches us, we stop replicas gracefully
             self._event(
@@ -497,10 +501,17 @@ class LocalCluster:
             )
         return service
 
+    def _on_lost_connection(self, service: str, when: str) -> None:
+        """A client closed its connection (normal during a run): one event, no console output."""
+        self._record(ClusterEvent(time.time(), service, "-", "connection_lost",
+                                  f"client closed its connection {when}"))
+
     def _event(self, r: ReplicaProcess, kind: str, detail: str = "") -> None:
-        ev = ClusterEvent(time.time(), r.service, r.name, kind, detail)
+        self._record(ClusterEvent(time.time(), r.service, r.name, kind, detail))
+
+    def _record(self, ev: ClusterEvent) -> None:
         self.events.append(ev)
-        log.info("%s %s %s", r.name, kind, detail)
+        log.info("%s %s %s", ev.replica, ev.kind, ev.detail)
         if self.on_event is not None:
             self.on_event(ev)
 

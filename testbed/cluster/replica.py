@@ -15,9 +15,12 @@ import sys
 import time
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from testbed.cluster import payload
 from testbed.profiles import ServiceProfile
+
+HEADER_TIMEOUT_S = 60.0  # aiohttp closes a connection idle, or sending headers, this long
 
 
 class EmulatedReplica:
@@ -68,6 +71,12 @@ class EmulatedReplica:
     @property
     def ready(self) -> bool:
         return not self.draining and time.monotonic() >= self.ready_at
+
+    def runner(self) -> web.AppRunner:
+        """The app's runner; a connection that has not sent a whole request (headers included)
+        within HEADER_TIMEOUT_S, or stays idle that long, is closed."""
+        return web.AppRunner(self.app(), access_log=None, handle_signals=False,
+                             keepalive_timeout=HEADER_TIMEOUT_S)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -224,13 +233,16 @@ class EmulatedReplica:
 
     async def classify_batch(self, request: web.Request) -> web.StreamResponse:
         files: list[bytes] = []
+        bad = web.json_response({"error": "expected multipart/form-data with field 'files'"}, status=400)
+        if request.content_type != "multipart/form-data":
+            return bad  # also a POST without Content-Type (aiohttp's reader raises KeyError)
         try:
             reader = await request.multipart()
             async for part in reader:
                 if getattr(part, "name", None) == "files":
                     files.append(await part.read())  # type: ignore[union-attr]
-        except (ValueError, AssertionError):
-            return web.json_response({"error": "expected multipart/form-data with field 'files'"}, status=400)
+        except (ValueError, AssertionError, KeyError, HttpProcessingError):
+            return bad  # a malformed part header is the client's fault, not a 500
         if not files:
             return web.json_response({"error": "no 'files' in the form"}, status=400)
 
@@ -273,7 +285,7 @@ async def serve(
     parent_pid: int | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT (or the parent process is gone), then drain gracefully and exit."""
-    runner = web.AppRunner(replica.app(), access_log=None, handle_signals=False)
+    runner = replica.runner()
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()

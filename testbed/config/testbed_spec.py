@@ -14,7 +14,8 @@ from testbed.config.yamlfile import FieldPath, LocatedYaml, load_yaml_file, pars
 from testbed.errors import ConfigError
 
 # Names end up inside namespace and interface names (15-char limit), so keep them short.
-Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9]{0,11}$")]
+NAME_PATTERN = r"^[a-z][a-z0-9]{0,11}$"
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 _SD = re.compile(r"^(0x)?([0-9a-fA-F]{6})$")
 _HEX128 = re.compile(r"^[0-9a-fA-F]{32}$")
 IMSI_BLOCK = 1000  # default IMSI ranges: group i starts at MSIN i*IMSI_BLOCK + 1 (count <= 1000)
@@ -24,14 +25,36 @@ def _digits(value: object, what: str, lengths: tuple[int, ...]) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{what} must be a quoted string of digits (unquoted, YAML reads it as a "
                          "number and drops leading zeros)")
-    if not value.isdigit() or len(value) not in lengths:
+    if not (value.isascii() and value.isdigit()) or len(value) not in lengths:
         want = " or ".join(str(n) for n in lengths)
         raise ValueError(f"{what} must be {want} digits, got {value!r}")
     return value
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `sst: true` is not 1, `slicing: "off"` is not a bool, 2.7 is not a count; no NaN/inf
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+def _unicast(net: ipaddress.IPv4Network, what: str) -> ipaddress.IPv4Network:
+    """A subnet that can hold hosts on a data plane: not loopback, multicast, link-local,
+    unspecified or reserved."""
+    for flag, name in (("is_loopback", "loopback"), ("is_multicast", "multicast"),
+                       ("is_link_local", "link-local"), ("is_unspecified", "unspecified"),
+                       ("is_reserved", "reserved")):
+        if getattr(net, flag):
+            raise ValueError(f"{what} {net} is a {name} range; use a private range such as "
+                             "10.45.0.0/24")
+    return net
+
+
+def _ipv4_network(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            return ipaddress.IPv4Network(value, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"not an IPv4 network in CIDR form: {exc}") from None
+    return value
 
 
 class LinkSpec(Strict):
@@ -72,12 +95,15 @@ class SliceSpec(Strict):
     @field_validator("subnet", mode="before")
     @classmethod
     def _subnet_is_network(cls, value: object) -> object:
-        if isinstance(value, str):
-            try:
-                return ipaddress.IPv4Network(value, strict=True)
-            except ValueError as exc:
-                raise ValueError(f"not an IPv4 network in CIDR form: {exc}") from None
-        return value
+        return _ipv4_network(value)
+
+    @field_validator("subnet")
+    @classmethod
+    def _subnet_is_unicast(cls, value: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+        if value.prefixlen > 30:
+            raise ValueError(f"UE subnet {value} is too small: it needs a gateway and at least "
+                             "one UE (/30 or larger)")
+        return _unicast(value, "UE subnet")
 
     @property
     def snssai(self) -> tuple[int, str | None]:
@@ -94,8 +120,8 @@ class CoreSpec(Strict):
     mcc: str = "001"
     mnc: str = "01"  # its length matters: "01" and "001" are different PLMNs
     tac: int = Field(1, ge=0, le=0xFFFFFF)
-    amf_address: ipaddress.IPv4Address = ipaddress.IPv4Address("127.0.0.5")
-    gnb_address: ipaddress.IPv4Address = ipaddress.IPv4Address("127.0.0.1")
+    amf_address: ipaddress.IPv4Address = Field(ipaddress.IPv4Address("127.0.0.5"), strict=False)
+    gnb_address: ipaddress.IPv4Address = Field(ipaddress.IPv4Address("127.0.0.1"), strict=False)
     mongo_uri: str | None = None  # None: local mongod or the embedded store (local profile)
     key_seed: str = Field("testbed", min_length=1)  # K/OPc derivation when a group gives none
 
@@ -162,6 +188,19 @@ class TestbedSpec(Strict):
     slices: list[SliceSpec] = Field(min_length=1)
     ue_groups: list[UEGroupSpec] = Field(min_length=1)
     core: CoreSpec = CoreSpec()
+
+    @field_validator("dn_subnet", mode="before")
+    @classmethod
+    def _dn_is_network(cls, value: object) -> object:
+        return _ipv4_network(value)
+
+    @field_validator("dn_subnet")
+    @classmethod
+    def _dn_is_unicast(cls, value: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+        if value.prefixlen > 30:
+            raise ValueError(f"data-network subnet {value} is too small: the UPF takes .1 and the "
+                             "data network .2 (/30 or larger)")
+        return _unicast(value, "data-network subnet")
 
     def slice(self, name: str) -> SliceSpec:
         for s in self.slices:
@@ -230,6 +269,9 @@ def check_testbed(spec: TestbedSpec) -> list[tuple[FieldPath, str]]:
     group_names: dict[str, int] = {}
     ues_per_slice: dict[str, int] = {}
     for i, g in enumerate(spec.ue_groups):
+        if spec.profile == "local" and g.session_type == "ipv6":
+            problems.append((("ue_groups", i, "session_type"), "the local data plane is IPv4 only: "
+                             "use ipv4 or ipv4v6 (ipv6 sessions need the lab profile)"))
         if g.name in group_names:
             problems.append((("ue_groups", i, "name"), f"duplicate UE group name {g.name!r}"))
         group_names.setdefault(g.name, i)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,55 +48,129 @@ def format_path(path: Iterable[str | int]) -> str:
     return out
 
 
+MAX_YAML_BYTES = 1 << 20  # a testbed or scenario file is a few KiB; this bounds the parser's work
+MAX_TRACE_BYTES = 32 << 20  # a day at one line per second is under 1 MiB
+MAX_DEPTH = 40  # nesting levels (mappings and sequences)
+MAX_NODES = 100_000  # values after alias expansion (an alias bomb stops here)
+_PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in
+               ("str", "int", "float", "bool", "null", "map", "seq", "timestamp")}
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses nesting deeper than MAX_DEPTH while composing (PyYAML's composer
+    recurses: a few hundred levels end in RecursionError)."""
+
+    depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
 def parse_yaml(text: str, source: str = "<string>") -> LocatedYaml:
-    """Parse YAML text; duplicate keys and syntax errors become ConfigErrors with a line."""
+    """Parse YAML text into plain data; syntax errors, duplicate keys, tags other than YAML's plain
+    types, non-scalar keys, merge keys, deep nesting and alias expansion past MAX_NODES values
+    become ConfigErrors with a line."""
+    if len(text) > MAX_YAML_BYTES:
+        raise ConfigError([ConfigProblem(source, None, "", f"file too large ({len(text):,} "
+                                         f"characters; the limit is {MAX_YAML_BYTES:,})")])
+    loader = _Loader(text)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = loader.get_single_node()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError([ConfigProblem(source, line, "", f"invalid YAML: {problem}")]) from None
+    except RecursionError:  # only when the interpreter's own stack is already deep
+        raise ConfigError([ConfigProblem(source, None, "", "invalid YAML: nested too deeply")]
+                          ) from None
+    finally:
+        loader.dispose()
     lines: dict[FieldPath, int] = {}
     if node is None:
         return LocatedYaml({}, {(): 1}, source)
     constructor = yaml.SafeLoader("")
+    seen = 0
 
-    def convert(n: yaml.Node, path: FieldPath) -> Any:
+    def fail(n: yaml.Node, path: FieldPath, message: str) -> ConfigError:
+        return ConfigError([ConfigProblem(source, n.start_mark.line + 1, format_path(path), message)])
+
+    def scalar(n: yaml.Node, path: FieldPath) -> Any:
+        if n.tag not in _PLAIN_TAGS:
+            raise fail(n, path, f"YAML tag {n.tag!r} is not supported (plain values only)")
+        try:
+            return constructor.construct_object(n, deep=True)
+        except yaml.YAMLError as exc:
+            raise fail(n, path, f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+
+    def convert(n: yaml.Node, path: FieldPath, depth: int) -> Any:
+        nonlocal seen
+        seen += 1
+        if seen > MAX_NODES:
+            raise fail(n, path[:1], f"more than {MAX_NODES:,} values (aliases expand to too much)")
+        if depth > MAX_DEPTH:
+            raise fail(n, path[:1], f"nested deeper than {MAX_DEPTH} levels (a recursive alias?)")
         lines.setdefault(path, n.start_mark.line + 1)
+        if n.tag == "tag:yaml.org,2002:merge" or (isinstance(n, yaml.ScalarNode)
+                                                   and n.tag.endswith(":merge")):
+            raise fail(n, path, "YAML merge keys (<<) are not supported")
         if isinstance(n, yaml.MappingNode):
+            if n.tag not in _PLAIN_TAGS:
+                raise fail(n, path, f"YAML tag {n.tag!r} is not supported (plain values only)")
             out: dict[Any, Any] = {}
             for key_node, value_node in n.value:
-                key = constructor.construct_object(key_node, deep=True)
-                if key == "<<":
-                    raise ConfigError(
-                        [ConfigProblem(source, key_node.start_mark.line + 1, format_path(path),
-                                       "YAML merge keys (<<) are not supported")]
-                    )
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    raise fail(key_node, path, "YAML merge keys (<<) are not supported")
+                if not isinstance(key_node, yaml.ScalarNode):
+                    raise fail(key_node, path, "a key must be a plain value, not a "
+                               + ("mapping" if isinstance(key_node, yaml.MappingNode) else "list"))
+                key = scalar(key_node, path)
                 child = (*path, key)
                 if key in out:
-                    raise ConfigError(
-                        [ConfigProblem(source, key_node.start_mark.line + 1, format_path(child),
-                                       "duplicate key")]
-                    )
+                    raise fail(key_node, child, "duplicate key")
                 lines[child] = key_node.start_mark.line + 1
-                out[key] = convert(value_node, child)
+                out[key] = convert(value_node, child, depth + 1)
             return out
         if isinstance(n, yaml.SequenceNode):
-            return [convert(item, (*path, i)) for i, item in enumerate(n.value)]
-        return constructor.construct_object(n, deep=True)
+            if n.tag not in _PLAIN_TAGS:
+                raise fail(n, path, f"YAML tag {n.tag!r} is not supported (plain values only)")
+            return [convert(item, (*path, i), depth + 1) for i, item in enumerate(n.value)]
+        return scalar(n, path)
 
-    return LocatedYaml(convert(node, ()), lines, source)
+    return LocatedYaml(convert(node, (), 0), lines, source)
 
 
-def read_config_text(path: str | Path, what: str = "") -> str:
-    """A config or data file's text; an unreadable file is a ConfigError naming it."""
+def read_config_text(path: str | Path, what: str = "", limit: int = MAX_YAML_BYTES) -> str:
+    """A config or data file's text; a file that cannot be read, is not a regular file, is larger
+    than `limit` bytes or is not UTF-8 is a ConfigError naming it (read at most `limit` bytes)."""
     p = Path(path)
+    label = f"cannot read {what}" if what else "cannot read"
+
+    def problem(message: str) -> ConfigError:
+        return ConfigError([ConfigProblem(str(p), None, "", message)])
+
     try:
-        return p.read_text(encoding="utf-8")
+        with p.open("rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise problem(f"{label}: not a regular file")
+            data = fh.read(limit + 1)
     except OSError as exc:
-        label = f"cannot read {what}" if what else "cannot read"
-        raise ConfigError([ConfigProblem(str(p), None, "", f"{label}: {exc.strerror}")]) from None
+        raise problem(f"{label}: {exc.strerror}") from None
+    if len(data) > limit:
+        raise problem(f"{label}: larger than {limit:,} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise problem(f"{label}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                      f"{exc.start})") from None
 
 
 def load_yaml_file(path: str | Path) -> LocatedYaml:
@@ -103,27 +179,36 @@ def load_yaml_file(path: str | Path) -> LocatedYaml:
 
 def validate(model: type[M], doc: LocatedYaml, root: FieldPath = ()) -> M:
     """Validate `doc` (or the subtree at `root`) as `model`, turning pydantic errors into
-    ConfigErrors that name file, line and field."""
+    ConfigErrors that name file, line and field. An empty file is one problem; of a union's
+    branches only those that got furthest into the value are reported."""
     data: Any = doc.data
     for part in root:
         data = data[part]
+    if not root and data == {} and any(f.is_required() for f in model.model_fields.values()):
+        raise ConfigError([ConfigProblem(doc.source, None, "", "the file is empty")])
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = tuple(p for p in err["loc"] if not _is_union_tag(p))
-            path = (*root, *loc)
-            problems.append(doc.problem(path, _message(err)))
+        errors = [(tuple(p for p in err["loc"] if not _is_union_tag(p)), err)
+                  for err in exc.errors()]
+        # `testbed: {...}` against `str | InlineTestbed`: "should be a valid string" is noise
+        # when another branch reports something deeper inside the same value
+        errors = [(loc, err) for loc, err in errors
+                  if not any(len(other) > len(loc) and other[:len(loc)] == loc
+                             for other, _ in errors)]
+        problems = [doc.problem((*root, *loc), friendly_message(err)) for loc, err in errors]
         raise ConfigError(problems) from None
 
 
 def _is_union_tag(part: Any) -> bool:
-    # pydantic inserts type names such as 'function-after[...]' into locs of unions
-    return isinstance(part, str) and ("[" in part or part in {"str", "int", "float", "bool"})
+    # pydantic inserts branch names into locs of unions: 'function-after[...]', 'str', or a
+    # model's class name (our fields and keys are lower case)
+    return isinstance(part, str) and ("[" in part or part in {"str", "int", "float", "bool"}
+                                      or (part[:1].isupper() and part.isidentifier()))
 
 
-def _message(err: dict[str, Any]) -> str:
+def friendly_message(err: Any) -> str:
+    """A pydantic error as the user reads it: no "Value error, " prefix, the value when it helps."""
     kind = err["type"]
     if kind == "extra_forbidden":
         return "unknown key"

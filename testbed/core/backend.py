@@ -108,10 +108,32 @@ def embedded_collection(path: Path) -> tuple[Any, Any]:
     except ImportError:
         raise MissingRequirement("the embedded subscriber store needs montydb: pip install montydb") \
             from None
-    path.mkdir(parents=True, exist_ok=True)
+    private_tree(path)
     if not (path / "monty.storage.cfg").exists():
         set_storage(str(path), storage="sqlite")
     client = MontyClient(str(path))
+    return client[DB_NAME][COLLECTION], client
+
+
+def private_tree(path: Path) -> None:
+    """Create `path` if needed and keep it for root only: directories 0700, files 0600.
+    The store's files hold every UE's K and OPc."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    for root, dirs, files in os.walk(path):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o700)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o600)
+
+
+def _memory_collection() -> tuple[Any, Any]:
+    try:
+        from montydb import MontyClient
+    except ImportError:
+        raise MissingRequirement("the embedded subscriber store needs montydb: pip install montydb") \
+            from None
+    client = MontyClient(":memory:")
     return client[DB_NAME][COLLECTION], client
 
 
@@ -148,10 +170,10 @@ def start_mongod(state: Path, timeout_s: float = 20.0) -> MongodRecord:
     binary = shutil.which("mongod")
     if binary is None:
         raise MissingRequirement("mongod is not on PATH")
-    state.mkdir(parents=True, exist_ok=True)
+    private_tree(state)
     dbpath = state / "mongod-data"
     shutil.rmtree(dbpath, ignore_errors=True)
-    dbpath.mkdir()
+    dbpath.mkdir(mode=0o700)
     port = _free_port()
     log = open(state / "mongod.log", "ab")  # noqa: SIM115 - handed to the child process
     proc = subprocess.Popen(
@@ -197,18 +219,27 @@ def stop_mongod(state: Path, timeout_s: float = 10.0) -> bool:
 # ---- choosing ------------------------------------------------------------------------------
 @contextmanager
 def open_store(spec: TestbedSpec, mongo_uri: str | None = None,
-               state: Path | None = None) -> Iterator[OpenedStore]:
+               state: Path | None = None, create: bool = True) -> Iterator[OpenedStore]:
     """The subscriber store for `spec`: `mongo_uri`, else `core.mongo_uri`, else (local
-    profile) a local mongod if one is on PATH, else the embedded store under the state dir."""
+    profile) a local mongod if one is on PATH, else the embedded store under the state dir.
+    With `create=False` (a dry run) nothing is created or started: a local store that does not
+    exist yet is an empty one in memory."""
     uri = mongo_uri or spec.core.mongo_uri
     state = state if state is not None else state_dir(spec)
     if uri is None and spec.profile == "lab":
         raise StateError("the lab profile needs the Open5GS MongoDB: set core.mongo_uri in the "
                          "testbed file or pass --mongo-uri")
+    record = read_mongod(state) if uri is None else None
     if uri is not None:
         collection, client = connect(uri)
         kind, where = "uri", redact(uri)
-    elif shutil.which("mongod"):
+    elif not create and record is None and not (state / EMBEDDED_DIR).exists():
+        collection, client = _memory_collection()
+        kind, where = "no store yet", "a dry run creates none"
+    elif not create and record is not None:
+        collection, client = connect(record.uri)
+        kind, where = "mongod", f"{record.uri} (pid {record.pid})"
+    elif shutil.which("mongod") and (create or record is not None):
         record = start_mongod(state)
         collection, client = connect(record.uri)
         kind, where = "mongod", f"{record.uri} (pid {record.pid})"
@@ -220,3 +251,5 @@ def open_store(spec: TestbedSpec, mongo_uri: str | None = None,
         yield OpenedStore(SubscriberStore(collection), kind, where)
     finally:
         client.close()
+        if kind == "embedded":
+            private_tree(state / EMBEDDED_DIR)  # files montydb created under the umask

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.config.yamlfile import read_config_text
+from testbed.config.yamlfile import MAX_TRACE_BYTES, read_config_text
 from testbed.errors import ConfigError, ConfigProblem
 
 MAX_PROBLEMS = 20  # a garbage file stops after this many reported lines
+MAX_COUNT = 10**7  # requests in one line (the paper's busiest second holds a few hundred)
+MAX_DURATION = 7 * 86400.0  # seconds in one line
 
 
 @dataclass(frozen=True)
@@ -102,16 +104,19 @@ def _check_line(parts: list[str], source: str, number: int) -> ConfigProblem | N
         count = int(parts[1])
     except ValueError:
         return ConfigProblem(source, number, "count", f"not an integer: {parts[1][:20]!r}")
-    if not math.isfinite(duration) or duration <= 0:
-        return ConfigProblem(source, number, "duration", f"must be > 0, got {parts[0][:20]}")
+    if not math.isfinite(duration) or duration <= 0 or duration > MAX_DURATION:
+        return ConfigProblem(source, number, "duration",
+                             f"must be > 0 and at most {MAX_DURATION:g} s, got {parts[0][:20]}")
     if count < 0:
         return ConfigProblem(source, number, "count", f"must be >= 0, got {count}")
+    if count > MAX_COUNT:
+        return ConfigProblem(source, number, "count", f"must be at most {MAX_COUNT:g}, got {parts[1][:20]}")
     return None
 
 
 def load_trace(path: str | Path) -> Trace:
     """The trace in the file at `path`; an unreadable or malformed file is a ConfigError naming it."""
-    return parse_trace(read_config_text(path, "trace"), str(path))
+    return parse_trace(read_config_text(path, "trace", MAX_TRACE_BYTES), str(path))
 
 
 def window_trace(

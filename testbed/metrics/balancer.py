@@ -36,6 +36,9 @@ _HOP_BY_HOP = {
 }
 
 
+HEADER_TIMEOUT_S = 60.0  # aiohttp's keep-alive timer: idle or slow-header connections close
+
+
 @dataclass
 class Backend:
     """One replica as the balancer sees it."""
@@ -68,6 +71,10 @@ class ServiceBalancer:
         self._session = session_factory
         self.upstream_timeout_s = upstream_timeout_s
         self.on_failure: Callable[[str, str], None] | None = None  # (service, replica)
+        # a client that closes its connection is normal during a run: counted, reported to
+        # on_lost (service, when) for one line in the run's events, never a traceback
+        self.lost_connections = 0
+        self.on_lost: Callable[[str, str], None] | None = None
         self._busy_area = 0.0  # ∫ Σ_ready min(in_flight, capacity)/capacity dt since the last sample
         self._busy_now = 0.0
         self._busy_since = self._interval_start = time.monotonic()
@@ -130,7 +137,11 @@ class ServiceBalancer:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         start = time.monotonic()
         self.collector.arrival()
-        body = await request.read()
+        try:
+            body = await request.read()
+        except ConnectionError:  # the client left while sending its request
+            self._lost("while sending the request")
+            return web.Response(status=499)  # never sent: the connection is gone
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         status, reason = 0, ""
         response: web.StreamResponse
@@ -179,12 +190,20 @@ class ServiceBalancer:
                 gauge.dec()
                 self._forget_if_idle(b)
         latency_ms = (time.monotonic() - start) * 1000.0
+        if request.transport is None or request.transport.is_closing():
+            self._lost("while waiting for the response")
         violated = self.collector.completion(latency_ms, ok=status < 400)
         if violated:
             self.metrics.violations.labels(self.service, reason or "slow").inc()
         self.metrics.requests.labels(self.service, str(status)).inc()
         self.metrics.duration.labels(self.service).observe(latency_ms / 1000.0)
         return response
+
+    def _lost(self, when: str) -> None:
+        self.lost_connections += 1
+        self.metrics.lost.labels(self.service).inc()
+        if self.on_lost is not None:
+            self.on_lost(self.service, when)
 
     def _replica_failed(self, b: Backend, how: str) -> None:
         if b.in_rotation:
@@ -258,7 +277,9 @@ class LoadBalancer:
         self._sampler = asyncio.create_task(self._sample_loop())
 
     async def _serve(self, app: web.Application, port: int) -> int:
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # a connection that sends no whole request (headers included) in this long is closed
+        runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                               keepalive_timeout=HEADER_TIMEOUT_S)
         await runner.setup()
         self._runners.append(runner)
         site = web.TCPSite(runner, self.host, port, backlog=2048)

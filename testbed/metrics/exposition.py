@@ -12,6 +12,7 @@ IN_FLIGHT = "testbed_replica_in_flight"  # {service, replica}
 READY = "testbed_replicas_ready"  # {service}
 CAPACITY = "testbed_replica_capacity"  # {service}
 UTILIZATION = "testbed_instance_utilization"  # {service}, last per-interval sample
+LOST = "testbed_client_connections_lost_total"  # {service}: clients gone before their response
 
 _BASE_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 4.0, 5.0, 10.0, 30.0)
 
@@ -42,3 +43,5 @@ class BalancerMetrics:
                               registry=r)
         self.utilization = Gauge(UTILIZATION, "Instance utilization of the last sampling interval",
                                  ["service"], registry=r)
+        self.lost = Counter(LOST.removesuffix("_total"), "Client connections lost before the "
+                            "response was sent", ["service"], registry=r)

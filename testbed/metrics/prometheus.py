@@ -163,6 +163,41 @@ class PrometheusMetrics:
         self.timeout_s = timeout_s
         self._fetch = fetch
         self._clock = clock
+        self.started = clock()  # `totals` count from here (see `restart`)
+
+    def check(self) -> str:
+        """Reachable and answering the API: its version (GET /api/v1/status/buildinfo)."""
+        body = self._fetch(f"{self.base_url}/api/v1/status/buildinfo", self.timeout_s)
+        try:
+            doc = json.loads(body)
+            return str(doc["data"]["version"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise StateError(f"{self.base_url} does not answer like Prometheus's HTTP API "
+                             f"(/api/v1/status/buildinfo: {exc})") from None
+
+    def for_services(self, names: Iterable[str]) -> PrometheusMetrics:
+        """The same Prometheus for a subset of the services (a cell's), counting from now."""
+        keep = set(names)
+        return PrometheusMetrics(self.base_url, [s for s in self._services.values()
+                                                 if s.name in keep],
+                                 timeout_s=self.timeout_s, fetch=self._fetch, clock=self._clock)
+
+    # --- MetricsSource ------------------------------------------------------------------------
+
+    def restart(self) -> None:
+        """Count `totals` from now (the runner's cells each start from zero)."""
+        self.started = self._clock()
+
+    def windows(self, seconds: float) -> dict[str, WindowMetrics]:
+        """Every configured service's last `seconds`, all at the same instant."""
+        at = self._clock()
+        return {name: self.window(name, seconds, end=at) for name in self._services}
+
+    def totals(self, service: str) -> tuple[int, int]:
+        """(arrivals, SLO violations) since `started`: one window over that span."""
+        at = self._clock()
+        w = self.window(service, max(at - self.started, 1.0), end=at)
+        return w.arrivals, w.violations
 
     def query(self, promql: str, at: float | None = None) -> float | None:
         """One instant query (GET /api/v1/query) evaluated at `at` (Unix seconds, default now)."""

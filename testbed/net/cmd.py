@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 import shutil
+import signal
 import subprocess
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 
 from testbed.errors import MissingRequirement, TestbedError
 
@@ -62,3 +66,26 @@ def require_binaries(*names: str) -> None:
         raise MissingRequirement(
             "; ".join(f"{n} not found: {install_hint(n)}" for n in missing)
         )
+
+
+_PR_SET_PDEATHSIG = 1
+try:  # resolved now: after fork only async-signal-safe work belongs in the child
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+except (OSError, AttributeError):
+    _prctl = None
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child get `sig` when this process dies, even by SIGKILL
+    (Linux PR_SET_PDEATHSIG; it survives `ip netns exec`'s exec). The signal follows the thread
+    that starts the child, so start children from a thread that outlives them. None elsewhere."""
+    if _prctl is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        _prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the line above
+            os.kill(os.getpid(), sig)
+
+    return preexec

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from testbed.errors import TestbedError
-from testbed.net.cmd import Runner, in_ns, require_binaries
+from testbed.net.cmd import Runner, die_with_parent, in_ns, require_binaries
 from testbed.net.topology import UE, Topology
 
 BASE_PORT = 5201
@@ -125,7 +125,7 @@ class IperfSession:
         dn = str(topology.dn_addr)
         server = subprocess.Popen(
             in_ns(topology.dn.name, ["iperf3", "-s", "-1", "-J", "-B", dn, "-p", str(port)]),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent())
         try:
             _wait_listening(topology, port, runner, server)
             argv = ["iperf3", "-c", dn, "-p", str(port), "-B", str(ue.address), "-P", str(flows),
@@ -133,7 +133,8 @@ class IperfSession:
             if reverse:
                 argv += ["-R", "--get-server-output"]  # the server is the sender: its RTTs
             client = subprocess.Popen(in_ns(ue.host.name, argv), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True)
+                                      stderr=subprocess.PIPE, text=True,
+                                      preexec_fn=die_with_parent())
         except BaseException:
             server.kill()
             server.wait()

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.config.secrets import unredact_testbed
+from testbed.config.testbed_spec import NAME_PATTERN, TestbedSpec
 from testbed.errors import StateError
 
 STATE_DIR_ENV = "TESTBED_STATE_DIR"
@@ -22,6 +25,19 @@ DEFAULT_STATE_DIR = Path("/run/testbed")
 
 def state_dir() -> Path:
     return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR)
+
+
+_NAME = re.compile(NAME_PATTERN)
+
+
+def check_name(name: str) -> str:
+    """`name` if it is a testbed name (the `name:` pattern of the testbed file), else a
+    StateError: every path and namespace prefix derived from a name goes through here, so
+    `--name ../../x` or `--name ''` never reaches the filesystem or matches every testbed."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise StateError(f"{name!r} is not a testbed name (a lowercase letter, then up to 11 "
+                         "lowercase letters or digits)")
+    return name
 
 
 @dataclass
@@ -51,6 +67,10 @@ class TestbedState:
     def path(self) -> Path:
         return state_path(self.name)
 
+    def testbed_spec(self) -> TestbedSpec:
+        """The recorded spec as a TestbedSpec (its masked secrets back to the defaults)."""
+        return TestbedSpec.model_validate(unredact_testbed(self.spec))
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
 
@@ -62,7 +82,7 @@ class TestbedState:
 
 
 def state_path(name: str) -> Path:
-    return state_dir() / f"{name}.json"
+    return state_dir() / f"{check_name(name)}.json"
 
 
 def create_state(state: TestbedState) -> None:
@@ -104,7 +124,7 @@ def recorded_names() -> list[str]:
     d = state_dir()
     if not d.is_dir():
         return []
-    return sorted(p.stem for p in d.glob("*.json"))
+    return sorted(p.stem for p in d.glob("*.json") if _NAME.fullmatch(p.stem))
 
 
 def process_start_time(pid: int) -> float | None:

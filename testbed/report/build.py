@@ -111,8 +111,9 @@ def build_document(run_dir: Path) -> Document:
         if img:
             ts.images.append(img)
     if ts.images:
-        ts.paragraphs.append("Ready replicas and arrivals per sample (first repetition of each "
-                             "cell).")
+        ts.paragraphs.append("Ready replicas and arrivals per sample; latency (p50, p99) and "
+                             "the share of requests that violated their SLO per time bucket, by "
+                             "send time, in scenario time (first repetition of each cell).")
         doc.sections.append(ts)
     return doc
 

@@ -1,7 +1,10 @@
-"""Plots of a run: Fig 5.7/5.8-style bars, time series of replicas and request rate, iperf3."""
+"""Plots of a run: Fig 5.7/5.8-style bars; over time replicas, request rate, latency and SLO
+violations; iperf3."""
 
 from __future__ import annotations
 
+import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -10,7 +13,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
+from testbed.scenario.results import SLO_MS, percentile
 from testbed.scenario.rundir import read_jsonl
 
 TITLES = {"chatbot": "Chatbot", "imgcls": "Image classification", "tts": "Text to speech"}
@@ -81,31 +86,110 @@ def service_bars(rows: list[dict[str, Any]], out: Path) -> Path | None:
 
 
 def timeseries(cell_dir: Path, out: Path, name: str) -> Path | None:
-    """Ready replicas and request rate over time for one cell repetition."""
+    """One cell repetition over scenario time: ready replicas, request rate, latency (p50 and
+    p99 per time bucket, from the request records) and the SLO violation rate per bucket."""
     samples = read_jsonl(cell_dir / "samples.jsonl")
     if not samples:
         return None
     by_service: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for s in samples:
         by_service[s["service"]].append(s)
-    fig, axes = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+    buckets = latency_buckets(cell_dir)
+    fig, axes = plt.subplots(4, 1, figsize=(9, 9.5), sharex=True,
+                             gridspec_kw={"height_ratios": [1, 1, 1.4, 1]})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for k, (service, rows) in enumerate(sorted(by_service.items())):
+        color = colors[k % len(colors)]
         t = [r["t"] for r in rows]
         # offset the step lines a little so services with equal counts stay visible
-        axes[0].step(t, [r["ready"] + 0.04 * (k - 1) for r in rows], where="post", label=service)
+        axes[0].step(t, [r["ready"] + 0.04 * (k - 1) for r in rows], where="post", label=service,
+                     color=color)
         rate_t, rate = _rates(rows)
-        axes[1].plot(rate_t, rate, label=service, linewidth=0.9)
+        axes[1].plot(rate_t, rate, label=service, linewidth=0.9, color=color)
+        b = buckets.get(service)
+        if b is None:
+            continue
+        axes[2].plot(b["t"], b["p50"], color=color, linewidth=1.2, marker=".", markersize=3,
+                     label=f"{service} p50")
+        axes[2].plot(b["t"], b["p99"], color=color, linewidth=0.9, linestyle="--",
+                     label=f"{service} p99")
+        if b["slo_ms"]:
+            axes[2].axhline(b["slo_ms"], color=color, linewidth=0.8, linestyle=":", alpha=0.8)
+        axes[3].step(b["t"], [100 * v for v in b["violation_rate"]], where="mid", color=color,
+                     label=service)
     axes[0].set_ylabel("ready replicas")
-    axes[1].set_ylabel("requests/s (5 s mean)")
-    axes[1].set_xlabel("scenario time (s), from the first request")
+    # whole replicas on the axis: the small offsets above must not read as 0.96 replicas
+    counts = [r["ready"] for r in samples]
+    axes[0].set_ylim(min(counts) - 0.5, max(counts) + 0.5)
+    axes[0].yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    axes[1].set_ylabel("requests/s\n(5 s mean)")
+    bucket_s = next(iter(buckets.values()))["bucket_s"] if buckets else None
+    per = f" per {bucket_s:g} s" if bucket_s else ""
+    axes[2].set_ylabel(f"latency (ms){per}\np50 solid, p99 dashed")
+    if buckets:
+        axes[2].set_yscale("log")
+        axes[2].text(0.995, 0.02, "dotted: SLO", transform=axes[2].transAxes, ha="right",
+                     va="bottom", fontsize=7, alpha=0.8)
+    axes[3].set_ylabel(f"SLO violations (%)\n{per.strip()}")
+    worst = max((v for b in buckets.values() for v in b["violation_rate"]), default=0.0)
+    top = min(100.0, max(10.0, 115 * worst))  # small rates stay visible, 100 % still fits
+    axes[3].set_ylim(-top * 0.03, top)
+    axes[3].set_xlabel("scenario time (s), from the first request")
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, ncol=2 if ax is axes[2] else 1, loc="upper left")
     fig.tight_layout()
     path = out / f"timeseries-{name}.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def latency_buckets(cell_dir: Path, n_buckets: int = 40) -> dict[str, dict[str, Any]]:
+    """Per service, the request records in time buckets of scenario time (by send time, from
+    the cell's first request): p50/p99 latency of the answered requests and the share that
+    violated the SLO (an error, or slower than the SLO), both in scenario time."""
+    info_path = cell_dir / "cell.json"
+    if not info_path.exists():
+        return {}
+    info = json.loads(info_path.read_text())
+    ts = float(info.get("time_scale") or 1.0)
+    records = [r for f in sorted((cell_dir / "requests").glob("*.jsonl")) for r in read_jsonl(f)]
+    if not records:
+        return {}
+    t0 = info.get("measure_started") or min(r["sent"] for r in records)
+    duration = float(info.get("measured_s") or info.get("duration_s") or 0.0)
+    span = max(duration, max((r["sent"] - t0) * ts for r in records), 1.0)
+    bucket_s = _nice(span / n_buckets)
+    slo = info.get("slo_ms") or {}
+    grouped: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        t = (r["sent"] - t0) * ts
+        if t >= 0:
+            grouped[r["service"]][int(t // bucket_s)].append(r)
+    out = {}
+    for service, by_bucket in grouped.items():
+        slo_ms = slo.get(service, SLO_MS.get(service))
+        series: dict[str, Any] = {"t": [], "p50": [], "p99": [], "violation_rate": [],
+                                  "bucket_s": bucket_s, "slo_ms": slo_ms}
+        for i in sorted(by_bucket):
+            rows = by_bucket[i]
+            lat = [r["latency_ms"] * ts for r in rows if r.get("error") is None]
+            bad = sum(1 for r in rows if r.get("error") is not None
+                      or (slo_ms is not None and r["latency_ms"] * ts > slo_ms))
+            series["t"].append((i + 0.5) * bucket_s)
+            series["p50"].append(percentile(lat, 0.5) if lat else float("nan"))
+            series["p99"].append(percentile(lat, 0.99) if lat else float("nan"))
+            series["violation_rate"].append(bad / len(rows))
+        out[service] = series
+    return out
+
+
+def _nice(x: float) -> float:
+    """The next of 1, 2, 5 × 10^k at or above x (bucket widths that read well on an axis)."""
+    k = 10 ** math.floor(math.log10(x)) if x > 0 else 1.0
+    return next(m * k for m in (1, 2, 5, 10) if m * k >= x)
 
 
 def _rates(rows: list[dict[str, Any]], span: int = 5) -> tuple[list[float], list[float]]:

@@ -40,6 +40,10 @@ _TOKEN = re.compile(r"\s*(?:(?P<num>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|(?P<name>[A-
                     r"|(?P<sel>\[[^\]]*\])|(?P<op><=|>=|==|!=|[<>+\-*/()]))")
 
 
+MAX_CHECK_CHARS = 2000  # one check is a line or two
+MAX_NESTING = 32  # parentheses and unary minus
+
+
 class ExpectSyntaxError(ValueError):
     pass
 
@@ -76,8 +80,12 @@ class Check:
 
 
 def parse(text: str) -> Check:
+    if len(text) > MAX_CHECK_CHARS:
+        raise ExpectSyntaxError(f"a check is at most {MAX_CHECK_CHARS} characters, this one has "
+                                f"{len(text)}")
     tokens = _tokenize(text)
     pos = 0
+    depth = 0
 
     def peek() -> tuple[str, str] | None:
         return tokens[pos] if pos < len(tokens) else None
@@ -89,17 +97,27 @@ def parse(text: str) -> Check:
         pos += 1
         return tokens[pos - 1]
 
+    def nested(parse_inner: Any) -> Any:
+        nonlocal depth
+        depth += 1
+        if depth > MAX_NESTING:
+            raise ExpectSyntaxError(f"nested deeper than {MAX_NESTING} levels in {text[:60]!r}...")
+        try:
+            return parse_inner()
+        finally:
+            depth -= 1
+
     def atom() -> Any:
         kind, val = take()
         if kind == "num":
             return float(val)
         if kind == "op" and val == "(":
-            node = expr()
+            node = nested(expr)
             if take() != ("op", ")"):
                 raise ExpectSyntaxError(f"missing ')' in {text!r}")
             return node
         if kind == "op" and val == "-":
-            return ("neg", atom())
+            return ("neg", nested(atom))
         if kind == "name":
             sels: tuple[tuple[str, str], ...] = ()
             if peek() and peek()[0] == "sel":
@@ -157,9 +175,16 @@ def _selectors(raw: str, text: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def check_expectations(scn: Scenario) -> list[tuple[tuple, str]]:
+def check_expectations(scn: Scenario, slices: list[str] | None = None) -> list[tuple[tuple, str]]:
+    """Syntax, metrics, selector keys and values (a service, slice, repetition or matrix value
+    that no row can have), and division by a constant zero."""
     problems = []
     keys = FIXED_KEYS | set(scn.matrix)
+    values: dict[str, set[str]] = {k: {_norm(v) for v in vs} for k, vs in scn.matrix.items()}
+    values.setdefault("service", {_norm(s.name) for s in scn.services})
+    values["rep"] = {_norm(r) for r in range(scn.repetitions)}
+    if slices is not None:
+        values["slice"] = {_norm(s) for s in slices}
     for i, text in enumerate(scn.expect):
         try:
             check = parse(text)
@@ -170,11 +195,53 @@ def check_expectations(scn: Scenario) -> list[tuple[tuple, str]]:
             if term.metric not in METRICS:
                 problems.append((("expect", i), f"unknown metric {term.metric!r} "
                                  f"(metrics: {', '.join(METRICS)})"))
-            for k, _ in term.selectors:
+            for k, v in term.selectors:
                 if k not in keys:
                     problems.append((("expect", i), f"unknown selector {k!r} in {term} "
                                      f"(keys: {', '.join(sorted(keys))})"))
+                elif k in values and _norm(v) not in values[k]:
+                    problems.append((("expect", i), f"{k}={v} in {term} matches no result "
+                                     f"({k}: {', '.join(sorted(values[k]))})"))
+        for side in (check.left, check.right):
+            zero = _constant_zero_divisor(side)
+            if zero is not None:
+                problems.append((("expect", i), f"division by zero: the divisor {zero} is always 0"))
     return problems
+
+
+def _constant(node: Any) -> float | None:
+    """The value of a subexpression without terms, else None."""
+    if isinstance(node, float):
+        return node
+    if isinstance(node, Term):
+        return None
+    if node[0] == "neg":
+        v = _constant(node[1])
+        return None if v is None else -v
+    a, b = _constant(node[1]), _constant(node[2])
+    if a is None or b is None or (node[0] == "/" and b == 0):
+        return None
+    return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else 0.0}[node[0]]
+
+
+def _constant_zero_divisor(node: Any) -> str | None:
+    if isinstance(node, float | Term):
+        return None
+    if node[0] == "neg":
+        return _constant_zero_divisor(node[1])
+    if node[0] == "/" and _constant(node[2]) == 0:
+        return _show(node[2])
+    return _constant_zero_divisor(node[1]) or _constant_zero_divisor(node[2])
+
+
+def _show(node: Any) -> str:
+    if isinstance(node, float):
+        return f"{node:g}"
+    if isinstance(node, Term):
+        return str(node)
+    if node[0] == "neg":
+        return f"-{_show(node[1])}"
+    return f"({_show(node[1])} {node[0]} {_show(node[2])})"
 
 
 @dataclass(frozen=True)

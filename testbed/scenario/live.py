@@ -49,22 +49,31 @@ class LiveView:
         self._wall = wall
         self._elapsed = 0.0
         if not self.enabled:
-            self.console.print(self._header)
+            self.console.print(Text(self._header))  # labels hold user values: never markup
 
     def note(self, text: str) -> None:
         self._notes.append(text)
         if not self.enabled:
-            self.console.print(text)
+            self.console.print(Text(text))
 
-    def update(self, cluster: Any, elapsed: float) -> None:
+    def log(self, text: str) -> None:
+        """A line that stays on screen (above the live view), e.g. a cell's testbed name."""
+        self.console.print(Text(text))
+
+    def update(self, rows: list[tuple[str, Any, int, int]], elapsed: float) -> None:
+        """The latest sample: (service, its 5 s WindowMetrics or None, ready, desired) per service."""
         self._elapsed = elapsed
-        rows = []
-        for name, w in sorted(cluster.window(5.0).items()):  # scenario seconds and units
-            rows.append((name, f"{w.request_rate:.1f}",
-                         "–" if w.mean_proc_time_ms is None else f"{w.mean_proc_time_ms:.0f}",
-                         f"{100 * w.slo_violation_rate:.1f} %",
-                         f"{cluster.ready_replicas(name)}/{cluster.desired_replicas(name)}"))
-        self._rows = rows
+        out = []
+        for name, w, ready, desired in sorted(rows, key=lambda r: r[0]):
+            out.append((name, "–" if w is None else f"{w.request_rate:.1f}",
+                        "–" if w is None or w.mean_proc_time_ms is None
+                        else f"{w.mean_proc_time_ms:.0f}",
+                        "–" if w is None else f"{100 * w.slo_violation_rate:.1f} %",
+                        f"{ready}/{desired}"))
+        self._rows = out
+
+    def tick(self, elapsed: float) -> None:
+        self._elapsed = elapsed
 
     def refresh(self) -> None:
         if self._live is not None:

@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from testbed.config import TestbedSpec
-from testbed.config.yamlfile import LocatedYaml, load_yaml_file, parse_yaml, validate
+from testbed.config import TestbedSpec, check_testbed
+from testbed.config.yamlfile import LocatedYaml, format_path, load_yaml_file, parse_yaml, validate
 from testbed.errors import ConfigError
+from testbed.load.trace import load_trace
 from testbed.scenario.expect import check_expectations
 from testbed.scenario.matrix import check_matrix, expand
-from testbed.scenario.spec import Scenario, check_scenario, resolve_testbed
+from testbed.scenario.spec import Scenario, check_scenario, resolve_testbed, trace_dir
 
 
 class LoadedScenario:
@@ -46,12 +47,20 @@ def scenario_from_yaml(doc: LocatedYaml, base_dir: Path,
         raise ConfigError([doc.problem(("testbed",), p.message) for p in exc.problems]) from None
     problems = check_scenario(scn, testbed, base_dir)
     problems += check_matrix(scn, testbed)
-    problems += check_expectations(scn)
+    problems += check_expectations(scn, [s.name for s in testbed.slices])
     if not problems:
         problems += _check_cells(scn, testbed)
     if problems:
         raise ConfigError([doc.problem(path, msg) for path, msg in problems])
+    _check_traces(scn, base_dir)
     return LoadedScenario(scn, testbed, doc, base_dir)
+
+
+def _check_traces(scn: Scenario, base_dir: Path) -> None:
+    """Read every client's trace now, so a malformed one fails before a testbed is built; its
+    errors name the trace file and line."""
+    for path in sorted({trace_dir(scn, base_dir) / c.trace for c in scn.clients if c.trace}):
+        load_trace(path)
 
 
 def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> LoadedScenario:
@@ -68,6 +77,8 @@ def _check_cells(scn: Scenario, testbed: TestbedSpec) -> list[tuple[tuple, str]]
     """Rules that hold per matrix cell: the initial replicas fit the resource units."""
     problems: list[tuple[tuple, str]] = []
     for cell in expand(scn, testbed):
+        for path, msg in check_testbed(cell.testbed) if cell.params else []:
+            problems.append((("matrix",), f"cell {cell.label}: testbed.{format_path(path)}: {msg}"))
         units = sum(s.replicas for s in cell.scenario.services)
         if cell.scenario.engine == "testbed" and units > cell.scenario.total_units:
             problems.append((("total_units",), f"cell {cell.label}: initial replicas need "

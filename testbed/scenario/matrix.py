@@ -19,6 +19,7 @@ from testbed.config import TestbedSpec
 from testbed.scenario.spec import Scenario
 
 TOP_LEVEL = ("time_scale", "duration_s", "total_units", "seed", "scaler_period_s")
+MAX_CELLS = 1000  # cells of one run (each brings up a testbed): more is a typo, not a plan
 
 
 @dataclass(frozen=True)
@@ -57,16 +58,16 @@ def _alias(key: str, scn: Scenario) -> Callable[[Scenario, TestbedSpec, Any],
     """The setter a matrix key stands for, or None when no field of this scenario uses it."""
     if key == "slicing":
         return lambda s, t, v: (s, t.model_copy(update={"link": t.link.model_copy(
-            update={"slicing": bool(v)})}))
+            update={"slicing": v})}))
     if key == "capacity_mbit":
         return lambda s, t, v: (s, t.model_copy(update={"link": t.link.model_copy(
-            update={"capacity_mbit": float(v)})}))
+            update={"capacity_mbit": v})}))
     if key == "iperf_flows" and scn.cross_traffic:
         return lambda s, t, v: (s.model_copy(update={"cross_traffic": _update_list(
-            s.cross_traffic, "flows", int(v))}), t)
+            s.cross_traffic, "flows", v)}), t)
     if key in ("ratio", "rate") and any(getattr(c, key) is not None for c in scn.clients):
         def set_clients(s: Scenario, t: TestbedSpec, v: Any) -> tuple[Scenario, TestbedSpec]:
-            clients = [c.model_copy(update={key: float(v)}) if getattr(c, key) is not None else c
+            clients = [c.model_copy(update={key: v}) if getattr(c, key) is not None else c
                        for c in s.clients]
             return s.model_copy(update={"clients": clients}), t
         return set_clients
@@ -116,7 +117,14 @@ def _alias(key: str, scn: Scenario) -> Callable[[Scenario, TestbedSpec, Any],
 
 def check_matrix(scn: Scenario, testbed: TestbedSpec) -> list[tuple[tuple, str]]:
     """Every key must set a field, and every value must be valid for it."""
-    problems = []
+    problems: list[tuple[tuple, str]] = []
+    cells = 1
+    for values in scn.matrix.values():
+        cells *= max(1, len(values))
+        if cells > MAX_CELLS:
+            sizes = " x ".join(str(len(v)) for v in scn.matrix.values())
+            return [(("matrix",), f"{sizes} values make more than {MAX_CELLS} cells; split the "
+                     "scenario or drop values")]
     for key, values in scn.matrix.items():
         setter = _alias(key, scn)
         if setter is None:
@@ -129,8 +137,8 @@ def check_matrix(scn: Scenario, testbed: TestbedSpec) -> list[tuple[tuple, str]]
         for i, value in enumerate(values):
             try:
                 s, t = setter(scn, testbed, value)
-                Scenario.model_validate(s.model_dump())
-                TestbedSpec.model_validate(t.model_dump())
+                Scenario.model_validate(s.model_dump(warnings=False))
+                TestbedSpec.model_validate(t.model_dump(warnings=False))
             except ValidationError as exc:
                 err = exc.errors()[0]
                 where = ".".join(str(p) for p in err["loc"])
@@ -153,7 +161,7 @@ def expand(scn: Scenario, testbed: TestbedSpec) -> list[Cell]:
             assert setter is not None  # checked at load time
             s, t = setter(s, t, value)
         # re-validate so a matrix value of the wrong type is caught before anything starts
-        s = Scenario.model_validate(s.model_dump())
-        t = TestbedSpec.model_validate(t.model_dump())
+        s = Scenario.model_validate(s.model_dump(warnings=False))
+        t = TestbedSpec.model_validate(t.model_dump(warnings=False))
         cells.append(Cell(i, dict(zip(keys, combo, strict=True)), s, t))
     return cells

@@ -22,6 +22,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from testbed.config.secrets import redact_scenario, redact_testbed
+
 PACKAGES = ("testbed", "pydantic", "aiohttp", "numpy", "pymongo", "montydb", "torch",
             "stable-baselines3", "sb3-contrib", "gymnasium", "matplotlib", "typer", "rich")
 
@@ -77,8 +79,8 @@ def write_manifest(run_dir: Path, *, scenario: dict[str, Any], testbed: dict[str
         "source": source,
         "base_dir": str(Path(base_dir).resolve()),
         "profile": profile,
-        "scenario": scenario,
-        "testbed": testbed,
+        "scenario": redact_scenario(scenario),  # no key seed or K/OPc: run dirs are shared
+        "testbed": redact_testbed(testbed),
         "overrides": overrides,
         "seed": scenario.get("seed"),
         "commit": git_commit(),

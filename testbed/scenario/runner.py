@@ -1,30 +1,28 @@
-"""Runs a scenario end to end on the local profile, cell by cell, into a run directory.
+"""Runs a scenario end to end on any profile, cell by cell, into a run directory.
 
-For each matrix cell and repetition: up → provision → services → iperf3 + clients → scaler loop
-every period → stop → collect → down. The cell's asyncio work runs in a thread inside the
-data-network namespace (`NetnsLoop`); clients run as `testbed load` processes inside their UE
-group's namespace and stream their records to the cell directory, so Ctrl-C keeps them.
+For each matrix cell and repetition the profile (`testbed.scenario.backends`) prepares the cell
+and supplies a cluster backend, a metrics source and a traffic backend; the runner then does the
+same on every profile: replicas ready → iperf3 + clients → a sample every scenario second (5 on
+the lab) and a scaler decision every period → stop → records. Local: a fresh testbed per cell,
+the cell's asyncio work in the data-network namespace, clients in UE namespaces. Lab: the lab's
+Deployments, Prometheus and UE hosts (`testbed.scenario.lab`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import secrets
-import signal
-import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from testbed.bringup.local import LocalTestbed, sigint_deferred
+from testbed.cluster.base import ClusterBackend
 from testbed.errors import TestbedError
-from testbed.net.iperf import IperfSession
-from testbed.net.netns import NetnsLoop
+from testbed.load.traffic import ClientJob, IperfJob
+from testbed.scenario.backends import CellBackends, LocalProfile, Profile
 from testbed.scenario.expect import Outcome, evaluate_all
 from testbed.scenario.live import LiveView
 from testbed.scenario.load import LoadedScenario
@@ -44,6 +42,9 @@ class RunOptions:
     progress: bool = True
     console: Console | None = None
     run_dir: Path | None = None
+    lab: Any = None  # testbed.scenario.lab.LabOptions for the lab profile (inventory, --check)
+    # builds the profile from the run (Python callers and tests: a lab profile on other clients)
+    profile_factory: Callable[[ScenarioRun], Profile] | None = None
 
 
 @dataclass
@@ -81,14 +82,15 @@ class ScenarioRun:
 
     def __init__(self, loaded: LoadedScenario, options: RunOptions | None = None):
         self.options = options or RunOptions()
-        if self.options.profile != "local":
-            raise TestbedError(
-                f"profile {self.options.profile!r}: scenarios run on the local profile here; on "
-                "a lab, bring it up with `testbed up --profile lab` and run clients against it")
+        if self.options.profile not in ("local", "lab"):
+            raise TestbedError(f"profile {self.options.profile!r}: local or lab")
+        if self.options.profile == "lab" and self.options.lab is None \
+                and self.options.profile_factory is None:
+            raise TestbedError("the lab profile needs an inventory (-i INVENTORY)")
         self.loaded = loaded
         self.scenario = effective(loaded, self.options)
         self.cells = expand(self.scenario, loaded.testbed)
-        if self.scenario.engine == "testbed":
+        if self.scenario.engine == "testbed" and self.options.profile == "local":
             from testbed.bringup.local import require_root
 
             require_root("a testbed scenario")
@@ -104,6 +106,27 @@ class ScenarioRun:
                                   if v is not None})
         self.problems: list[str] = []
         self.interrupted = False
+        self.profile: Profile | None = None
+        if self.scenario.engine == "testbed":
+            self.profile = self._make_profile()
+
+    def _make_profile(self) -> Profile:
+        if self.options.profile_factory is not None:
+            return self.options.profile_factory(self)
+        if self.options.profile == "local":
+            return LocalProfile()
+        from testbed.scenario.lab import LabProfile
+
+        return LabProfile(self.options.lab, self.scenario, self.loaded.testbed,
+                          self.loaded.base_dir, self.run_dir)
+
+    def close(self) -> None:
+        """Undo what the profile holds for the run (the lab: units, replicas, shaping)."""
+        if self.profile is not None:
+            problems = self.profile.close() or []
+            self.profile = None
+            for p in problems:
+                self.problems.append(f"cleanup: {p}")
 
     def run_cell(self, cell: Cell, view: LiveView | None = None) -> list[str]:
         """Every repetition of one cell; returns the problems it recorded."""
@@ -115,7 +138,8 @@ class ScenarioRun:
                 problems += SimCellRunner(cell, rep, celldir, self.loaded.base_dir, view).run()
             else:
                 try:
-                    problems += CellRunner(cell, rep, celldir, self.loaded.base_dir, view).run()
+                    problems += CellRunner(cell, rep, celldir, self.loaded.base_dir, view,
+                                           self.profile).run()
                 except KeyboardInterrupt:
                     self.interrupted = True
                     raise
@@ -123,6 +147,7 @@ class ScenarioRun:
         return problems
 
     def finish(self) -> RunResult:
+        self.close()
         rows = run_rows(self.run_dir)
         outcomes = evaluate_all(self.scenario.expect, rows) if not self.interrupted else []
         (self.run_dir / "results.json").write_text(json.dumps(
@@ -137,12 +162,15 @@ def run_scenario(loaded: LoadedScenario, options: RunOptions | None = None) -> R
     run = ScenarioRun(loaded, options)
     view = LiveView(run.console, run.cells, run.scenario.repetitions,
                     enabled=run.options.progress)
-    with view:
-        for cell in run.cells:
-            try:
-                run.run_cell(cell, view)
-            except KeyboardInterrupt:
-                break
+    try:
+        with view:
+            for cell in run.cells:
+                try:
+                    run.run_cell(cell, view)
+                except KeyboardInterrupt:
+                    break
+    finally:
+        run.close()
     return run.finish()
 
 
@@ -170,17 +198,22 @@ class SimCellRunner:
 
 
 class CellRunner:
-    """One repetition of one cell: owns its testbed, cluster, clients and iperf3 sessions."""
+    """One repetition of one cell on any profile: the profile supplies the cluster, metrics and
+    traffic backends; this drives them (replicas ready → iperf3 + clients → samples and a scaler
+    decision every period → stop → records)."""
 
-    def __init__(self, cell: Cell, rep: int, celldir: CellDir, base_dir: Path, view: LiveView):
+    def __init__(self, cell: Cell, rep: int, celldir: CellDir, base_dir: Path, view: LiveView,
+                 profile: Profile | None = None):
         self.cell, self.rep, self.dir, self.base_dir, self.view = cell, rep, celldir, base_dir, view
+        self.profile = profile or LocalProfile()
         self.scn = cell.scenario
         self.problems: list[str] = []
+        self.closing = False  # set once the cell stops its own replicas
         self.info: dict[str, Any] = {
             "slug": cell.slug, "label": cell.label, "params": cell.params, "rep": rep,
             "services": [s.name for s in self.scn.services], "time_scale": self.scn.time_scale,
             "duration_s": self.scn.duration_s, "slo_ms": SLO_MS, "status": "running",
-            "started": time.time(), "problems": self.problems,
+            "profile": self.profile.name, "started": time.time(), "problems": self.problems,
         }
         self._write_info()
 
@@ -191,29 +224,24 @@ class CellRunner:
         self.problems.append(text)
         append_jsonl(self.dir.events, {"t": time.time(), "kind": "problem", "detail": text})
 
+    def event(self, row: dict[str, Any]) -> None:
+        append_jsonl(self.dir.events, row)
+
+    def profiles(self) -> dict[str, Any]:
+        """The services' profiles (capacity, units, timing), recorded in the cell's info."""
+        from testbed.profiles import load_profiles
+
+        scn = self.scn
+        profiles = load_profiles(self.base_dir / scn.service_profiles if scn.service_profiles
+                                 else None)
+        self.info["profiles"] = {s.name: profiles[s.name].model_dump(mode="json", exclude={"sources"})
+                                 for s in scn.services}
+        return profiles
+
     def run(self) -> list[str]:
-        # a fresh name per cell: runs never collide with a testbed the user has up
-        name = "r" + secrets.token_hex(3)
-        spec = self.cell.testbed.model_copy(update={"name": name})
-        tb = LocalTestbed(spec, provision=True, store_dir=self.dir.path / "store")
         status = "failed"
         try:
-            tb.up()
-            self.info["testbed"] = {"name": name, "namespaces": tb.topology.namespaces}
-            self.info["provisioned"] = tb.provisioned
-            job = NetnsLoop(tb.topology.dn.name, lambda: self._main(tb))
-            job.start()
-            try:
-                while not job.join(0.25):
-                    self.view.refresh()
-            except KeyboardInterrupt:
-                self.view.note("interrupted: stopping clients, keeping what was collected…")
-                job.cancel()
-                with sigint_deferred():
-                    job.join()
-                status = "interrupted"
-                raise
-            job.result()
+            self.profile.run_cell(self, self._main)
             status = "ok"
             if self.scn.compare_sim:
                 self._compare_sim()
@@ -224,8 +252,6 @@ class CellRunner:
             self.problem(str(exc))
             raise
         finally:
-            with sigint_deferred():
-                tb.down()
             self.info.update(status=status, ended=time.time())
             self._write_info()
         return self.problems
@@ -248,73 +274,77 @@ class CellRunner:
         (out / f"{self.cell.slug}-rep-{self.rep}.json").write_text(json.dumps(
             {"cell": self.cell.slug, "rep": self.rep, "services": results}, indent=1))
 
-    async def _main(self, tb: LocalTestbed) -> None:
-        from testbed.cluster.local import LocalCluster
+    def iperf_jobs(self, wall: float) -> list[IperfJob]:
+        return [IperfJob(slice=x.slice, flows=x.flows, duration_s=max(1.0, wall + 1),
+                         reverse=x.direction == "downlink",
+                         out=self.dir.iperf / f"{x.slice}-{x.direction}.json")
+                for x in self.scn.cross_traffic if x.flows > 0]
+
+    def client_jobs(self, cluster: ClusterBackend) -> list[ClientJob]:
+        scn = self.scn
+        ts = scn.time_scale
+        jobs = []
+        for i, c in enumerate(scn.clients):
+            args = ["--timeout", f"{4.0 / ts:g}", "--seed", str(scn.seed + 1000 * self.rep + i)]
+            trace = None
+            if c.trace:
+                trace = trace_dir(scn, self.base_dir) / c.trace
+                args += ["--ratio", f"{c.ratio:g}", "--shift", f"{c.shift_hours:g}",
+                         "--start", f"{c.start_s:g}", "--duration", f"{scn.duration_s:g}",
+                         "--speedup", f"{ts:g}"]
+            else:
+                args += ["--rate", f"{c.rate * ts:g}", "--duration", f"{scn.duration_s / ts:g}"]
+            jobs.append(ClientJob(
+                index=i, service=c.service, ue_group=c.ue_group, url=cluster.endpoint(c.service),
+                out=self.dir.requests / f"{c.service}-{c.ue_group}-{i}.jsonl", args=tuple(args),
+                trace=trace))
+        return jobs
+
+    async def _main(self, b: CellBackends) -> None:
         from testbed.scaler.loop import ScalerLoop
         from testbed.scaler.policies import make_policy
 
         scn = self.scn
         ts = scn.time_scale
-        events = self.dir.events
-
-        closing = False
-
-        def on_event(ev: Any) -> None:
-            row = asdict(ev)
-            append_jsonl(events, row)
-            # replicas stopped by the cell's own shutdown are not failures
-            if row.get("kind") in ("died", "failed_to_start") and not closing:
-                self.problem(f"replica {row.get('replica')} of {row.get('service')} "
-                             f"{row.get('kind')}: {row.get('detail', '')}")
-
-        from testbed.profiles import load_profiles
-
-        profiles = load_profiles(self.base_dir / scn.service_profiles if scn.service_profiles
-                                 else None)
-        self.info["profiles"] = {s.name: profiles[s.name].model_dump(mode="json")
-                                 for s in scn.services}
-        cluster = LocalCluster(
-            profiles=profiles,
-            services=[s.name for s in scn.services],
-            initial={s.name: s.replicas for s in scn.services},
-            total_units=scn.total_units, time_scale=ts, host=str(tb.topology.dn_addr),
-            log_dir=self.dir.logs, seed=scn.seed + self.rep, on_event=on_event)
-        async with cluster:
-            self.view.set_phase(self.cell, self.rep, "starting replicas")
-            await cluster.wait_ready(timeout_s=300)
-            wall = scn.duration_s / ts
-            sessions = await asyncio.to_thread(self._start_iperf, tb, wall)
-            clients = await self._start_clients(tb, cluster)
-            policies = self._policies(profiles, make_policy)
+        clock = b.clock
+        self.view.set_phase(self.cell, self.rep, "starting replicas")
+        await b.wait_ready(300)
+        wall = scn.duration_s / ts
+        traffic = b.traffic
+        try:
+            for p in await traffic.start_iperf(self.iperf_jobs(wall)):
+                self.problem(p)
+            for p in await traffic.start_clients(self.client_jobs(b.cluster)):
+                self.problem(p)
+            policies = self._policies(self.profiles(), make_policy)
             period = scn.scaler_period_s / ts
             latest: dict[str, Any] = {}
-            loop = ScalerLoop(cluster, policies, lambda s: latest[s], clock=time.time)
+            loop = ScalerLoop(b.cluster, policies, lambda s: latest[s], clock=clock.time)
             # clients take a moment to start (Python, imports): the measured window, the
             # samples and the scaler periods begin with the first request
-            await self._first_arrival(cluster, clients, timeout_s=60)
-            t0 = time.monotonic()
-            self.info["measure_started"] = time.time()
-            next_sample, next_decision = t0 + 1.0 / ts, t0 + period
+            await self._first_arrival(b, timeout_s=60)
+            t0 = clock.monotonic()
+            self.info["measure_started"] = clock.time()
+            step = b.sample_every_s / ts
+            next_sample, next_decision = t0 + step, t0 + period
             self.view.set_phase(self.cell, self.rep, "running", wall)
-            try:
-                while time.monotonic() - t0 < wall + 5 and any(p.returncode is None
-                                                               for p in clients):
-                    await asyncio.sleep(min(0.1, 0.5 / ts))
-                    now = time.monotonic()
-                    if now >= next_sample:
-                        next_sample += 1.0 / ts
-                        self._sample(cluster, now - t0)
-                    if now >= next_decision:
-                        next_decision += period
-                        latest.update(cluster.window(scn.scaler_period_s))
-                        for d in loop.decide_all():  # a shared target policy plans its services together
-                            append_jsonl(self.dir.decisions, {**asdict(d), "t": (now - t0) * ts})
-                    self.view.update(cluster, now - t0)
-            finally:
-                self.info["measured_s"] = scn.duration_s
-                await self._stop_clients(clients)
-                await asyncio.to_thread(self._finish_iperf, sessions)
-                closing = True
+            while clock.monotonic() - t0 < wall + 5 and traffic.clients_running():
+                await clock.sleep(min(0.1, 0.5 / ts))
+                now = clock.monotonic()
+                if now >= next_sample:
+                    next_sample += step
+                    self._sample(b, now - t0)
+                if now >= next_decision:
+                    next_decision += period
+                    latest.update(b.metrics.windows(scn.scaler_period_s))
+                    for d in loop.decide_all():  # a shared target policy plans its services together
+                        append_jsonl(self.dir.decisions, {**asdict(d), "t": (now - t0) * ts})
+                self.view.tick(now - t0)
+        finally:
+            self.info["measured_s"] = scn.duration_s
+            for p in await traffic.stop():
+                self.problem(p)
+            self.closing = True
 
     def _policies(self, profiles: dict[str, Any], make_policy: Any) -> dict[str, Any]:
         """One policy per service; fa2 and gslice are one object over the services that use them."""
@@ -342,99 +372,34 @@ class CellRunner:
                                           model=str(self.base_dir / s.model) if s.model else None)
         return {s.name: out[s.name] for s in scn.services}
 
-    async def _first_arrival(self, cluster: Any, clients: list[Any], timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and clients:
-            if any(self._totals(cluster, s.name)[0] for s in self.scn.services):
+    async def _first_arrival(self, b: CellBackends, timeout_s: float) -> None:
+        if not self.scn.clients or not b.wait_first_request:
+            return
+        deadline = b.clock.monotonic() + timeout_s
+        while b.clock.monotonic() < deadline:
+            if any(b.metrics.totals(s.name)[0] for s in self.scn.services):
                 return
-            if all(p.returncode is not None for p in clients):
+            if not b.traffic.clients_running():
                 self.problem("every client exited before sending a request (see logs/)")
                 return
-            await asyncio.sleep(0.02)
-        if clients:
-            self.problem(f"no request reached the services within {timeout_s:g} s")
+            await b.clock.sleep(b.poll_s)
+        self.problem(f"no request reached the services within {timeout_s:g} s")
 
-    @staticmethod
-    def _totals(cluster: Any, service: str) -> tuple[int, int]:
-        coll = cluster.lb.services[service].collector
-        return coll.total_arrivals, coll.total_violations
-
-    def _sample(self, cluster: Any, elapsed: float) -> None:
-        """Per scenario second: replicas and cumulative counters (rates are their differences)."""
-        win = cluster.window(5.0)
+    def _sample(self, b: CellBackends, elapsed: float) -> None:
+        """Per sample (every scenario second locally): replicas and cumulative counters (rates
+        are their differences)."""
+        win = b.metrics.windows(5.0)
         ts = self.scn.time_scale
+        rows = []
         for s in self.scn.services:
             w = win.get(s.name)
-            arrivals, violations = self._totals(cluster, s.name)
+            arrivals, violations = b.metrics.totals(s.name)
+            ready, desired = b.cluster.ready_replicas(s.name), b.cluster.desired_replicas(s.name)
             append_jsonl(self.dir.samples, {
-                "t": elapsed * ts, "service": s.name, "ready": cluster.ready_replicas(s.name),
-                "desired": cluster.desired_replicas(s.name), "arrivals_total": arrivals,
+                "t": elapsed * ts, "service": s.name, "ready": ready,
+                "desired": desired, "arrivals_total": arrivals,
                 "violations_total": violations,
                 "utilization": w.utilization if w else 0.0,
                 "mean_latency_ms": w.mean_proc_time_ms if w else None})
-
-    def _start_iperf(self, tb: LocalTestbed, wall: float) -> list[tuple[Any, IperfSession]]:
-        sessions = []
-        for x in self.scn.cross_traffic:
-            if x.flows <= 0:
-                continue
-            try:
-                sessions.append((x, IperfSession.start(
-                    tb.topology, x.slice, flows=x.flows, duration=max(1.0, wall + 1),
-                    reverse=x.direction == "downlink", ue_index=1)))
-            except TestbedError as exc:
-                self.problem(f"iperf3 in slice {x.slice} did not start: {exc}")
-        return sessions
-
-    def _finish_iperf(self, sessions: list[tuple[Any, IperfSession]]) -> None:
-        for x, session in sessions:
-            try:
-                result = session.wait(timeout=30)
-            except TestbedError as exc:
-                self.problem(f"iperf3 in slice {x.slice} failed: {exc}")
-                continue
-            finally:
-                session.stop()
-            (self.dir.iperf / f"{x.slice}-{result.direction}.json").write_text(
-                json.dumps(result.raw))
-
-    async def _start_clients(self, tb: LocalTestbed, cluster: Any
-                             ) -> list[asyncio.subprocess.Process]:
-        scn = self.scn
-        ts = scn.time_scale
-        procs = []
-        for i, c in enumerate(scn.clients):
-            ues = tb.topology.ues_of_group(c.ue_group)
-            ue = ues[i % len(ues)]
-            out = self.dir.requests / f"{c.service}-{c.ue_group}-{i}.jsonl"
-            argv = [sys.executable, "-m", "testbed", "load", c.service,
-                    "--url", cluster.endpoint(c.service), "--out", str(out), "--quiet",
-                    "--slice", ue.slice, "--source", str(ue.address),
-                    "--timeout", f"{4.0 / ts:g}", "--seed", str(scn.seed + 1000 * self.rep + i)]
-            if c.trace:
-                argv += ["--trace", str(trace_dir(scn, self.base_dir) / c.trace),
-                         "--ratio", f"{c.ratio:g}", "--shift", f"{c.shift_hours:g}",
-                         "--start", f"{c.start_s:g}", "--duration", f"{scn.duration_s:g}",
-                         "--speedup", f"{ts:g}"]
-            else:
-                argv += ["--rate", f"{c.rate * ts:g}", "--duration", f"{scn.duration_s / ts:g}"]
-            log = (self.dir.logs / f"client-{i}.log").open("wb")
-            procs.append(await asyncio.create_subprocess_exec(
-                "ip", "netns", "exec", ue.host.name, *argv, stdout=log, stderr=log,
-                start_new_session=True))
-            log.close()
-        return procs
-
-    async def _stop_clients(self, procs: list[asyncio.subprocess.Process]) -> None:
-        for p in procs:
-            if p.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    p.send_signal(signal.SIGINT)  # clients flush their records on SIGINT
-        for i, p in enumerate(procs):
-            try:
-                rc = await asyncio.wait_for(p.wait(), 10)
-            except TimeoutError:
-                p.kill()
-                rc = await p.wait()
-            if rc not in (0, -signal.SIGINT, 130):
-                self.problem(f"client {i} exited with {rc} (see logs/client-{i}.log)")
+            rows.append((s.name, w, ready, desired))
+        self.view.update(rows, elapsed)

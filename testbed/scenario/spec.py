@@ -8,16 +8,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from testbed.config import LinkSpec, SliceSpec, TestbedSpec, UEGroupSpec, check_testbed
+from testbed.config.testbed_spec import Name
 
 POLICIES = ("static", "rule_v1", "rule_v2", "hpa", "random", "ppo")
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # as strict as the testbed file: no bool for a number, no 2.7 for a count, no NaN or inf
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class InlineTestbed(Strict):
-    name: str = "scn"
+    name: Name = "scn"
     link: LinkSpec = LinkSpec()
     slices: list[SliceSpec] = Field(min_length=1)
     ue_groups: list[UEGroupSpec] = Field(min_length=1)
@@ -81,9 +83,9 @@ class Scenario(Strict):
     engine: Literal["testbed", "sim"] = "testbed"  # sim: every cell through the simulator
     markers: list[Literal["slow", "needs_root"]] = Field(default_factory=list)  # for pytest
     testbed: str | InlineTestbed | None = None  # a testbed file, inline, or the built-in default
-    duration_s: float = Field(gt=0)  # per cell, in scenario time (wall time = / time_scale)
+    duration_s: float = Field(gt=0, le=31 * 86400)  # per cell, in scenario time (wall time = / time_scale)
     time_scale: float = Field(1.0, gt=0, le=1000)
-    scaler_period_s: float = Field(30.0, gt=0)
+    scaler_period_s: float = Field(30.0, gt=0, le=86400)
     total_units: int = Field(8, ge=1, le=1024)
     repetitions: int = Field(1, ge=1, le=100)
     seed: int = 0

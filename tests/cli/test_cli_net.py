@@ -82,8 +82,8 @@ def test_commands_on_a_missing_testbed_fail_clearly(tb_name):
 
 
 def test_not_root_is_one_clear_line(monkeypatch):
-    from testbed.errors import MissingRequirement
     from testbed.bringup import local
+    from testbed.errors import MissingRequirement
 
     monkeypatch.setattr(local.os, "geteuid", lambda: 1000)
     with pytest.raises(MissingRequirement, match="needs root"):
@@ -109,3 +109,42 @@ def test_exit_codes_of_commands_reach_the_shell(tmp_path):
                    "--no-progress")
     assert proc.returncode == 1, proc.stdout + proc.stderr  # no request counts in the simulator
     assert "FAIL" in proc.stdout
+
+
+@pytest.mark.needs_root
+def test_down_and_status_never_leave_the_state_dir(tmp_path, state_dir):
+    """`--name ../..` once deleted a .json outside the state directory and `status` read any
+    JSON file: a name that is not a testbed name stops before it touches a path."""
+    victim_dir = tmp_path / "some" / "dir"
+    victim_dir.mkdir(parents=True)
+    victim = victim_dir / "victim.json"
+    victim.write_text(json.dumps({"name": "victim"}))
+    rel = os.path.relpath(victim.with_suffix(""), state_dir)
+    down = testbed("down", "--name", rel)
+    assert down.returncode != 0 and "is not a testbed name" in down.stderr, down.stderr
+    assert victim.exists()
+    for args in (("status", "--name", ".."), ("status", "--name", rel, "--json"),
+                 ("exec", "--name", "../x", "ai", "--", "true")):
+        proc = testbed(*args)
+        assert proc.returncode != 0 and "is not a testbed name" in proc.stderr, (args, proc.stderr)
+    assert victim.exists()
+
+
+@pytest.mark.needs_root
+def test_down_of_a_name_with_no_state_fails_and_empty_name_takes_nothing_down(tmp_path, tb_name):
+    cfg = _file(tmp_path, tb_name)
+    testbed("up", "-c", str(cfg), check=True)
+    try:
+        missing = testbed("down", "--name", "nosuch" + tb_name[-4:])
+        assert missing.returncode != 0, missing.stdout
+        assert "no testbed named 'nosuch" in missing.stderr
+        empty = testbed("down", "--name", "")
+        assert empty.returncode != 0 and "is not a testbed name" in empty.stderr
+        # the only recorded testbed is still up
+        st = json.loads(testbed("status", "--name", tb_name, "--json", check=True).stdout)
+        assert st["status"] == "up"
+        assert len(namespaces_with_prefix(f"tb-{tb_name}-")) == 4
+    finally:
+        down = testbed("down", "--name", tb_name)
+    assert down.returncode == 0, down.stderr
+    assert namespaces_with_prefix(f"tb-{tb_name}-") == []

@@ -86,6 +86,27 @@ def test_sigkilled_replica_is_detected_and_replaced():
     assert all(r.ok for r in records)
 
 
+def test_a_lost_client_connection_is_one_event_and_a_count():
+    """The scenario runner writes every cluster event to the cell's events.jsonl: a client that
+    leaves mid-request becomes one `connection_lost` line there, not a console traceback."""
+    async def main():
+        seen = []
+        async with LocalCluster(services=["imgcls"], initial=1, time_scale=20,
+                                on_event=seen.append) as c:
+            await c.wait_ready(15)
+            host, port = c.endpoint("imgcls").split("//")[1].split(":")
+            _, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"POST /classify_batch HTTP/1.1\r\nHost: x\r\nContent-Length: 50000\r\n\r\nxx")
+            await writer.drain()
+            writer.transport.abort()
+            await c.wait_for(lambda: any(e.kind == "connection_lost" for e in seen), 5)
+            return [e for e in seen if e.kind == "connection_lost"], c.status()["_cluster"]
+
+    lost, status = asyncio.run(main())
+    assert len(lost) == 1 and lost[0].service == "imgcls" and "while sending" in lost[0].detail
+    assert status["lost_connections"] == {"imgcls": 1}
+
+
 def test_share_and_batch_reach_the_replicas_and_a_share_change_restarts_beside_the_old():
     from testbed.cluster.base import GpuClusterBackend, ServiceTarget
     from testbed.profiles import default_profiles

@@ -118,6 +118,56 @@ def test_startup_then_ready_then_draining():
     assert waited >= 0.45
 
 
+def _raw(port, data):
+    async def go():
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(data)
+        await w.drain()
+        try:
+            return (await asyncio.wait_for(r.read(200), 5)).split(b"\r\n")[0]
+        finally:
+            w.close()
+    return go()
+
+
+def test_malformed_multipart_and_missing_content_type_get_400(monkeypatch):
+    """Issue 13: a malformed part header or a POST without Content-Type is the client's fault;
+    a connection that never finishes its headers is closed after HEADER_TIMEOUT_S."""
+    import testbed.cluster.replica as replica_module
+
+    monkeypatch.setattr(replica_module, "HEADER_TIMEOUT_S", 1.0)
+
+    async def main():
+        from aiohttp import web
+
+        rep = EmulatedReplica("imgcls", FAST, time_scale=100, seed=1, use_espeak=False)
+        runner = rep.runner()
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            body = b"--b\r\nContent-Dispositionform-data\r\n\r\nxx\r\n--b--\r\n"
+            bad_part = await _raw(port, b"POST /classify_batch HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                  b"multipart/form-data; boundary=b\r\nContent-Length: %d\r\n\r\n"
+                                  % len(body) + body)
+            no_type = await _raw(port, b"POST /classify_batch HTTP/1.1\r\nHost: x\r\n"
+                                 b"Content-Length: 4\r\n\r\nabcd")
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(b"POST /classify_batch HTTP/1.1\r\nHost: x\r\n")  # never finishes
+            await w.drain()
+            closed = await asyncio.wait_for(r.read(100), 5)
+            w.close()
+            return bad_part, no_type, closed
+        finally:
+            await runner.cleanup()
+
+    bad_part, no_type, closed = asyncio.run(main())
+    assert bad_part == b"HTTP/1.1 400 Bad Request"
+    assert no_type == b"HTTP/1.1 400 Bad Request"
+    assert closed == b""  # closed by the server, not left open
+
+
 def test_a_replica_with_a_batch_size_serves_requests_together_and_takes_the_curves_time():
     from testbed.profiles import default_profiles
 

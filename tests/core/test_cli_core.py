@@ -86,6 +86,7 @@ def test_dry_run_writes_nothing(tmp_path, capsys):
     plan = json.loads(capsys.readouterr().out)
     assert len(plan["create"]) == 3 and plan["create"][0]["imsi"] == "001010000000001"
     assert _stored(tmp_path) == 0
+    assert not (tmp_path / "state").exists()  # issue 13: not even an empty store directory
 
 
 def _closed_port() -> int:

@@ -101,3 +101,34 @@ def test_report_names_problems_and_interruption(tmp_path):
     text = md.read_text()
     assert "Problems during the run" in text
     assert "status interrupted" in text and "boom" in text and "imgcls-3 of imgcls died" in text
+
+
+def test_over_time_buckets_hold_latency_percentiles_and_violation_rates(tmp_path):
+    """The over-time plot's latency and SLO panels: records bucketed by send time in scenario
+    time, latencies scaled by the time scale, errors counted as violations."""
+    from testbed.report.plots import latency_buckets, timeseries
+
+    cell = CellDir.create(tmp_path, "00-base", 0)
+    t0, ts = 1000.0, 2.0
+    cell.info.write_text(json.dumps({"slug": "00-base", "time_scale": ts, "duration_s": 40,
+                                     "measured_s": 40, "measure_started": t0,
+                                     "slo_ms": {"imgcls": 500.0}}))
+    rows = []
+    for k in range(40):  # one request per wall half second: 40 s of scenario time
+        sent = t0 + k * 0.5
+        slow = 20 <= k < 30  # scenario seconds 20-30: 400 ms wall = 800 ms scenario, over SLO
+        rows.append({**_record("imgcls", 400.0 if slow else 100.0, seq=k), "sent": sent})
+    rows[5]["error"] = "timeout"
+    with (cell.requests / "imgcls-ai-0.jsonl").open("w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    for t in range(40):
+        append_jsonl(cell.samples, {"t": float(t), "service": "imgcls", "ready": 1 + (t >= 20),
+                                    "desired": 2, "arrivals_total": t, "violations_total": 0})
+    b = latency_buckets(cell.path)["imgcls"]
+    assert b["bucket_s"] == 1.0 and b["slo_ms"] == 500.0
+    assert b["t"][:2] == [0.5, 1.5] and len(b["t"]) == 40
+    assert b["p50"][0] == pytest.approx(200.0) and b["p99"][25] == pytest.approx(800.0)
+    assert b["violation_rate"][5] == 1.0  # the timeout
+    assert sum(b["violation_rate"][20:30]) == 10 and sum(b["violation_rate"][:5]) == 0
+    png = timeseries(cell.path, tmp_path, "x")
+    assert png is not None and png.stat().st_size > 20000

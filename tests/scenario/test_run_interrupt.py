@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import namespaces_with_prefix
 
-pytestmark = pytest.mark.needs_root
+pytestmark = [pytest.mark.needs_root, pytest.mark.slow]  # a whole scenario run
 
 SCENARIO = """\
 name: interrupt

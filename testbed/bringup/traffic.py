@@ -1,0 +1,102 @@
+"""The local profile's `TrafficBackend`: `testbed load` clients in UE namespaces, iperf3 sessions.
+
+Clients run as `testbed load` processes inside their UE group's namespace (`ip netns exec`) and
+stream records straight into the cell directory, so Ctrl-C keeps them; iperf3 pairs run between
+a UE of the slice and the data network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import TestbedError
+from testbed.load.traffic import ClientJob, IperfJob
+from testbed.net.cmd import die_with_parent
+from testbed.net.iperf import IperfSession
+
+
+class LocalTraffic:
+    """Clients and iperf3 of one cell on a local testbed's topology."""
+
+    def __init__(self, topology: Any, log_dir: Path):
+        self.topology = topology
+        self.log_dir = log_dir
+        self._procs: list[tuple[ClientJob, asyncio.subprocess.Process]] = []
+        self._sessions: list[tuple[IperfJob, IperfSession]] = []
+
+    async def start_iperf(self, jobs: Sequence[IperfJob]) -> list[str]:
+        return await asyncio.to_thread(self._start_iperf, jobs)
+
+    def _start_iperf(self, jobs: Sequence[IperfJob]) -> list[str]:
+        problems = []
+        for job in jobs:
+            try:
+                self._sessions.append((job, IperfSession.start(
+                    self.topology, job.slice, flows=job.flows, duration=job.duration_s,
+                    reverse=job.reverse, ue_index=job.ue_index)))
+            except TestbedError as exc:
+                problems.append(f"iperf3 in slice {job.slice} did not start: {exc}")
+        return problems
+
+    async def start_clients(self, jobs: Sequence[ClientJob]) -> list[str]:
+        for job in jobs:
+            ues = self.topology.ues_of_group(job.ue_group)
+            ue = ues[job.index % len(ues)]
+            argv = [sys.executable, "-m", "testbed", "load", job.service,
+                    "--url", job.url, "--out", str(job.out), "--quiet",
+                    "--slice", ue.slice, "--source", str(ue.address), *job.args]
+            if job.trace is not None:
+                argv += ["--trace", str(job.trace)]
+            log = (self.log_dir / f"client-{job.index}.log").open("wb")
+            self._procs.append((job, await asyncio.create_subprocess_exec(
+                "ip", "netns", "exec", ue.host.name, *argv, stdout=log, stderr=log,
+                start_new_session=True, preexec_fn=die_with_parent())))  # no orphans after SIGKILL
+            log.close()
+        return []
+
+    def clients_running(self) -> bool:
+        return any(p.returncode is None for _, p in self._procs)
+
+    async def stop(self) -> list[str]:
+        problems = await self._stop_clients()
+        problems += await asyncio.to_thread(self._finish_iperf)
+        return problems
+
+    async def _stop_clients(self) -> list[str]:
+        problems = []
+        for _, p in self._procs:
+            if p.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(signal.SIGINT)  # clients flush their records on SIGINT
+        for job, p in self._procs:
+            try:
+                rc = await asyncio.wait_for(p.wait(), 10)
+            except TimeoutError:
+                p.kill()
+                rc = await p.wait()
+            if rc not in (0, -signal.SIGINT, 130):
+                problems.append(f"client {job.index} exited with {rc} "
+                                f"(see logs/client-{job.index}.log)")
+        self._procs = []
+        return problems
+
+    def _finish_iperf(self) -> list[str]:
+        problems = []
+        for job, session in self._sessions:
+            try:
+                result = session.wait(timeout=30)
+            except TestbedError as exc:
+                problems.append(f"iperf3 in slice {job.slice} failed: {exc}")
+                continue
+            finally:
+                session.stop()
+            job.out.write_text(json.dumps(result.raw))
+        self._sessions = []
+        return problems

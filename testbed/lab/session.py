@@ -1,0 +1,179 @@
+"""One scenario run's connections to a lab: inventory, Kubernetes, Prometheus, UE hosts.
+
+`LabSession.open()` checks, before any cell starts, everything a cell will need and fails with one
+line naming the host and what failed: the inventory has UE hosts, the API server answers and
+every service's Deployment exists, Prometheus answers, and every UE group the scenario uses has
+its PDU sessions. Per cell it applies the cell's slice shaping on the core host, scales the
+Deployments to the cell's replicas (others to 0), and hands out a `LabTraffic`. `close()` stops
+whatever the run started and puts the Deployments' replicas and the shaping back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from testbed.cluster.kubernetes import KubernetesCluster, KubeService
+from testbed.config import TestbedSpec
+from testbed.errors import MissingRequirement, StateError
+from testbed.lab.hosts import AnsibleHosts, HostRunner
+from testbed.lab.inventory import LabInventory
+from testbed.lab.shaping_script import shaping_script
+from testbed.lab.traffic import LabTraffic, UeSession, discover_sessions
+from testbed.metrics.prometheus import PrometheusMetrics, PromService
+
+DEFAULT_NAMESPACE = "drafas"
+SHAPING_SCRIPT = "/usr/local/sbin/tb-slice-shaping"  # the upf role's upf_shaping_script
+
+
+@dataclass
+class LabConfig:
+    inventory: Path
+    kubeconfig: Path | None = None  # default: $KUBECONFIG, else the newest runs/*-lab-up/kubeconfig
+    prometheus: str | None = None  # default: http://<cluster_server>:<prometheus_node_port>
+    namespace: str = DEFAULT_NAMESPACE
+
+
+@dataclass(frozen=True)
+class LabService:
+    name: str
+    slo_ms: float
+    capacity: int
+    units: int = 1
+
+
+def default_kubeconfig(runs: Path = Path("runs")) -> Path | None:
+    ups = sorted(runs.glob("*-lab-up/kubeconfig")) if runs.is_dir() else []
+    return ups[-1] if ups else None
+
+
+class LabSession:
+    def __init__(self, config: LabConfig, services: Sequence[LabService], spec: TestbedSpec,
+                 run_dir: Path, run_id: str, *, total_units: int | None = None,
+                 hosts: HostRunner | None = None, cluster: KubernetesCluster | None = None,
+                 metrics: PrometheusMetrics | None = None,
+                 clock: Callable[[], float] | None = None,
+                 sleep: Callable[[float], None] | None = None):
+        self.config = config
+        self.inventory = LabInventory.load(config.inventory)
+        self.services = list(services)
+        self.spec = spec
+        self.run_dir = run_dir
+        self.run_id = run_id
+        self.total_units = total_units
+        self.hosts = hosts
+        self.cluster = cluster
+        self.metrics = metrics
+        self._clock, self._sleep = clock, sleep
+        self.sessions: list[UeSession] = []
+        self.iperf_servers: list[tuple[str, int]] = []
+        self._original: dict[str, int] = {}
+        self._shaping: str | None = None
+        self._shaped = False
+        self._traffic: list[LabTraffic] = []
+
+    # --- open / close ----------------------------------------------------------------------
+
+    def open(self, groups: Sequence[str]) -> None:
+        inv = self.inventory
+        ue_hosts = inv.ue_hosts()
+        server = inv.one("cluster_server", "cluster server")
+        core = inv.one("core", "core host")
+        self.core_host = core
+        self.n6 = inv.var(core, "upf_n6_interface")
+        if not self.n6:
+            raise MissingRequirement(f"{core}: upf_n6_interface is not set in {inv.path}")
+        for host in inv.hosts("traffic"):
+            addr = str(inv.var(host, "iperf3_address") or inv.address(host))
+            self.iperf_servers += [(addr, int(p)) for p in inv.var(host, "iperf3_ports", [5201])]
+        if self.hosts is None:
+            self.hosts = AnsibleHosts(inv.path, self.run_dir)
+        node_address = str(inv.var(server, "services_address") or inv.address(server))
+        if self.cluster is None:
+            kubeconfig = self.config.kubeconfig or default_kubeconfig()
+            self.cluster = KubernetesCluster.connect(
+                [KubeService(s.name, units_per_replica=s.units) for s in self.services],
+                self.config.namespace, kubeconfig=str(kubeconfig) if kubeconfig else None,
+                max_units=self.total_units, node_address=node_address)
+        for s in self.services:  # reachable, and every Deployment exists
+            self._original[s.name] = self.cluster.desired_replicas(s.name)
+        if self.metrics is None:
+            url = self.config.prometheus or (
+                f"http://{inv.address(server)}:{inv.var(server, 'prometheus_node_port', 30090)}")
+            self.metrics = PrometheusMetrics(
+                url, [PromService(s.name, s.slo_ms, s.capacity, self.config.namespace)
+                      for s in self.services])
+        self.metrics.check()
+        self.sessions = discover_sessions(self.hosts, ue_hosts, self.spec, groups)
+
+    def close(self) -> list[str]:
+        """Stop what the run started, restore replicas and shaping; returns what failed."""
+        problems: list[str] = []
+        for t in self._traffic:
+            problems += t.close()
+        self._traffic = []
+        if self.cluster is not None:
+            for name, replicas in self._original.items():
+                try:
+                    if self.cluster.desired_replicas(name) != replicas:
+                        self.cluster.scale(name, replicas)
+                except StateError as exc:
+                    problems.append(str(exc))
+        if self._shaped:
+            try:
+                self.apply_shaping(self.spec)
+            except StateError as exc:
+                problems.append(str(exc))
+            self._shaped = False
+        return problems
+
+    # --- per cell --------------------------------------------------------------------------
+
+    def apply_shaping(self, spec: TestbedSpec) -> None:
+        """The cell's slice shaping (link capacity, guarantees, slicing on/off) on the core host."""
+        script = shaping_script(spec)
+        if script == self._shaping:
+            return
+        assert self.hosts is not None
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "tb-slice-shaping"
+            path.write_text(script)
+            self.hosts.copy(self.core_host, path, SHAPING_SCRIPT, what="install the slice shaping")
+        self.hosts.run(self.core_host, ["chmod", "0755", SHAPING_SCRIPT],
+                       what="install the slice shaping")
+        self.hosts.run(self.core_host, ["systemctl", "restart", "tb-slice-shaping"],
+                       what=f"apply the slice shaping on {self.n6}")
+        self._shaping = script
+        self._shaped = True
+
+    def scale_for_cell(self, replicas: dict[str, int]) -> None:
+        """Scale-downs first so the cell's scale-ups find their units free."""
+        assert self.cluster is not None
+        want = {s.name: replicas.get(s.name, 0) for s in self.services}
+        order = sorted(want, key=lambda n: want[n] - self.cluster.desired_replicas(n))
+        for name in order:
+            if self.cluster.desired_replicas(name) != want[name]:
+                self.cluster.scale(name, want[name])
+
+    async def wait_ready(self, replicas: dict[str, int], timeout_s: float) -> None:
+        assert self.cluster is not None
+        cluster = self.cluster
+        for name, n in replicas.items():
+            await asyncio.to_thread(cluster.wait_ready, name, n, timeout_s=timeout_s)
+
+    def traffic(self, cell: str) -> LabTraffic:
+        assert self.hosts is not None
+        kw: dict[str, Any] = {}
+        if self._clock is not None:
+            kw["clock"] = self._clock
+        if self._sleep is not None:
+            kw["sleep"] = self._sleep
+        t = LabTraffic(self.hosts, self.sessions, self.iperf_servers,
+                       {g.name: g.slice for g in self.spec.ue_groups}, run_id=self.run_id,
+                       cell=cell, **kw)
+        self._traffic.append(t)
+        return t

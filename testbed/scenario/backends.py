@@ -1,0 +1,138 @@
+"""What the runner needs from a profile, and the local profile's answer.
+
+A cell runs against three backends — a `ClusterBackend` (replicas, scale, free units,
+endpoint), a `MetricsSource` (the window counts the scaler needs) and a `TrafficBackend` (clients
+and iperf3 per UE group) — plus a clock. A `Profile` supplies them for one cell and cleans up
+after it: `LocalProfile` brings a local testbed up and down around each cell and runs the cell
+inside its data-network namespace; the lab's profile (`testbed.scenario.lab`) connects to a lab
+that `testbed up --profile lab` brought up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from testbed.cluster.base import ClusterBackend
+from testbed.load.traffic import TrafficBackend
+from testbed.metrics.source import MetricsSource
+
+# The runner passes itself as `runner` (a `testbed.scenario.runner.CellRunner`): its cell, rep,
+# dir, view, info, scn, closing, problem(), event() and profiles() are what a profile may use.
+CellRunner = Any
+
+
+class Clock:
+    """Wall time; the lab's check mode swaps in a virtual clock that never waits."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+@dataclass
+class CellBackends:
+    cluster: ClusterBackend
+    metrics: MetricsSource
+    traffic: TrafficBackend
+    wait_ready: Callable[[float], Awaitable[None]]  # timeout_s -> every initial replica ready
+    clock: Clock
+    sample_every_s: float = 1.0  # scenario seconds between samples
+    poll_s: float = 0.02  # how often to look for the first request
+    wait_first_request: bool = True  # check mode has no requests to wait for
+
+
+CellMain = Callable[[CellBackends], Awaitable[None]]
+
+
+class Profile(Protocol):
+    name: str
+
+    def run_cell(self, runner: CellRunner, main: CellMain) -> None:
+        """Prepare the cell's testbed, run `main` with its backends, undo what the cell started."""
+        ...
+
+    def close(self) -> list[str]:
+        """Undo what the profile holds for the whole run; returns what could not be undone."""
+        ...
+
+
+class LocalProfile:
+    """A fresh local testbed per cell; replicas as local processes; clients in UE namespaces."""
+
+    name = "local"
+
+    def run_cell(self, runner: CellRunner, main: CellMain) -> None:
+        from testbed.bringup.local import LocalTestbed, sigint_deferred
+        from testbed.net.netns import NetnsLoop
+        from testbed.net.state import state_dir
+
+        # a fresh name per cell: runs never collide with a testbed the user has up
+        name = "r" + secrets.token_hex(3)
+        spec = runner.cell.testbed.model_copy(update={"name": name})
+        # the subscriber store holds every UE's K/OPc: kept beside the state file, not in the
+        # run directory that users share, and removed by the testbed's down
+        tb = LocalTestbed(spec, provision=True, store_dir=state_dir() / f"{name}.store")
+        # printed before anything is built: after a crash or SIGKILL, `down` needs this name
+        runner.view.log(f"cell {runner.cell.index + 1} ({runner.cell.label}), rep {runner.rep + 1}: "
+                        f"testbed {name} (if left behind: testbed down --name {name})")
+        try:
+            tb.up()
+            runner.info["testbed"] = {"name": name, "namespaces": tb.topology.namespaces}
+            runner.info["provisioned"] = tb.provisioned
+            job = NetnsLoop(tb.topology.dn.name, lambda: self._cell(runner, tb, main))
+            job.start()
+            try:
+                while not job.join(0.25):
+                    runner.view.refresh()
+            except KeyboardInterrupt:
+                runner.view.note("interrupted: stopping clients, keeping what was collected…")
+                job.cancel()
+                with sigint_deferred():
+                    job.join()
+                raise
+            job.result()
+        finally:
+            with sigint_deferred():
+                tb.down()
+
+    async def _cell(self, runner: CellRunner, tb: Any, main: CellMain) -> None:
+        from testbed.bringup.traffic import LocalTraffic
+        from testbed.cluster.local import LocalCluster
+        from testbed.metrics.source import BalancerMetrics
+
+        scn = runner.scn
+
+        def on_event(ev: Any) -> None:
+            row = asdict(ev)
+            runner.event(row)
+            # replicas stopped by the cell's own shutdown are not failures
+            if row.get("kind") in ("died", "failed_to_start") and not runner.closing:
+                runner.problem(f"replica {row.get('replica')} of {row.get('service')} "
+                               f"{row.get('kind')}: {row.get('detail', '')}")
+
+        profiles = runner.profiles()
+        cluster = LocalCluster(
+            profiles=profiles, services=[s.name for s in scn.services],
+            initial={s.name: s.replicas for s in scn.services},
+            total_units=scn.total_units, time_scale=scn.time_scale,
+            host=str(tb.topology.dn_addr), log_dir=runner.dir.logs, seed=scn.seed + runner.rep,
+            on_event=on_event)
+        async with cluster:
+            await main(CellBackends(
+                cluster=cluster, metrics=BalancerMetrics(cluster.lb),
+                traffic=LocalTraffic(tb.topology, runner.dir.logs),
+                wait_ready=lambda timeout_s: cluster.wait_ready(timeout_s=timeout_s),
+                clock=Clock()))
+
+    def close(self) -> list[str]:
+        return []  # every cell brought its own testbed down

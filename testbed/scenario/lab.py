@@ -1,0 +1,134 @@
+"""The lab profile for the scenario runner: a lab that `testbed up --profile lab` brought up.
+
+Per run, `LabSession.open()` checks the inventory, the API server, Prometheus and the PDU
+sessions before any cell starts. Per cell: the cell's slice shaping on the core host, the
+Deployments scaled to the cell's replicas (others to 0) and waited for, then the runner's cell
+code with `KubernetesCluster`, `PrometheusMetrics` (this cell's services) and `LabTraffic`
+(clients and iperf3 on the UE hosts); afterwards every unit the cell started is stopped. The
+run's end restores the replicas and the shaping it found. With `check`, the same code path runs
+against `testbed.lab.plan`'s stand-ins on a virtual clock and prints each action instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from testbed.cluster.kubernetes import KubernetesCluster, KubeService
+from testbed.errors import ConfigError, ConfigProblem
+from testbed.lab.inventory import LabInventory
+from testbed.lab.plan import ActionLog, PlanHosts, PlanKube, VirtualTime, plan_fetch
+from testbed.lab.session import DEFAULT_NAMESPACE, LabConfig, LabService, LabSession
+from testbed.metrics.prometheus import PrometheusMetrics, PromService
+from testbed.scenario.backends import CellBackends, CellMain, Clock
+from testbed.scenario.results import SLO_MS
+from testbed.scenario.spec import Scenario
+
+LAB_SAMPLE_S = 5.0  # scenario seconds between samples: each is ~10 PromQL queries per service
+LAB_POLL_S = 2.0  # first-request poll
+
+
+@dataclass
+class LabOptions:
+    inventory: Path
+    kubeconfig: Path | None = None
+    prometheus: str | None = None
+    namespace: str = DEFAULT_NAMESPACE
+    check: bool = False
+    emit: Callable[[str], None] = print  # check mode's action lines
+
+
+class LabProfile:
+    name = "lab"
+
+    def __init__(self, options: LabOptions, scenario: Scenario, testbed: Any, base_dir: Path,
+                 run_dir: Path, *, session: LabSession | None = None, clock: Any = None):
+        self.options = options
+        self.scenario = scenario
+        if scenario.time_scale != 1:
+            raise ConfigError([ConfigProblem("<scenario>", None, "time_scale",
+                                             f"the lab runs in real time (time_scale 1), not "
+                                             f"{scenario.time_scale:g}: real replicas do not speed up")])
+        services = self._services(scenario, base_dir)
+        config = LabConfig(options.inventory, options.kubeconfig, options.prometheus,
+                           options.namespace)
+        self.log: ActionLog | None = None
+        if session is None and options.check:
+            inv = LabInventory.load(options.inventory)
+            server = (inv.hosts("cluster_server") or ["<cluster_server>"])[0]
+            node_address = str(inv.var(server, "services_address") or inv.address(server))
+            prometheus = options.prometheus or (
+                f"http://{inv.address(server)}:{inv.var(server, 'prometheus_node_port', 30090)}")
+            vt = VirtualTime()
+            self.log = log = ActionLog(options.emit, clock=vt.elapsed)
+            kube = PlanKube(log, {s.name: 0 for s in services}, scenario.total_units)
+            cluster = KubernetesCluster(
+                [KubeService(s.name, units_per_replica=s.units) for s in services],
+                options.namespace, apps_api=kube, core_api=kube, max_units=scenario.total_units,
+                node_address=node_address, clock=vt.monotonic, sleep=vt.advance)
+            metrics = PrometheusMetrics(
+                prometheus,
+                [PromService(s.name, s.slo_ms, s.capacity, options.namespace) for s in services],
+                fetch=plan_fetch(log), clock=vt.time)
+            session = LabSession(config, services, testbed, run_dir, run_dir.name,
+                                 total_units=scenario.total_units, hosts=PlanHosts(log, testbed),
+                                 cluster=cluster, metrics=metrics, clock=vt.monotonic,
+                                 sleep=vt.advance)
+            clock = vt
+        elif session is None:
+            session = LabSession(config, services, testbed, run_dir, run_dir.name,
+                                 total_units=scenario.total_units)
+        self.session = session
+        self.clock = clock or Clock()
+        groups = [c.ue_group for c in scenario.clients]
+        groups += [g.name for g in testbed.ue_groups
+                   if g.slice in {x.slice for x in scenario.cross_traffic}]
+        try:
+            session.open(groups)
+        except BaseException:
+            session.close()
+            raise
+
+    @staticmethod
+    def _services(scn: Scenario, base_dir: Path) -> list[LabService]:
+        from testbed.profiles import load_profiles
+
+        profiles = load_profiles(base_dir / scn.service_profiles if scn.service_profiles else None)
+        return [LabService(s.name, SLO_MS.get(s.name, profiles[s.name].slo_ms),
+                           profiles[s.name].capacity, profiles[s.name].units)
+                for s in scn.services]
+
+    def run_cell(self, runner: Any, main: CellMain) -> None:
+        s = self.session
+        scn = runner.scn
+        replicas = {x.name: x.replicas for x in scn.services}
+        runner.info["lab"] = {"inventory": str(s.inventory.path), "namespace": s.config.namespace,
+                              "sessions": [vars(u) for u in s.sessions]}
+        if self.log:
+            self.log(f"── cell {runner.cell.label or runner.cell.slug}, rep {runner.rep} ──")
+        traffic = s.traffic(f"{runner.cell.slug}-rep-{runner.rep}")
+        try:
+            s.apply_shaping(runner.cell.testbed)
+            s.scale_for_cell(replicas)
+            assert s.metrics is not None and s.cluster is not None
+            metrics = s.metrics.for_services(replicas)
+            runner.profiles()
+            asyncio.run(main(CellBackends(
+                cluster=s.cluster, metrics=metrics, traffic=traffic,
+                wait_ready=lambda timeout_s: s.wait_ready(replicas, timeout_s),
+                clock=self.clock, sample_every_s=LAB_SAMPLE_S, poll_s=LAB_POLL_S,
+                wait_first_request=self.log is None)))
+        finally:
+            for p in traffic.close():
+                runner.problem(p)
+            if self.log:
+                self.log.flush()
+
+    def close(self) -> list[str]:
+        problems = self.session.close()
+        if self.log:
+            self.log.flush()
+        return problems

@@ -1,0 +1,211 @@
+"""One scenario code path, two profiles: the local backends and a recorded lab produce the same
+run directory shape; and the lab's bad input (unreachable API server or Prometheus, no UE hosts,
+a UE without a PDU session, a host lost mid-run) is one line, and the run stops what it started.
+
+The recorded lab is tests/lab/recorded.py: the official kubernetes client and PrometheusMetrics
+over real HTTP against recorded answers; the UE hosts are tests/lab/fakes.FakeHosts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("kubernetes.client", reason="the lab extra (kubernetes) is not installed")
+
+from kubernetes import client
+
+from testbed.cluster.kubernetes import KubernetesCluster, KubeService
+from testbed.errors import MissingRequirement, StateError
+from testbed.lab.hosts import HostFailed
+from testbed.lab.plan import VirtualTime
+from testbed.lab.session import LabConfig, LabSession
+from testbed.metrics.prometheus import PrometheusMetrics, PromService
+from testbed.scenario.lab import LabOptions, LabProfile
+from testbed.scenario.load import load_scenario
+from testbed.scenario.results import run_rows
+from testbed.scenario.runner import RunOptions, ScenarioRun, run_scenario
+from tests.lab.fakes import FakeHosts
+from tests.lab.recorded import RecordedLab
+
+SCENARIO = """\
+name: contract
+duration_s: 12
+time_scale: 1
+scaler_period_s: 10
+total_units: 6
+testbed:
+  name: contract
+  slices:
+    - {name: ai, sst: 1, sd: "000001", subnet: 10.45.0.0/24, guaranteed_mbit: 20}
+    - {name: be, sst: 1, sd: "000002", subnet: 10.46.0.0/24}
+  ue_groups:
+    - {name: ai, slice: ai, count: 2}
+    - {name: be, slice: be, count: 2}
+services:
+  - {name: imgcls, replicas: 1, policy: rule_v2}
+clients:
+  - {service: imgcls, ue_group: ai, rate: 5}
+"""
+
+INVENTORY = """\
+all:
+  children:
+    core: {hosts: {core1: {upf_n6_interface: eno2}}}
+    ran: {hosts: {ran1: {}}}
+    cluster_server: {hosts: {gpu1: {ansible_host: 192.168.20.20}}}
+    traffic: {hosts: {traffic1: {iperf3_ports: [5201, 5202]}}}
+"""
+
+
+def _files(tmp_path: Path, inventory: str = INVENTORY) -> tuple[Path, Path]:
+    scn = tmp_path / "contract.yaml"
+    scn.write_text(SCENARIO)
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(inventory)
+    return scn, inv
+
+
+def _kube(url: str) -> KubernetesCluster:
+    cfg = client.Configuration()
+    cfg.host = url
+    api = client.ApiClient(cfg)
+    return KubernetesCluster([KubeService("imgcls", units_per_replica=1)], "drafas",
+                             apps_api=client.AppsV1Api(api), core_api=client.CoreV1Api(api),
+                             max_units=6, node_address="192.168.20.20")
+
+
+def _lab_factory(inv: Path, hosts: FakeHosts, kube_url: str, prom_url: str):
+    def factory(run: ScenarioRun) -> LabProfile:
+        vt = VirtualTime()
+        session = LabSession(
+            LabConfig(inv), LabProfile._services(run.scenario, run.loaded.base_dir),
+            run.loaded.testbed, run.run_dir, run.run_dir.name, total_units=6, hosts=hosts,
+            cluster=_kube(kube_url),
+            metrics=PrometheusMetrics(prom_url, [PromService("imgcls", 500, 4)], clock=vt.time,
+                                      timeout_s=2),
+            clock=vt.monotonic, sleep=vt.advance)
+        return LabProfile(LabOptions(inv), run.scenario, run.loaded.testbed, run.loaded.base_dir,
+                          run.run_dir, session=session, clock=vt)
+    return factory
+
+
+def _cell(run_dir: Path) -> Path:
+    (cell,) = (run_dir / "cells").glob("*/rep-0")
+    return cell
+
+
+def _shape(run_dir: Path) -> dict:
+    cell = _cell(run_dir)
+    samples = [json.loads(x) for x in (cell / "samples.jsonl").read_text().splitlines()]
+    decisions = [json.loads(x) for x in (cell / "decisions.jsonl").read_text().splitlines()]
+    rows = [r for r in run_rows(run_dir) if r.get("service") == "imgcls"]
+    return {"files": sorted(p.name for p in cell.iterdir() if p.is_file() and p.name != "events.jsonl"),
+            "requests": sorted(p.name for p in (cell / "requests").iterdir()),
+            "sample_keys": sorted(samples[0]), "decision_keys": sorted(decisions[0]),
+            "row_keys": sorted(rows[0]), "status": json.loads((cell / "cell.json").read_text())["status"],
+            "requests_ok": rows[0]["requests"] > 0}
+
+
+@pytest.mark.needs_root
+def test_same_scenario_code_path_on_local_backends_and_a_recorded_lab(tmp_path: Path):
+    scn, inv = _files(tmp_path)
+    local = run_scenario(load_scenario(scn), RunOptions(out_root=tmp_path / "local",
+                                                        progress=False))
+    with RecordedLab(replicas=2) as lab:  # the cell scales it to 1 first
+        hosts = FakeHosts()
+        recorded = run_scenario(load_scenario(scn), RunOptions(
+            out_root=tmp_path / "lab", profile="lab", progress=False,
+            profile_factory=_lab_factory(inv, hosts, lab.url, lab.url)))
+        patches = [r for r in lab.requests if r[0] == "PATCH"]
+    assert local.problems == [] and recorded.problems == []
+    assert _shape(local.run_dir) == _shape(recorded.run_dir)
+    assert _shape(recorded.run_dir)["status"] == "ok"
+    # the lab run used the scale subresource, and stopped every unit it started on the UE host
+    assert patches and all(p[1].endswith("/deployments/imgcls/scale") for p in patches)
+    assert not hosts.active
+
+
+def test_recorded_lab_scaler_decisions_reach_the_deployment(tmp_path: Path):
+    scn, inv = _files(tmp_path)
+    with RecordedLab(replicas=2) as lab:
+        hosts = FakeHosts()
+        result = run_scenario(load_scenario(scn), RunOptions(
+            out_root=tmp_path, profile="lab", progress=False,
+            profile_factory=_lab_factory(inv, hosts, lab.url, lab.url)))
+        replicas_at_end = lab.replicas["imgcls"]
+    decisions = [json.loads(x) for x in (_cell(result.run_dir) / "decisions.jsonl").read_text().splitlines()]
+    # 30 req/s at 170 ms on a replica of capacity 4: rule-based v2 scales up
+    assert decisions and decisions[0]["applied"] > 0
+    assert decisions[0]["replicas_after"] == decisions[0]["replicas_before"] + decisions[0]["applied"]
+    # the run put the Deployment back where it found it
+    assert replicas_at_end == 2
+    assert not hosts.active
+
+
+def test_unreachable_api_server_is_one_line_and_starts_nothing(tmp_path: Path):
+    scn, inv = _files(tmp_path)
+    hosts = FakeHosts()
+    with RecordedLab() as lab, pytest.raises(MissingRequirement) as err:
+        ScenarioRun(load_scenario(scn), RunOptions(
+            out_root=tmp_path, profile="lab", progress=False,
+            profile_factory=_lab_factory(inv, hosts, "http://127.0.0.1:1", lab.url)))
+    assert str(err.value).startswith("http://127.0.0.1:1: Kubernetes API server unreachable")
+    assert "\n" not in str(err.value)
+    assert not any(a[0] == "systemd-run" for a in hosts.commands())
+
+
+def test_unreachable_prometheus_is_one_line_and_starts_nothing(tmp_path: Path):
+    scn, inv = _files(tmp_path)
+    hosts = FakeHosts()
+    with RecordedLab() as lab, pytest.raises(MissingRequirement) as err:
+        ScenarioRun(load_scenario(scn), RunOptions(
+            out_root=tmp_path, profile="lab", progress=False,
+            profile_factory=_lab_factory(inv, hosts, lab.url, "http://127.0.0.1:1")))
+    assert str(err.value) == ("Prometheus at http://127.0.0.1:1 is unreachable: "
+                              "[Errno 111] Connection refused")
+    assert not any(a[0] == "systemd-run" for a in hosts.commands())
+
+
+def test_ue_without_pdu_session(tmp_path: Path):
+    scn, inv = _files(tmp_path)
+    hosts = FakeHosts(sessions=[("uesimtun0", "10.46.0.2")])
+    with RecordedLab() as lab, pytest.raises(StateError, match=r"^ran1: UE group 'ai' has no PDU "
+                                             r"session for 2 of 2 UEs of slice 'ai'"):
+        ScenarioRun(load_scenario(scn), RunOptions(
+            out_root=tmp_path, profile="lab", progress=False,
+            profile_factory=_lab_factory(inv, hosts, lab.url, lab.url)))
+
+
+def test_inventory_without_ue_hosts(tmp_path: Path):
+    scn, inv = _files(tmp_path, INVENTORY.replace("    ran: {hosts: {ran1: {}}}\n", ""))
+    with RecordedLab() as lab, pytest.raises(MissingRequirement, match="no UE hosts"):
+        ScenarioRun(load_scenario(scn), RunOptions(
+            out_root=tmp_path, profile="lab", progress=False,
+            profile_factory=_lab_factory(inv, FakeHosts(), lab.url, lab.url)))
+
+
+def test_host_lost_mid_run_stops_what_was_started_and_restores_replicas(tmp_path: Path):
+    scn, inv = _files(tmp_path)
+    scn.write_text(SCENARIO + "cross_traffic:\n  - {slice: be, flows: 2}\n")
+
+    class LosesRanWhenClientsStart(FakeHosts):
+        def run(self, host, argv, *, what, check=True):
+            if "load" in argv and "--source" in argv:
+                self.calls.append(("run", host, tuple(argv)))
+                raise HostFailed(host, what, "Failed to connect to the host via ssh",
+                                 unreachable=True)
+            return super().run(host, argv, what=what, check=check)
+
+    hosts = LosesRanWhenClientsStart()
+    with RecordedLab(replicas=3) as lab:
+        with pytest.raises(HostFailed, match=r"^ran1: start client 0 \(imgcls\) on uesimtun0 "
+                           r"10.45.0.2: unreachable"):
+            run_scenario(load_scenario(scn), RunOptions(
+                out_root=tmp_path, profile="lab", progress=False,
+                profile_factory=_lab_factory(inv, hosts, lab.url, lab.url)))
+        assert lab.replicas["imgcls"] == 3  # scaled to 1 for the cell, then put back
+    assert any(a[0] == "systemd-run" and "iperf3" in a for a in hosts.commands())
+    assert not hosts.active  # iperf3 was stopped again
