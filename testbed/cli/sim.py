@@ -242,25 +242,42 @@ def sim_tables(
 
 @app.command("train")
 def train_cmd(
-    service: str = typer.Argument(..., help="chatbot, imgcls or tts."),
+    service: str = typer.Argument(None, help="chatbot, imgcls or tts (ppo; ddpg and inss take all three)."),
+    policy: str = typer.Option("ppo", help="ppo (Maskable PPO), ddpg (sb3 DDPG) or inss (sb3 TD3)."),
     traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
-    out: Path = typer.Option(None, help="Model file to write (default models/SERVICE.zip)."),
-    steps: int = typer.Option(paper.MAX_TRAIN_STEPS, help="Step budget (the paper: 300000)."),
+    out: Path = typer.Option(None, help="Model file (default models/SERVICE.zip or models/POLICY.zip)."),
+    steps: int = typer.Option(None, help="Step budget (ppo: the paper's 300000; ddpg/inss: 12000)."),
     seed: int = typer.Option(0, help="Training seed."),
-    tensorboard: str = typer.Option(None, help="Directory for TensorBoard logs."),
+    gpus: int = typer.Option(2, help="ddpg/inss: GPUs of the training cluster (Table 5.1: 8 units = 2)."),
+    tensorboard: str = typer.Option(None, help="Directory for TensorBoard logs (ppo)."),
 ) -> None:
-    """Train a Maskable PPO agent on the simulator (Section 4.4.3), keeping the best validated model.
+    """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
+    service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
+    DDPG-MPS slides; inss: InSS's TD3 local stage). ddpg/inss take minutes here and write an entry
+    in models/manifest.json.
 
     Example: testbed train chatbot --traces ../shared/traces --steps 300000
+    Example: testbed train --policy ddpg --traces ../shared/traces --steps 12000
     """
     from testbed.load.trace import load_trace
-    from testbed.train.ppo import train
 
-    (svc,) = _services(service)
     train_tr = [load_trace(p) for p in sorted((traces / "train").glob("*.txt"))]
     if not train_tr:
         raise ConfigError([ConfigProblem(str(traces / "train"), None, "", "no training traces (*.txt)")])
     val_tr = [load_trace(traces / "val" / "day6.txt")]
+    if policy in ("ddpg", "inss"):
+        _train_share(policy, train_tr, val_tr, out, steps or 12_000, seed, gpus)
+        return
+    if policy != "ppo":
+        raise ConfigError(
+            [ConfigProblem("--policy", None, "policy", f"unknown policy {policy!r}; use ppo, ddpg or inss")]
+        )
+    from testbed.train.ppo import train
+
+    if service is None:
+        raise ConfigError([ConfigProblem("SERVICE", None, "service", "ppo trains one service: name it")])
+    (svc,) = _services(service)
+    steps = steps or paper.MAX_TRAIN_STEPS
     out = out or Path("models") / f"{svc}.zip"
     with _progress() as bar:
         task = bar.add_task(f"training {svc}", total=steps)
@@ -276,6 +293,35 @@ def train_cmd(
         )
     console.print(
         f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps}; wrote {out}"
+    )
+
+
+def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus) -> None:
+    import shlex
+    import sys
+
+    from testbed.train.share import train_share
+
+    out = out or Path("models") / f"{policy}.zip"
+    command = "testbed " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    with _progress() as bar:
+        task = bar.add_task(f"training {policy}", total=steps)
+        meta = train_share(
+            policy,
+            default_profiles(),
+            train_tr,
+            val_tr,
+            paper.TABLE_5_1.ratios,
+            out,
+            gpus=gpus,
+            steps=steps,
+            seed=seed,
+            command=command,
+            progress=lambda n, best: bar.update(task, completed=n),
+        )
+    console.print(
+        f"{policy}: best validation reward {meta.best_validation_reward:.4f} per step at step {meta.steps} "
+        f"({meta.train_seconds:.0f} s); wrote {out} and {out.parent / 'manifest.json'}"
     )
 
 
@@ -313,3 +359,156 @@ def tune_cmd(
         out.add_row(name, f"{value:.4g}", f"{result.paper_params.get(name, float('nan')):.4g}")
     out.add_row("reward", f"{result.best_reward:.5f}", f"{result.paper_reward:.5f}")
     console.print(out)
+
+
+COMPARE_LOADS = {"5.1": 2, "5.3": 32}  # table -> GPUs (8 and 128 units of 25 %)
+
+
+@sim_app.command("compare")
+def sim_compare(
+    policies: str = typer.Option(
+        "all", help="Comma-separated: rule_v1, rule_v2, static, hpa, ppo, fa2, inss, ddpg, or all "
+        "(all: ppo only when --models holds chatbot.zip, imgcls.zip and tts.zip)."
+    ),
+    load: list[str] = typer.Option(["5.1", "5.3"], help="Table whose load and units to use (repeatable)."),
+    traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
+    models: Path = typer.Option(Path("models"), help="Directory with ddpg.zip, inss.zip (and PPO's)."),
+    profiles: Path = typer.Option(None, help="Profile file over the packaged one (gpu curves)."),
+    pipeline: str = typer.Option(None, help="fa2: a chain under one SLA, e.g. 'imgcls,tts:3000' (ms)."),
+    layout: Path = typer.Option(None, help="GPU layout file: GPUs and each service's starting replicas, "
+                                "share_pct, batch, gpus (overrides the table's GPU count)."),
+    interference: bool = typer.Option(True, "--interference/--no-interference",
+                                      help="InSS's interference term between instances on one GPU."),
+    steps: int = typer.Option(None, help="Stop after this many 30 s steps (default: the whole day)."),
+    scale: float = typer.Option(1.0, help="Multiply the table's ratios (e.g. 4: saturate the GPUs)."),
+    seed: int = typer.Option(0, help="Simulation seed."),
+    out: Path = typer.Option(None, help="Report directory (default runs/<UTC time>-compare)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per policy and load."),
+) -> None:
+    """Every policy on the GPU simulator on the test day: SLO violation rate, GPU share used,
+    throughput, reward, decision time per step and the share bound; writes a report with the share
+    used over time and a Pareto plot.
+
+    Example: testbed sim compare --traces ../shared/traces --load 5.1 --policies fa2,rule_v2,ddpg
+    """
+    import time as _time
+
+    from testbed.cluster.base import ServiceTarget
+    from testbed.config.gpu_layout import load_layout
+    from testbed.profiles import load_profiles
+    from testbed.report.compare import markdown_table, write_compare_report
+    from testbed.scaler.fa2 import Pipeline
+    from testbed.train.compare import ALL_POLICIES, bounds_for, build_policies, run_policy
+    from testbed.train.evaluate import test_day_traces
+
+    names = _policy_names(policies, models)
+    if scale <= 0:
+        raise ConfigError([ConfigProblem("--scale", None, "scale", f"must be > 0, got {scale:g}")])
+    initial, layout_gpus = None, None
+    if layout is not None:
+        spec_layout = load_layout(layout)
+        layout_gpus = spec_layout.gpus
+        unknown = [s for s in spec_layout.services if s not in paper.SERVICES]
+        if unknown:
+            _services(",".join(unknown))
+        initial = {
+            s: ServiceTarget(v.replicas, v.share_pct, v.batch, tuple(v.gpus) if v.gpus is not None else None)
+            for s, v in spec_layout.services.items()
+        }
+    for key in load:
+        if key not in COMPARE_LOADS:
+            raise ConfigError([ConfigProblem("--load", None, "load", f"unknown {key!r}; use 5.1 or 5.3")])
+    pipes = [_pipeline(pipeline, Pipeline)] if pipeline else []
+    source = str(profiles) if profiles else "testbed/profiles/services.yaml"
+    prof = load_profiles(profiles)
+    services = list(paper.SERVICES)
+    _check_curves(prof, profiles, [n for n in names if n in ("fa2", "gslice", "inss", "ddpg")])
+    tr = test_day_traces(traces, services)
+    built = {}  # everything is checked before anything runs
+    for key in load:
+        units = (layout_gpus or COMPARE_LOADS[key]) * 4
+        for name in names:
+            built[key, name] = build_policies(name, services, prof, total_units=units, models=models,
+                                              seed=seed, pipelines=pipes, profile_source=source)
+    assert set(names) <= set(ALL_POLICIES)
+    rows = []
+    started = _time.perf_counter()
+    for key in load:
+        spec = paper.PAPER_TABLES[key]
+        ratios = {s: r * scale for s, r in spec.ratios.items()}
+        label = f"Table {key}" + (f" x{scale:g}" if scale != 1 else "")
+        gpus = layout_gpus or COMPARE_LOADS[key]
+        with console.status(f"{label}: share bound"):
+            bounds = bounds_for(prof, tr, ratios, gpus=gpus, max_steps=steps)
+        for name in names:
+            with console.status(f"{label}: {name}"):
+                r = run_policy(name, built[key, name], prof, tr, ratios, gpus=gpus, load=label,
+                               seed=seed, interference=interference, max_steps=steps, bounds=bounds,
+                               initial=initial)
+            rows.append(r.as_json(with_series=True))
+            if as_json:
+                typer.echo(json.dumps(r.as_json()))
+            else:
+                console.print(f"  {label} {name}: SLO {r.slo_violation_rate:.4f}, "
+                              f"share {r.share_units:.2f} units, reward {r.reward:.4f}"
+                              f" ({r.run_seconds:.1f} s)")
+    elapsed = _time.perf_counter() - started
+    out = out or Path("runs") / (_time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime()) + "-compare")
+    note = (f"Test day, seed {seed}, interference {'on' if interference else 'off'}; "
+            f"{elapsed:.0f} s for {len(rows)} runs.")
+    write_compare_report(rows, out, note)
+    if not as_json:
+        console.print(markdown_table(rows))
+        console.print(f"{len(rows)} runs in {elapsed:.0f} s; report in {out}/compare.md")
+
+
+def _policy_names(policies: str, models: Path) -> list[str]:
+    from testbed.train.compare import ALL_POLICIES
+
+    if policies == "all":
+        have_ppo = all((models / f"{s}.zip").exists() for s in paper.SERVICES)
+        return [p for p in ALL_POLICIES if p != "ppo" or have_ppo]
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    unknown = [p for p in names if p not in ALL_POLICIES]
+    if unknown or not names:
+        raise ConfigError(
+            [ConfigProblem("--policies", None, "policies",
+                           f"unknown policy {', '.join(map(repr, unknown)) or '(none)'}; "
+                           f"known: {', '.join(ALL_POLICIES)}, all")]
+        )
+    return names
+
+
+def _pipeline(text: str, pipeline_type):
+    chain, _, sla = text.partition(":")
+    services = tuple(s.strip() for s in chain.split(",") if s.strip())
+    try:
+        sla_ms = float(sla)
+    except ValueError:
+        sla_ms = -1.0
+    if not services or sla_ms <= 0:
+        raise ConfigError([ConfigProblem("--pipeline", None, "pipeline",
+                                         f"expected SERVICE,SERVICE:SLA_MS, got {text!r}")])
+    _services(",".join(services))
+    return pipeline_type(services, sla_ms)
+
+
+def _check_curves(prof: dict[str, ServiceProfile], path: Path | None, policies: list[str]) -> None:
+    """The policies that need a gpu curve, against the profiles: file, line and field."""
+    missing = [s for s in paper.SERVICES if prof[s].gpu is None]
+    if not policies or not missing:
+        return
+    from testbed.config.yamlfile import load_yaml_file
+
+    doc = load_yaml_file(path) if path is not None else None
+    raise ConfigError(
+        [
+            ConfigProblem(
+                str(path) if path else "testbed/profiles/services.yaml",
+                doc.line_of(("services", s, "gpu")) if doc else None,
+                f"services.{s}.gpu",
+                f"{', '.join(policies)} need the profile's gpu curve (batch/share times); it is missing",
+            )
+            for s in missing
+        ]
+    )

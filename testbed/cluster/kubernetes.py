@@ -9,15 +9,20 @@ shows as 4 allocatable units, and a replica requesting 1 unit gets one MPS parti
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from testbed.cluster.base import ServiceTarget
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement, StateError
 
 GPU_RESOURCE = "nvidia.com/gpu"
+SHARE_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"  # MPS caps the pod's SMs at this % of the GPU
+BATCH_ENV = "TESTBED_BATCH_SIZE"  # the service's batcher (workloads/*/server.py) reads it
+UNIT_PCT = 25.0  # one nvidia.com/gpu unit = one of the GPU operator's 4 MPS partitions
 # Pods in these phases hold no resources; the API server filters them out for us.
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -208,6 +213,60 @@ class KubernetesCluster:
             return f"http://{self.node_address}:{ports[0].node_port}"
         return f"http://{k8s_svc.metadata.name}.{self.namespace}.svc.cluster.local:{ports[0].port}"
 
+    # --- GpuClusterBackend --------------------------------------------------------------------
+
+    def target(self, service: str) -> ServiceTarget:
+        dep = self._call("read", self._deployment(service), self.apps.read_namespaced_deployment)
+        env = _env(dep.spec.template.spec)
+        share = float(env.get(SHARE_ENV, UNIT_PCT * max(self.units_per_replica(service), 1)))
+        return ServiceTarget(max(int(dep.spec.replicas or 0), 1), share, int(env.get(BATCH_ENV, 1)))
+
+    def gpu_free_pct(self) -> list[float]:
+        """Free share per GPU, GPUs taken as 4 units each (the lab's MPS partitions); where pods sit
+        is not asked of the scheduler, so free units are packed into as few GPUs as they fill."""
+        total, free = self.total_units(), self.free_units()
+        gpus = max(1, -(-total // 4))
+        out = [0.0] * gpus
+        for k in range(gpus):
+            take = min(4, free)
+            out[k] = take * UNIT_PCT
+            free -= take
+        return out
+
+    def share_used_pct(self, service: str) -> float:
+        t = self.target(service)
+        return self.desired_replicas(service) * t.share_pct
+
+    def configure(self, service: str, target: ServiceTarget) -> ServiceTarget:
+        """One patch of the Deployment: replicas, the container's MPS share and batch size (env),
+        and ceil(share / 25 %) GPU units. A changed pod template rolls the Deployment: new pods
+        start while the old ones serve (maxSurge), as InSS's shadow replicas do. Placement
+        (`gpus`) is left to the scheduler."""
+        current = self.target(service)
+        units = max(1, math.ceil(target.share_pct / UNIT_PCT - 1e-9))
+        if (target.share_pct, target.batch) == (current.share_pct, current.batch):
+            self.scale(service, target.replicas)
+            return ServiceTarget(target.replicas, current.share_pct, current.batch)
+        dep = self._call("read", self._deployment(service), self.apps.read_namespaced_deployment)
+        extra = target.replicas * units - current.replicas * self.units_per_replica(service)
+        if extra > self.free_units():
+            raise StateError(f"{service}: {target.replicas} replicas of {units} {self.resource} units "
+                             f"need {extra} more, {self.free_units()} free")
+        containers = dep.spec.template.spec.containers or []
+        if not containers:
+            raise StateError(f"{service}: the Deployment has no container to configure")
+        c = containers[0]
+        values = {SHARE_ENV: f"{target.share_pct:g}", BATCH_ENV: str(target.batch)}
+        # in place: a later variable may use $(TESTBED_BATCH_SIZE) (the chatbot's OLLAMA_NUM_PARALLEL)
+        env = [{**e, "value": values.pop(e["name"], e["value"])} for e in _env_list(c)]
+        env += [{"name": k, "value": v} for k, v in values.items()]
+        amount = {self.resource: str(units)}
+        body = {"spec": {"replicas": int(target.replicas), "template": {"spec": {"containers": [
+            {"name": c.name, "env": env, "resources": {"requests": amount, "limits": amount}}]}}}}
+        self._call("configure", self._deployment(service), self.apps.patch_namespaced_deployment,
+                   body=body)
+        return ServiceTarget(target.replicas, target.share_pct, target.batch)
+
     # --- beyond the protocol ----------------------------------------------------------------
 
     def wait_ready(self, service: str, replicas: int | None = None, *, timeout_s: float = 300.0,
@@ -262,6 +321,16 @@ class KubernetesCluster:
             return method(**kwargs)
         except Exception as exc:
             raise _translate(exc, what, self.api_host) from None
+
+
+def _env_list(container: Any) -> list[dict[str, str]]:
+    return [{"name": e.name, "value": e.value} for e in (getattr(container, "env", None) or [])
+            if getattr(e, "value", None) is not None]
+
+
+def _env(pod_spec: Any) -> dict[str, str]:
+    containers = getattr(pod_spec, "containers", None) or []
+    return {e["name"]: e["value"] for e in _env_list(containers[0])} if containers else {}
 
 
 def _reason(exc: Exception) -> str:

@@ -19,6 +19,7 @@ from typing import IO
 
 import aiohttp
 
+from testbed.cluster.base import ServiceTarget
 from testbed.errors import ConfigError, ConfigProblem, StateError
 from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.window import WindowMetrics
@@ -47,6 +48,9 @@ class ReplicaProcess:
     started: float = field(default_factory=time.monotonic)
     ready_after_s: float | None = None
     task: asyncio.Task[None] | None = None
+    gpu: int = 0  # which emulated GPU's share it holds
+    share: float = 25.0  # MPS share, % of that GPU
+    retiring: bool = False  # replaced by replicas with a new share: stops once they are ready
 
     @property
     def live(self) -> bool:
@@ -112,6 +116,11 @@ class LocalCluster:
         for sb in self.lb.services.values():
             sb.on_failure = self._on_lb_failure
             sb.on_lost = self._on_lost_connection
+        # Emulated GPUs (issue 15): the units are DRAFAS's 25 % slices, four to a GPU; replicas
+        # hold a share of one GPU and all replicas of a service share its batch size.
+        self._gpu_caps = [100.0] * (total_units // 4) + [25.0 * (total_units % 4)] * bool(total_units % 4)
+        self._share = dict.fromkeys(names, 25.0)
+        self._batch = dict.fromkeys(names, 1)
         self._desired = dict.fromkeys(names, 0)
         self._replicas: dict[str, list[ReplicaProcess]] = {s: [] for s in names}
         self._counter = itertools.count(1)
@@ -184,8 +193,79 @@ class LocalCluster:
         return self._total_units
 
     def free_units(self) -> int:
-        used = sum(self.profiles[s].units for s, reps in self._replicas.items() for r in reps if r.live)
-        return self._total_units - used
+        if all(r.share == 25.0 for reps in self._replicas.values() for r in reps if r.live):
+            used = sum(self.profiles[s].units for s, reps in self._replicas.items() for r in reps if r.live)
+            return self._total_units - used
+        return sum(int(free / 25.0 + 1e-9) for free in self.gpu_free_pct())
+
+    # ---- GpuClusterBackend -------------------------------------------------------------------------
+    def target(self, service: str) -> ServiceTarget:
+        active = [r for r in self._replicas[self._check(service)] if r.state in ("starting", "ready")]
+        return ServiceTarget(max(len(active), 1), self._share[service], self._batch[service],
+                             tuple(r.gpu for r in active) if active else None)
+
+    def gpu_free_pct(self) -> list[float]:
+        free = list(self._gpu_caps)
+        for reps in self._replicas.values():
+            for r in reps:
+                if r.live:
+                    free[r.gpu] -= r.share
+        return [max(0.0, f) for f in free]
+
+    def share_used_pct(self, service: str) -> float:
+        return sum(r.share for r in self._replicas[self._check(service)] if r.live)
+
+    def configure(self, service: str, target: ServiceTarget) -> ServiceTarget:
+        """Batch: told to every replica at once (POST /_config). Share: new replicas start beside
+        the old ones, which stop once the new ones are ready. Applies as much as fits."""
+        self._check(service)
+        prof = self.profiles[service]
+        if prof.gpu is None and (target.batch != 1 or target.share_pct != self._share[service]):
+            raise ConfigError([ConfigProblem("services", None, f"{service}.gpu",
+                                             "the profile has no gpu curve: only batch 1 at its own share")])
+        if target.batch != self._batch[service]:
+            self._batch[service] = target.batch
+            for r in self._replicas[service]:
+                if r.state == "ready" and r.url:
+                    asyncio.get_running_loop().create_task(self._tell_batch(r, target.batch))
+        active = [r for r in self._replicas[service] if r.state in ("starting", "ready")]
+        if target.share_pct == self._share[service]:
+            fits = self._fits(target.share_pct, target.replicas - len(active))
+            self.scale(service, len(active) + fits if target.replicas > len(active) else target.replicas)
+            return self.target(service)
+        fits = self._fits(target.share_pct, target.replicas)
+        if fits == 0:
+            return self.target(service)
+        self._share[service] = target.share_pct
+        for r in active:
+            r.retiring = True
+        self._desired[service] = fits
+        for _ in range(fits):
+            self._spawn(service)
+        self._notify()
+        return ServiceTarget(fits, target.share_pct, target.batch)
+
+    def _fits(self, share: float, count: int) -> int:
+        free = self.gpu_free_pct()
+        n = 0
+        for _ in range(max(count, 0)):
+            g = next((k for k, f in enumerate(free) if f + 1e-9 >= share), None)
+            if g is None:
+                break
+            free[g] -= share
+            n += 1
+        return n
+
+    def _place(self, share: float) -> int:
+        free = self.gpu_free_pct()
+        return next((k for k, f in enumerate(free) if f + 1e-9 >= share), 0)
+
+    async def _tell_batch(self, r: ReplicaProcess, batch: int) -> None:
+        if self._http is None:
+            return
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with self._http.post(r.url + "/_config", json={"batch": batch}) as resp:
+                await resp.read()
 
     def endpoint(self, service: str) -> str:
         return self.lb.endpoint(self._check(service))
@@ -198,11 +278,14 @@ class LocalCluster:
             raise StateError("the cluster is shutting down")
         if replicas < 0:
             raise StateError(f"replicas must be >= 0, got {replicas}")
-        active = [r for r in self._replicas[service] if r.state in ("starting", "ready")]
+        active = [r for r in self._replicas[service] if r.state in ("starting", "ready") and not r.retiring]
         extra = replicas - len(active)
         if extra > 0:
             need = extra * self.units_per_replica(service)
-            if need > self.free_units():
+            if self._share[service] != 25.0 and self._fits(self._share[service], extra) < extra:
+                raise StateError(f"scaling {service} to {replicas} replicas of {self._share[service]:g} % "
+                                 f"does not fit the GPUs' free share {self.gpu_free_pct()}")
+            if self._share[service] == 25.0 and need > self.free_units():
                 raise StateError(
                     f"scaling {service} to {replicas} needs {need} free resource units, "
                     f"{self.free_units()} of {self._total_units} are free"
@@ -271,7 +354,8 @@ class LocalCluster:
 
     # ---- replica processes -------------------------------------------------------------------------
     def _spawn(self, service: str, replaces: str | None = None) -> None:
-        r = ReplicaProcess(service, f"{service}-{next(self._counter)}")
+        share = self._share[service]
+        r = ReplicaProcess(service, f"{service}-{next(self._counter)}", gpu=self._place(share), share=share)
         self._replicas[service].append(r)
         r.task = asyncio.get_running_loop().create_task(self._run_replica(r, replaces))
 
@@ -298,6 +382,8 @@ class LocalCluster:
         ]
         if not self.use_espeak:
             args.append("--no-espeak")
+        if self._batch[r.service] != 1 or r.share != 25.0:
+            args += ["--batch", str(self._batch[r.service]), "--share", repr(r.share)]
         stderr: IO[bytes] | int = asyncio.subprocess.DEVNULL
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -352,11 +438,20 @@ class LocalCluster:
                         r.ready_after_s = time.monotonic() - r.started
                         self.lb.services[r.service].add(r.name, r.url)
                         self._event(r, "ready", f"after {r.ready_after_s:.2f} s")
+                        self._retire_replaced(r.service)
                         self._notify()
                         return
             except (aiohttp.ClientError, TimeoutError):
                 pass
             await asyncio.wait({watcher}, timeout=0.05)
+
+    def _retire_replaced(self, service: str) -> None:
+        """Once every replica with the new share is ready, the ones it replaces stop."""
+        new = [r for r in self._replicas[service] if r.state in ("starting", "ready") and not r.retiring]
+        if new and all(r.state == "ready" for r in new):
+            for r in self._replicas[service]:
+                if r.retiring:
+                    self._stop(r)
 
     def _exited(self, r: ReplicaProcess) -> None:
         code = r.proc.returncode if r.proc else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -33,6 +34,8 @@ class EmulatedReplica:
         seed: int | None = None,
         use_espeak: bool = True,
         launched_at: float | None = None,
+        batch: int = 1,
+        share_pct: float | None = None,
     ):
         if service not in ("chatbot", "imgcls", "tts"):
             raise ValueError(f"unknown service {service!r}")
@@ -53,6 +56,17 @@ class EmulatedReplica:
         self._slots = asyncio.Semaphore(profile.capacity)
         self._idle = asyncio.Event()
         self._idle.set()
+        # MPS share and batch size (issue 15): with a gpu curve and either set, requests queue for
+        # a batcher that closes a batch on size or after a quarter of the SLO and takes the curve's
+        # time; otherwise the DRAFAS path above (capacity slots, batch 1) serves them unchanged.
+        if (batch != 1 or share_pct is not None) and profile.gpu is None:
+            raise ValueError(f"{service}: batch/share need the profile's gpu curve")
+        self.batch = batch
+        self.share_pct = share_pct
+        self._batched = batch != 1 or share_pct is not None
+        self._queue: list[tuple[float, asyncio.Future, object]] = []
+        self._kick = asyncio.Event()
+        self._batcher: asyncio.Task | None = None
 
     @property
     def ready(self) -> bool:
@@ -68,6 +82,7 @@ class EmulatedReplica:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/", self.healthz)
+        app.router.add_post("/_config", self.set_config)
         if self.service == "chatbot":
             app.router.add_post("/api/generate", self.generate)
         elif self.service == "imgcls":
@@ -86,8 +101,24 @@ class EmulatedReplica:
         }
         return web.json_response(state, status=200 if self.ready else 503)
 
+    async def set_config(self, request: web.Request) -> web.Response:
+        """POST {"batch": n}: a new batch size at once (FA2 reconfigures batches without a restart)."""
+        try:
+            batch = int((await request.json())["batch"])
+            if batch < 1:
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": "body must be JSON with 'batch' >= 1"}, status=400)
+        if batch != 1 and self.profile.gpu is None:
+            return web.json_response({"error": "the profile has no gpu curve"}, status=400)
+        self.batch = batch
+        self._batched = self._batched or batch != 1
+        return web.json_response({"batch": self.batch, "share_pct": self.share_pct})
+
     async def _run(self, work):  # type: ignore[no-untyped-def]
         """Admit, wait for a slot, do the work, pad to the drawn processing time."""
+        if self._batched:
+            return await self._run_batched(work)
         if not self.ready:
             return web.json_response(
                 {"error": "not ready" if not self.draining else "shutting down"}, status=503
@@ -120,6 +151,58 @@ class EmulatedReplica:
                 self.waiting -= 1  # cancelled (client went away) while queued
             if self.in_process == 0 and self.waiting == 0:
                 self._idle.set()
+
+    async def _run_batched(self, work):  # type: ignore[no-untyped-def]
+        """Queue for the batcher; drop when ceil(queue_limit / batch) batches already wait."""
+        if not self.ready:
+            return web.json_response(
+                {"error": "not ready" if not self.draining else "shutting down"}, status=503
+            )
+        waiting_batches = -(-self.profile.queue_limit // self.batch)
+        if len(self._queue) >= self.batch * waiting_batches:
+            self.dropped += 1
+            return web.json_response({"error": "queue full"}, status=503)
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._queue.append((time.monotonic(), fut, work))
+        self.waiting += 1
+        self._idle.clear()
+        self._kick.set()
+        if self._batcher is None or self._batcher.done():
+            self._batcher = asyncio.create_task(self._batch_loop())
+        return await fut
+
+    async def _batch_loop(self) -> None:
+        g = self.profile.gpu
+        assert g is not None
+        wait_s = 0.25 * self.profile.slo_ms / 1000.0 / self.time_scale
+        while self._queue:
+            first = self._queue[0][0]
+            while len(self._queue) < self.batch and time.monotonic() < first + wait_s:
+                self._kick.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._kick.wait(), first + wait_s - time.monotonic())
+            take, self._queue = self._queue[: self.batch], self._queue[self.batch :]
+            self.waiting -= len(take)
+            self.in_process = len(take)
+            start = time.monotonic()
+            lo, hi = self.profile.proc_time_ms
+            draw = sum(self.rng.uniform(lo, hi) for _ in take) / len(take)
+            share = g.ref_share_pct if self.share_pct is None else self.share_pct
+            target = draw * g.batch_factor(len(take)) * g.share_factor(share) / 1000.0 / self.time_scale
+            results = await asyncio.gather(*(w() for _, _, w in take), return_exceptions=True)
+            rest = target - (time.monotonic() - start)
+            if rest > 0:
+                await asyncio.sleep(rest)
+            for (_, fut, _), res in zip(take, results, strict=True):
+                if fut.done():
+                    continue
+                if isinstance(res, BaseException):
+                    fut.set_exception(res)
+                else:
+                    self.served += 1
+                    fut.set_result(res)
+            self.in_process = 0
+        self._idle.set()
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -240,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-espeak", action="store_true")
     ap.add_argument("--launched-at", type=float, default=None, help="epoch seconds the launch began")
     ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
+    ap.add_argument("--batch", type=int, default=1, help="batch size (needs the profile's gpu curve)")
+    ap.add_argument("--share", type=float, default=None, help="MPS share, %% of one GPU (gpu curve)")
     args = ap.parse_args(argv)
     profile = ServiceProfile.model_validate(json.loads(args.profile))
 
@@ -251,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
             args.seed,
             not args.no_espeak,
             launched_at=args.launched_at,
+            batch=args.batch,
+            share_pct=args.share,
         )
         await serve(
             replica, args.host, args.port, announce=lambda s: print(s, flush=True), parent_pid=args.parent_pid

@@ -2,6 +2,7 @@
 
 from testbed.profiles.service import (
     SERVICES,
+    GpuCurve,
     ServiceProfile,
     default_profiles,
     dump_profiles,
@@ -12,6 +13,7 @@ from testbed.profiles.service import (
 
 __all__ = [
     "SERVICES",
+    "GpuCurve",
     "ServiceProfile",
     "default_profiles",
     "dump_profiles",

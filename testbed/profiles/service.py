@@ -17,6 +17,65 @@ SERVICES = ("chatbot", "imgcls", "tts")
 PACKAGED = "testbed/profiles/services.yaml"
 
 
+class GpuCurve(BaseModel):
+    """How one instance's processing time depends on its batch size, its MPS share of a GPU and
+    the other instances on the same GPU.
+
+    time(b, s, others) = proc_time(b=1, s=ref) * batch(b) * share(s) * (1 + interference), with
+    batch(b) = a*b^2 + c*b + d (FA2 Section IV-A's quadratic, normalised to batch(1) = 1),
+    share(s) = (ref / min(s, knee))^k, and InSS Section 4.1's interference term
+    alpha_cache * sum(l_j) + alpha_dram * sum(e_j) over the other instances j on the GPU, with
+    l_j = cache_util_j * share_j / 100 and e_j = dram_util_j * share_j / 100.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ref_share_pct: float = Field(gt=0, le=100, description="share (%) proc_time_ms was measured at")
+    batch_curve: tuple[float, float, float] = Field(
+        description="[a, c, d]: time(b)/time(1) = a*b^2 + c*b + d (FA2's quadratic)"
+    )
+    max_batch: int = Field(default=16, ge=1, description="largest batch the service accepts")
+    share_exponent: float = Field(ge=0, description="k in (ref / share)^k")
+    share_knee_pct: float = Field(gt=0, le=100, description="share (%) above which time stops falling")
+    interference: tuple[float, float] = Field(
+        description="[alpha_cache, alpha_dram]: InSS's two interference coefficients of this model"
+    )
+    cache_util: float = Field(ge=0, le=1, description="L2 cache utilisation at 100 % share, alone")
+    dram_util: float = Field(ge=0, le=1, description="DRAM bandwidth utilisation at 100 % share, alone")
+    sources: dict[str, str] = Field(default_factory=dict, description="field -> where its number comes from")
+
+    @model_validator(mode="after")
+    def _check(self) -> GpuCurve:
+        if any(x < 0 for x in self.batch_curve) or sum(self.batch_curve) <= 0:
+            raise ValueError(f"batch_curve must be 3 numbers >= 0, not all 0, got {list(self.batch_curve)}")
+        if any(x < 0 for x in self.interference):
+            raise ValueError(f"interference coefficients must be >= 0, got {list(self.interference)}")
+        unknown = sorted(set(self.sources) - set(type(self).model_fields))
+        if unknown:
+            raise ValueError(f"sources names unknown fields: {', '.join(unknown)}")
+        return self
+
+    def batch_factor(self, batch: int) -> float:
+        """time(batch) / time(1)."""
+        a, c, d = self.batch_curve
+        return (a * batch * batch + c * batch + d) / (a + c + d)
+
+    def share_factor(self, share_pct: float) -> float:
+        """time(share) / time(ref_share)."""
+        return (min(self.ref_share_pct, self.share_knee_pct) / min(share_pct, self.share_knee_pct)) ** (
+            self.share_exponent
+        )
+
+    def pressure(self, share_pct: float) -> tuple[float, float]:
+        """(l, e): the L2 cache and DRAM utilisation this instance puts on its GPU."""
+        return self.cache_util * share_pct / 100.0, self.dram_util * share_pct / 100.0
+
+    def stretch(self, neighbours: list[tuple[float, float]]) -> float:
+        """1 + InSS's interference term for the neighbours' (l, e) pressures."""
+        a_cache, a_dram = self.interference
+        return 1.0 + a_cache * sum(n[0] for n in neighbours) + a_dram * sum(n[1] for n in neighbours)
+
+
 class ServiceProfile(BaseModel):
     """How one replica of a service behaves (dissertation Table 3.1 / Table 4.4)."""
 
@@ -32,6 +91,9 @@ class ServiceProfile(BaseModel):
     initial_replicas: int = Field(default=1, ge=0, description="replicas at the start of a run")
     rate_limit: tuple[int, float] | None = Field(
         default=None, description="[requests, seconds]: each replica admits at most this many per window"
+    )
+    gpu: GpuCurve | None = Field(
+        default=None, description="batch/share/interference curve; None: only DRAFAS's 25 %, batch 1"
     )
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where its number comes from")
 
@@ -51,6 +113,19 @@ class ServiceProfile(BaseModel):
     def mean_proc_time_ms(self) -> float:
         return (self.proc_time_ms[0] + self.proc_time_ms[1]) / 2
 
+    def time_ms(
+        self, batch: int = 1, share_pct: float | None = None, stretch: float = 1.0, *, tail: bool = False
+    ) -> float:
+        """Mean (or, with `tail`, worst) processing time of one batch at a share, in ms. Without a
+        `gpu` curve only batch 1 at the profiled share (share_pct None) is known."""
+        base = self.proc_time_ms[1] if tail else self.mean_proc_time_ms
+        if self.gpu is None:
+            if batch != 1 or share_pct is not None:
+                raise ValueError(f"{self.name}: no gpu curve (batch {batch}, share {share_pct})")
+            return base * stretch
+        share = self.gpu.ref_share_pct if share_pct is None else share_pct
+        return base * self.gpu.batch_factor(batch) * self.gpu.share_factor(share) * stretch
+
     def replace(self, **changes: Any) -> ServiceProfile:
         """A validated copy with `changes` applied (a changed number loses its stated source)."""
         sources = {k: v for k, v in self.sources.items() if k not in changes}
@@ -64,6 +139,9 @@ class ProfileSet(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     sources: dict[str, str] = Field(default_factory=dict)
+    gpu_curve: GpuCurve | None = Field(
+        default=None, description="a shared `gpu:` block for services to reference (&gpu_curve)"
+    )
     services: dict[str, ServiceProfile]
 
     @model_validator(mode="before")
@@ -146,6 +224,11 @@ def _plain(p: ServiceProfile) -> dict[str, object]:
     d["proc_time_ms"] = [round(float(x), 3) for x in p.proc_time_ms]
     if p.rate_limit is not None:
         d["rate_limit"] = list(p.rate_limit)
+    if p.gpu is None:
+        del d["gpu"]
+    else:
+        for key in ("batch_curve", "interference"):
+            d["gpu"][key] = list(d["gpu"][key])
     if not p.sources:
         del d["sources"]
     return d

@@ -20,6 +20,7 @@ from testbed.scaler.actions import (
 )
 from testbed.scaler.policies import Policy
 from testbed.scaler.state import StateBuilder
+from testbed.scaler.target import ServiceTarget, TargetPolicy, apply_target, cluster_view
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class Decision:
     replicas_after: int
     free_units: int
     reward: float
+    target: ServiceTarget | None = None  # a target policy's decision, as applied (share, batch)
+    decide_ms: float = 0.0  # time the policy took to decide (a target policy: all its services)
 
 
 class ScalerLoop:
@@ -52,7 +55,7 @@ class ScalerLoop:
     def __init__(
         self,
         backend: ClusterBackend,
-        policies: Mapping[str, Policy],
+        policies: Mapping[str, Policy | TargetPolicy],
         metrics: Callable[[str], WindowMetrics],
         *,
         max_rate: float = TRACE_MAX_RPS,
@@ -65,7 +68,61 @@ class ScalerLoop:
         self._states = {s: StateBuilder(max_rate) for s in self.policies}
         self._cooldown = dict.fromkeys(self.policies, 0)
 
+    def decide_all(self) -> list[Decision]:
+        """One decision per service; a target policy shared by several services plans them together."""
+        out: list[Decision] = []
+        done: set[str] = set()
+        for service, policy in self.policies.items():
+            if service in done:
+                continue
+            if isinstance(policy, TargetPolicy):
+                group = [s for s, p in self.policies.items() if p is policy]
+                out.extend(self._decide_targets(policy, group))
+                done.update(group)
+            else:
+                out.append(self.decide(service))
+        return out
+
+    def _decide_targets(self, policy: TargetPolicy, services: list[str]) -> list[Decision]:
+        backend = self.backend
+        total = backend.total_units()
+        windows = {s: self.metrics(s) for s in services}
+        befores = {s: backend.desired_replicas(s) for s in services}
+        free = backend.free_units()
+        started = time.perf_counter()
+        targets = policy.plan(cluster_view(backend, windows))
+        decide_ms = 1000.0 * (time.perf_counter() - started)
+        out = []
+        for s in services:
+            window, before = windows[s], befores[s]
+            mask = action_mask(before, free, backend.units_per_replica(s), 0)
+            applied = apply_target(backend, s, targets[s]) if s in targets else None
+            after = backend.desired_replicas(s)
+            out.append(
+                Decision(
+                    time=self.clock(),
+                    service=s,
+                    policy=policy.name,
+                    request_rate=window.request_rate,
+                    utilization=window.utilization,
+                    slo_violation_rate=window.slo_violation_rate,
+                    mask=mask,
+                    proposed=(targets[s].replicas - before) if s in targets else 0,
+                    applied=after - before,
+                    replicas_before=before,
+                    replicas_after=after,
+                    free_units=free,
+                    reward=reward(window.slo_violation_rate, before, total),
+                    target=applied,
+                    decide_ms=decide_ms,
+                )
+            )
+        return out
+
     def decide(self, service: str) -> Decision:
+        policy = self.policies[service]
+        if isinstance(policy, TargetPolicy):
+            return self._decide_targets(policy, [service])[0]
         window = self.metrics(service)
         backend = self.backend
         total = backend.total_units()
@@ -73,8 +130,9 @@ class ScalerLoop:
         free = backend.free_units()
         mask = action_mask(before, free, backend.units_per_replica(service), self._cooldown[service])
         obs = self._states[service].push(window, mask, before, total)
-        policy = self.policies[service]
+        started = time.perf_counter()
         proposed = action_delta(policy.act(obs, mask))
+        decide_ms = 1000.0 * (time.perf_counter() - started)
         applied = adjust_action(proposed, mask)
         if not mask[action_index(applied)]:
             applied = 0  # a policy may propose anything; only valid actions reach the cluster
@@ -95,4 +153,5 @@ class ScalerLoop:
             replicas_after=before + applied,
             free_units=free,
             reward=reward(window.slo_violation_rate, before, total),
+            decide_ms=decide_ms,
         )

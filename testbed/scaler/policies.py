@@ -160,6 +160,12 @@ def make_policy(
         from testbed.scaler.ppo import MaskablePpoPolicy
 
         return MaskablePpoPolicy.load(model)
+    if name in ("fa2", "gslice", "inss", "ddpg"):
+        raise ConfigError(
+            [ConfigProblem("<policy>", None, "policy",
+                           f"{name} sets MPS shares and batch sizes, so it runs on the GPU simulator: "
+                           f"testbed sim compare --policies {name} (or a scenario on the testbed engine)")]
+        )
     raise ConfigError(
         [
             ConfigProblem(

@@ -316,10 +316,7 @@ class CellRunner:
                 self.problem(p)
             for p in await traffic.start_clients(self.client_jobs(b.cluster)):
                 self.problem(p)
-            policies = {s.name: make_policy(s.policy, s.name, total_units=scn.total_units,
-                                            seed=scn.seed + self.rep,
-                                            model=str(self.base_dir / s.model) if s.model else None)
-                        for s in scn.services}
+            policies = self._policies(self.profiles(), make_policy)
             period = scn.scaler_period_s / ts
             latest: dict[str, Any] = {}
             loop = ScalerLoop(b.cluster, policies, lambda s: latest[s], clock=clock.time)
@@ -340,8 +337,7 @@ class CellRunner:
                 if now >= next_decision:
                     next_decision += period
                     latest.update(b.metrics.windows(scn.scaler_period_s))
-                    for s in scn.services:
-                        d = loop.decide(s.name)
+                    for d in loop.decide_all():  # a shared target policy plans its services together
                         append_jsonl(self.dir.decisions, {**asdict(d), "t": (now - t0) * ts})
                 self.view.tick(now - t0)
         finally:
@@ -349,6 +345,32 @@ class CellRunner:
             for p in await traffic.stop():
                 self.problem(p)
             self.closing = True
+
+    def _policies(self, profiles: dict[str, Any], make_policy: Any) -> dict[str, Any]:
+        """One policy per service; fa2 and gslice are one object over the services that use them."""
+        from testbed.scaler.fa2 import Fa2Policy, Pipeline
+        from testbed.scaler.gslice import EqualSharePolicy
+
+        scn = self.scn
+        source = str(self.base_dir / scn.service_profiles) if scn.service_profiles else \
+            "testbed/profiles/services.yaml"
+        out: dict[str, Any] = {}
+        for kind in ("fa2", "gslice"):
+            mine = {s.name: profiles[s.name] for s in scn.services if s.policy == kind}
+            if not mine:
+                continue
+            if kind == "fa2":
+                pipes = [Pipeline(tuple(p.services), p.sla_ms) for p in scn.pipelines]
+                shared = Fa2Policy(mine, pipelines=pipes, profile_source=source)
+            else:
+                shared = EqualSharePolicy(mine, profile_source=source)
+            out.update(dict.fromkeys(mine, shared))
+        for s in scn.services:
+            if s.name not in out:
+                out[s.name] = make_policy(s.policy, s.name, total_units=scn.total_units,
+                                          seed=scn.seed + self.rep,
+                                          model=str(self.base_dir / s.model) if s.model else None)
+        return {s.name: out[s.name] for s in scn.services}
 
     async def _first_arrival(self, b: CellBackends, timeout_s: float) -> None:
         if not self.scn.clients or not b.wait_first_request:

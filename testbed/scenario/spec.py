@@ -25,12 +25,15 @@ class InlineTestbed(Strict):
     ue_groups: list[UEGroupSpec] = Field(min_length=1)
 
 
+SHARE_POLICIES = ("fa2", "gslice")  # target policies: replicas, MPS share and batch size
+
+
 class ServiceSpec(Strict):
     """One AI service: its initial replicas and how it is scaled."""
 
     name: Literal["chatbot", "imgcls", "tts"]
     replicas: int = Field(1, ge=1, le=64)
-    policy: Literal["static", "rule_v1", "rule_v2", "hpa", "random", "ppo"] = "static"
+    policy: Literal["static", "rule_v1", "rule_v2", "hpa", "random", "ppo", "fa2", "gslice"] = "static"
     model: str | None = None  # a trained PPO model file (policy: ppo)
 
     @model_validator(mode="after")
@@ -56,6 +59,14 @@ class ClientSpec(Strict):
         if (self.trace is None) == (self.rate is None):
             raise ValueError("give exactly one of `trace:` or `rate:`")
         return self
+
+
+class PipelineSpec(Strict):
+    """A chain of services one request passes through under one end-to-end SLA (fa2 plans it
+    with FA2's Algorithm 1 instead of service by service)."""
+
+    services: list[Literal["chatbot", "imgcls", "tts"]] = Field(min_length=1)
+    sla_ms: float = Field(gt=0)
 
 
 class CrossTrafficSpec(Strict):
@@ -85,6 +96,7 @@ class Scenario(Strict):
     matrix: dict[str, list[Any]] = Field(default_factory=dict)
     expect: list[str] = Field(default_factory=list)
     compare_sim: bool = False  # also run each cell through the simulator (sim-to-testbed check)
+    pipelines: list[PipelineSpec] = Field(default_factory=list)  # for fa2
     service_profiles: str | None = None  # profile YAML merged over Table 4.4 (`testbed profile`)
 
     def service(self, name: str) -> ServiceSpec:
@@ -113,6 +125,14 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
         seen.add(s.name)
         if s.model and not (base_dir / s.model).is_file():
             problems.append((("services", i, "model"), f"model file {s.model!r} not found"))
+        if s.policy in SHARE_POLICIES and (scn.engine == "sim" or scn.compare_sim):
+            problems.append((("services", i, "policy"),
+                             f"{s.policy} sets shares and batches: it runs on the testbed engine "
+                             "(without compare_sim); on the simulator use `testbed sim compare`"))
+    for i, pipe in enumerate(scn.pipelines):
+        for j, name in enumerate(pipe.services):
+            if name not in seen:
+                problems.append((("pipelines", i, "services", j), f"no service {name!r} in `services:`"))
     if scn.service_profiles:
         from testbed.profiles import load_profiles
 

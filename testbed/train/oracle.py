@@ -195,3 +195,65 @@ def shared_pool_oracles(
             options=options,
         )
     return out
+
+
+@dataclass(frozen=True)
+class ShareBound:
+    """An upper bound on the mean reward -(alpha·SLO rate + beta·share units / total units) of any
+    policy that sets counts, shares and batches (the GPU model), per service."""
+
+    reward: float
+    share_units: float  # mean share, in units, of the bound's schedule
+    best_rate_per_pct: float  # requests/s one % of a GPU serves at best
+
+
+def share_bound(
+    profile: ServiceProfile,
+    trace: Trace,
+    ratio: float,
+    *,
+    total_units: int,
+    unit_pct: float = 25.0,
+    step_seconds: float = STEP_SECONDS,
+    steps: int | None = None,
+    alpha: float = REWARD_ALPHA,
+    beta: float = REWARD_BETA,
+    rounding: str = "floor",
+) -> ShareBound:
+    """A fluid relaxation, so every relaxation makes it larger: the share is divisible and costs
+    only while the step needs it (no startup, no cooldown, no whole instances beyond the first);
+    every request takes the fastest draw with no interference, at the batch and share that serve
+    the most requests per % of GPU while a lone batch still meets the SLO; no queueing. In step t
+    with A_t arrivals and share S, at least A_t - rate·S·(step + SLO) requests miss the SLO. The
+    best S per step is either the smallest instance that meets the SLO or the one that serves
+    every request; the bound is the mean of the per-step optima."""
+    g = profile.gpu
+    slo_s = profile.slo_ms / 1000.0
+    fastest = profile.proc_time_ms[0]
+    best, smallest = 0.0, 100.0
+    shares = np.arange(0.5, 100.0001, 0.5)
+    for b in range(1, (g.max_batch if g else 1) + 1):
+        for s in shares if g else [unit_pct]:
+            d = fastest * (g.batch_factor(b) * g.share_factor(s) if g else 1.0) / 1000.0
+            if d > slo_s:
+                continue
+            smallest = min(smallest, s)
+            best = max(best, b / d / s)
+    arrivals = arrival_times(trace, ratio, rounding)
+    total = int(trace.seconds // step_seconds) if steps is None else steps
+    counts = np.bincount(
+        np.minimum((arrivals // step_seconds).astype(np.int64), total), minlength=total + 1
+    )[:total].astype(float)
+    window = step_seconds + slo_s
+    cost = beta / (unit_pct * total_units)  # reward per % of share
+    full = counts / (best * window) if best > 0 else np.full(total, 100.0 * total_units)
+    cand_small = np.full(total, smallest)
+    served_small = best * smallest * window
+    missed_small = np.where(counts > 0, np.maximum(0.0, 1.0 - served_small / np.maximum(counts, 1)), 0.0)
+    r_small = -(alpha * missed_small + cost * cand_small)
+    s_full = np.maximum(full, smallest)
+    r_full = -(cost * s_full)
+    use_full = r_full >= r_small
+    rewards = np.where(use_full, r_full, r_small)
+    share = np.where(use_full, s_full, cand_small)
+    return ShareBound(float(rewards.mean()), float(share.mean() / unit_pct), best)

@@ -233,3 +233,26 @@ def test_real_api_server_scale_roundtrip() -> None:
         assert cluster.total_units() >= 0
     finally:
         core.delete_namespace(ns)  # type: ignore[attr-defined]
+
+
+def test_configure_sets_share_and_batch_in_the_pod_template_and_units_by_share() -> None:
+    from testbed.cluster.base import GpuClusterBackend, ServiceTarget
+
+    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 2)})
+    patched: list[object] = []
+    apps.patch_namespaced_deployment = lambda name, ns, body: patched.append((name, body))  # type: ignore[attr-defined]
+    core = FakeCoreApi({"gpu1": "4", "gpu2": "4"}, [1, 1, 2])
+    cluster = _cluster(apps, core)
+    assert isinstance(cluster, GpuClusterBackend)
+    assert cluster.target("resnet") == ServiceTarget(1, 25.0, 1)
+    assert cluster.gpu_free_pct() == [100.0, 0.0]  # 8 units, 4 held by the pods
+    applied = cluster.configure("resnet", ServiceTarget(2, 50.0, 8))
+    assert applied == ServiceTarget(2, 50.0, 8)
+    ((name, body),) = patched
+    (container,) = body["spec"]["template"]["spec"]["containers"]  # type: ignore[index]
+    assert name == "resnet" and body["spec"]["replicas"] == 2  # type: ignore[index]
+    assert {"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "50"} in container["env"]
+    assert {"name": "TESTBED_BATCH_SIZE", "value": "8"} in container["env"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    with pytest.raises(StateError, match="need"):
+        cluster.configure("resnet", ServiceTarget(4, 75.0, 1))

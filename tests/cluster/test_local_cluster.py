@@ -105,3 +105,30 @@ def test_a_lost_client_connection_is_one_event_and_a_count():
     lost, status = asyncio.run(main())
     assert len(lost) == 1 and lost[0].service == "imgcls" and "while sending" in lost[0].detail
     assert status["lost_connections"] == {"imgcls": 1}
+
+
+def test_share_and_batch_reach_the_replicas_and_a_share_change_restarts_beside_the_old():
+    from testbed.cluster.base import GpuClusterBackend, ServiceTarget
+    from testbed.profiles import default_profiles
+
+    async def main():
+        profiles = {"imgcls": default_profiles()["imgcls"].replace(startup_ms=2000)}
+        async with LocalCluster(profiles=profiles, services=["imgcls"], total_units=8, time_scale=20,
+                                initial={"imgcls": 2}) as c:
+            assert isinstance(c, GpuClusterBackend)
+            await c.wait_ready(15)
+            assert c.gpu_free_pct() == [50.0, 100.0]
+            applied = c.configure("imgcls", ServiceTarget(1, 50.0, 4))
+            assert applied == ServiceTarget(1, 50.0, 4)
+            assert c.gpu_free_pct() == [0.0, 100.0]  # the old slices serve until the new one is ready
+            await c.wait_for(lambda: c.share_used_pct("imgcls") == 50.0, 15)
+            assert c.target("imgcls") == ServiceTarget(1, 50.0, 4, (0,))
+            c.configure("imgcls", ServiceTarget(1, 50.0, 2))
+            await asyncio.sleep(0.3)
+            (r,) = c.replicas("imgcls")
+            async with c._http.get(r.url + "/healthz") as resp:
+                assert resp.status == 200
+            async with c._http.post(r.url + "/_config", json={"batch": 2}) as resp:
+                return (await resp.json())
+
+    assert asyncio.run(main()) == {"batch": 2, "share_pct": 50.0}

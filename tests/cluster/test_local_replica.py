@@ -166,3 +166,32 @@ def test_malformed_multipart_and_missing_content_type_get_400(monkeypatch):
     assert bad_part == b"HTTP/1.1 400 Bad Request"
     assert no_type == b"HTTP/1.1 400 Bad Request"
     assert closed == b""  # closed by the server, not left open
+
+
+def test_a_replica_with_a_batch_size_serves_requests_together_and_takes_the_curves_time():
+    from testbed.profiles import default_profiles
+
+    gpu = default_profiles()["chatbot"].gpu
+    prof = ServiceProfile(
+        capacity=1, queue_limit=10, proc_time_ms=(200, 200), startup_ms=0, slo_ms=4000, gpu=gpu
+    )
+
+    async def main(batch, share):
+        content = ContentSet(seed=1, n_images=1)
+        replica = EmulatedReplica("chatbot", prof, time_scale=1, seed=1, batch=batch, share_pct=share)
+        async with serve(replica) as server, aiohttp.ClientSession() as s:
+            base = str(server.make_url("")).rstrip("/")
+            t0 = asyncio.get_running_loop().time()
+            out = await asyncio.gather(*(call(s, base, build_request("chatbot", content)) for _ in range(4)))
+            took = asyncio.get_running_loop().time() - t0
+            async with s.post(base + "/_config", json={"batch": 0}) as r:
+                bad = r.status
+        return [st for st, _ in out], took, bad
+
+    statuses, together, bad = asyncio.run(main(4, 25))
+    assert statuses == [200] * 4 and bad == 400
+    assert together < 0.2 * gpu.batch_factor(4) + 0.25  # one batch of 4, not 4 x 0.2 s one after another
+    statuses, apart, _ = asyncio.run(main(1, 50))
+    assert statuses == [200] * 4
+    assert apart >= 4 * 0.2 * gpu.share_factor(50) - 0.02  # batch 1 at half a GPU: one at a time, faster
+    assert apart < 4 * 0.2

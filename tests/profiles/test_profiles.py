@@ -77,3 +77,34 @@ def test_the_slicing_scenarios_profile_changes_only_startup():
         assert fast[name].startup_ms == 1000
         assert fast[name].replace(startup_ms=p.startup_ms).model_dump(exclude={"sources"}) == \
             p.model_dump(exclude={"sources"})
+
+
+def test_every_number_of_the_gpu_curve_names_its_source():
+    from testbed.profiles import GpuCurve
+
+    for name, p in default_profiles().items():
+        assert p.gpu is not None, name
+        missing = sorted(set(GpuCurve.model_fields) - {"sources"} - set(p.gpu.sources))
+        assert not missing, f"{name}: gpu curve has no source for {missing}"
+
+
+def test_the_gpu_curve_is_one_at_the_profiled_point_and_reproduces_inss_fig2():
+    g = default_profiles()["imgcls"].gpu
+    assert g.batch_factor(1) == pytest.approx(1.0)
+    assert g.share_factor(g.ref_share_pct) == pytest.approx(1.0)
+    assert g.share_factor(50) < 1.0 < g.share_factor(10)
+    assert g.share_factor(100) == pytest.approx(g.share_factor(g.share_knee_pct))
+    assert g.stretch([g.pressure(30), g.pressure(60)]) == pytest.approx(1.225)  # Fig. 2: +22.7 %
+    assert g.stretch([]) == 1.0
+
+
+def test_a_bad_gpu_curve_names_file_line_and_field(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text(
+        "services:\n  imgcls:\n    gpu:\n      ref_share_pct: 120\n      batch_curve: [0, 1, 0]\n"
+        "      share_exponent: 1\n      share_knee_pct: 50\n      interference: [0.1, 0.1]\n"
+        "      cache_util: 0.5\n      dram_util: 0.5\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        load_profiles(f)
+    assert f"{f}:4: services.imgcls.gpu.ref_share_pct" in str(err.value)

@@ -156,3 +156,22 @@ def test_expect_without_matching_rows_fails_with_reason():
 def test_expect_syntax_errors(text):
     with pytest.raises(ExpectSyntaxError):
         parse(text)
+
+
+def test_share_policies_run_on_the_testbed_engine_and_pipelines_name_listed_services():
+    fa2 = load(BASE.replace("    replicas: 2", "    replicas: 2\n    policy: fa2"))
+    assert fa2.scenario.services[1].policy == "fa2"
+    ps = errors(BASE.replace("    replicas: 2", "    replicas: 2\n    policy: fa2") + "compare_sim: true\n")
+    assert any("scn.yaml:8: services[1].policy: fa2 sets shares" in p for p in ps)
+    ps = errors(BASE + "pipelines:\n  - {services: [imgcls, chatbot], sla_ms: 3000}\n")
+    assert any("pipelines[0].services[1]" in p and "'chatbot'" in p for p in ps)
+    ps = errors(BASE + "pipelines:\n  - {services: [imgcls], sla_ms: 0}\n")
+    assert any("pipelines[0].sla_ms" in p for p in ps)
+
+
+def test_the_policies_ci_scenario_loads():
+    root = Path(__file__).resolve().parents[2]
+    from testbed.scenario.load import load_scenario
+
+    scn = load_scenario(root / "scenarios" / "policies-ci.yaml")
+    assert [s.name for s in scn.scenario.services] == ["chatbot", "imgcls"]

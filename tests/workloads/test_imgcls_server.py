@@ -149,3 +149,35 @@ def test_real_resnet152_server_answers_real_requests(tmp_path, capsys):
         print(f"\n[real ResNet152 on this machine's CPU] ready after {ready_s:.1f} s; "
               f"4-image request: {', '.join(f'{x:.0f}' for x in latencies)} ms "
               f"(inference {', '.join(f'{x:.0f}' for x in inference)} ms)")
+
+
+
+def test_with_a_batch_size_requests_share_one_forward_pass():
+    server = load_server()
+    calls = []
+
+    class Counting(TinyNet):
+        def forward(self, x):
+            calls.append(tuple(x.shape))
+            return super().forward(x)
+
+    clf = server.Classifier(Counting(), ["red", "green", "blue"], device="cpu")
+
+    async def main():
+        app = server.make_app(clf, batch=3, batch_wait_s=2.0)
+        async with TestServer(app, host="127.0.0.1") as srv, aiohttp.ClientSession() as s:
+            content = ContentSet(seed=3, n_images=8)
+
+            async def one():
+                req = build_request("imgcls", content)
+                async with s.post(str(srv.make_url(req.target)), data=req.body, headers=req.headers) as r:
+                    return r.status, await r.read()
+
+            return await asyncio.gather(one(), one(), one())
+
+    out = asyncio.run(main())
+    assert [st for st, _ in out] == [200, 200, 200]
+    for _, body in out:
+        check_response("imgcls", body)
+        assert len(json.loads(body)["predictions"]) == 4
+    assert calls == [(12, 3, 224, 224)]  # three requests of four images, one pass

@@ -1,0 +1,457 @@
+"""GPUs, MPS shares, batches and interference in the simulator (issue 15): the batched path.
+
+A `GpuSimCluster` has GPUs; each instance of a service holds one GPU's share (%), and all instances
+of a service share its batch size. A service keeps one central queue (FA2 Section V, InSS's task
+buffer) that closes a batch when it holds `batch` requests or when its first request has waited
+`batch_wait` (a fraction of the SLO, like a serving system's max queue delay); closed batches go
+round-robin to the ready instances, each a FIFO of batches dropping a batch when
+ceil(queue_limit / batch) batches already wait. A batch of k requests takes
+
+    mean draw of its requests (Table 4.4's range) * batch(k) * share(s) * (1 + interference)
+
+from the profile's `gpu` curve, the interference term (InSS Section 4.1) summing the other ready
+instances on the same GPU. With batch 1 the batches are the requests and the FIFO is
+`testbed.sim.queueing.serve_fast`, the DRAFAS kernel, so the DRAFAS configuration (25 % slices,
+batch 1, `interference=False`) serves every request exactly as `SimService` does; only the
+accounting differs (one period at a time, a request counted in the period its batch closes).
+
+A share change restarts the replicas as InSS's shadow mechanism does (Section 5.5): new instances
+start (startup time) while the old ones keep serving and holding their share, and the old ones
+drain once the new ones are ready. A batch-size change applies at once (FA2 Section III).
+
+`testbed.sim.service` / `queueing` / `cluster` are untouched: DRAFAS's tables run there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from testbed.cluster.base import ServiceTarget
+from testbed.errors import ConfigError, ConfigProblem, StateError
+from testbed.load.trace import Trace, arrival_times
+from testbed.metrics.window import WindowMetrics
+from testbed.profiles import ServiceProfile
+from testbed.profiles.paper import STEP_SECONDS
+from testbed.sim.queueing import serve_fast
+
+UNIT_PCT = 25.0  # DRAFAS's resource unit: a quarter of a GPU (Table 4.3)
+BATCH_WAIT_OF_SLO = 0.25  # a batch closes after its first request waited this fraction of the SLO
+_EPS = 1e-9
+
+
+@dataclass
+class GpuInstance:
+    """One replica: a share of one GPU; serves from `ready_at`, takes no new batch from
+    `accept_until`, and holds its share until its last batch finishes after that."""
+
+    gpu: int
+    share: float
+    created_at: float
+    ready_at: float
+    accept_until: float = math.inf
+    pending: list[float] = field(default_factory=list)  # finish times of its batches in the system
+
+    @property
+    def draining(self) -> bool:
+        return self.accept_until < math.inf
+
+    def gone(self, now: float) -> bool:
+        return self.accept_until <= now + _EPS and (not self.pending or self.pending[-1] <= now + _EPS)
+
+
+@dataclass(frozen=True)
+class GpuStepOutcome:
+    """One period of one service on the batched path."""
+
+    window: WindowMetrics
+    counted: int  # requests whose batch closed in the period (the SLO rate's denominator)
+    served: int  # of those, served (not dropped)
+    on_time: int  # of those, within the SLO
+    dropped: int
+    proc_time_sum_s: float  # summed latency of served requests
+    batches: int
+
+
+class BatchedService:
+    """A service's central queue and its instances on GPUs (see the module docstring)."""
+
+    def __init__(
+        self,
+        profile: ServiceProfile,
+        arrivals: np.ndarray,
+        rng: np.random.Generator,
+        *,
+        batch_wait_s: float | None = None,
+    ):
+        if profile.capacity != 1:
+            raise ConfigError(
+                [ConfigProblem("<sim>", None, f"{profile.name}.capacity",
+                               "the GPU simulator serves one batch at a time per instance (capacity 1)")]
+            )
+        self.profile = profile
+        self.arrivals = arrivals
+        lo, hi = profile.proc_time_ms
+        self.proc_s = rng.uniform(lo / 1000.0, hi / 1000.0, len(arrivals))  # as SimService draws
+        self.instances: list[GpuInstance] = []
+        self.batch = 1
+        self.share = profile.gpu.ref_share_pct if profile.gpu else UNIT_PCT
+        self.batch_wait_s = (
+            BATCH_WAIT_OF_SLO * profile.slo_ms / 1000.0 if batch_wait_s is None else batch_wait_s
+        )
+        self._cursor = 0
+        self._carry: np.ndarray = np.empty(0, dtype=np.int64)  # requests of a batch still open
+        self._rr = 0
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def active(self) -> list[GpuInstance]:
+        return [i for i in self.instances if not i.draining]
+
+    def desired(self) -> int:
+        return len(self.active())
+
+    def ready(self, now: float) -> int:
+        return sum(1 for i in self.active() if i.ready_at <= now + _EPS)
+
+    def share_held(self, now: float) -> float:
+        return sum(i.share for i in self.instances if not i.gone(now))
+
+    def factor(self, share: float) -> float:
+        g = self.profile.gpu
+        return 1.0 if g is None else g.share_factor(share)
+
+    def forget(self, now: float) -> None:
+        self.instances = [i for i in self.instances if not i.gone(now)]
+
+    # -- one period ------------------------------------------------------------------------------
+    def step(self, t0: float, t1: float, stretch: Mapping[int, float]) -> GpuStepOutcome:
+        """Serve [t0, t1). `stretch[id(instance)]` is 1 + its interference term."""
+        i0 = self._cursor
+        i1 = i0 + int(np.searchsorted(self.arrivals[i0:], t1, side="left"))
+        self._cursor = i1
+        new = i1 - i0
+        req = np.concatenate([self._carry, np.arange(i0, i1, dtype=np.int64)])
+        a = self.arrivals[req]
+        starts, ready_t, carry_from = self._batches(a, t1)
+        self._carry = req[carry_from:]
+        nb = len(starts)
+        sizes = np.diff(np.append(starts, carry_from)) if nb else np.empty(0, dtype=np.int64)
+        if nb:
+            draw_mean = np.add.reduceat(self.proc_s[req[:carry_from]], starts) / sizes
+            base = draw_mean * self._batch_factors(sizes)
+        else:
+            base = np.empty(0)
+        finish = np.full(nb, np.nan)
+        owner = np.full(nb, -1, dtype=np.int64)
+        start_pending = [list(inst.pending) for inst in self.instances]
+        changes = sorted(
+            {x for inst in self.instances for x in (inst.ready_at, inst.accept_until) if t0 < x < t1}
+        )
+        bounds = [t0, *changes, t1]
+        cuts = np.searchsorted(ready_t, bounds, side="left") if changes else np.array([0, nb])
+        waiting = max(1, math.ceil(self.profile.queue_limit / self.batch))  # batches that may wait
+        for k in range(len(bounds) - 1):
+            j0, j1 = int(cuts[k]), int(cuts[k + 1])
+            if j1 == j0:
+                continue
+            at = bounds[k]
+            targets = [
+                n for n, inst in enumerate(self.instances)
+                if inst.ready_at <= at + _EPS and inst.accept_until > at + _EPS
+            ]
+            if not targets:
+                continue  # no ready instance: these batches are dropped
+            m = len(targets)
+            slot = (self._rr + np.arange(j1 - j0)) % m
+            self._rr = (self._rr + j1 - j0) % m
+            speed = np.array(
+                [self.factor(self.instances[n].share) * stretch.get(id(self.instances[n]), 1.0)
+                 for n in targets]
+            )
+            pend = [self.instances[n].pending for n in targets]
+            finish[j0:j1] = serve_fast(ready_t[j0:j1], base[j0:j1] * speed[slot], slot, pend, waiting)
+            for n, p in zip(targets, pend, strict=True):
+                self.instances[n].pending = p
+            owner[j0:j1] = np.asarray(targets)[slot]
+        return self._outcome(t0, t1, new, a[:carry_from], starts, sizes, ready_t, finish, owner,
+                             start_pending)
+
+    def _batch_factors(self, sizes: np.ndarray) -> np.ndarray:
+        g = self.profile.gpu
+        if g is None or self.batch == 1:
+            return np.ones(len(sizes))
+        a, c, d = g.batch_curve
+        return (a * sizes * sizes + c * sizes + d) / (a + c + d)
+
+    def _batches(self, a: np.ndarray, t1: float) -> tuple[np.ndarray, np.ndarray, int]:
+        """Close batches over sorted arrivals `a`: (first index of each batch, the time it closes,
+        index from which requests stay in the still-open batch)."""
+        n = len(a)
+        if self.batch == 1:
+            return np.arange(n), a.copy(), n
+        b, wait = self.batch, self.batch_wait_s
+        by_time = np.searchsorted(a, a + wait, side="right")  # first request too late to join i
+        end = np.minimum(np.arange(n) + b, by_time)
+        starts: list[int] = []
+        closes: list[float] = []
+        i = 0
+        while i < n:
+            e = int(end[i])
+            close = a[e - 1] if e - i == b else a[i] + wait
+            if close >= t1 - _EPS:
+                break  # the batch is still open at the end of the period
+            starts.append(i)
+            closes.append(float(close))
+            i = e
+        return np.asarray(starts, dtype=np.int64), np.asarray(closes), i
+
+    def _outcome(self, t0, t1, new, a, starts, sizes, ready_t, finish, owner, start_pending):
+        nb = len(starts)
+        req_finish = np.repeat(finish, sizes) if nb else np.empty(0)
+        ok = ~np.isnan(req_finish)
+        latency = req_finish[ok] - a[ok]
+        on_time = int(np.count_nonzero(latency <= self.profile.slo_ms / 1000.0))
+        counted = len(a)
+        served = int(ok.sum())
+        util = self._utilization(t0, t1, ready_t, finish, owner, start_pending)
+        ready = sum(1 for i in self.instances if not i.draining and i.ready_at <= t1 + _EPS)
+        window = WindowMetrics(
+            service=self.profile.name,
+            seconds=t1 - t0,
+            arrivals=new,
+            completed=counted,
+            violations=counted - on_time,
+            utilization=util,
+            instances=ready,
+            mean_proc_time_ms=1000.0 * float(latency.mean()) if served else None,
+        )
+        return GpuStepOutcome(window, counted, served, on_time, counted - served,
+                              float(latency.sum()), nb)
+
+    def _utilization(self, t0, t1, ready_t, finish, owner, start_pending) -> float:
+        """Mean over per-second samples of the mean over present (not draining) instances of
+        min(batches in the system, 1): the dissertation's instance utilization, capacity 1."""
+        samples = t0 + 0.5 + np.arange(max(1, round(t1 - t0)), dtype=np.float64)
+        total = np.zeros(len(samples))
+        present = np.zeros(len(samples))
+        ok = ~np.isnan(finish)
+        for k, inst in enumerate(self.instances):
+            alive = (samples >= inst.created_at) & (samples < inst.accept_until)
+            if not alive.any():
+                continue
+            mine = ok & (owner == k)
+            in_flight = np.searchsorted(ready_t[mine], samples, side="right") - np.searchsorted(
+                np.sort(finish[mine]), samples, side="right"
+            )
+            if start_pending[k]:
+                in_flight += len(start_pending[k]) - np.searchsorted(start_pending[k], samples, "right")
+            total += np.where(alive, np.minimum(in_flight, 1), 0.0)
+            present += alive
+        seen = present > 0
+        if not seen.any():
+            return 0.0
+        return float(np.mean(total[seen] / present[seen]))
+
+
+class GpuSimCluster:
+    """Services on `gpus` GPUs fed by trace-replaying clients; a `GpuClusterBackend`.
+
+    Units (DRAFAS's action mask, Eq. 3.2's cost) are `unit_pct` (25 %) of a GPU: 8 units = 2 GPUs.
+    """
+
+    def __init__(
+        self,
+        profiles: Mapping[str, ServiceProfile],
+        traces: Mapping[str, Trace],
+        ratios: Mapping[str, float],
+        *,
+        gpus: int,
+        seed: int = 0,
+        step_seconds: float = STEP_SECONDS,
+        interference: bool = True,
+        unit_pct: float = UNIT_PCT,
+        rounding: str = "floor",
+        initial: Mapping[str, ServiceTarget] | None = None,
+        source: str = "<sim>",
+    ):
+        missing = [name for name in profiles if name not in traces or name not in ratios]
+        if missing:
+            raise ConfigError([ConfigProblem(source, None, n, "no trace or ratio given") for n in missing])
+        if gpus < 1:
+            raise ConfigError([ConfigProblem(source, None, "gpus", f"need at least one GPU, got {gpus}")])
+        self.gpus = gpus
+        self.unit_pct = unit_pct
+        self.interference = interference
+        self.step_seconds = step_seconds
+        self.now = 0.0
+        self.source = source
+        self.sims: dict[str, BatchedService] = {}
+        self._end = np.inf
+        rngs = np.random.SeedSequence(seed).spawn(len(profiles))
+        for (name, profile), child in zip(profiles.items(), rngs, strict=True):
+            self.sims[name] = BatchedService(
+                profile, arrival_times(traces[name], ratios[name], rounding), np.random.default_rng(child)
+            )
+            self._end = min(self._end, traces[name].seconds)
+        for name, profile in profiles.items():
+            start = (initial or {}).get(name) or ServiceTarget(
+                max(profile.initial_replicas, 1), self.sims[name].share, 1
+            )
+            applied = self.configure(name, start, startup=False)
+            if applied.replicas < start.replicas:
+                raise ConfigError(
+                    [ConfigProblem(source, None, f"{name}.replicas",
+                                   f"{start.replicas} replicas of {start.share_pct:g} % do not fit on "
+                                   f"{gpus} GPUs beside the others")]
+                )
+        self.last_outcome: dict[str, GpuStepOutcome] = {}
+
+    # -- ClusterBackend --------------------------------------------------------------------------
+    def services(self) -> list[str]:
+        return list(self.sims)
+
+    def desired_replicas(self, service: str) -> int:
+        return self._sim(service).desired()
+
+    def ready_replicas(self, service: str) -> int:
+        return self._sim(service).ready(self.now)
+
+    def scale(self, service: str, replicas: int) -> None:
+        sim = self._sim(service)
+        if replicas < 1:
+            raise StateError(f"{service}: cannot scale below one replica (asked {replicas})")
+        applied = self.configure(service, self.target(service).scaled(replicas))
+        if applied.replicas != replicas:
+            raise StateError(f"{service}: {replicas} replicas of {sim.share:g} % do not fit")
+
+    def units_per_replica(self, service: str) -> int:
+        return max(1, math.ceil(self._sim(service).share / self.unit_pct - _EPS))
+
+    def total_units(self) -> int:
+        return int(self.gpus * 100 / self.unit_pct + _EPS)
+
+    def free_units(self) -> int:
+        return sum(int(free / self.unit_pct + _EPS) for free in self.gpu_free_pct())
+
+    def endpoint(self, service: str) -> str:
+        self._sim(service)
+        return f"sim://{service}"
+
+    # -- GpuClusterBackend --------------------------------------------------------------------------
+    def target(self, service: str) -> ServiceTarget:
+        sim = self._sim(service)
+        active = sim.active()
+        return ServiceTarget(
+            max(len(active), 1), sim.share, sim.batch, tuple(i.gpu for i in active) if active else None
+        )
+
+    def gpu_free_pct(self) -> list[float]:
+        used = [0.0] * self.gpus
+        for sim in self.sims.values():
+            for inst in sim.instances:
+                if not inst.gone(self.now):
+                    used[inst.gpu] += inst.share
+        return [max(0.0, 100.0 - u) for u in used]
+
+    def share_used_pct(self, service: str) -> float:
+        return self._sim(service).share_held(self.now)
+
+    def configure(self, service: str, target: ServiceTarget, *, startup: bool = True) -> ServiceTarget:
+        """Apply `target` as far as it fits (see GpuClusterBackend); returns what was applied."""
+        sim = self._sim(service)
+        prof = sim.profile
+        if prof.gpu is None and (target.batch != 1 or abs(target.share_pct - sim.share) > _EPS):
+            raise ConfigError(
+                [ConfigProblem(self.source, None, f"{service}.gpu",
+                               "the profile has no gpu curve: only batch 1 at its own share is known")]
+            )
+        if prof.gpu is not None and target.batch > prof.gpu.max_batch:
+            raise ConfigError(
+                [ConfigProblem(self.source, None, f"{service}.batch",
+                               f"batch {target.batch} above the profile's max_batch {prof.gpu.max_batch}")]
+            )
+        if target.gpus is not None and any(not 0 <= g < self.gpus for g in target.gpus):
+            raise ConfigError(
+                [ConfigProblem(self.source, None, f"{service}.gpus",
+                               f"GPU index outside 0..{self.gpus - 1}: {list(target.gpus)}")]
+            )
+        sim.batch = target.batch
+        now = self.now
+        ready_at = now + (prof.startup_ms / 1000.0 if startup else 0.0)
+        active = sim.active()
+        free = self.gpu_free_pct()
+        if active and abs(target.share_pct - sim.share) <= _EPS:
+            for inst in reversed(active[target.replicas:]):
+                inst.accept_until = now  # drains its queue, then frees its share
+            wanted = target.gpus[len(active):] if target.gpus is not None else None
+            added = self._place(sim, target.replicas - len(active), target.share_pct, wanted, free, now,
+                                ready_at)
+            return ServiceTarget(min(target.replicas, len(active)) + added, sim.share, sim.batch)
+        added = self._place(sim, target.replicas, target.share_pct, target.gpus, free, now, ready_at)
+        if added == 0:
+            return ServiceTarget(max(len(active), 1), sim.share, sim.batch)
+        for inst in active:  # shadow: the old ones serve until the new ones are ready
+            inst.accept_until = ready_at if inst.ready_at <= now else now
+        sim.share = target.share_pct
+        sim.forget(now)
+        return ServiceTarget(added, sim.share, sim.batch)
+
+    def _place(self, sim, count, share, wanted, free, now, ready_at) -> int:
+        added = 0
+        for k in range(max(count, 0)):
+            options = [wanted[k]] if wanted is not None else range(self.gpus)
+            gpu = next((g for g in options if free[g] + _EPS >= share), None)
+            if gpu is None:
+                continue
+            free[gpu] -= share
+            sim.instances.append(GpuInstance(gpu, share, now, ready_at))
+            added += 1
+        return added
+
+    # -- simulation ----------------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self.now + self.step_seconds > self._end + 1e-9
+
+    def stretches(self, at: float) -> dict[int, float]:
+        """1 + InSS's interference term for every instance, from the ready instances beside it."""
+        if not self.interference:
+            return {}
+        on_gpu: dict[int, list[tuple[GpuInstance, ServiceProfile]]] = {}
+        for sim in self.sims.values():
+            for inst in sim.instances:
+                if inst.ready_at <= at + _EPS and not inst.gone(at):
+                    on_gpu.setdefault(inst.gpu, []).append((inst, sim.profile))
+        out: dict[int, float] = {}
+        for group in on_gpu.values():
+            pressure = [(p.gpu.pressure(i.share) if p.gpu else (0.0, 0.0)) for i, p in group]
+            for k, (inst, prof) in enumerate(group):
+                if prof.gpu is not None:
+                    out[id(inst)] = prof.gpu.stretch(pressure[:k] + pressure[k + 1:])
+        return out
+
+    def advance(self) -> dict[str, WindowMetrics]:
+        t0, t1 = self.now, self.now + self.step_seconds
+        stretch = self.stretches(t0)
+        self.last_outcome = {name: sim.step(t0, t1, stretch) for name, sim in self.sims.items()}
+        self.now = t1
+        for sim in self.sims.values():
+            sim.forget(t1)
+        return {name: out.window for name, out in self.last_outcome.items()}
+
+    def latest_window(self, service: str) -> WindowMetrics:
+        if service not in self.last_outcome:
+            raise StateError(f"{service}: no period simulated yet")
+        return self.last_outcome[service].window
+
+    def _sim(self, service: str) -> BatchedService:
+        try:
+            return self.sims[service]
+        except KeyError:
+            raise ConfigError(
+                [ConfigProblem(self.source, None, "service",
+                               f"unknown service {service!r}; known: {', '.join(self.sims)}")]
+            ) from None

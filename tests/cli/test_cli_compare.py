@@ -1,0 +1,94 @@
+"""`testbed sim compare` as a user runs it: the rows and the report, and bad input that stops
+everything before anything runs (file, line and field in the message)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from testbed.cli import main
+
+
+@pytest.fixture
+def traces(tmp_path):
+    d = tmp_path / "traces" / "test"
+    d.mkdir(parents=True)
+    for shift in (0, 8, 16):
+        (d / f"day7-shift{shift}h.txt").write_text("1 40\n" * 300 + "1 90\n" * 300)
+    return tmp_path / "traces"
+
+
+def _compare(tmp_path, traces, *extra):
+    out = tmp_path / "report"
+    rc = main(["sim", "compare", "--traces", str(traces), "--load", "5.1", "--out", str(out),
+               "--models", str(tmp_path / "no-models"), *extra])
+    return rc, out
+
+
+def test_compare_reports_every_asked_policy_below_the_bound_and_writes_the_plots(tmp_path, traces, capsys):
+    rc, out = _compare(tmp_path, traces, "--policies", "fa2,rule_v2,gslice", "--json")
+    assert rc == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [r["policy"] for r in rows] == ["fa2", "rule_v2", "gslice"]
+    for r in rows:
+        assert r["steps"] == 20
+        assert r["reward"] <= r["bound"]
+        for key in ("slo_violation_rate", "share_units", "throughput", "decide_ms"):
+            assert key in r
+    for name in ("compare.json", "compare.md", "share-Table-5-1.png", "pareto-Table-5-1.png"):
+        assert (out / name).exists(), name
+
+
+def test_an_unknown_policy_is_one_error_and_nothing_runs(tmp_path, traces, capsys):
+    rc, out = _compare(tmp_path, traces, "--policies", "fa2,fa3")
+    assert rc != 0
+    assert "--policies: policies: unknown policy 'fa3'" in capsys.readouterr().err.replace("\n", "")
+    assert not out.exists()
+
+
+def test_a_missing_model_names_the_file(tmp_path, traces, capsys):
+    rc, out = _compare(tmp_path, traces, "--policies", "ddpg")
+    assert rc != 0
+    assert "ddpg.zip" in capsys.readouterr().err.replace("\n", "") and not out.exists()
+
+
+ONE = "gpus: 2\nservices:\n  imgcls:\n    replicas: 1\n    share_pct: "
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        (f"{ONE}120\n", ":5: services.imgcls.share_pct"),
+        (f"{ONE}0\n", ":5: services.imgcls.share_pct"),
+        (f"{ONE}25\n    batch: 0\n", ":6: services.imgcls.batch"),
+        (
+            "gpus: 1\nservices:\n  tts:\n    replicas: 2\n    share_pct: 40\n    gpus: [0, 0]\n"
+            "  imgcls:\n    replicas: 1\n    share_pct: 30\n    gpus: [0]\n",
+            ":9: services.imgcls.share_pct: shares on GPU 0 sum to 110 %",
+        ),
+        (
+            "gpus: 1\nservices:\n  tts:\n    replicas: 3\n    share_pct: 40\n",
+            ":5: services.tts.share_pct: 3 replicas of 40 % do not fit",
+        ),
+    ],
+)
+def test_a_bad_layout_names_file_line_and_field(tmp_path, traces, capsys, body, where):
+    layout = tmp_path / "layout.yaml"
+    layout.write_text(body)
+    rc, out = _compare(tmp_path, traces, "--policies", "static", "--layout", str(layout))
+    assert rc != 0
+    assert f"{layout}{where}" in capsys.readouterr().err.replace("\n", "")
+    assert not out.exists()
+
+
+def test_a_profile_without_the_curve_a_policy_needs(tmp_path, traces, capsys):
+    prof = tmp_path / "p.yaml"
+    prof.write_text("services:\n  chatbot:\n    gpu: null\n")
+    rc, out = _compare(tmp_path, traces, "--policies", "rule_v2,fa2", "--profiles", str(prof))
+    assert rc != 0
+    assert f"{prof}:3: services.chatbot.gpu: fa2 need the profile's gpu curve" in \
+        capsys.readouterr().err.replace("\n", "")
+    assert not out.exists()
+    rc, out = _compare(tmp_path, traces, "--policies", "rule_v2", "--profiles", str(prof), "--steps", "3")
+    assert rc == 0  # DRAFAS's policies need no curve
