@@ -56,7 +56,8 @@ def sim_profiles(scn: Scenario, cluster_profiles: dict[str, Any] | None) -> dict
         if c is not None:
             base = replace(base, capacity_per_inst=c.capacity, proc_time_ms=tuple(c.proc_time_ms),
                            slo_ms=c.slo_ms, startup_ms=c.startup_ms,
-                           queue_size_per_inst=c.queue_limit, resource_per_inst=c.units)
+                           queue_size_per_inst=c.queue_limit, resource_per_inst=c.units,
+                           rate_limit=None, startup_max_ms=None)  # the replicas have neither
         out[s.name] = replace(base, initial_inst=s.replicas)
     return out
 
@@ -81,8 +82,8 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
                                     model=str(base_dir / s.model) if s.model else None)
                 for s in services}
     steps = max(1, int(scn.duration_s // scn.scaler_period_s))
-    options = (SimOptions(rounding="carry", util_counts_starting=False) if like_testbed
-               else DEFAULT_OPTIONS)
+    options = (SimOptions(rounding="carry", util_counts_starting=False, spacing="even")
+               if like_testbed else DEFAULT_OPTIONS)
     results = evaluate(policies, traces, ratios, total_units=scn.total_units, seed=seed,
                        max_steps=steps, profiles=profiles, options=options)
     return {name: r.as_json() for name, r in results.items()}

@@ -19,11 +19,14 @@ class SimOptions:
     """Modelling choices the dissertation's text leaves open (see `bench/sim_fidelity.py`).
 
     Defaults follow the dissertation's published simulator (tu-nv/drafas): client counts
-    truncated per interval, starting instances in the utilization denominator.
+    truncated per interval and spread with millisecond gaps, starting instances in the
+    utilization denominator, a request's SLO outcome counted in the window it finishes in.
     """
 
     rounding: str = "floor"  # testbed.sim.trace.scaled_counts
     util_counts_starting: bool = True  # SimService._utilization
+    spacing: str = "ms"  # testbed.sim.trace.arrival_times
+    slo_counting: str = "completion"  # SimService
 
 
 DEFAULT_OPTIONS = SimOptions()
@@ -60,13 +63,14 @@ class SimCluster:
         self.sims: dict[str, SimService] = {}
         self._end = np.inf
         for (name, profile), child in zip(profiles.items(), rngs, strict=True):
-            arrivals = arrival_times(traces[name], ratios[name], options.rounding)
+            arrivals = arrival_times(traces[name], ratios[name], options.rounding, options.spacing)
             self.sims[name] = SimService(
                 profile,
                 arrivals,
                 np.random.default_rng(child),
                 exact=exact,
                 util_counts_starting=options.util_counts_starting,
+                slo_counting=options.slo_counting,
             )
             self._end = min(self._end, traces[name].seconds)
         used = sum(s.units_in_use(self.now) for s in self.sims.values())

@@ -20,31 +20,51 @@ class ServiceProfile:
     capacity_per_inst: int  # requests one instance processes at the same time
     proc_time_ms: tuple[float, float]  # uniform static processing time range
     slo_ms: float  # request delay SLO
-    startup_ms: float  # time from scale-up to ready
-    # Table 4.4 omits the queue size; 10 is the value hard-coded in the dissertation's published
-    # simulator (tu-nv/drafas drl/simpy_env.py). Section 3.4.1: drop when the queue holds this many.
-    queue_size_per_inst: int = 10
+    startup_ms: float  # time from scale-up to ready (Table 4.4), the shortest start-up
+    # Table 4.4 omits the queue size. Section 3.4.1: drop when the queue holds this many. The
+    # published simulator (tu-nv/drafas drl/simpy_env.py:127) drops when more than 10 wait, i.e.
+    # when 11 wait: 11 here.
+    queue_size_per_inst: int = 11
     resource_per_inst: int = 1  # resource units (vGPUs) per instance
     initial_inst: int = 1  # Section 5.2: every service starts with one replica
     # (requests, seconds): each instance admits at most this many requests per fixed window of
     # that many seconds and drops the rest. Not in the dissertation's text; its published
-    # simulator has one (drl_utils.service_configs). None = no limit. See AUTHOR_RATE_LIMITS.
+    # simulator has one (drl_utils.py:27-29, simpy_env.py:132). None = no limit.
     rate_limit: tuple[int, float] | None = None
+    # A new instance takes a whole number of seconds drawn uniformly between startup_ms and this
+    # (the published simulator: K3s service discovery, 30 s; simpy_env.py:10, :91). None = exactly
+    # startup_ms (the local testbed's replicas).
+    startup_max_ms: float | None = None
 
 
-# Table 4.4 (profiling on RTX 5000 MPS partitions), exactly the model of Table 3.1.
-PROFILES: dict[str, ServiceProfile] = {
-    "chatbot": ServiceProfile("chatbot", 1, (140.0, 420.0), 2500.0, 13000.0),
-    "imgcls": ServiceProfile("imgcls", 1, (60.0, 80.0), 500.0, 11000.0),
-    "tts": ServiceProfile("tts", 1, (130.0, 390.0), 2500.0, 21000.0),
-}
 # Per-instance admission limits in the dissertation's published simulator (tu-nv/drafas,
-# drl/drl_utils.py service_configs: 14 per 1000 ms imgcls, 7 per 2000 ms chatbot and TTS, about
-# each instance's throughput). The text never mentions them; `--rate-limit author` turns them on.
+# drl/drl_utils.py:27-29 service_configs: 14 per 1000 ms imgcls, 7 per 2000 ms chatbot and TTS,
+# about each instance's throughput). The text never mentions them, but without them Table 5.2's
+# figures are out of reach (docs/sim.md); `--rate-limit none` turns them off.
 AUTHOR_RATE_LIMITS: dict[str, tuple[int, float]] = {
     "chatbot": (7, 2.0),
     "imgcls": (14, 1.0),
     "tts": (7, 2.0),
+}
+SERVICE_DISCOVERY_MS = 30000.0  # tu-nv/drafas drl/simpy_env.py:10, K3S_SERVICE_DISCOVERY_PERIOD_SEC
+
+# Table 4.4 (profiling on RTX 5000 MPS partitions), the model of Table 3.1, with what the text
+# leaves open taken from the published simulator: queue 11, rate limit, start-up up to 30 s.
+PROFILES: dict[str, ServiceProfile] = {
+    name: ServiceProfile(
+        name,
+        1,
+        proc,
+        slo,
+        startup,
+        rate_limit=AUTHOR_RATE_LIMITS[name],
+        startup_max_ms=SERVICE_DISCOVERY_MS,
+    )
+    for name, proc, slo, startup in (
+        ("chatbot", (140.0, 420.0), 2500.0, 13000.0),
+        ("imgcls", (60.0, 80.0), 500.0, 11000.0),
+        ("tts", (130.0, 390.0), 2500.0, 21000.0),
+    )
 }
 
 # Table 4.5 and Section 4.4.3
