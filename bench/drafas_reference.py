@@ -38,7 +38,7 @@ class RefResult:
 def _modules(ref_dir: Path):
     drl = Path(ref_dir) / "drl"
     if not (drl / "simpy_env.py").is_file():
-        raise SystemExit(f"{drl}/simpy_env.py not found: clone https://github.com/tu-nv/drafas into {ref_dir}")
+        raise SystemExit(f"{drl}/simpy_env.py not found: git clone https://github.com/tu-nv/drafas {ref_dir}")
     try:
         import simpy
     except ImportError:

@@ -251,6 +251,7 @@ def train_cmd(
             seed=seed,
             tensorboard=tensorboard,
             progress=lambda n, best: bar.update(task, completed=n),
+            command=f"testbed train {svc} --traces TRACES --steps {steps} --seed {seed}",
         )
     console.print(
         f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps}; wrote {out}"

@@ -19,7 +19,6 @@ from testbed.scaler.actions import (
 )
 from testbed.scaler.policies import Policy
 from testbed.scaler.state import StateBuilder
-from testbed.sim.paper import TRACE_MAX_RPS
 
 
 @dataclass(frozen=True)
@@ -55,14 +54,13 @@ class ScalerLoop:
         policies: Mapping[str, Policy],
         metrics: Callable[[str], WindowMetrics],
         *,
-        max_rate: float = TRACE_MAX_RPS,
         clock: Callable[[], float] = time.time,
     ):
         self.backend = backend
         self.policies = dict(policies)
         self.metrics = metrics
         self.clock = clock
-        self._states = {s: StateBuilder(max_rate) for s in self.policies}
+        self._states = {s: StateBuilder.for_service(s) for s in self.policies}
         self._cooldown = dict.fromkeys(self.policies, 0)
 
     def decide(self, service: str) -> Decision:

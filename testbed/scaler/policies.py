@@ -159,7 +159,7 @@ def make_policy(
             raise ConfigError([ConfigProblem("<policy>", None, "model", "the ppo policy needs --model FILE")])
         from testbed.scaler.ppo import MaskablePpoPolicy
 
-        return MaskablePpoPolicy.load(model)
+        return MaskablePpoPolicy.load(model, service)
     raise ConfigError(
         [
             ConfigProblem(

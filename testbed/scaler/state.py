@@ -1,4 +1,7 @@
-"""The scaler's observation: 5 normalised metrics over the last 5 periods (25 floats)."""
+"""The scaler's observation: 5 normalised metrics over the last 5 periods (25 floats).
+
+OBSERVATION names the normalisation; a trained model records it and refuses another one.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +11,22 @@ import numpy as np
 
 from testbed.metrics.window import WindowMetrics
 from testbed.scaler.actions import Mask, mask_code
-from testbed.sim.paper import HISTORY, TRACE_MAX_RPS
+from testbed.sim.paper import HISTORY, PROFILES, TRACE_MAX_RPS
 
 METRICS = ("request_rate", "utilization", "action_mask", "slo_violation_rate", "instances")
 N_METRICS = len(METRICS)
+OBSERVATION = "load-per-instance/1"
+MAX_LOAD = 2.0  # the request-rate metric covers offered loads up to twice what the instances serve
+
+
+def instance_rps(service: str) -> float | None:
+    """Requests per second one instance of `service` serves flat out (capacity / mean processing
+    time, Table 4.4), or None for a service without a paper profile."""
+    profile = PROFILES.get(service)
+    if profile is None:
+        return None
+    lo, hi = profile.proc_time_ms
+    return profile.capacity_per_inst * 2000.0 / (lo + hi)
 
 
 def latest(observation: np.ndarray, metric: str, history: int = HISTORY) -> float:
@@ -23,20 +38,43 @@ class StateBuilder:
     """Turns successive WindowMetrics into observations; the same for sim, local testbed and lab.
 
     Layout: observation[m * history + h], metric m in METRICS order, h = history - 1 the newest.
-    Request rate is divided by `max_rate` (the trace maximum) and capped at 1; instances by total
-    units. Before `history` periods have been seen, the first one is repeated.
+    Before `history` periods have been seen, the first one is repeated.
+
+    The request rate is the offered load per instance: requests per second divided by what the
+    instances serve flat out (instances x `instance_rps`), over MAX_LOAD and capped at 1. It is
+    free of the cluster's size, so a policy trained at 8 units sees the same values at 128 units
+    and 13x the load, where an absolute rate (the dissertation's min(1, requests / 1500) per
+    30 s, or ours over the trace maximum) leaves everything it saw in training. Without
+    `instance_rps` (a service with no profile) the rate is divided by `max_rate` and capped at 1.
+    Instances are divided by the total units, as in the dissertation: the reward prices an
+    instance at 1/total units.
     """
 
-    def __init__(self, max_rate: float = TRACE_MAX_RPS, history: int = HISTORY):
+    def __init__(
+        self,
+        instance_rps: float | None = None,
+        history: int = HISTORY,
+        *,
+        max_rate: float = TRACE_MAX_RPS,
+    ):
+        self.instance_rps = instance_rps
         self.max_rate = max_rate
         self.history = history
         self._rows: deque[tuple[float, ...]] = deque(maxlen=history)
+
+    @classmethod
+    def for_service(cls, service: str) -> StateBuilder:
+        return cls(instance_rps(service))
 
     def reset(self) -> None:
         self._rows.clear()
 
     def row(self, window: WindowMetrics, mask: Mask, instances: int, total_units: int) -> tuple[float, ...]:
-        rate = min(window.request_rate / self.max_rate, 1.0) if self.max_rate > 0 else 0.0
+        if self.instance_rps:
+            load = window.request_rate / (max(instances, 1) * self.instance_rps)
+            rate = min(load / MAX_LOAD, 1.0)
+        else:
+            rate = min(window.request_rate / self.max_rate, 1.0) if self.max_rate > 0 else 0.0
         return (
             rate,
             min(max(window.utilization, 0.0), 1.0),
