@@ -209,7 +209,8 @@ class SimService:
         bounds = [t0, *changes, t_end]
         cuts = np.searchsorted(a, bounds, side="left") if changes else (0, n)
         subs = []
-        tokens_used: dict[tuple[int, int], int] = {}  # (instance, rate-limit window) -> admitted
+        # (instance << 40 | rate-limit window) -> admitted so far, sorted by key
+        tokens_used = [np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)]
         for b in range(len(bounds) - 1):
             j0, j1 = int(cuts[b]), int(cuts[b + 1])
             targets = [k for k in active if self.instances[k].ready_at <= bounds[b]]
@@ -247,30 +248,41 @@ class SimService:
         outcomes = self._outcomes(t0, step, steps, a, finish, owner, start_pending)
         return _Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes, done_in)
 
-    def _admitted(
-        self, a: np.ndarray, who: np.ndarray, used: dict[tuple[int, int], int]
-    ) -> np.ndarray:
-        """Which of these arrivals (sorted, instance `who`) the rate limit admits; `used` carries
-        each (instance, window)'s admitted count between sub-intervals of a chunk.
+    def _admitted(self, a: np.ndarray, who: np.ndarray, used: list[np.ndarray]) -> np.ndarray:
+        """Which of these arrivals (sorted, instance `who`) the rate limit admits; `used` (sorted
+        group keys, admitted counts) carries each (instance, window)'s count between
+        sub-intervals of a chunk.
 
         The windows are fixed, [k·w, (k+1)·w), as the published simulator refills every token at
-        once. Unlike it, the limit is applied before the queue check, so a request the full queue
-        would drop still takes a token; both bind at once only in deep overload."""
+        once (simpy_env.py:63-67). Unlike it (:127-134), the limit is applied before the queue
+        check, so a request the full queue would drop still takes a token; both bind at once only
+        in deep overload (a rate-limited instance's queue stays short)."""
         limit, window = self.profile.rate_limit  # type: ignore[misc]
-        bucket = np.floor(a / window + 1e-9).astype(np.int64)
-        order = np.lexsort((bucket, who))
-        key_w, key_b = who[order], bucket[order]
-        new_group = np.ones(len(a), dtype=bool)
-        new_group[1:] = (key_w[1:] != key_w[:-1]) | (key_b[1:] != key_b[:-1])
+        n = len(a)
+        bucket = np.floor(a / window + _EPS).astype(np.int64)
+        key = who.astype(np.int64) * (1 << 40) + bucket
+        order = np.argsort(key, kind="stable")  # by group, arrival order within one
+        k_sorted = key[order]
+        new_group = np.ones(n, dtype=bool)
+        new_group[1:] = k_sorted[1:] != k_sorted[:-1]
         starts = np.flatnonzero(new_group)
-        sizes = np.diff(np.append(starts, len(a)))
-        rank = np.arange(len(a)) - np.repeat(starts, sizes)
-        groups = list(zip(key_w[starts].tolist(), key_b[starts].tolist(), strict=True))
-        prior = np.array([used.get(g, 0) for g in groups], dtype=np.int64)
+        sizes = np.diff(np.append(starts, n))
+        rank = np.arange(n) - np.repeat(starts, sizes)
+        groups = k_sorted[starts]
+        old_keys, old_counts = used
+        prior = np.zeros(len(groups), dtype=np.int64)
+        if len(old_keys):
+            at = np.minimum(np.searchsorted(old_keys, groups), len(old_keys) - 1)
+            hit = old_keys[at] == groups
+            prior[hit] = old_counts[at[hit]]
+            keep = ~np.isin(old_keys, groups)
+            old_keys, old_counts = old_keys[keep], old_counts[keep]
         ok_sorted = rank + np.repeat(prior, sizes) < limit
-        for g, p, n in zip(groups, prior.tolist(), sizes.tolist(), strict=True):
-            used[g] = min(limit, p + n)
-        ok = np.empty(len(a), dtype=bool)
+        keys = np.concatenate((old_keys, groups))
+        counts = np.concatenate((old_counts, np.minimum(limit, prior + sizes)))
+        by_key = np.argsort(keys)
+        used[0], used[1] = keys[by_key], counts[by_key]
+        ok = np.empty(n, dtype=bool)
         ok[order] = ok_sorted
         return ok
 
