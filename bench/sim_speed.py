@@ -67,7 +67,8 @@ def against_reference(traces_dir: str, ref_dir: str, steps: int, repeat: int) ->
         ratio = ours / theirs
         worst = min(worst, ratio)
         print(f"{table.name:9} {ours:12,.0f} {theirs:10,.1f} {ratio:6.1f}x", flush=True)
-    print(f"per-step speed ratio (worst setup): {worst:.1f}x (floor 50x); load average {os.getloadavg()[0]:.1f}")
+    load = os.getloadavg()[0]
+    print(f"per-step speed ratio (worst setup): {worst:.1f}x (floor 50x); load average {load:.1f}")
     return worst
 
 
