@@ -69,9 +69,12 @@ class ScalerLoop:
         total = backend.total_units()
         before = backend.desired_replicas(service)
         free = backend.free_units()
-        mask = action_mask(before, free, backend.units_per_replica(service), self._cooldown[service])
-        obs = self._states[service].push(window, mask, before, total)
+        units = max(backend.units_per_replica(service), 1)
+        mask = action_mask(before, free, units, self._cooldown[service])
+        obs = self._states[service].push(window, mask, before, free // units)
         policy = self.policies[service]
+        if hasattr(policy, "replicas"):
+            policy.replicas = before  # a policy that needs the count (HPA) gets it here
         proposed = action_delta(policy.act(obs, mask))
         applied = adjust_action(proposed, mask)
         if not mask[action_index(applied)]:

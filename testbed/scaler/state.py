@@ -15,7 +15,7 @@ from testbed.sim.paper import HISTORY, PROFILES, TRACE_MAX_RPS
 
 METRICS = ("request_rate", "utilization", "action_mask", "slo_violation_rate", "instances")
 N_METRICS = len(METRICS)
-OBSERVATION = "load-per-instance/1"
+OBSERVATION = "load-per-instance/reachable-instances/1"
 MAX_LOAD = 2.0  # the request-rate metric covers offered loads up to twice what the instances serve
 
 
@@ -46,8 +46,11 @@ class StateBuilder:
     and 13x the load, where an absolute rate (the dissertation's min(1, requests / 1500) per
     30 s, or ours over the trace maximum) leaves everything it saw in training. Without
     `instance_rps` (a service with no profile) the rate is divided by `max_rate` and capped at 1.
-    Instances are divided by the total units, as in the dissertation: the reward prices an
-    instance at 1/total units.
+    Instances are divided by the most instances the service could have now, its own plus those
+    that fit in the free units ("the max possible number of instances", Section 3.2.1). Divided
+    by the total units instead (the published simulator), 30 instances out of 128 read as 2 out
+    of 8, with a mask that allows scaling down by two, a pair an agent trained at 8 units never
+    saw. (The reward still prices an instance at 1/total units, Eq. 3.2.)
     """
 
     def __init__(
@@ -69,7 +72,8 @@ class StateBuilder:
     def reset(self) -> None:
         self._rows.clear()
 
-    def row(self, window: WindowMetrics, mask: Mask, instances: int, total_units: int) -> tuple[float, ...]:
+    def row(self, window: WindowMetrics, mask: Mask, instances: int, room: int) -> tuple[float, ...]:
+        """One period's metrics; `room` = instances of this service that fit in the free units."""
         if self.instance_rps:
             load = window.request_rate / (max(instances, 1) * self.instance_rps)
             rate = min(load / MAX_LOAD, 1.0)
@@ -80,12 +84,12 @@ class StateBuilder:
             min(max(window.utilization, 0.0), 1.0),
             mask_code(mask),
             min(window.slo_violation_rate, 1.0),
-            min(instances / total_units, 1.0),
+            instances / max(instances + max(room, 0), 1),
         )
 
-    def push(self, window: WindowMetrics, mask: Mask, instances: int, total_units: int) -> np.ndarray:
+    def push(self, window: WindowMetrics, mask: Mask, instances: int, room: int) -> np.ndarray:
         """Add one period and return the observation (float32, 25 values)."""
-        row = self.row(window, mask, instances, total_units)
+        row = self.row(window, mask, instances, room)
         if not self._rows:
             self._rows.extend([row] * (self.history - 1))
         self._rows.append(row)

@@ -93,7 +93,7 @@ class ScalingEnv(gym.Env):
             free = int(self.np_random.integers(0, free + 1))
         n = cluster.desired_replicas(self.service)
         self._mask = action_mask(n, free, units, self._cooldown)
-        return self._state.push(window, self._mask, n, self.total_units)
+        return self._state.push(window, self._mask, n, free // max(units, 1))
 
     def close(self) -> None:
         self._cluster = None
