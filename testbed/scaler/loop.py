@@ -21,7 +21,7 @@ from testbed.scaler.policies import Policy
 from testbed.scaler.state import StateBuilder
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Decision:
     """One row of the decision log. `reward` scores the window just observed (Eq. 3.2), i.e. the
     outcome of the previous decision."""
@@ -82,18 +82,19 @@ class ScalerLoop:
         if applied:
             backend.scale(service, before + applied)
         self._cooldown[service] = next_cooldown(self._cooldown[service], applied)
+        slo = window.slo_violation_rate
         return Decision(
             time=self.clock(),
             service=service,
             policy=policy.name,
             request_rate=window.request_rate,
             utilization=window.utilization,
-            slo_violation_rate=window.slo_violation_rate,
+            slo_violation_rate=slo,
             mask=mask,
             proposed=proposed,
             applied=applied,
             replicas_before=before,
             replicas_after=before + applied,
             free_units=free,
-            reward=reward(window.slo_violation_rate, before, total),
+            reward=reward(slo, before, total),
         )

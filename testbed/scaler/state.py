@@ -5,8 +5,6 @@ OBSERVATION names the normalisation; a trained model records it and refuses anot
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 
 from testbed.metrics.window import WindowMetrics
@@ -63,14 +61,15 @@ class StateBuilder:
         self.instance_rps = instance_rps
         self.max_rate = max_rate
         self.history = history
-        self._rows: deque[tuple[float, ...]] = deque(maxlen=history)
+        self._obs = np.zeros((N_METRICS, history), dtype=np.float32)  # metric-major, oldest first
+        self._empty = True
 
     @classmethod
     def for_service(cls, service: str) -> StateBuilder:
         return cls(instance_rps(service))
 
     def reset(self) -> None:
-        self._rows.clear()
+        self._empty = True
 
     def row(self, window: WindowMetrics, mask: Mask, instances: int, room: int) -> tuple[float, ...]:
         """One period's metrics; `room` = instances of this service that fit in the free units."""
@@ -90,7 +89,11 @@ class StateBuilder:
     def push(self, window: WindowMetrics, mask: Mask, instances: int, room: int) -> np.ndarray:
         """Add one period and return the observation (float32, 25 values)."""
         row = self.row(window, mask, instances, room)
-        if not self._rows:
-            self._rows.extend([row] * (self.history - 1))
-        self._rows.append(row)
-        return np.asarray(self._rows, dtype=np.float32).T.reshape(-1)
+        obs = self._obs
+        if self._empty:
+            obs[:] = np.asarray(row, dtype=np.float32)[:, None]
+            self._empty = False
+        else:
+            obs[:, :-1] = obs[:, 1:]
+            obs[:, -1] = row
+        return obs.reshape(-1).copy()

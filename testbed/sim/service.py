@@ -50,6 +50,33 @@ class StepOutcome:
     proc_time_sum_s: float  # summed latency of the served ones
 
 
+class _Outcomes:
+    """Per-window counts of a chunk; a window's StepOutcome is built when it is asked for (a
+    scaling action drops the rest of the chunk)."""
+
+    def __init__(self, name, step, arrivals, served, dropped, slow, proc_sum, util, ready):
+        self.name, self.step = name, step
+        self.cols = (arrivals, served, dropped, slow, proc_sum, util, ready)
+
+    def __len__(self) -> int:
+        return len(self.cols[0])
+
+    def __getitem__(self, w: int) -> StepOutcome:
+        arrivals, served, dropped, slow, proc_sum, util, ready = self.cols
+        n, acc, drop, ps = arrivals[w], served[w], dropped[w], proc_sum[w]
+        window = WindowMetrics(
+            service=self.name,
+            seconds=self.step,
+            arrivals=n,
+            completed=acc + drop,
+            violations=drop + slow[w],
+            utilization=util[w],
+            instances=ready[w],
+            mean_proc_time_ms=1000.0 * ps / acc if acc else None,
+        )
+        return StepOutcome(window, acc, drop, ps)
+
+
 @dataclass
 class _Chunk:
     """Results of serving [t0, t0 + len(outcomes)·step) with no scaling in between."""
@@ -62,7 +89,7 @@ class _Chunk:
     owner: np.ndarray  # index into SimService.instances at chunk time, -1 = no ready instance
     start_pending: list[list[float]]
     subs: list[tuple[float, int, int, int]]  # (from time, first request, rr at start, targets)
-    outcomes: list[StepOutcome]
+    outcomes: _Outcomes
     done_in: tuple[np.ndarray, np.ndarray]  # (finish, latency) of earlier requests not yet counted
     used: int = 0
 
@@ -107,6 +134,7 @@ class SimService:
         self._startup_rng = np.random.default_rng(rng.integers(2**63))
         self._done = (np.empty(0), np.empty(0))  # finish, latency: served, not yet counted
         self.instances = [SimInstance(ready_at=0.0) for _ in range(profile.initial_inst)]
+        self._draining = 0  # instances in self.instances with removed_at set
         self._cursor = 0
         self._rr = 0
         self._exact = exact or profile.capacity_per_inst != 1
@@ -116,13 +144,18 @@ class SimService:
 
     # -- replica bookkeeping ---------------------------------------------------------------------
     def desired(self) -> int:
+        if not self._draining:
+            return len(self.instances)
         return sum(1 for i in self.instances if not i.draining)
 
     def ready(self, now: float) -> int:
         return sum(1 for i in self.instances if not i.draining and i.ready_at <= now)
 
     def units_in_use(self, now: float) -> int:
-        alive = sum(1 for i in self.instances if i.removed_at is None or i.removed_at > now)
+        if not self._draining:
+            alive = len(self.instances)
+        else:
+            alive = sum(1 for i in self.instances if i.removed_at is None or i.removed_at > now)
         return alive * self.profile.resource_per_inst
 
     def startup_delay(self) -> float:
@@ -143,10 +176,13 @@ class SimService:
         for inst in reversed(active[replicas:] if replicas < len(active) else []):
             last = max(inst.pending, default=now)
             inst.removed_at = now if inst.ready_at > now else max(now, last)
+            self._draining += 1
         self._forget(now)
 
     def _forget(self, now: float) -> None:
-        self.instances = [i for i in self.instances if i.removed_at is None or i.removed_at > now]
+        if self._draining:
+            self.instances = [i for i in self.instances if i.removed_at is None or i.removed_at > now]
+            self._draining = sum(1 for i in self.instances if i.draining)
 
     # -- periods -----------------------------------------------------------------------------------
     def advance(self, t0: float, t1: float) -> StepOutcome:
@@ -295,7 +331,7 @@ class SimService:
         finish: np.ndarray,
         owner: np.ndarray,
         start_pending: list[list[float]],
-    ) -> list[StepOutcome]:
+    ) -> _Outcomes:
         window = np.minimum(_window_of(a, t0, step), steps - 1)
         ok = ~np.isnan(finish)
         slo = self.profile.slo_ms / 1000.0 + 1e-6
@@ -319,22 +355,17 @@ class SimService:
         for inst in self.instances:
             if not inst.draining:
                 ready += ends >= inst.ready_at
-        out = []
-        name = self.profile.name
-        for w in range(steps):
-            n, acc, drop, ps = int(arrivals[w]), int(served[w]), int(dropped[w]), float(proc_sum[w])
-            window_metrics = WindowMetrics(
-                service=name,
-                seconds=step,
-                arrivals=n,
-                completed=acc + drop,
-                violations=drop + int(slow[w]),
-                utilization=float(util[w]),
-                instances=int(ready[w]),
-                mean_proc_time_ms=1000.0 * ps / acc if acc else None,
-            )
-            out.append(StepOutcome(window_metrics, acc, drop, ps))
-        return out
+        return _Outcomes(
+            self.profile.name,
+            step,
+            arrivals.tolist(),
+            served.tolist(),
+            dropped.tolist(),
+            slow.tolist(),
+            proc_sum.tolist(),
+            util.tolist(),
+            ready.tolist(),
+        )
 
     def _utilization(
         self,
