@@ -279,6 +279,9 @@ def train_cmd(
     steps: int = typer.Option(paper.MAX_TRAIN_STEPS, help="Step budget (the paper: 300000)."),
     seed: int = typer.Option(0, help="Training seed."),
     tensorboard: str = typer.Option(None, help="Directory for TensorBoard logs."),
+    stop_at: int = typer.Option(
+        None, help="Stop after this many steps; the learning rate still decays over --steps."
+    ),
 ) -> None:
     """Train a Maskable PPO agent on the simulator (Section 4.4.3), keeping the best validated model.
 
@@ -304,7 +307,9 @@ def train_cmd(
             seed=seed,
             tensorboard=tensorboard,
             progress=lambda n, best: bar.update(task, completed=n),
-            command=f"testbed train {svc} --traces TRACES --steps {steps} --seed {seed}",
+            command=f"testbed train {svc} --traces TRACES --steps {steps} --seed {seed}"
+            + (f" --stop-at {stop_at}" if stop_at is not None else ""),
+            stop_at=stop_at,
         )
     console.print(
         f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps}; wrote {out}"

@@ -166,8 +166,12 @@ def train(
     ppo_params: dict | None = None,
     progress: Callable[[int, float | None], None] | None = None,
     command: str | None = None,
+    stop_at: int | None = None,
 ) -> ModelMeta:
-    """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`."""
+    """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`.
+
+    `stop_at` ends training after that many steps while the learning rate still decays over
+    `steps` (a run cut short, reproducibly)."""
     _require_drl()
     import torch
     from sb3_contrib import MaskablePPO
@@ -235,6 +239,8 @@ def train(
                 _save(self.model, out, meta)
             else:
                 self.stale += 1
+            if stop_at is not None and n >= stop_at:
+                return False
             return not (len(meta.validations) >= min_validations and self.stale >= patience)
 
     model.learn(total_timesteps=steps, callback=Validate(), progress_bar=False)
