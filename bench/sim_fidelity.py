@@ -143,6 +143,10 @@ def ablation(args) -> None:
     none = {s: dataclasses.replace(p, rate_limit=None) for s, p in PROFILES.items()}
     fixed = {s: dataclasses.replace(p, startup_max_ms=None) for s, p in PROFILES.items()}
     q10 = {s: dataclasses.replace(p, queue_size_per_inst=10) for s, p in PROFILES.items()}
+    old = {
+        s: dataclasses.replace(p, queue_size_per_inst=10, rate_limit=None, startup_max_ms=None)
+        for s, p in PROFILES.items()
+    }
     variants = (
         ("default (published simulator's choices)", None, SimOptions()),
         ("- rate limit", none, SimOptions()),
@@ -152,9 +156,11 @@ def ablation(args) -> None:
         ("- queue 11 (10)", q10, SimOptions()),
         ("- truncated counts (carried)", None, SimOptions(rounding="carry")),
         ("- starting instances in utilization", None, SimOptions(util_counts_starting=False)),
+        ("- monitor on the second (mid-second)", None, SimOptions(util_sample_phase=0.5)),
+        ("all back (762c4dc, whole-ms proc. times)", old, SimOptions("floor", True, "even", "arrival", 0.5)),
     )
     print(f"\nAblation: rule v2 reward, mean of {args.seeds} seeds, % off the paper")
-    print(f"{'variant':42} " + " ".join(f"{k + ' ' + s[:4]:>12}" for k in TABLES for s in SERVICES))
+    print(f"{'variant':44} " + " ".join(f"{k + ' ' + s[:4]:>12}" for k in TABLES for s in SERVICES))
     for title, profiles, options in variants:
         row = []
         for key in TABLES:
@@ -162,7 +168,7 @@ def ablation(args) -> None:
             _, mean = run(lambda: {s: RuleV2.for_service(s) for s in SERVICES}, key, seeds, profiles, options)
             for s in SERVICES:
                 row.append(pct(mean[s][2], PAPER_TABLES[key].results["rule_v2"][s].reward))
-        print(f"{title:42} " + " ".join(f"{c:>12}" for c in row), flush=True)
+        print(f"{title:44} " + " ".join(f"{c:>12}" for c in row), flush=True)
 
 
 def main() -> None:

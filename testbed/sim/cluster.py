@@ -27,6 +27,7 @@ class SimOptions:
     util_counts_starting: bool = True  # SimService._utilization
     spacing: str = "ms"  # testbed.sim.trace.arrival_times
     slo_counting: str = "completion"  # SimService
+    util_sample_phase: float = 0.0  # s after each whole second the monitor samples (SimService)
 
 
 DEFAULT_OPTIONS = SimOptions()
@@ -71,6 +72,7 @@ class SimCluster:
                 exact=exact,
                 util_counts_starting=options.util_counts_starting,
                 slo_counting=options.slo_counting,
+                util_sample_phase=options.util_sample_phase,
             )
             self._end = min(self._end, traces[name].seconds)
         used = sum(s.units_in_use(self.now) for s in self.sims.values())

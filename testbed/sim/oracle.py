@@ -69,6 +69,7 @@ def static_slo_table(
             np.random.default_rng(seed),
             util_counts_starting=options.util_counts_starting,
             slo_counting=options.slo_counting,
+            util_sample_phase=options.util_sample_phase,
         )
         col = np.empty(total)
         for t in range(total):

@@ -119,12 +119,14 @@ class SimService:
         max_chunk_steps: int = MAX_CHUNK_STEPS,
         util_counts_starting: bool = True,
         slo_counting: str = "completion",
+        util_sample_phase: float = 0.0,
     ):
         if slo_counting not in SLO_COUNTING:
             raise ValueError(f"slo_counting {slo_counting!r}; known: {', '.join(SLO_COUNTING)}")
         self.profile = profile
         self.util_counts_starting = util_counts_starting
         self.slo_counting = slo_counting
+        self.util_sample_phase = util_sample_phase
         self.arrivals = arrivals
         lo, hi = profile.proc_time_ms
         if float(lo).is_integer() and float(hi).is_integer():
@@ -383,6 +385,8 @@ class SimService:
         Samples at t0, t0 + 1 s, ... as the published simulator's monitor (simpy_env.py:75-83,
         a tick every 1000 ms from time 0): a request arriving at the very sample instant is not
         yet in, one finishing at it still is (its monitor tick comes first in SimPy's order).
+        `util_sample_phase` moves the samples later within each second (0.5: mid-second, as this
+        simulator did before; the published client's gaps then put an arrival on many samples).
 
         With `util_counts_starting` (default) the count is every instance holding units and not
         draining, starting ones included (they serve nothing, so they pull the mean down), as in
@@ -390,7 +394,7 @@ class SimService:
         instances still starting) and its testbed query (sum over pods / running pods). Without
         it, only ready instances count and draining ones count until they are gone."""
         per_window = round(step)
-        samples = t0 + np.arange(steps * per_window, dtype=np.float64) - 1e-6
+        samples = t0 + self.util_sample_phase + np.arange(steps * per_window, dtype=np.float64) - 1e-6
         cap = self.profile.capacity_per_inst
         total = np.zeros(len(samples))
         present = np.zeros(len(samples))
