@@ -251,7 +251,23 @@ def train(
         meta.validations.append((model.num_timesteps, meta.best_validation_reward))
         meta.steps = model.num_timesteps
         _save(model, out, meta)
+    else:
+        write_meta(out, meta)  # every validation, also those after the best
     return meta
+
+
+def write_meta(path: str | Path, meta: ModelMeta) -> None:
+    """Replace the manifest in model file `path` and beside it (SERVICE.json)."""
+    path = Path(path)
+    text = json.dumps(asdict(meta), indent=2)
+    tmp = path.with_suffix(".tmp.zip")
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            if item.filename != META_MEMBER:
+                dst.writestr(item, src.read(item))
+        dst.writestr(META_MEMBER, text)
+    tmp.replace(path)
+    path.with_suffix(".json").write_text(text + "\n")
 
 
 def _save(model, out: Path, meta: ModelMeta) -> None:
