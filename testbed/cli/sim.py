@@ -256,7 +256,7 @@ def sim_tables(
                     ("reward", ours[s].reward, theirs.reward),
                 )
                 if as_json:
-                    row = {"table": key, "policy": name, **ours[s].as_json()}
+                    row = {"table": key, **ours[s].as_json(), "policy": name}
                     row["paper"] = asdict(theirs)
                     row["reward_diff"] = (ours[s].reward - theirs.reward) / abs(theirs.reward)
                     if s in bounds:
