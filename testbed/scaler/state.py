@@ -27,9 +27,12 @@ def instance_rps(service: str) -> float | None:
     return profile.capacity_per_inst * 2000.0 / (lo + hi)
 
 
+_INDEX = {m: i for i, m in enumerate(METRICS)}
+
+
 def latest(observation: np.ndarray, metric: str, history: int = HISTORY) -> float:
     """The newest value of `metric` in an observation laid out metric-major, oldest first."""
-    return float(observation[METRICS.index(metric) * history + history - 1])
+    return float(observation[_INDEX[metric] * history + history - 1])
 
 
 class StateBuilder:

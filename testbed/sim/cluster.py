@@ -117,7 +117,10 @@ class SimCluster:
         return self._total_units
 
     def free_units(self) -> int:
-        return self._total_units - sum(s.units_in_use(self.now) for s in self.sims.values())
+        used, now = 0, self.now
+        for s in self.sims.values():
+            used += s.units_in_use(now)
+        return self._total_units - used
 
     def endpoint(self, service: str) -> str:
         self._sim(service)

@@ -407,8 +407,11 @@ class SimService:
                 if inst.removed_at is not None:
                     alive &= samples < inst.removed_at
             mine = ok & (owner == k)
+            done = finish[mine]
+            if cap != 1:  # one server in FIFO order finishes its requests in arrival order
+                done = np.sort(done)
             in_flight = np.searchsorted(a[mine], samples, side="right") - np.searchsorted(
-                np.sort(finish[mine]), samples, side="right"
+                done, samples, side="right"
             )
             if start_pending[k]:
                 in_flight += len(start_pending[k]) - np.searchsorted(
