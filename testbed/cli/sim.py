@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
@@ -39,18 +40,61 @@ def _services(service: str) -> list[str]:
 
 
 RATE_LIMIT_HELP = (
-    "none: the Table 3.1 model; author: add the per-instance rate limits of the dissertation's "
-    "published simulator (not in its text; they explain Table 5.2's figures)."
+    "profile: the per-instance rate limits of the profiles (the dissertation's published "
+    "simulator's, not in its text; they explain Table 5.2's figures); none: no rate limit."
 )
+MODELS_DIR = Path(__file__).resolve().parents[2] / "models"  # the agents shipped with the repository
 
 
 def _profiles(rate_limit: str, services: list[str]) -> dict[str, ServiceProfile]:
-    if rate_limit not in ("none", "author"):
+    if rate_limit not in ("profile", "none"):
         raise ConfigError(
-            [ConfigProblem("--rate-limit", None, "rate_limit", f"{rate_limit!r}; use none or author")]
+            [ConfigProblem("--rate-limit", None, "rate_limit", f"{rate_limit!r}; use profile or none")]
         )
-    limits = paper.AUTHOR_RATE_LIMITS if rate_limit == "author" else {}
-    return {s: default_profiles()[s].replace(rate_limit=limits.get(s)) for s in services}
+    if rate_limit == "none":
+        return {s: default_profiles()[s].replace(rate_limit=None) for s in services}
+    return {s: default_profiles()[s] for s in services}
+
+
+def _test_traces(traces: Path, services: list[str]):
+    """The test day for `services`, or one line naming the missing file and where traces are."""
+    from testbed.train.evaluate import test_day_traces
+
+    for s in services:
+        path = traces / "test" / f"day7-shift{paper.TEST_SHIFT_HOURS[s]}h.txt"
+        if not path.is_file():
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        str(path),
+                        None,
+                        "",
+                        "no such trace file: pass --traces DIR, a folder with test/, train/ and "
+                        "val/ (the paper's traces are in the team's shared folder, ../shared/traces)",
+                    )
+                ]
+            )
+    return test_day_traces(traces, services)
+
+
+def _drl_policies(models: Path, services: list[str]) -> dict:
+    """One loaded agent per service from `models` (a directory of SERVICE.zip or, for one service,
+    a file); a missing or mismatched model is one ConfigError line naming it."""
+    from testbed.scaler.ppo import MaskablePpoPolicy
+
+    if not models.exists() and models.suffix != ".zip":
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    str(models),
+                    None,
+                    "",
+                    "no such model directory: the agents ship in the repository's models/; "
+                    "train one with `testbed train SERVICE --traces ../shared/traces`",
+                )
+            ]
+        )
+    return {s: MaskablePpoPolicy.load(_model_for(str(models), s), s) for s in services}
 
 
 def _progress() -> Progress:
@@ -75,9 +119,11 @@ def sim_eval(
         None, help="One trace file for all chosen services (default: test day, shifted)."
     ),
     traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
-    model: str = typer.Option(None, help="PPO model file, or a directory holding SERVICE.zip files."),
+    model: str = typer.Option(
+        None, help="PPO model file, or a directory holding SERVICE.zip files (default: models/)."
+    ),
     seed: int = typer.Option(0, help="Simulation seed."),
-    rate_limit: str = typer.Option("none", help=RATE_LIMIT_HELP),
+    rate_limit: str = typer.Option("profile", help=RATE_LIMIT_HELP),
     with_oracle: bool = typer.Option(
         True, "--oracle/--no-oracle", help="Also compute the oracle bound (one static run per count)."
     ),
@@ -90,7 +136,7 @@ def sim_eval(
     """
     from testbed.load.trace import load_trace
     from testbed.scaler.policies import make_policy
-    from testbed.train.evaluate import evaluate, test_day_traces
+    from testbed.train.evaluate import evaluate
     from testbed.train.oracle import shared_pool_oracles
 
     chosen = _services(service)
@@ -99,12 +145,16 @@ def sim_eval(
     if not 1 <= units <= 100_000:
         raise checks.bad("--units", f"must be 1-100000, got {units}")
     profiles = _profiles(rate_limit, chosen)
-    tr = {s: load_trace(trace) for s in chosen} if trace else test_day_traces(traces, chosen)
+    tr = {s: load_trace(trace) for s in chosen} if trace else _test_traces(traces, chosen)
     ratios = {s: ratio if ratio is not None else paper.DEFAULT_RATIOS[s] * load for s in chosen}
     _bound_requests(tr, ratios)
-    policies = {
-        s: make_policy(policy, s, total_units=units, seed=seed, model=_model_for(model, s)) for s in chosen
-    }
+    if policy == "ppo":
+        policies = _drl_policies(Path(model) if model else MODELS_DIR, chosen)
+    else:
+        policies = {
+            s: make_policy(policy, s, total_units=units, seed=seed, model=_model_for(model, s))
+            for s in chosen
+        }
     results = evaluate(policies, tr, ratios, total_units=units, seed=seed, profiles=profiles)
     bounds = {}
     if with_oracle:
@@ -165,79 +215,83 @@ def _model_for(model: str | None, service: str) -> str | None:
 @sim_app.command("tables")
 def sim_tables(
     models: Path = typer.Option(
-        None, help="Directory with chatbot.zip, imgcls.zip, tts.zip from `testbed train`."
+        MODELS_DIR, help="Directory with chatbot.zip, imgcls.zip, tts.zip (default: the shipped agents)."
     ),
+    drl: bool = typer.Option(True, "--drl/--no-drl", help="Also run the DRL agents (default)."),
     traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
     table: list[str] = typer.Option(["5.1", "5.2", "5.3"], help="Which tables (repeatable)."),
     seed: int = typer.Option(0, help="Simulation seed."),
-    rate_limit: str = typer.Option("none", help=RATE_LIMIT_HELP),
+    rate_limit: str = typer.Option("profile", help=RATE_LIMIT_HELP),
     with_oracle: bool = typer.Option(
         False, "--oracle/--no-oracle", help="Add the oracle bound and each policy's gap (slow at 128 units)."
     ),
+    as_json: bool = typer.Option(
+        False, "--json", help="One JSON object per table, policy and service instead of tables."
+    ),
 ) -> None:
-    """Reproduce Tables 5.1-5.3 (rule-based v2, and DRL when --models is given) beside the paper.
+    """Reproduce Tables 5.1-5.3 (DRL agents and rule-based v2) beside the paper.
 
-    Example: testbed sim tables --traces ../shared/traces --models models/ --oracle
+    Example: testbed sim tables --traces ../shared/traces --table 5.3 --json
     """
-    from testbed.scaler.policies import make_policy
-    from testbed.train.evaluate import evaluate, test_day_traces
+    from testbed.scaler.policies import RuleV2
+    from testbed.train.evaluate import evaluate
     from testbed.train.oracle import shared_pool_oracles
 
-    tr = test_day_traces(traces)
+    known = [k for k in paper.PAPER_TABLES if k != "4.11"]
     for key in table:
-        if key not in paper.PAPER_TABLES or key == "4.11":
+        if key not in known:
             raise ConfigError(
-                [ConfigProblem("--table", None, "table", f"unknown {key!r}; use 5.1, 5.2 or 5.3")]
+                [ConfigProblem("--table", None, "table", f"unknown {key!r}; use {', '.join(known)}")]
             )
+    services = list(paper.SERVICES)
+    tr = _test_traces(traces, services)
+    profiles = _profiles(rate_limit, services)
+    runs: dict[str, dict] = {"rule_v2": {s: RuleV2.for_service(s) for s in services}}
+    if drl:
+        runs = {"drl": _drl_policies(models, services), **runs}
+    for key in table:
         spec = paper.PAPER_TABLES[key]
-        runs = {"rule_v2": None}
-        if models is not None:
-            runs["drl"] = models
-        out = Table(
-            title=f"{spec.name}: {spec.total_units} units, ratios "
-            + ", ".join(f"{s} {r:g}" for s, r in spec.ratios.items())
-        )
-        for col in ("service", "policy", "metric", "ours", "paper", "diff", "gap to oracle"):
-            out.add_column(col, justify="right")
-        profiles = _profiles(rate_limit, list(paper.SERVICES))
         bounds = {}
         if with_oracle:
             with console.status(f"{spec.name}: oracle bound"):
                 bounds = shared_pool_oracles(
                     profiles, tr, spec.ratios, total_units=spec.total_units, seed=seed
                 )
-            for s, b in bounds.items():
-                out.add_row(s, "oracle", "reward", f"{b.reward:.4f}", "-", "-", "-")
-        for name, model_dir in runs.items():
-            policies = {
-                s: make_policy(
-                    "ppo" if model_dir else "rule_v2",
-                    s,
-                    total_units=spec.total_units,
-                    model=_model_for(str(model_dir), s) if model_dir else None,
+        out = Table(
+            title=f"{spec.name}: {spec.total_units} units, ratios "
+            + ", ".join(f"{s} {r:g}" for s, r in spec.ratios.items())
+        )
+        for col in ("service", "policy", "metric", "ours", "paper", "diff", "gap to oracle"):
+            out.add_column(col, justify="right")
+        for s, b in bounds.items():
+            out.add_row(s, "oracle", "reward", f"{b.reward:.4f}", "-", "-", "-")
+        for name, policies in runs.items():
+            with console.status(f"{spec.name}: {name}"):
+                ours = evaluate(
+                    policies, tr, spec.ratios, total_units=spec.total_units, seed=seed, profiles=profiles
                 )
-                for s in paper.SERVICES
-            }
-            ours = evaluate(
-                policies,
-                tr,
-                spec.ratios,
-                total_units=spec.total_units,
-                seed=seed,
-                profiles=profiles,
-            )
-            for s in paper.SERVICES:
+            for s in services:
                 theirs = spec.results[name][s]
-                for metric, mine, ref in (
+                cells = (
                     ("SLO violation", ours[s].slo_violation_rate, theirs.slo_violation_rate),
                     ("instances", ours[s].instances, theirs.instances),
                     ("proc time (s)", ours[s].proc_time, theirs.proc_time_s),
                     ("reward", ours[s].reward, theirs.reward),
-                ):
+                )
+                if as_json:
+                    row = {"table": key, **ours[s].as_json(), "policy": name}
+                    row["paper"] = asdict(theirs)
+                    row["reward_diff"] = (ours[s].reward - theirs.reward) / abs(theirs.reward)
+                    if s in bounds:
+                        row["oracle_reward"] = bounds[s].reward
+                    typer.echo(json.dumps(row))
+                    continue
+                for metric, mine, ref in cells:
                     diff = f"{(mine - ref) / abs(ref):+.1%}" if ref else "-"
                     gap = f"{mine - bounds[s].reward:+.4f}" if metric == "reward" and bounds else ""
                     out.add_row(s, name, metric, f"{mine:.4f}", f"{ref:.4f}", diff, gap)
-        console.print(out)
+        if not as_json:
+            console.print(out)
 
 
 @app.command("train")
@@ -250,6 +304,9 @@ def train_cmd(
     seed: int = typer.Option(0, help="Training seed."),
     gpus: int = typer.Option(2, help="ddpg/inss: GPUs of the training cluster (Table 5.1: 8 units = 2)."),
     tensorboard: str = typer.Option(None, help="Directory for TensorBoard logs (ppo)."),
+    stop_at: int = typer.Option(
+        None, help="Stop after this many steps; the learning rate still decays over --steps."
+    ),
 ) -> None:
     """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
     service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
@@ -290,6 +347,9 @@ def train_cmd(
             seed=seed,
             tensorboard=tensorboard,
             progress=lambda n, best: bar.update(task, completed=n),
+            command=f"testbed train {svc} --traces TRACES --steps {steps} --seed {seed}"
+            + (f" --stop-at {stop_at}" if stop_at is not None else ""),
+            stop_at=stop_at,
         )
     console.print(
         f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps}; wrote {out}"

@@ -206,14 +206,31 @@ def scaled_counts(trace: Trace, ratio: float, rounding: str = "floor") -> np.nda
     )
 
 
-def arrival_times(trace: Trace, ratio: float, rounding: str = "floor") -> np.ndarray:
-    """All arrival times (s, sorted) of a client replaying `trace` scaled by `ratio`: the n
-    requests of an interval (see `scaled_counts`) are spread evenly at start + k·d/n."""
+ARRIVAL_SPACING = ("ms", "even")
+
+
+def arrival_times(trace: Trace, ratio: float, rounding: str = "floor", spacing: str = "ms") -> np.ndarray:
+    """All arrival times (s, sorted) of the simulator's client replaying `trace` scaled by `ratio`.
+
+    The n requests of an interval (see `scaled_counts`) of d seconds starting at t are spread
+    evenly. "ms" (default) as the dissertation's published client does (tu-nv/drafas
+    drl/simpy_env.py:236-243): a gap of g = floor(1000·d/n) ms before each request, so they
+    arrive at t + k·g for k = 1..n (the last at t + d when n divides 1000·d). "even": at
+    t + k·d/n for k = 0..n-1, as the local testbed's load client (`schedule_from_trace`) does.
+    """
+    if spacing not in ARRIVAL_SPACING:
+        raise ConfigError(
+            [ConfigProblem("<sim>", None, "spacing", f"{spacing!r}; known: {', '.join(ARRIVAL_SPACING)}")]
+        )
     per_interval = scaled_counts(trace, ratio, rounding)
     total = int(per_interval.sum())
     starts = np.cumsum(trace.durations) - trace.durations
     first = np.cumsum(per_interval) - per_interval
-    with np.errstate(divide="ignore", invalid="ignore"):
-        spacing = np.where(per_interval > 0, trace.durations / np.maximum(per_interval, 1), 0.0)
+    n = np.maximum(per_interval, 1)
     k = np.arange(total) - np.repeat(first, per_interval)
-    return np.repeat(starts, per_interval) + k * np.repeat(spacing, per_interval)
+    if spacing == "ms":
+        gap_ms = np.floor(1000.0 * trace.durations / n + 1e-9)
+        at_ms = np.repeat(np.round(starts * 1000.0), per_interval) + (k + 1) * np.repeat(gap_ms, per_interval)
+        return at_ms / 1000.0  # whole milliseconds, so window and rate-limit edges are exact
+    spacing_s = np.where(per_interval > 0, trace.durations / n, 0.0)
+    return np.repeat(starts, per_interval) + k * np.repeat(spacing_s, per_interval)

@@ -14,15 +14,6 @@ from testbed.profiles.service import SERVICES  # noqa: F401 (re-exported: paper.
 SERVICE_TITLES = {"chatbot": "Chatbot", "imgcls": "Image classification", "tts": "Text to speech"}
 
 
-# Per-instance admission limits in the dissertation's published simulator (tu-nv/drafas,
-# drl/drl_utils.py service_configs: 14 per 1000 ms imgcls, 7 per 2000 ms chatbot and TTS, about
-# each instance's throughput). The text never mentions them; `--rate-limit author` turns them on.
-AUTHOR_RATE_LIMITS: dict[str, tuple[int, float]] = {
-    "chatbot": (7, 2.0),
-    "imgcls": (14, 1.0),
-    "tts": (7, 2.0),
-}
-
 # Table 4.5 and Section 4.4.3
 TOTAL_UNITS = 8
 STEP_SECONDS = 30.0

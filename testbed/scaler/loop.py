@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 from testbed.cluster.base import ClusterBackend
 from testbed.metrics.window import WindowMetrics
-from testbed.profiles.paper import TRACE_MAX_RPS
 from testbed.scaler.actions import (
     Mask,
     action_delta,
@@ -23,7 +22,7 @@ from testbed.scaler.state import StateBuilder
 from testbed.scaler.target import ServiceTarget, TargetPolicy, apply_target, cluster_view
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Decision:
     """One row of the decision log. `reward` scores the window just observed (Eq. 3.2), i.e. the
     outcome of the previous decision."""
@@ -58,14 +57,13 @@ class ScalerLoop:
         policies: Mapping[str, Policy | TargetPolicy],
         metrics: Callable[[str], WindowMetrics],
         *,
-        max_rate: float = TRACE_MAX_RPS,
         clock: Callable[[], float] = time.time,
     ):
         self.backend = backend
         self.policies = dict(policies)
         self.metrics = metrics
         self.clock = clock
-        self._states = {s: StateBuilder(max_rate) for s in self.policies}
+        self._states = {s: StateBuilder.for_service(s) for s in self.policies}
         self._cooldown = dict.fromkeys(self.policies, 0)
 
     def decide_all(self) -> list[Decision]:
@@ -128,8 +126,11 @@ class ScalerLoop:
         total = backend.total_units()
         before = backend.desired_replicas(service)
         free = backend.free_units()
-        mask = action_mask(before, free, backend.units_per_replica(service), self._cooldown[service])
-        obs = self._states[service].push(window, mask, before, total)
+        units = max(backend.units_per_replica(service), 1)
+        mask = action_mask(before, free, units, self._cooldown[service])
+        obs = self._states[service].push(window, mask, before, free // units)
+        if hasattr(policy, "replicas"):
+            policy.replicas = before  # a policy that needs the count (HPA) gets it here
         started = time.perf_counter()
         proposed = action_delta(policy.act(obs, mask))
         decide_ms = 1000.0 * (time.perf_counter() - started)
@@ -139,19 +140,20 @@ class ScalerLoop:
         if applied:
             backend.scale(service, before + applied)
         self._cooldown[service] = next_cooldown(self._cooldown[service], applied)
+        slo = window.slo_violation_rate
         return Decision(
             time=self.clock(),
             service=service,
             policy=policy.name,
             request_rate=window.request_rate,
             utilization=window.utilization,
-            slo_violation_rate=window.slo_violation_rate,
+            slo_violation_rate=slo,
             mask=mask,
             proposed=proposed,
             applied=applied,
             replicas_before=before,
             replicas_after=before + applied,
             free_units=free,
-            reward=reward(window.slo_violation_rate, before, total),
+            reward=reward(slo, before, total),
             decide_ms=decide_ms,
         )

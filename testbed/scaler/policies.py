@@ -92,16 +92,19 @@ class StaticPolicy:
 
 @dataclass
 class HpaPolicy:
-    """Kubernetes-HPA-like: desired = ceil(n * utilization / target), 10 % tolerance, +-2 per step."""
+    """Kubernetes-HPA-like: desired = ceil(n * utilization / target), 10 % tolerance, +-2 per step.
+
+    The control loop sets `replicas` (n) before each decision."""
 
     total_units: int
     target: float = 0.6
     tolerance: float = 0.1
     name: str = "hpa"
+    replicas: int = 1
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
         util = latest(observation, "utilization")
-        n = max(1, round(latest(observation, "instances") * self.total_units))
+        n = max(1, self.replicas)
         ratio = util / self.target
         if abs(ratio - 1.0) <= self.tolerance:
             return action_index(0)
@@ -159,7 +162,7 @@ def make_policy(
             raise ConfigError([ConfigProblem("<policy>", None, "model", "the ppo policy needs --model FILE")])
         from testbed.scaler.ppo import MaskablePpoPolicy
 
-        return MaskablePpoPolicy.load(model)
+        return MaskablePpoPolicy.load(model, service)
     if name in ("fa2", "gslice", "inss", "ddpg"):
         raise ConfigError(
             [ConfigProblem("<policy>", None, "policy",

@@ -1,8 +1,9 @@
 """Maskable PPO (sb3-contrib): the policy wrapper around a trained model file and what the file says.
 
 Training is in testbed.train.ppo. Needs the `drl` extra (torch, gymnasium, stable-baselines3,
-sb3-contrib). A model file is sb3's zip with one more member, `testbed.json`, holding service,
-profile, traces, seed and commit.
+sb3-contrib). A model file is sb3's zip with one more member, `testbed.json` (the manifest:
+service, observation, profile, traces, training command, seed, commit, steps, best validation
+reward); training also writes the manifest beside the zip as SERVICE.json.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
+from testbed.profiles import paper
 from testbed.scaler.actions import Mask
+from testbed.scaler.state import N_METRICS, OBSERVATION
 
 META_MEMBER = "testbed.json"
 
@@ -46,6 +49,8 @@ class ModelMeta:
     commit: str
     best_validation_reward: float | None = None
     validations: list[tuple[int, float]] = field(default_factory=list)
+    observation: str | None = None  # testbed.scaler.state.OBSERVATION it was trained with
+    command: str | None = None  # how to train it again
 
 
 def git_commit() -> str:
@@ -73,6 +78,10 @@ def read_meta(path: str | Path) -> ModelMeta:
         ) from None
 
 
+def _problem(path: str | Path, message: str) -> ConfigError:
+    return ConfigError([ConfigProblem(str(path), None, "model", message)])
+
+
 class MaskablePpoPolicy:
     """A trained agent as a policy: deterministic action with the mask applied."""
 
@@ -82,12 +91,30 @@ class MaskablePpoPolicy:
         self.name = "ppo"
 
     @classmethod
-    def load(cls, path: str | Path) -> MaskablePpoPolicy:
+    def load(cls, path: str | Path, service: str | None = None) -> MaskablePpoPolicy:
+        """Load `path`, refusing (one ConfigError naming the file) a missing file, another
+        service's agent, or one trained on another observation."""
+        path = Path(path)
+        retrain = f"testbed train {service or 'SERVICE'} --traces TRACES"
+        if not path.is_file():
+            raise _problem(path, f"no such model file; the shipped agents are in models/, or run `{retrain}`")
+        meta = read_meta(path)
+        if service is not None and meta.service != service:
+            raise _problem(path, f"an agent for {meta.service!r}, not {service!r}; use models/{service}.zip")
+        if meta.observation != OBSERVATION:
+            raise _problem(
+                path,
+                f"trained on observation {meta.observation or 'of an older version (absolute rate)'}; "
+                f"this version builds {OBSERVATION!r}: run `{retrain}`",
+            )
         require_drl()
         from sb3_contrib import MaskablePPO
 
-        meta = read_meta(path)
-        return cls(MaskablePPO.load(str(path), device="cpu"), meta)
+        model = MaskablePPO.load(str(path), device="cpu")
+        shape = tuple(model.observation_space.shape or ())
+        if shape != (N_METRICS * paper.HISTORY,):
+            raise _problem(path, f"observation size {shape}, the scaler builds {N_METRICS * paper.HISTORY}")
+        return cls(model, meta)
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
         action, _ = self.model.predict(

@@ -1,54 +1,103 @@
-"""The scaler's observation: 5 normalised metrics over the last 5 periods (25 floats)."""
+"""The scaler's observation: 5 normalised metrics over the last 5 periods (25 floats).
+
+OBSERVATION names the normalisation; a trained model records it and refuses another one.
+"""
 
 from __future__ import annotations
-
-from collections import deque
 
 import numpy as np
 
 from testbed.metrics.window import WindowMetrics
+from testbed.profiles import default_profiles
 from testbed.profiles.paper import HISTORY, TRACE_MAX_RPS
 from testbed.scaler.actions import Mask, mask_code
 
 METRICS = ("request_rate", "utilization", "action_mask", "slo_violation_rate", "instances")
 N_METRICS = len(METRICS)
+OBSERVATION = "load-per-instance/reachable-instances/1"
+MAX_LOAD = 2.0  # the request-rate metric covers offered loads up to twice what the instances serve
+
+
+def instance_rps(service: str) -> float | None:
+    """Requests per second one instance of `service` serves flat out (capacity / mean processing
+    time, Table 4.4), or None for a service without a paper profile."""
+    profile = default_profiles().get(service)
+    if profile is None:
+        return None
+    lo, hi = profile.proc_time_ms
+    return profile.capacity * 2000.0 / (lo + hi)
+
+
+_INDEX = {m: i for i, m in enumerate(METRICS)}
 
 
 def latest(observation: np.ndarray, metric: str, history: int = HISTORY) -> float:
     """The newest value of `metric` in an observation laid out metric-major, oldest first."""
-    return float(observation[METRICS.index(metric) * history + history - 1])
+    return float(observation[_INDEX[metric] * history + history - 1])
 
 
 class StateBuilder:
     """Turns successive WindowMetrics into observations; the same for sim, local testbed and lab.
 
     Layout: observation[m * history + h], metric m in METRICS order, h = history - 1 the newest.
-    Request rate is divided by `max_rate` (the trace maximum) and capped at 1; instances by total
-    units. Before `history` periods have been seen, the first one is repeated.
+    Before `history` periods have been seen, the first one is repeated.
+
+    The request rate is the offered load per instance: requests per second divided by what the
+    instances serve flat out (instances x `instance_rps`), over MAX_LOAD and capped at 1. It is
+    free of the cluster's size, so a policy trained at 8 units sees the same values at 128 units
+    and 13x the load, where an absolute rate (the dissertation's min(1, requests / 1500) per
+    30 s, or ours over the trace maximum) leaves everything it saw in training. Without
+    `instance_rps` (a service with no profile) the rate is divided by `max_rate` and capped at 1.
+    Instances are divided by the most instances the service could have now, its own plus those
+    that fit in the free units ("the max possible number of instances", Section 3.2.1). Divided
+    by the total units instead (the published simulator), 30 instances out of 128 read as 2 out
+    of 8, with a mask that allows scaling down by two, a pair an agent trained at 8 units never
+    saw. (The reward still prices an instance at 1/total units, Eq. 3.2.)
     """
 
-    def __init__(self, max_rate: float = TRACE_MAX_RPS, history: int = HISTORY):
+    def __init__(
+        self,
+        instance_rps: float | None = None,
+        history: int = HISTORY,
+        *,
+        max_rate: float = TRACE_MAX_RPS,
+    ):
+        self.instance_rps = instance_rps
         self.max_rate = max_rate
         self.history = history
-        self._rows: deque[tuple[float, ...]] = deque(maxlen=history)
+        self._obs = np.zeros((N_METRICS, history), dtype=np.float32)  # metric-major, oldest first
+        self._empty = True
+
+    @classmethod
+    def for_service(cls, service: str) -> StateBuilder:
+        return cls(instance_rps(service))
 
     def reset(self) -> None:
-        self._rows.clear()
+        self._empty = True
 
-    def row(self, window: WindowMetrics, mask: Mask, instances: int, total_units: int) -> tuple[float, ...]:
-        rate = min(window.request_rate / self.max_rate, 1.0) if self.max_rate > 0 else 0.0
+    def row(self, window: WindowMetrics, mask: Mask, instances: int, room: int) -> tuple[float, ...]:
+        """One period's metrics; `room` = instances of this service that fit in the free units."""
+        if self.instance_rps:
+            load = window.request_rate / (max(instances, 1) * self.instance_rps)
+            rate = min(load / MAX_LOAD, 1.0)
+        else:
+            rate = min(window.request_rate / self.max_rate, 1.0) if self.max_rate > 0 else 0.0
         return (
             rate,
             min(max(window.utilization, 0.0), 1.0),
             mask_code(mask),
             min(window.slo_violation_rate, 1.0),
-            min(instances / total_units, 1.0),
+            instances / max(instances + max(room, 0), 1),
         )
 
-    def push(self, window: WindowMetrics, mask: Mask, instances: int, total_units: int) -> np.ndarray:
+    def push(self, window: WindowMetrics, mask: Mask, instances: int, room: int) -> np.ndarray:
         """Add one period and return the observation (float32, 25 values)."""
-        row = self.row(window, mask, instances, total_units)
-        if not self._rows:
-            self._rows.extend([row] * (self.history - 1))
-        self._rows.append(row)
-        return np.asarray(self._rows, dtype=np.float32).T.reshape(-1)
+        row = self.row(window, mask, instances, room)
+        obs = self._obs
+        if self._empty:
+            obs[:] = np.asarray(row, dtype=np.float32)[:, None]
+            self._empty = False
+        else:
+            obs[:, :-1] = obs[:, 1:]
+            obs[:, -1] = row
+        return obs.reshape(-1).copy()

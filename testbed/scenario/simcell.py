@@ -40,7 +40,13 @@ def sim_profiles(scn: Scenario, cluster_profiles: dict[str, Any] | None) -> dict
     from testbed.profiles import default_profiles
 
     profiles = cluster_profiles or default_profiles()
-    return {s.name: profiles[s.name].replace(initial_replicas=s.replicas) for s in scn.services}
+    out = {}
+    for s in scn.services:
+        p = profiles[s.name]
+        if cluster_profiles is not None:  # the testbed's replicas: no admission limit, no jitter
+            p = p.replace(rate_limit=None, startup_max_ms=None)
+        out[s.name] = p.replace(initial_replicas=s.replicas)
+    return out
 
 
 def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
@@ -63,8 +69,8 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
                                     model=str(base_dir / s.model) if s.model else None)
                 for s in services}
     steps = max(1, int(scn.duration_s // scn.scaler_period_s))
-    options = (SimOptions(rounding="carry", util_counts_starting=False) if like_testbed
-               else DEFAULT_OPTIONS)
+    options = (SimOptions(rounding="carry", util_counts_starting=False, spacing="even")
+               if like_testbed else DEFAULT_OPTIONS)
     results = evaluate(policies, traces, ratios, total_units=scn.total_units, seed=seed,
                        max_steps=steps, profiles=profiles, options=options)
     return {name: r.as_json() for name, r in results.items()}

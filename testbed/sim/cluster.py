@@ -20,11 +20,15 @@ class SimOptions:
     """Modelling choices the dissertation's text leaves open (see `bench/sim_fidelity.py`).
 
     Defaults follow the dissertation's published simulator (tu-nv/drafas): client counts
-    truncated per interval, starting instances in the utilization denominator.
+    truncated per interval and spread with millisecond gaps, starting instances in the
+    utilization denominator, a request's SLO outcome counted in the window it finishes in.
     """
 
     rounding: str = "floor"  # testbed.load.trace.scaled_counts
     util_counts_starting: bool = True  # SimService._utilization
+    spacing: str = "ms"  # testbed.load.trace.arrival_times
+    slo_counting: str = "completion"  # SimService
+    util_sample_phase: float = 0.0  # s after each whole second the monitor samples (SimService)
 
 
 DEFAULT_OPTIONS = SimOptions()
@@ -61,13 +65,15 @@ class SimCluster:
         self.sims: dict[str, SimService] = {}
         self._end = np.inf
         for (name, profile), child in zip(profiles.items(), rngs, strict=True):
-            arrivals = arrival_times(traces[name], ratios[name], options.rounding)
+            arrivals = arrival_times(traces[name], ratios[name], options.rounding, options.spacing)
             self.sims[name] = SimService(
                 profile,
                 arrivals,
                 np.random.default_rng(child),
                 exact=exact,
                 util_counts_starting=options.util_counts_starting,
+                slo_counting=options.slo_counting,
+                util_sample_phase=options.util_sample_phase,
             )
             self._end = min(self._end, traces[name].seconds)
         used = sum(s.units_in_use(self.now) for s in self.sims.values())
@@ -112,7 +118,10 @@ class SimCluster:
         return self._total_units
 
     def free_units(self) -> int:
-        return self._total_units - sum(s.units_in_use(self.now) for s in self.sims.values())
+        used, now = 0, self.now
+        for s in self.sims.values():
+            used += s.units_in_use(now)
+        return self._total_units - used
 
     def endpoint(self, service: str) -> str:
         self._sim(service)

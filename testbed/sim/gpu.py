@@ -95,7 +95,10 @@ class BatchedService:
         self.profile = profile
         self.arrivals = arrivals
         lo, hi = profile.proc_time_ms
-        self.proc_s = rng.uniform(lo / 1000.0, hi / 1000.0, len(arrivals))  # as SimService draws
+        if float(lo).is_integer() and float(hi).is_integer():  # as SimService draws
+            self.proc_s = rng.integers(int(lo), int(hi) + 1, len(arrivals)) / 1000.0
+        else:
+            self.proc_s = rng.uniform(lo / 1000.0, hi / 1000.0, len(arrivals))
         self.instances: list[GpuInstance] = []
         self.batch = 1
         self.share = profile.gpu.ref_share_pct if profile.gpu else UNIT_PCT
@@ -234,12 +237,13 @@ class BatchedService:
     def _utilization(self, t0, t1, ready_t, finish, owner, start_pending) -> float:
         """Mean over per-second samples of the mean over present (not draining) instances of
         min(batches in the system, 1): the dissertation's instance utilization, capacity 1."""
-        samples = t0 + 0.5 + np.arange(max(1, round(t1 - t0)), dtype=np.float64)
+        # on the second, as the DRAFAS simulator's monitor (SimOptions.util_sample_phase = 0)
+        samples = t0 + np.arange(max(1, round(t1 - t0)), dtype=np.float64) - 1e-6
         total = np.zeros(len(samples))
         present = np.zeros(len(samples))
         ok = ~np.isnan(finish)
         for k, inst in enumerate(self.instances):
-            alive = (samples >= inst.created_at) & (samples < inst.accept_until)
+            alive = (samples + 1e-6 >= inst.created_at) & (samples < inst.accept_until)  # samples sit 1 µs early
             if not alive.any():
                 continue
             mine = ok & (owner == k)

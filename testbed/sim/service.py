@@ -18,6 +18,13 @@ from testbed.profiles import ServiceProfile
 from testbed.sim.queueing import serve_exact, serve_fast
 
 MAX_CHUNK_STEPS = 128
+_EPS = 1e-9  # times are whole milliseconds held as float seconds: edges compare with this slack
+SLO_COUNTING = ("completion", "arrival")
+
+
+def _window_of(t: np.ndarray, t0: float, step: float) -> np.ndarray:
+    """Index of the window [t0 + k·step, t0 + (k+1)·step) holding each time."""
+    return np.floor((t - t0) / step + _EPS).astype(np.int64)
 
 
 @dataclass
@@ -38,9 +45,36 @@ class StepOutcome:
     """What the service did in one window, plus the sums the evaluator aggregates exactly."""
 
     window: WindowMetrics
-    accepted: int
-    dropped: int
-    proc_time_sum_s: float
+    served: int  # requests counted as served in the window (see SimService's slo_counting)
+    dropped: int  # requests dropped on arrival in the window (full queue or rate limit)
+    proc_time_sum_s: float  # summed latency of the served ones
+
+
+class _Outcomes:
+    """Per-window counts of a chunk; a window's StepOutcome is built when it is asked for (a
+    scaling action drops the rest of the chunk)."""
+
+    def __init__(self, name, step, arrivals, served, dropped, slow, proc_sum, util, ready):
+        self.name, self.step = name, step
+        self.cols = (arrivals, served, dropped, slow, proc_sum, util, ready)
+
+    def __len__(self) -> int:
+        return len(self.cols[0])
+
+    def __getitem__(self, w: int) -> StepOutcome:
+        arrivals, served, dropped, slow, proc_sum, util, ready = self.cols
+        n, acc, drop, ps = arrivals[w], served[w], dropped[w], proc_sum[w]
+        window = WindowMetrics(
+            service=self.name,
+            seconds=self.step,
+            arrivals=n,
+            completed=acc + drop,
+            violations=drop + slow[w],
+            utilization=util[w],
+            instances=ready[w],
+            mean_proc_time_ms=1000.0 * ps / acc if acc else None,
+        )
+        return StepOutcome(window, acc, drop, ps)
 
 
 @dataclass
@@ -55,7 +89,8 @@ class _Chunk:
     owner: np.ndarray  # index into SimService.instances at chunk time, -1 = no ready instance
     start_pending: list[list[float]]
     subs: list[tuple[float, int, int, int]]  # (from time, first request, rr at start, targets)
-    outcomes: list[StepOutcome]
+    outcomes: _Outcomes
+    done_in: tuple[np.ndarray, np.ndarray]  # (finish, latency) of earlier requests not yet counted
     used: int = 0
 
 
@@ -63,7 +98,15 @@ class SimService:
     """Serves a fixed, pre-drawn arrival stream; `advance` moves it through one window.
 
     Processing times are drawn once per arrival, so two runs with the same seed see the same
-    request sizes whatever the policy does (common random numbers across policies).
+    request sizes whatever the policy does (common random numbers across policies): whole
+    milliseconds, uniform over the range inclusive, when the range's ends are whole (the
+    published simulator's `random.randint`), otherwise uniform. Start-up delays come from a
+    stream of their own.
+
+    `slo_counting`: "completion" (default, as the published simulator, simpy_env.py:146, :163-170)
+    counts a request in the window it finishes in, a dropped one in the window it arrived in,
+    and the rate is (late + dropped) / (finished + dropped); "arrival" counts every request in
+    the window it arrived in, over arrivals.
     """
 
     def __init__(
@@ -75,13 +118,25 @@ class SimService:
         exact: bool = False,
         max_chunk_steps: int = MAX_CHUNK_STEPS,
         util_counts_starting: bool = True,
+        slo_counting: str = "completion",
+        util_sample_phase: float = 0.0,
     ):
+        if slo_counting not in SLO_COUNTING:
+            raise ValueError(f"slo_counting {slo_counting!r}; known: {', '.join(SLO_COUNTING)}")
         self.profile = profile
         self.util_counts_starting = util_counts_starting
+        self.slo_counting = slo_counting
+        self.util_sample_phase = util_sample_phase
         self.arrivals = arrivals
         lo, hi = profile.proc_time_ms
-        self.proc_s = rng.uniform(lo / 1000.0, hi / 1000.0, len(arrivals))
+        if float(lo).is_integer() and float(hi).is_integer():
+            self.proc_s = rng.integers(int(lo), int(hi) + 1, len(arrivals)) / 1000.0
+        else:
+            self.proc_s = rng.uniform(lo / 1000.0, hi / 1000.0, len(arrivals))
+        self._startup_rng = np.random.default_rng(rng.integers(2**63))
+        self._done = (np.empty(0), np.empty(0))  # finish, latency: served, not yet counted
         self.instances = [SimInstance(ready_at=0.0) for _ in range(profile.initial_replicas)]
+        self._draining = 0  # instances in self.instances with removed_at set
         self._cursor = 0
         self._rr = 0
         self._exact = exact or profile.capacity != 1
@@ -91,28 +146,45 @@ class SimService:
 
     # -- replica bookkeeping ---------------------------------------------------------------------
     def desired(self) -> int:
+        if not self._draining:
+            return len(self.instances)
         return sum(1 for i in self.instances if not i.draining)
 
     def ready(self, now: float) -> int:
         return sum(1 for i in self.instances if not i.draining and i.ready_at <= now)
 
     def units_in_use(self, now: float) -> int:
-        alive = sum(1 for i in self.instances if i.removed_at is None or i.removed_at > now)
+        if not self._draining:
+            alive = len(self.instances)
+        else:
+            alive = sum(1 for i in self.instances if i.removed_at is None or i.removed_at > now)
         return alive * self.profile.units
+
+    def startup_delay(self) -> float:
+        """Seconds from scale-up to ready: startup_ms, or a whole number of seconds drawn uniformly
+        from [startup, startup_max] (the published simulator: `random.randint(startup_s, 30)`)."""
+        p = self.profile
+        if p.startup_max_ms is None or p.startup_max_ms <= p.startup_ms:
+            return p.startup_ms / 1000.0
+        lo, hi = int(p.startup_ms // 1000), int(p.startup_max_ms // 1000)
+        return float(self._startup_rng.integers(lo, hi + 1))
 
     def scale(self, replicas: int, now: float) -> None:
         """Add instances (ready after startup) or drain the last ones (gone once their queue is empty)."""
         self._rewind(now)
         active = [i for i in self.instances if not i.draining]
         for _ in range(replicas - len(active)):
-            self.instances.append(SimInstance(ready_at=now + self.profile.startup_ms / 1000.0))
+            self.instances.append(SimInstance(ready_at=now + self.startup_delay()))
         for inst in reversed(active[replicas:] if replicas < len(active) else []):
             last = max(inst.pending, default=now)
             inst.removed_at = now if inst.ready_at > now else max(now, last)
+            self._draining += 1
         self._forget(now)
 
     def _forget(self, now: float) -> None:
-        self.instances = [i for i in self.instances if i.removed_at is None or i.removed_at > now]
+        if self._draining:
+            self.instances = [i for i in self.instances if i.removed_at is None or i.removed_at > now]
+            self._draining = sum(1 for i in self.instances if i.draining)
 
     # -- periods -----------------------------------------------------------------------------------
     def advance(self, t0: float, t1: float) -> StepOutcome:
@@ -140,6 +212,13 @@ class SimService:
         upto = int(np.searchsorted(chunk.arrivals, now, side="left"))
         owner = chunk.owner[:upto]
         finish = chunk.finish[:upto]
+        # served requests not yet counted: those of earlier chunks and of the requests kept here
+        # that finish at or after `now` (a window edge); the others were in windows already used
+        ok = ~np.isnan(finish)
+        f_all = np.concatenate((chunk.done_in[0], finish[ok]))
+        lat_all = np.concatenate((chunk.done_in[1], finish[ok] - chunk.arrivals[:upto][ok]))
+        later = _window_of(f_all, now, chunk.step) >= 0
+        self._done = (f_all[later], lat_all[later])
         for k, inst in enumerate(self.instances):
             mine = finish[(owner == k) & ~np.isnan(finish)]
             inst.pending = sorted(f for f in [*chunk.start_pending[k], *mine.tolist()] if f > now)
@@ -168,7 +247,8 @@ class SimService:
         bounds = [t0, *changes, t_end]
         cuts = np.searchsorted(a, bounds, side="left") if changes else (0, n)
         subs = []
-        tokens_used: dict[tuple[int, int], int] = {}  # (instance, rate-limit window) -> admitted
+        # (instance << 40 | rate-limit window) -> admitted so far, sorted by key
+        tokens_used = [np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)]
         for b in range(len(bounds) - 1):
             j0, j1 = int(cuts[b]), int(cuts[b + 1])
             targets = [k for k in active if self.instances[k].ready_at <= bounds[b]]
@@ -202,33 +282,45 @@ class SimService:
             sub_finish = finish[j0:j1]  # a view: dropped requests stay NaN
             sub_finish[adm] = f
             owner[j0:j1] = who
+        done_in = self._done
         outcomes = self._outcomes(t0, step, steps, a, finish, owner, start_pending)
-        return _Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes)
+        return _Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes, done_in)
 
-    def _admitted(
-        self, a: np.ndarray, who: np.ndarray, used: dict[tuple[int, int], int]
-    ) -> np.ndarray:
-        """Which of these arrivals (sorted, instance `who`) the rate limit admits; `used` carries
-        each (instance, window)'s admitted count between sub-intervals of a chunk.
+    def _admitted(self, a: np.ndarray, who: np.ndarray, used: list[np.ndarray]) -> np.ndarray:
+        """Which of these arrivals (sorted, instance `who`) the rate limit admits; `used` (sorted
+        group keys, admitted counts) carries each (instance, window)'s count between
+        sub-intervals of a chunk.
 
         The windows are fixed, [k·w, (k+1)·w), as the published simulator refills every token at
-        once. Unlike it, the limit is applied before the queue check, so a request the full queue
-        would drop still takes a token; both bind at once only in deep overload."""
+        once (simpy_env.py:63-67). Unlike it (:127-134), the limit is applied before the queue
+        check, so a request the full queue would drop still takes a token; both bind at once only
+        in deep overload (a rate-limited instance's queue stays short)."""
         limit, window = self.profile.rate_limit  # type: ignore[misc]
-        bucket = np.floor(a / window + 1e-9).astype(np.int64)
-        order = np.lexsort((bucket, who))
-        key_w, key_b = who[order], bucket[order]
-        new_group = np.ones(len(a), dtype=bool)
-        new_group[1:] = (key_w[1:] != key_w[:-1]) | (key_b[1:] != key_b[:-1])
+        n = len(a)
+        bucket = np.floor(a / window + _EPS).astype(np.int64)
+        key = who.astype(np.int64) * (1 << 40) + bucket
+        order = np.argsort(key, kind="stable")  # by group, arrival order within one
+        k_sorted = key[order]
+        new_group = np.ones(n, dtype=bool)
+        new_group[1:] = k_sorted[1:] != k_sorted[:-1]
         starts = np.flatnonzero(new_group)
-        sizes = np.diff(np.append(starts, len(a)))
-        rank = np.arange(len(a)) - np.repeat(starts, sizes)
-        groups = list(zip(key_w[starts].tolist(), key_b[starts].tolist(), strict=True))
-        prior = np.array([used.get(g, 0) for g in groups], dtype=np.int64)
+        sizes = np.diff(np.append(starts, n))
+        rank = np.arange(n) - np.repeat(starts, sizes)
+        groups = k_sorted[starts]
+        old_keys, old_counts = used
+        prior = np.zeros(len(groups), dtype=np.int64)
+        if len(old_keys):
+            at = np.minimum(np.searchsorted(old_keys, groups), len(old_keys) - 1)
+            hit = old_keys[at] == groups
+            prior[hit] = old_counts[at[hit]]
+            keep = ~np.isin(old_keys, groups)
+            old_keys, old_counts = old_keys[keep], old_counts[keep]
         ok_sorted = rank + np.repeat(prior, sizes) < limit
-        for g, p, n in zip(groups, prior.tolist(), sizes.tolist(), strict=True):
-            used[g] = min(limit, p + n)
-        ok = np.empty(len(a), dtype=bool)
+        keys = np.concatenate((old_keys, groups))
+        counts = np.concatenate((old_counts, np.minimum(limit, prior + sizes)))
+        by_key = np.argsort(keys)
+        used[0], used[1] = keys[by_key], counts[by_key]
+        ok = np.empty(n, dtype=bool)
         ok[order] = ok_sorted
         return ok
 
@@ -241,14 +333,23 @@ class SimService:
         finish: np.ndarray,
         owner: np.ndarray,
         start_pending: list[list[float]],
-    ) -> list[StepOutcome]:
-        window = np.minimum(((a - t0) // step).astype(np.int64), steps - 1)
+    ) -> _Outcomes:
+        window = np.minimum(_window_of(a, t0, step), steps - 1)
         ok = ~np.isnan(finish)
-        latency = finish[ok] - a[ok]
-        w_ok = window[ok]
+        slo = self.profile.slo_ms / 1000.0 + 1e-6
         arrivals = np.bincount(window, minlength=steps)
-        accepted = np.bincount(w_ok, minlength=steps)
-        slow = np.bincount(w_ok[latency > self.profile.slo_ms / 1000.0], minlength=steps)
+        dropped = np.bincount(window[~ok], minlength=steps)
+        if self.slo_counting == "completion":
+            f_all = np.concatenate((self._done[0], finish[ok]))
+            lat_all = np.concatenate((self._done[1], finish[ok] - a[ok]))
+            w_done = _window_of(f_all, t0, step)
+            now = w_done < steps
+            self._done = (f_all[~now], lat_all[~now])
+            w_ok, latency = w_done[now], lat_all[now]
+        else:
+            w_ok, latency = window[ok], finish[ok] - a[ok]
+        served = np.bincount(w_ok, minlength=steps)
+        slow = np.bincount(w_ok[latency > slo], minlength=steps)
         proc_sum = np.bincount(w_ok, weights=latency, minlength=steps)
         util = self._utilization(t0, step, steps, a, finish, owner, start_pending)
         ends = t0 + step * np.arange(1, steps + 1)
@@ -256,22 +357,17 @@ class SimService:
         for inst in self.instances:
             if not inst.draining:
                 ready += ends >= inst.ready_at
-        out = []
-        name = self.profile.name
-        for w in range(steps):
-            n, acc, ps = int(arrivals[w]), int(accepted[w]), float(proc_sum[w])
-            window_metrics = WindowMetrics(
-                service=name,
-                seconds=step,
-                arrivals=n,
-                completed=n,
-                violations=n - acc + int(slow[w]),
-                utilization=float(util[w]),
-                instances=int(ready[w]),
-                mean_proc_time_ms=1000.0 * ps / acc if acc else None,
-            )
-            out.append(StepOutcome(window_metrics, acc, n - acc, ps))
-        return out
+        return _Outcomes(
+            self.profile.name,
+            step,
+            arrivals.tolist(),
+            served.tolist(),
+            dropped.tolist(),
+            slow.tolist(),
+            proc_sum.tolist(),
+            util.tolist(),
+            ready.tolist(),
+        )
 
     def _utilization(
         self,
@@ -283,9 +379,14 @@ class SimService:
         owner: np.ndarray,
         start_pending: list[list[float]],
     ) -> np.ndarray:
-        """Per window: mean over per-second samples (mid-second) of the service's instance
-        utilization, sum of min(in_flight, capacity) / capacity over instances divided by the
-        instance count.
+        """Per window: mean over per-second samples of the service's instance utilization, sum of
+        min(in_flight, capacity) / capacity over instances divided by the instance count.
+
+        Samples at t0, t0 + 1 s, ... as the published simulator's monitor (simpy_env.py:75-83,
+        a tick every 1000 ms from time 0): a request arriving at the very sample instant is not
+        yet in, one finishing at it still is (its monitor tick comes first in SimPy's order).
+        `util_sample_phase` moves the samples later within each second (0.5: mid-second, as this
+        simulator did before; the published client's gaps then put an arrival on many samples).
 
         With `util_counts_starting` (default) the count is every instance holding units and not
         draining, starting ones included (they serve nothing, so they pull the mean down), as in
@@ -293,7 +394,7 @@ class SimService:
         instances still starting) and its testbed query (sum over pods / running pods). Without
         it, only ready instances count and draining ones count until they are gone."""
         per_window = round(step)
-        samples = t0 + 0.5 + np.arange(steps * per_window, dtype=np.float64)
+        samples = t0 + self.util_sample_phase + np.arange(steps * per_window, dtype=np.float64) - 1e-6
         cap = self.profile.capacity
         total = np.zeros(len(samples))
         present = np.zeros(len(samples))
@@ -302,16 +403,19 @@ class SimService:
             if self.util_counts_starting:
                 alive = np.full(len(samples), not inst.draining)
             else:
-                alive = samples >= inst.ready_at
+                alive = samples + 2e-6 >= inst.ready_at
                 if inst.removed_at is not None:
                     alive &= samples < inst.removed_at
             mine = ok & (owner == k)
+            done = finish[mine]
+            if cap != 1:  # one server in FIFO order finishes its requests in arrival order
+                done = np.sort(done)
             in_flight = np.searchsorted(a[mine], samples, side="right") - np.searchsorted(
-                np.sort(finish[mine]), samples, side="right"
+                done, samples, side="right"
             )
             if start_pending[k]:
-                in_flight += np.searchsorted(np.sort(start_pending[k]), samples, side="right") * -1 + len(
-                    start_pending[k]
+                in_flight += len(start_pending[k]) - np.searchsorted(
+                    np.sort(start_pending[k]), samples, side="right"
                 )
             total += np.where(alive, np.minimum(in_flight, cap) / cap, 0.0)
             present += alive

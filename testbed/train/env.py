@@ -12,7 +12,7 @@ import numpy as np
 
 from testbed.load.trace import Trace
 from testbed.profiles import ServiceProfile, default_profiles
-from testbed.profiles.paper import HISTORY, TOTAL_UNITS, TRACE_MAX_RPS
+from testbed.profiles.paper import HISTORY, TOTAL_UNITS
 from testbed.scaler.actions import ACTIONS, action_mask, adjust_action, next_cooldown, reward
 from testbed.scaler.state import N_METRICS, StateBuilder
 from testbed.sim.cluster import SimCluster
@@ -22,8 +22,9 @@ class ScalingEnv(gym.Env):
     """Observation: 25 floats in [0, 1]; action: Discrete(5) = -2..+2 replicas; reward: Eq. 3.2.
 
     Each episode replays one trace (picked at random from `traces`) until it ends (truncated).
-    With `randomize_free_units`, the free units the agent sees each step are drawn between 0 and
-    the real free units, standing in for other services competing for the pool.
+    With `randomize_free_units`, in half of the steps the free units the agent sees are drawn
+    between 0 and the real free units, standing in for other services competing for the pool
+    (Section 4.4.3; the published simulator draws in half of the calls, simpy_env.py:303-306).
     """
 
     metadata = {"render_modes": []}  # noqa: RUF012 (gymnasium's convention)
@@ -37,7 +38,6 @@ class ScalingEnv(gym.Env):
         total_units: int = TOTAL_UNITS,
         randomize_free_units: bool = True,
         profile: ServiceProfile | None = None,
-        max_rate: float = TRACE_MAX_RPS,
     ):
         super().__init__()
         self.service = service
@@ -46,11 +46,10 @@ class ScalingEnv(gym.Env):
         self.total_units = total_units
         self.randomize_free_units = randomize_free_units
         self.profile = profile or default_profiles()[service]
-        self.max_rate = max_rate
         self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(N_METRICS * HISTORY,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(len(ACTIONS))
         self._cluster: SimCluster | None = None
-        self._state = StateBuilder(max_rate)
+        self._state = StateBuilder.for_service(service)
         self._mask = (0, 0, 1, 0, 0)
         self._cooldown = 0
 
@@ -91,11 +90,11 @@ class ScalingEnv(gym.Env):
         cluster = self._cluster
         units = cluster.units_per_replica(self.service)
         free = cluster.free_units()
-        if self.randomize_free_units:
+        if self.randomize_free_units and self.np_random.random() < 0.5:
             free = int(self.np_random.integers(0, free + 1))
         n = cluster.desired_replicas(self.service)
         self._mask = action_mask(n, free, units, self._cooldown)
-        return self._state.push(window, self._mask, n, self.total_units)
+        return self._state.push(window, self._mask, n, free // max(units, 1))
 
     def close(self) -> None:
         self._cluster = None

@@ -10,7 +10,7 @@ from pathlib import Path
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.load.trace import Trace, load_trace
 from testbed.profiles import ServiceProfile, default_profiles
-from testbed.profiles.paper import TEST_SHIFT_HOURS, TOTAL_UNITS, TRACE_MAX_RPS
+from testbed.profiles.paper import TEST_SHIFT_HOURS, TOTAL_UNITS
 from testbed.scaler.loop import Decision, ScalerLoop
 from testbed.scaler.policies import Policy
 from testbed.sim.cluster import DEFAULT_OPTIONS, SimCluster, SimOptions
@@ -71,9 +71,7 @@ def evaluate(
         seed=seed,
         options=options,
     )
-    loop = ScalerLoop(
-        cluster, policies, cluster.latest_window, max_rate=TRACE_MAX_RPS, clock=lambda: cluster.now
-    )
+    loop = ScalerLoop(cluster, policies, cluster.latest_window, clock=lambda: cluster.now)
     sums = {s: [0.0, 0.0, 0.0, 0.0, 0] for s in chosen}  # slo, instances, reward, proc, periods
     total_steps = int(min(t.seconds for t in traces.values()) // cluster.step_seconds)
     if max_steps is not None:
@@ -89,8 +87,8 @@ def evaluate(
             acc[0] += d.slo_violation_rate
             acc[1] += d.replicas_before
             acc[2] += d.reward
-            if out.accepted:
-                acc[3] += out.proc_time_sum_s / out.accepted
+            if out.served:
+                acc[3] += out.proc_time_sum_s / out.served
                 acc[4] += 1
             if on_decision is not None:
                 on_decision(d)

@@ -57,7 +57,7 @@ def static_slo_table(
 
     Stops at the first count with no violation in any step and repeats that column up to
     `max_instances` (more instances cannot lower the rate below zero)."""
-    arrivals = arrival_times(trace, ratio, options.rounding)
+    arrivals = arrival_times(trace, ratio, options.rounding, options.spacing)
     total = int(trace.seconds // step_seconds) if steps is None else steps
     columns: list[np.ndarray] = []
     for n in range(1, max_instances + 1):
@@ -67,6 +67,8 @@ def static_slo_table(
             arrivals,
             np.random.default_rng(seed),
             util_counts_starting=options.util_counts_starting,
+            slo_counting=options.slo_counting,
+            util_sample_phase=options.util_sample_phase,
         )
         col = np.empty(total)
         for t in range(total):

@@ -15,6 +15,7 @@ from testbed.errors import MissingRequirement
 from testbed.load.trace import Trace
 from testbed.profiles import paper
 from testbed.scaler.ppo import META_MEMBER, ModelMeta, git_commit, require_drl
+from testbed.scaler.state import OBSERVATION
 from testbed.train.env import ScalingEnv
 
 
@@ -54,8 +55,13 @@ def train(
     learning_rate: float = paper.LEARNING_RATE,
     ppo_params: dict | None = None,
     progress: Callable[[int, float | None], None] | None = None,
+    command: str | None = None,
+    stop_at: int | None = None,
 ) -> ModelMeta:
-    """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`."""
+    """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`.
+
+    `stop_at` ends training after that many steps while the learning rate still decays over
+    `steps` (a run cut short, reproducibly)."""
     require_drl()
     import torch
     from sb3_contrib import MaskablePPO
@@ -98,6 +104,8 @@ def train(
         seed=seed,
         steps=0,
         commit=git_commit(),
+        observation=OBSERVATION,
+        command=command,
     )
 
     class Validate(BaseCallback):
@@ -119,6 +127,8 @@ def train(
                 _save(self.model, out, meta)
             else:
                 self.stale += 1
+            if stop_at is not None and n >= stop_at:
+                return False
             return not (len(meta.validations) >= min_validations and self.stale >= patience)
 
     model.learn(total_timesteps=steps, callback=Validate(), progress_bar=False)
@@ -129,12 +139,30 @@ def train(
         meta.validations.append((model.num_timesteps, meta.best_validation_reward))
         meta.steps = model.num_timesteps
         _save(model, out, meta)
+    else:
+        write_meta(out, meta)  # every validation, also those after the best
     return meta
 
 
+def write_meta(path: str | Path, meta: ModelMeta) -> None:
+    """Replace the manifest in model file `path` and beside it (SERVICE.json)."""
+    path = Path(path)
+    text = json.dumps(asdict(meta), indent=2)
+    tmp = path.with_suffix(".tmp.zip")
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            if item.filename != META_MEMBER:
+                dst.writestr(item, src.read(item))
+        dst.writestr(META_MEMBER, text)
+    tmp.replace(path)
+    path.with_suffix(".json").write_text(text + "\n")
+
+
 def _save(model, out: Path, meta: ModelMeta) -> None:
+    text = json.dumps(asdict(meta), indent=2)
     tmp = out.with_suffix(".tmp.zip")
     model.save(str(tmp))
     with zipfile.ZipFile(tmp, "a") as zf:
-        zf.writestr(META_MEMBER, json.dumps(asdict(meta), indent=2))
+        zf.writestr(META_MEMBER, text)
     tmp.replace(out)
+    out.with_suffix(".json").write_text(text + "\n")

@@ -30,3 +30,154 @@ def test_sim_eval_rejects_an_unknown_rate_limit(tmp_path, capsys):
     rc = main(["sim", "eval", "--trace", str(trace), "--rate-limit", "bogus"])
     assert rc != 0
     assert "--rate-limit" in capsys.readouterr().err
+
+
+def test_sim_eval_rejects_the_old_author_switch_by_name(tmp_path, capsys):
+    trace = tmp_path / "flat.txt"
+    trace.write_text("1 10\n" * 60)
+    assert main(["sim", "eval", "--trace", str(trace), "--rate-limit", "author"]) != 0
+    assert "use profile or none" in capsys.readouterr().err
+
+
+# -- sim tables / sim eval with bad input: one line naming what is missing, exit != 0 -----------
+
+
+def _traces(tmp_path, seconds=120):
+    test = tmp_path / "traces" / "test"
+    test.mkdir(parents=True)
+    for shift in (0, 8, 16):
+        (test / f"day7-shift{shift}h.txt").write_text("1 20\n" * seconds)
+    return tmp_path / "traces"
+
+
+@pytest.fixture(autouse=True)
+def _wide_console():
+    from testbed import cli
+
+    width = cli.err_console.width
+    cli.err_console.width = 10_000  # one error, one line, however long
+    yield
+    cli.err_console.width = width
+
+
+def _error_lines(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+def test_sim_tables_unknown_table(tmp_path, capsys):
+    rc = main(["sim", "tables", "--traces", str(_traces(tmp_path)), "--table", "5.9", "--no-drl"])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert "--table" in line and "'5.9'" in line and "5.1, 5.2, 5.3" in line
+
+
+def test_sim_tables_missing_traces(tmp_path, capsys):
+    rc = main(["sim", "tables", "--traces", str(tmp_path / "nowhere"), "--no-drl"])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert "nowhere/test/day7-shift0h.txt" in line and "--traces" in line and "shared/traces" in line
+
+
+def test_sim_tables_missing_models(tmp_path, capsys):
+    empty = tmp_path / "models"
+    empty.mkdir()
+    rc = main(["sim", "tables", "--traces", str(_traces(tmp_path)), "--models", str(empty)])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert "models/chatbot.zip" in line and "no such model file" in line and "testbed train" in line
+    rc = main(["sim", "tables", "--traces", str(_traces(tmp_path / "b")), "--models", str(tmp_path / "x")])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert "no such model directory" in line
+
+
+def test_sim_eval_ppo_with_a_missing_model_file(tmp_path, capsys):
+    rc = main(["sim", "eval", "--policy", "ppo", "--service", "tts", "--traces", str(_traces(tmp_path)),
+               "--model", str(tmp_path / "tts.zip"), "--no-oracle"])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert "tts.zip" in line and "testbed train tts" in line
+
+
+def _tiny_model(path, service, obs_size=25, observation="current"):
+    """A real (untrained) Maskable PPO file with the given manifest and observation size."""
+    pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
+    import gymnasium as gym
+    import numpy as np
+    from sb3_contrib import MaskablePPO
+
+    from testbed.scaler import ppo
+    from testbed.scaler.state import OBSERVATION
+    from testbed.train import ppo as train_ppo
+
+    class Env(gym.Env):
+        observation_space = gym.spaces.Box(0.0, 1.0, shape=(obs_size,), dtype=np.float32)
+        action_space = gym.spaces.Discrete(5)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(obs_size, dtype=np.float32), {}
+
+        def step(self, action):
+            return np.zeros(obs_size, dtype=np.float32), 0.0, False, False, {}
+
+        def action_masks(self):
+            return np.ones(5, dtype=bool)
+
+    model = MaskablePPO("MlpPolicy", Env(), n_steps=16, batch_size=16, device="cpu")
+    meta = ppo.ModelMeta(service, {}, 0.15, 8, [], [], 0, 0, "test",
+                         observation=OBSERVATION if observation == "current" else observation)
+    train_ppo._save(model, path, meta)
+    return path
+
+
+def _models_with(tmp_path, **override):
+    d = tmp_path / "models"
+    d.mkdir(exist_ok=True)
+    for s in ("chatbot", "imgcls", "tts"):
+        kw = override.get(s, {})
+        _tiny_model(d / f"{s}.zip", kw.get("service", s), kw.get("obs_size", 25),
+                    kw.get("observation", "current"))
+    return d
+
+
+def test_sim_tables_model_of_another_service(tmp_path, capsys):
+    models = _models_with(tmp_path, imgcls={"service": "tts"})
+    rc = main(["sim", "tables", "--traces", str(_traces(tmp_path)), "--models", str(models)])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert "imgcls.zip" in line and "an agent for 'tts', not 'imgcls'" in line
+
+
+def test_sim_tables_model_of_another_observation_size(tmp_path, capsys):
+    models = _models_with(tmp_path, tts={"obs_size": 20})
+    rc = main(["sim", "tables", "--traces", str(_traces(tmp_path)), "--models", str(models)])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert "tts.zip" in line and "observation size (20,)" in line and "25" in line
+
+
+def test_sim_eval_model_of_an_older_observation(tmp_path, capsys):
+    models = _models_with(tmp_path, chatbot={"observation": None})
+    rc = main(["sim", "eval", "--policy", "ppo", "--service", "chatbot", "--traces",
+               str(_traces(tmp_path)), "--model", str(models), "--no-oracle"])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert "chatbot.zip" in line and "older version" in line and "testbed train chatbot" in line
+
+
+def test_sim_tables_json_with_the_shipped_agents(tmp_path, capsys):
+    from testbed.cli.sim import MODELS_DIR
+
+    if not all((MODELS_DIR / f"{s}.zip").is_file() for s in ("chatbot", "imgcls", "tts")):
+        pytest.skip("no shipped agents in models/")
+    pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
+    rc = main(["sim", "tables", "--traces", str(_traces(tmp_path)), "--table", "5.1", "--json"])
+    assert rc == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {(r["policy"], r["service"]) for r in rows} == {
+        (p, s) for p in ("drl", "rule_v2") for s in ("chatbot", "imgcls", "tts")
+    }
+    for r in rows:
+        assert r["table"] == "5.1" and r["steps"] == 4
+        assert set(r["paper"]) >= {"reward", "instances", "slo_violation_rate"}
+        assert "reward_diff" in r

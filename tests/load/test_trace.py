@@ -86,7 +86,13 @@ def test_shared_trace_files_parse_if_present():
 
 def test_arrivals_are_spread_evenly_and_counts_are_rounded_as_chosen():
     tr = Trace("t", np.array([1.0, 2.0]), np.array([4.0, 2.0]))
-    np.testing.assert_allclose(arrival_times(tr, 1.0), [0, 0.25, 0.5, 0.75, 1.0, 2.0])
+    # "ms" (the published client): a gap of floor(1000 d / n) ms before each request
+    np.testing.assert_allclose(arrival_times(tr, 1.0), [0.25, 0.5, 0.75, 1.0, 2.0, 3.0])
+    np.testing.assert_allclose(arrival_times(Trace.constant(3, 1), 1.0), [0.333, 0.666, 0.999])
+    # "even" (the local testbed's client): from the interval's start, d / n apart
+    np.testing.assert_allclose(arrival_times(tr, 1.0, spacing="even"), [0, 0.25, 0.5, 0.75, 1.0, 2.0])
+    with pytest.raises(ConfigError, match="spacing"):
+        arrival_times(tr, 1.0, spacing="poisson")
     # "floor" (the dissertation's client): int(count * ratio) per interval, fractions lost
     assert len(arrival_times(Trace.constant(1, 10), 0.15)) == 0
     np.testing.assert_array_equal(scaled_counts(Trace.constant(7, 3), 0.5), [3, 3, 3])
@@ -101,7 +107,7 @@ def test_arrivals_are_spread_evenly_and_counts_are_rounded_as_chosen():
 def test_simulator_and_load_client_send_the_same_requests_with_carry_rounding():
     trace = parse_trace("".join(f"1 {c}\n" for c in [3, 0, 7, 1, 1, 1, 9, 2]))
     client = list(schedule_from_trace(trace, ratio=0.3))
-    np.testing.assert_allclose(arrival_times(trace, 0.3, "carry"), client)
+    np.testing.assert_allclose(arrival_times(trace, 0.3, "carry", spacing="even"), client)
 
 
 def test_window_as_a_trace_keeps_the_cut():

@@ -10,10 +10,10 @@ from testbed.scaler.policies import HpaPolicy, RandomPolicy, RuleV1, RuleV2, mak
 from testbed.scaler.state import StateBuilder, latest
 
 
-def obs(util: float, slo: float, instances: int = 2, total: int = 8) -> np.ndarray:
+def obs(util: float, slo: float, instances: int = 2, room: int = 4) -> np.ndarray:
     completed = 10_000
     w = WindowMetrics("svc", 30.0, completed, completed, round(slo * completed), util, instances)
-    return StateBuilder(max_rate=100).push(w, action_mask(instances, 4, 1, 0), instances, total)
+    return StateBuilder(max_rate=100).push(w, action_mask(instances, room, 1, 0), instances, room)
 
 
 @pytest.mark.parametrize(("util", "delta"), [(0.9, 2), (0.81, 1), (0.6, 0), (0.3, -1), (0.1, -2)])
@@ -36,7 +36,7 @@ def test_rule_v2_chatbot_thresholds(util, slo, delta):
 
 
 def test_hpa_scales_toward_target():
-    hpa = HpaPolicy(total_units=8, target=0.5)
+    hpa = HpaPolicy(total_units=8, target=0.5, replicas=2)
     assert hpa.act(obs(1.0, 0.0, instances=2), (1, 1, 1, 1, 1)) == 4  # 2 -> 4 replicas
     assert hpa.act(obs(0.5, 0.0, instances=2), (1, 1, 1, 1, 1)) == 2
 
@@ -50,15 +50,27 @@ def test_random_picks_only_valid_actions():
 def test_state_layout_and_normalisation():
     sb = StateBuilder(max_rate=10)
     w = WindowMetrics("svc", 30.0, 600, 600, 6, 0.5, 2)  # 20 req/s > max: capped
-    o = sb.push(w, (1, 1, 1, 1, 1), 2, 8)
+    o = sb.push(w, (1, 1, 1, 1, 1), 2, 6)
     assert o.shape == (25,) and o.dtype == np.float32
     assert latest(o, "request_rate") == 1.0
     assert latest(o, "slo_violation_rate") == pytest.approx(0.01)
-    assert latest(o, "instances") == 0.25
+    assert latest(o, "instances") == 0.25  # 2 of the 2 + 6 it could have
     assert latest(o, "action_mask") == 1.0
     o2 = sb.push(WindowMetrics("svc", 30.0, 30, 30, 0, 0.1, 3), (0, 1, 1, 1, 1), 3, 8)
     assert latest(o2, "utilization") == pytest.approx(0.1)
     assert o2[5 + 3] == pytest.approx(0.5)  # previous utilization shifted one slot older
+
+
+def test_state_is_free_of_the_cluster_size():
+    """The same service state at 8 units and at 16x the units and load reads the same."""
+    small, large = StateBuilder.for_service("imgcls"), StateBuilder.for_service("imgcls")
+    mask = (1, 1, 1, 1, 1)
+    o8 = small.push(WindowMetrics("imgcls", 30.0, 30 * 20, 600, 3, 0.7, 2), mask, 2, 4)
+    o128 = large.push(WindowMetrics("imgcls", 30.0, 30 * 320, 9600, 48, 0.7, 32), mask, 32, 64)
+    np.testing.assert_allclose(o8, o128)
+    # 20 req/s on two imgcls instances (14.3 req/s each flat out): load 0.7, over MAX_LOAD 2
+    assert latest(o8, "request_rate") == pytest.approx(20 / (2 * 1000 / 70) / 2)
+    assert latest(o8, "instances") == pytest.approx(2 / 6)
 
 
 def test_unknown_policy_is_a_config_error():

@@ -28,25 +28,27 @@ def cluster(prof: ServiceProfile, rate: float, seconds: int = 300, units: int = 
 
 
 def test_one_instance_below_capacity_has_no_queueing():
-    c = cluster(profile(600), rate=1)
+    c = cluster(profile(600), rate=1)  # arrivals at 1 s, 2 s, ...: the one at 30 s is the next window's
     w = c.advance()["svc"]
-    assert (w.arrivals, w.violations) == (30, 0)
+    assert (w.arrivals, w.completed, w.violations) == (29, 29, 0)
     assert w.mean_proc_time_ms == pytest.approx(600)
-    assert w.utilization == pytest.approx(1.0)  # busy at every mid-second sample
-    c2 = cluster(profile(400), rate=1)
-    assert c2.advance()["svc"].utilization == pytest.approx(0.0)  # idle at every mid-second sample
+    # the monitor samples at whole seconds: a request arriving at that instant is not in yet and
+    # the previous one finished 0.4 s before
+    assert w.utilization == pytest.approx(0.0)
+    two_s = Trace("every 2 s", np.full(15, 2.0), np.ones(15))  # arrivals at 2, 4, ... 30 s
+    c2 = SimCluster({"svc": profile(1500)}, {"svc": two_s}, {"svc": 1.0})
+    assert c2.advance()["svc"].utilization == pytest.approx(14 / 30)  # busy at 3, 5, ... 29 s
 
 
 def test_one_instance_above_capacity_serves_at_capacity_and_drops_the_rest():
     c = cluster(profile(500, queue=3), rate=4)  # 4 req/s offered, 2 req/s served
     out = [c.advance()["svc"] for _ in range(3)]
-    served = sum(c.last_outcome["svc"].accepted for _ in [0])
-    assert served <= 61  # 2/s over the last window, plus at most one request straddling the edge
-    for w in out:
+    for w in out[1:]:
         assert w.utilization == pytest.approx(1.0)
         assert w.violations >= w.arrivals - 62
-    # the steady state: exactly half the requests are served
-    assert c.last_outcome["svc"].accepted == pytest.approx(60, abs=1)
+    # the steady state: the instance finishes 2 requests a second and drops the rest
+    assert c.last_outcome["svc"].served == 60
+    assert c.last_outcome["svc"].dropped == 60
 
 
 def test_queue_overflow_drops_exactly_what_does_not_fit():
@@ -54,7 +56,7 @@ def test_queue_overflow_drops_exactly_what_does_not_fit():
     c = SimCluster({"svc": profile(1000, queue=3, slo_ms=10_000)}, {"svc": trace}, {"svc": 1.0})
     w = c.advance()["svc"]
     out = c.last_outcome["svc"]
-    assert (out.accepted, out.dropped, w.violations) == (4, 16, 16)  # 1 in service + 3 queued
+    assert (out.served, out.dropped, w.violations) == (4, 16, 16)  # 1 in service + 3 queued
 
 
 def test_new_instance_serves_only_after_its_startup_time():
@@ -75,20 +77,21 @@ def test_starting_instances_count_in_utilization_by_default():
         c.scale("svc", 2)
         return c.advance()["svc"].utilization
 
-    # 20 samples at 1/2 (the starting instance serves nothing), 10 at 2/2
-    assert first_window(SimOptions()) == pytest.approx((20 * 0.5 + 10 * 1.0) / 30, abs=1 / 30)
-    assert first_window(SimOptions(util_counts_starting=False)) == pytest.approx(1.0)
+    # samples at 0 (nothing arrived yet), 1..20 s at 1/2 (the starting instance serves nothing;
+    # at 20 s its first request arrives at the sample instant), 21..29 s at 2/2
+    assert first_window(SimOptions()) == pytest.approx((20 * 0.5 + 9 * 1.0) / 30)
+    assert first_window(SimOptions(util_counts_starting=False)) == pytest.approx(29 / 30, abs=1 / 30)
 
 
 def test_rate_limit_drops_what_exceeds_each_windows_quota():
     prof = profile(10, queue=10).replace(rate_limit=(3, 1.0))
-    c = cluster(prof, rate=5)  # 5 arrivals per second, 3 admitted
+    c = cluster(prof, rate=5)  # arrivals at k + 0.2, ..., k + 1.0: 3 admitted per second [k, k+1)
     w = c.advance()["svc"]
     out = c.last_outcome["svc"]
-    assert (w.arrivals, out.accepted, out.dropped, w.violations) == (150, 90, 60, 60)
+    assert (w.arrivals, out.served, out.dropped, w.violations) == (149, 90, 59, 59)
     # a 2-second window spans two trace seconds: 10 arrivals, 3 admitted
     c2 = cluster(prof.replace(rate_limit=(3, 2.0)), rate=5)
-    assert c2.advance()["svc"].violations == 150 - 45
+    assert c2.advance()["svc"].violations == 149 - 45
 
 
 def test_scale_down_drains_the_last_instance_before_freeing_its_unit():
@@ -112,6 +115,35 @@ def test_scale_beyond_free_units_is_refused():
     c = cluster(profile(100), rate=1, units=2)
     with pytest.raises(StateError, match="more units"):
         c.scale("svc", 3)
+
+
+def test_startup_takes_whole_seconds_between_startup_and_service_discovery():
+    prof = profile(100, startup_ms=13000).replace(startup_max_ms=30000)
+    svc = SimService(prof, np.empty(0), np.random.default_rng(0))
+    delays = [svc.startup_delay() for _ in range(2000)]
+    assert set(delays) == set(map(float, range(13, 31)))  # random.randint(13, 30) seconds
+    assert PROFILES["tts"].startup_max_ms == 30000 and PROFILES["tts"].startup_ms == 21000
+
+
+def test_slo_outcome_is_counted_in_the_window_the_request_finishes_in():
+    # one 10 s request arriving at 25 s (SLO 1 s): late, and finished in the second window
+    trace = Trace("one", np.array([24.0, 1.0, 35.0]), np.array([0.0, 1.0, 0.0]))
+    def windows(counting):
+        c = SimCluster({"svc": profile(10_000, slo_ms=1000)}, {"svc": trace}, {"svc": 1.0},
+                       options=SimOptions(slo_counting=counting))
+        return [c.advance()["svc"] for _ in range(2)]
+    first, second = windows("completion")
+    assert (first.arrivals, first.completed, first.violations) == (1, 0, 0)
+    assert (second.arrivals, second.completed, second.violations) == (0, 1, 1)
+    assert second.slo_violation_rate == 1.0 and second.mean_proc_time_ms == pytest.approx(10_000)
+    first, second = windows("arrival")
+    assert (first.completed, first.violations, second.completed) == (1, 1, 0)
+
+
+def test_paper_profiles_carry_the_published_simulators_limits():
+    assert PROFILES["imgcls"].rate_limit == (14, 1.0)
+    assert PROFILES["chatbot"].rate_limit == PROFILES["tts"].rate_limit == (7, 2.0)
+    assert PROFILES["chatbot"].queue_limit == 11
 
 
 @pytest.mark.parametrize("seed", range(6))
