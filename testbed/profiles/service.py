@@ -93,7 +93,8 @@ class ServiceProfile(BaseModel):
         default=None, description="[requests, seconds]: each replica admits at most this many per window"
     )
     startup_max_ms: float | None = Field(
-        default=None, description="start-up drawn in whole seconds from [startup_ms, this]; None or below startup_ms: startup_ms"
+        default=None,
+        description="start-up drawn in whole seconds from [startup_ms, this]; None (or less): startup_ms",
     )
     gpu: GpuCurve | None = Field(
         default=None, description="batch/share/interference curve; None: only DRAFAS's 25 %, batch 1"

@@ -243,7 +243,8 @@ class BatchedService:
         present = np.zeros(len(samples))
         ok = ~np.isnan(finish)
         for k, inst in enumerate(self.instances):
-            alive = (samples + 1e-6 >= inst.created_at) & (samples < inst.accept_until)  # samples sit 1 µs early
+            # samples sit 1 µs before the second, so an instance created on it counts there
+            alive = (samples + 1e-6 >= inst.created_at) & (samples < inst.accept_until)
             if not alive.any():
                 continue
             mine = ok & (owner == k)
