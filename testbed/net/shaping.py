@@ -48,7 +48,7 @@ class Shaper:
     @property
     def classes(self) -> list[SliceClass]:
         """Slice classes first, then the default class (slice name '-')."""
-        cap = self.link.capacity_mbit
+        cap = self.link.rate_mbit(self.direction)
         out: list[SliceClass] = []
         if self.link.slicing:
             for i, s in enumerate(self.slices):
@@ -63,7 +63,7 @@ class Shaper:
     def commands(self) -> list[list[str]]:
         """`tc` commands (without the namespace wrapper) that install the tree on `device`."""
         dev = self.device
-        cap = _kbit(self.link.capacity_mbit)
+        cap = _kbit(self.link.rate_mbit(self.direction))
         cmds = [
             ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb",
              "default", f"{DEFAULT_MINOR:x}"],

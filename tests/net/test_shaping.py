@@ -55,3 +55,12 @@ def test_ceiling_is_used_when_given():
     ai = spec.slices[0].model_copy(update={"ceiling_mbit": 30})
     s = Shaper("n6", "uplink", spec.link, (ai, spec.slices[1]))
     assert s.classes[0].ceil_mbit == 30
+
+
+def test_each_direction_takes_its_own_capacity():
+    up, down = _shapers(uplink_mbit=50, downlink_mbit=400)
+    assert {c.slice: c.ceil_mbit for c in up.classes} == {"ai": 50, "be": 50, "-": 50}
+    assert {c.slice: c.ceil_mbit for c in down.classes} == {"ai": 400, "be": 400, "-": 400}
+    assert next(c for c in down.classes if c.slice == "-").rate_mbit == 380
+    assert any("classid 1:1 htb rate 400000kbit ceil 400000kbit" in " ".join(c)
+               for c in down.commands())
