@@ -25,7 +25,7 @@ def _register() -> None:
     # Each concern adds its commands in its own module; importing it registers them on `app`.
     import importlib
 
-    for module in ("core", "lab", "net", "scenario", "services", "sim"):
+    for module in ("core", "lab", "net", "reproduce", "scenario", "services", "sim"):
         importlib.import_module(f"testbed.cli.{module}")
 
 
@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
             return rv
     except TestbedError as exc:
         for line in str(exc).splitlines():
-            err_console.print(f"[bold red]error:[/] {line}", highlight=False, markup=True)
+            err_console.print(f"[bold red]error:[/] {line}", highlight=False, markup=True,
+                              soft_wrap=True)  # one line per error, whatever the width
         return exc.exit_code
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")
