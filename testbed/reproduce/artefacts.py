@@ -84,6 +84,7 @@ def preflight(artefacts: list[Artefact], *, traces_dir: Path, models_dir: Path,
             raise MissingRequirement(
                 f"trained models missing: {', '.join(f'{models_dir / s}.zip' for s in missing)} "
                 f"(train them: {how}; or run the rule-based side only with --rule-only)")
+        _check_models(model_files(models_dir), traces_dir)
     if any(a.needs_root for a in artefacts):
         from testbed.bringup.local import require_root
 
@@ -92,3 +93,19 @@ def preflight(artefacts: list[Artefact], *, traces_dir: Path, models_dir: Path,
         if any(a.kind == "slicing" for a in artefacts) and shutil.which("iperf3") is None:
             raise MissingRequirement("iperf3 not found on PATH: Figs 5.7/5.8 need it "
                                      "(apt-get install iperf3)")
+
+
+def _check_models(models: dict[str, Path], traces_dir: Path) -> None:
+    """A model this checkout cannot read (another branch's metadata or observation) is as good as
+    missing: say so before anything runs, not when a testbed cell first asks it to act."""
+    from testbed.errors import ConfigError as _ConfigError
+    from testbed.scaler.ppo import read_meta
+
+    for service, path in models.items():
+        try:
+            read_meta(path)
+        except _ConfigError as exc:
+            detail = str(exc).splitlines()[0]
+            raise MissingRequirement(
+                f"model {path} cannot be used by this checkout ({detail}); retrain it here: "
+                f"testbed train {service} --traces {traces_dir} --out {path}") from None

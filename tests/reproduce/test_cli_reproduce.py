@@ -83,3 +83,17 @@ def test_artefact_names_and_aliases(name):
 
     (a,) = select([name])
     assert a.name.startswith(("fig", "table"))
+
+
+def test_a_model_this_checkout_cannot_read_is_named(tmp_path, capsys):
+    traces = _traces(tmp_path / "traces")
+    models = tmp_path / "models"
+    models.mkdir()
+    for s in ("chatbot", "imgcls", "tts"):
+        (models / f"{s}.zip").write_bytes(b"not a zip")
+    rc = main(["reproduce", "table5.1", "--traces", str(traces), "--models", str(models),
+               "--out", str(tmp_path / "rep")])
+    assert rc != 0
+    (line,) = _lines(capsys.readouterr().err)
+    assert "chatbot.zip cannot be used" in line and "testbed train chatbot" in line
+    assert not (tmp_path / "rep").exists() and not (tmp_path / "rep.partial").exists()
