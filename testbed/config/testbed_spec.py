@@ -44,7 +44,19 @@ class LinkSpec(Strict):
     downlink_mbit: float | None = Field(None, gt=0, le=100_000)
     delay_ms: float = Field(0.0, ge=0, le=10_000)
     queue_packets: int = Field(100, ge=2, le=100_000)
+    # 0: one FIFO per class. N (a power of two up to 256): each class round-robins over N queues
+    # hashed on the UE's port (per-flow fairness as sfq/fq_codel or a radio scheduler gives;
+    # this kernel has neither qdisc, so it is built from HTB classes); queue_packets is then
+    # the limit of each flow queue
+    flow_queues: int = Field(0, ge=0, le=256)
     slicing: bool = True
+
+    @field_validator("flow_queues")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value and value & (value - 1):
+            raise ValueError(f"flow_queues must be 0 or a power of two up to 256, got {value}")
+        return value
 
     def rate_mbit(self, direction: str) -> float:
         """The bottleneck's capacity in one direction ("uplink" or "downlink")."""

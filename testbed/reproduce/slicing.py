@@ -30,12 +30,14 @@ class Setup:
     queue_packets: int = 100
     uplink_mbit: float | None = None  # None: the 100 Mbit/s cap
     downlink_mbit: float | None = None
+    flow_queues: int = 0  # 0: one FIFO per class; N: per-flow round robin over N hashed queues
     note: str = ""
 
     def describe(self) -> str:
         up = self.uplink_mbit or 100
         down = self.downlink_mbit or 100
-        return (f"iperf3 {'+'.join(self.directions)}, queue {self.queue_packets} packets, "
+        fq = f"{self.flow_queues} flow queues of " if self.flow_queues else "one FIFO of "
+        return (f"iperf3 {'+'.join(self.directions)}, {fq}{self.queue_packets} packets, "
                 f"uplink {up:g} / downlink {down:g} Mbit/s. {self.note}").strip()
 
     def link(self) -> dict[str, Any]:
@@ -44,6 +46,8 @@ class Setup:
             link["uplink_mbit"] = self.uplink_mbit
         if self.downlink_mbit is not None:
             link["downlink_mbit"] = self.downlink_mbit
+        if self.flow_queues:
+            link["flow_queues"] = self.flow_queues
         return link
 
 
@@ -51,11 +55,16 @@ SETUPS: dict[str, Setup] = {
     "both-q100": Setup(("uplink", "downlink"), 100, note="main before issue 12"),
     "up-q100": Setup(("uplink",), 100, note="iperf3's default direction"),
     "up-q1000": Setup(("uplink",), 1000, note="Linux's default queue (txqueuelen 1000)"),
+    "up-q30": Setup(("uplink",), 30, note="a shallow buffer: 3.6 ms at 100 Mbit/s"),
+    "up-q50": Setup(("uplink",), 50, note="6 ms at 100 Mbit/s"),
     "both-q1000": Setup(("uplink", "downlink"), 1000),
     "both-q100-dl400": Setup(("uplink", "downlink"), 100, downlink_mbit=400,
                              note="RAN-like: the downlink has 4x the uplink's capacity"),
     "both-q1000-dl400": Setup(("uplink", "downlink"), 1000, downlink_mbit=400),
     "up-q1000-dl400": Setup(("uplink",), 1000, downlink_mbit=400),
+    "up-fq": Setup(("uplink",), 100, flow_queues=256,
+                   note="per-flow fair queueing (as fq_codel, or a radio's scheduler)"),
+    "both-fq": Setup(("uplink", "downlink"), 100, flow_queues=256),
     "down-q100": Setup(("downlink",), 100, note="iperf3 -R only"),
 }
 

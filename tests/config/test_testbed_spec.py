@@ -157,3 +157,10 @@ def test_guarantees_must_fit_the_narrower_direction():
 def test_per_direction_capacity_must_be_positive():
     [p] = problems(GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  uplink_mbit: 0"))
     assert p.startswith("tb.yaml:4: link.uplink_mbit:")
+
+
+def test_flow_queues_must_be_a_power_of_two():
+    [p] = problems(GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 100"))
+    assert p.startswith("tb.yaml:4: link.flow_queues:") and "power of two" in p
+    assert load(GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 256")
+                ).link.flow_queues == 256
