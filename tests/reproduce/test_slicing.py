@@ -63,3 +63,12 @@ def test_every_setup_makes_a_valid_scenario(tmp_path):
         loaded = parse_scenario(text, name, scenarios)
         assert loaded.testbed.link.queue_packets == setup.queue_packets
         assert [x.direction for x in loaded.scenario.cross_traffic] == list(setup.directions)
+
+
+def test_one_flow_count_judges_the_gap_only():
+    cells = {("imgcls", 40, True): {"mean_ms": 90, "slo": 0.0},
+             ("imgcls", 40, False): {"mean_ms": 300, "slo": 0.05}}
+    assert judge_slicing(cells, [40])["imgcls"] == (True, "")
+    cells[("imgcls", 40, False)] = {"mean_ms": 95, "slo": 0.0}
+    ok, why = judge_slicing(cells, [40])["imgcls"]
+    assert not ok and "no more SLO violations" in why
