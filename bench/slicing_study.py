@@ -82,7 +82,14 @@ def main() -> int:
                     help="wait before a cell until the 1-min load average is below this")
     ap.add_argument("--max-wait", type=float, default=180.0, help="but no longer than this (s)")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--from-run", type=Path, metavar="RUN_DIR",
+                    help="judge a finished run of scenarios/slicing.yaml (the floor: every "
+                         "service at 10, 20 and 40 flows) instead of running the study")
+    ap.add_argument("--table-only", action="store_true",
+                    help="print (and plot) the cells already measured; run nothing")
     args = ap.parse_args()
+    if args.from_run:
+        return judge_run(args.from_run)
     if args.list:
         for name, s in SETUPS.items():
             print(f"{name:14s} {s.describe()}")
@@ -103,7 +110,7 @@ def main() -> int:
     plan = [(st, sv, f, sl) for st in args.setups for sv in args.services for f in args.flows
             for sl in (True, False)]
     for i, key in enumerate(plan):
-        if have(*key):
+        if have(*key) or args.table_only:
             continue
         waited = wait_for_quiet(args.max_load, args.max_wait)
         t0 = time.monotonic()
@@ -124,6 +131,33 @@ def main() -> int:
         plot(cells, args.setups, args.services, args.flows, args.plot)
         print(f"plot: {args.plot}")
     return 0
+
+
+def judge_run(run_dir: Path) -> int:
+    """The floor of issue 12: Section 5.3's pattern for every service at 10/20/40 flows."""
+    rows = json.loads((run_dir / "results.json").read_text())["rows"]
+    cells = {}
+    for r in rows:
+        if "service" in r and r.get("mean_latency_ms") is not None:
+            cells[(r["service"], int(r["iperf_flows"]), bool(r["slicing"]))] = {
+                "mean_ms": r["mean_latency_ms"], "slo": r["slo_violation_rate"]}
+    flows = sorted({k[1] for k in cells})
+    print(f"run {run_dir}")
+    print(f"{'service':8s} {'flows':>5s} {'mean on':>8s} {'mean off':>9s} {'off/on':>7s} "
+          f"{'SLO% on':>8s} {'SLO% off':>9s}")
+    for (sv, f, _sl) in sorted(k for k in cells if k[2]):
+        on, off = cells[(sv, f, True)], cells.get((sv, f, False))
+        if off is None:
+            continue
+        print(f"{sv:8s} {f:5d} {on['mean_ms']:8.0f} {off['mean_ms']:9.0f} "
+              f"{off['mean_ms'] / on['mean_ms']:7.2f} {100 * on['slo']:8.2f} {100 * off['slo']:9.2f}")
+    verdict = judge_slicing(cells, flows)
+    ok = all(verdict.get(s, (False, "not run"))[0] for s in ("imgcls", "tts", "chatbot"))
+    for s in ("imgcls", "tts", "chatbot"):
+        good, why = verdict.get(s, (False, "not run"))
+        print(f"floor {s}: {'met' if good else 'NOT met: ' + why}")
+    print(f"floor (all three services at flows {flows}): {'met' if ok else 'NOT met'}")
+    return 0 if ok else 1
 
 
 def print_table(cells, setups, services, flows) -> None:
