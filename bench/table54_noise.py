@@ -36,7 +36,13 @@ def main() -> int:
     ap.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--from-report", type=Path, help="only print figures of an earlier run")
+    ap.add_argument("--sim-windows", action="store_true",
+                    help="instead: rule v2 through the simulator (as the testbed runs it) on "
+                         "windows of 5 min to 24 h from 09:00, 3 seeds: how far a window's "
+                         "reward is from the whole day's")
     args = ap.parse_args()
+    if args.sim_windows:
+        return sim_windows(args.traces)
 
     if args.from_report:
         out = args.from_report
@@ -75,6 +81,43 @@ def main() -> int:
         need = window * (2 * math.sqrt(2) * sd / gap) ** 2
         print(f"  {s}: paper gap {gap:.4f}, sd at {window:g} s {sd:.4f} -> about {need / 60:.0f} "
               f"min ({need / 3600:.1f} h) per policy")
+    return 0
+
+
+def sim_windows(traces: Path) -> int:
+    import statistics
+
+    import yaml
+
+    from testbed.config.yamlfile import load_yaml_file
+    from testbed.scenario.load import parse_scenario
+    from testbed.scenario.simcell import run_sim_cell
+
+    path = ROOT / "scenarios" / "slo-testbed.yaml"
+    base = dict(load_yaml_file(path).data)
+    base["services"] = [{k: v for k, v in x.items() if k != "model"} | {"policy": "rule_v2"}
+                        for x in base["services"]]
+    base["traces_dir"] = str(traces.resolve())
+    base.update(matrix={}, expect=[], markers=[])
+    rows = []
+    for start_h, minutes in [(9, 5), (9, 15), (9, 30), (9, 60), (9, 120), (9, 240), (9, 480),
+                             (15, 30), (21, 30), (0, 1440)]:
+        doc = dict(base, duration_s=minutes * 60)
+        doc["clients"] = [dict(c, start_s=start_h * 3600) for c in base["clients"]]
+        scn = parse_scenario(yaml.safe_dump(doc), str(path), path.parent).scenario
+        per = {}
+        for seed in (0, 1, 2):
+            for svc, r in run_sim_cell(scn, path.parent, seed=seed, like_testbed=True).items():
+                per.setdefault(svc, []).append(r["reward"])
+        rows.append((start_h, minutes, {k: (statistics.fmean(v), statistics.stdev(v))
+                                        for k, v in per.items()}))
+    day = rows[-1][2]
+    print("rule v2 through the simulator as the testbed runs it (carry rounding, ready-only "
+          "utilization), 3 seeds: reward mean (sd) and its distance to the whole day's")
+    print(f"{'from':>5s} {'minutes':>7s} " + " ".join(f"{s:>26s}" for s in day))
+    for start_h, minutes, per in rows:
+        cols = [f"{m:8.4f} ({sd:.4f}) {m - day[s][0]:+8.4f}" for s, (m, sd) in per.items()]
+        print(f"{start_h:4d}h {minutes:7d} " + " ".join(f"{c:>26s}" for c in cols))
     return 0
 
 
