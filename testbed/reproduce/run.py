@@ -99,7 +99,8 @@ def _run(path: Path, partial: Path, options: Options, overrides: dict[str, Any] 
     write_report(result.run_dir)
     if result.interrupted:
         raise KeyboardInterrupt
-    return result.run_dir, result.rows
+    # named relative to the report folder: <out>.partial is renamed to <out> at the end
+    return result.run_dir.relative_to(partial), result.rows
 
 
 def _slicing(names: set[str], partial: Path, options: Options) -> dict[str, Verdict]:
