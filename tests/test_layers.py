@@ -16,7 +16,11 @@ LAYERS = {
     "bringup": 2, "lab": 2, "train": 2,
     "scenario": 3,
     "report": 4,
-    "cli": 5, "pytest_plugin": 5, "__main__": 5,
+    # reproduce runs scenarios and the simulator and writes a report from their results: it
+    # orchestrates what sits below it (scenario, train, report), so it sits above report and
+    # below the CLI that only parses and prints
+    "reproduce": 5,
+    "cli": 6, "pytest_plugin": 6, "__main__": 6,
 }
 
 

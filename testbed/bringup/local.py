@@ -97,7 +97,12 @@ class LocalTestbed:
             self.runner.run_all(self.topology.build_commands())
             if self.spec.link.delay_ms > 0:
                 self._require_netem()
-            self.runner.run_all(self.shaping_commands())
+            if self.spec.link.flow_queues:  # hundreds of tc commands: one tc process
+                for shaper in self.shapers:
+                    self.runner.run(["tc", "-n", self.topology.upf.name, "-batch", "-"],
+                                    input=shaper.batch())
+            else:
+                self.runner.run_all(self.shaping_commands())
             save_state(self._state("up"))
             self._up = True
         except BaseException:

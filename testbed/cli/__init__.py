@@ -28,7 +28,7 @@ def _register() -> None:
     # Each concern adds its commands in its own module; importing it registers them on `app`.
     import importlib
 
-    for module in ("core", "lab", "net", "scenario", "services", "sim"):
+    for module in ("core", "lab", "net", "reproduce", "scenario", "services", "sim"):
         importlib.import_module(f"testbed.cli.{module}")
 
 

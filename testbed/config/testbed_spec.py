@@ -61,9 +61,34 @@ class LinkSpec(Strict):
     """The bottleneck between the UPF and the data network (N6 uplink, N3 downlink)."""
 
     capacity_mbit: float = Field(100.0, gt=0, le=100_000)
+    # per-direction capacity where the two differ (a radio's uplink is the narrower one);
+    # None: capacity_mbit. Slice guarantees and ceilings must fit the narrower direction.
+    uplink_mbit: float | None = Field(None, gt=0, le=100_000)
+    downlink_mbit: float | None = Field(None, gt=0, le=100_000)
     delay_ms: float = Field(0.0, ge=0, le=10_000)
     queue_packets: int = Field(100, ge=2, le=100_000)
+    # 0: one FIFO per class. N (a power of two up to 256): each class round-robins over N queues
+    # hashed on the UE's port (per-flow fairness as sfq/fq_codel or a radio scheduler gives;
+    # this kernel has neither qdisc, so it is built from HTB classes); queue_packets is then
+    # the limit of each flow queue
+    flow_queues: int = Field(0, ge=0, le=256)
     slicing: bool = True
+
+    @field_validator("flow_queues")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value and value & (value - 1):
+            raise ValueError(f"flow_queues must be 0 or a power of two up to 256, got {value}")
+        return value
+
+    def rate_mbit(self, direction: str) -> float:
+        """The bottleneck's capacity in one direction ("uplink" or "downlink")."""
+        own = self.uplink_mbit if direction == "uplink" else self.downlink_mbit
+        return self.capacity_mbit if own is None else own
+
+    @property
+    def narrowest_mbit(self) -> float:
+        return min(self.rate_mbit("uplink"), self.rate_mbit("downlink"))
 
 
 class SliceSpec(Strict):
@@ -247,10 +272,10 @@ def check_testbed(spec: TestbedSpec) -> list[tuple[FieldPath, str]]:
         if s.ceiling_mbit is not None and s.ceiling_mbit < s.guaranteed_mbit:
             problems.append((("slices", i, "ceiling_mbit"),
                              f"ceiling {s.ceiling_mbit} is below the guarantee {s.guaranteed_mbit}"))
-        if s.ceiling_mbit is not None and s.ceiling_mbit > spec.link.capacity_mbit:
+        if s.ceiling_mbit is not None and s.ceiling_mbit > spec.link.narrowest_mbit:
             problems.append((("slices", i, "ceiling_mbit"),
                              f"ceiling {s.ceiling_mbit} exceeds link capacity "
-                             f"{spec.link.capacity_mbit}"))
+                             f"{spec.link.narrowest_mbit:g}"))
         if s.subnet.overlaps(spec.dn_subnet):
             problems.append((("slices", i, "subnet"),
                              f"{s.subnet} overlaps the data-network subnet {spec.dn_subnet}"))
@@ -261,10 +286,10 @@ def check_testbed(spec: TestbedSpec) -> list[tuple[FieldPath, str]]:
     total = 0.0
     for i, s in enumerate(spec.slices):
         total += s.guaranteed_mbit
-        if total > spec.link.capacity_mbit + 1e-9:
+        if total > spec.link.narrowest_mbit + 1e-9:
             problems.append((("slices", i, "guaranteed_mbit"),
                              f"guarantees add up to {total:g} Mbit/s, above the link capacity "
-                             f"{spec.link.capacity_mbit:g} Mbit/s"))
+                             f"{spec.link.narrowest_mbit:g} Mbit/s"))
             break
     group_names: dict[str, int] = {}
     ues_per_slice: dict[str, int] = {}

@@ -48,7 +48,7 @@ class Shaper:
     @property
     def classes(self) -> list[SliceClass]:
         """Slice classes first, then the default class (slice name '-')."""
-        cap = self.link.capacity_mbit
+        cap = self.link.rate_mbit(self.direction)
         out: list[SliceClass] = []
         if self.link.slicing:
             for i, s in enumerate(self.slices):
@@ -63,7 +63,7 @@ class Shaper:
     def commands(self) -> list[list[str]]:
         """`tc` commands (without the namespace wrapper) that install the tree on `device`."""
         dev = self.device
-        cap = _kbit(self.link.capacity_mbit)
+        cap = _kbit(self.link.rate_mbit(self.direction))
         cmds = [
             ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb",
              "default", f"{DEFAULT_MINOR:x}"],
@@ -71,17 +71,57 @@ class Shaper:
              "rate", cap, "ceil", cap, "quantum", str(QUANTUM)],
         ]
         key = "src" if self.direction == "uplink" else "dst"
-        for c in self.classes:
+        fq = self.link.flow_queues
+        for k, c in enumerate(self.classes):
             cmds.append(["tc", "class", "add", "dev", dev, "parent", ROOT_CLASS, "classid",
                          c.classid, "htb", "rate", _kbit(c.rate_mbit), "ceil", _kbit(c.ceil_mbit),
                          "quantum", str(QUANTUM)])
-            cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", c.classid, "handle",
-                         c.leaf_handle, *self._leaf()])
+            if fq:
+                cmds += self._flow_queues(k, c)
+            else:
+                cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", c.classid, "handle",
+                             c.leaf_handle, *self._leaf()])
             if c.slice != "-":
                 cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip",
                              "prio", "1", "u32", "match", "ip", key, c.match,
                              "flowid", c.classid])
+            elif fq:
+                # HTB's `default` must be a leaf: the default class is an inner one here, so a
+                # catch-all filter after the slices' sends the rest to it
+                cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip",
+                             "prio", "2", "u32", "match", "u32", "0", "0", "flowid", c.classid])
         return cmds
+
+    def _flow_queues(self, k: int, c: SliceClass) -> list[list[str]]:
+        """Class `c` becomes an inner class over `flow_queues` leaves, one per hash bucket of the
+        UE's port (the source port uplink, the destination port downlink: bytes 20-23 of an
+        option-less IPv4 packet hold the TCP/UDP ports). HTB serves borrowing leaves round robin
+        with equal quanta, so each flow gets an equal share and a small flow never waits behind
+        a bulk one's queue — what sfq or fq_codel would do."""
+        dev, n = self.device, self.link.flow_queues
+        table = f"{k + 2:x}:"
+        mask = f"0x{(n - 1) << 16:08x}" if self.direction == "uplink" else f"0x{n - 1:08x}"
+        cmds = [["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio", "1", "handle",
+                 table, "protocol", "ip", "u32", "divisor", str(n)]]
+        for i in range(n):
+            minor = 0x1000 + k * 0x100 + i
+            child = f"1:{minor:x}"
+            cmds.append(["tc", "class", "add", "dev", dev, "parent", c.classid, "classid", child,
+                         "htb", "rate", _kbit(c.rate_mbit / n), "ceil", _kbit(c.ceil_mbit),
+                         "quantum", str(QUANTUM)])
+            cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", child, "handle",
+                         f"{minor:x}:", "pfifo", "limit", str(self.link.queue_packets)])
+            cmds.append(["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio", "1",
+                         "protocol", "ip", "u32", "ht", f"{table}{i:x}:", "match", "u32", "0",
+                         "0", "flowid", child])
+        cmds.append(["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio", "1",
+                     "protocol", "ip", "u32", "match", "u32", "0", "0", "hashkey", "mask", mask,
+                     "at", "20", "link", table])
+        return cmds
+
+    def batch(self) -> str:
+        """The same commands as one `tc -batch` script (hundreds of classes with flow queues)."""
+        return "".join(" ".join(cmd[1:]) + "\n" for cmd in self.commands())
 
     def _leaf(self) -> list[str]:
         limit = str(self.link.queue_packets)

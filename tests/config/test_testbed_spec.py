@@ -140,3 +140,27 @@ def test_missing_file(tmp_path: Path):
 def test_missing_required_field():
     [p] = problems(GOOD.replace("    subnet: 10.46.0.0/24\n", ""))
     assert p.startswith("tb.yaml:10: slices[1].subnet: required field is missing")
+
+
+def test_per_direction_capacity_defaults_to_capacity():
+    spec = load(GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  downlink_mbit: 400"))
+    assert spec.link.rate_mbit("downlink") == 400
+    assert spec.link.rate_mbit("uplink") == 100
+    assert spec.link.narrowest_mbit == 100
+
+
+def test_guarantees_must_fit_the_narrower_direction():
+    [p] = problems(GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  uplink_mbit: 15"))
+    assert "slices[0].guaranteed_mbit" in p and "above the link capacity 15" in p
+
+
+def test_per_direction_capacity_must_be_positive():
+    [p] = problems(GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  uplink_mbit: 0"))
+    assert p.startswith("tb.yaml:4: link.uplink_mbit:")
+
+
+def test_flow_queues_must_be_a_power_of_two():
+    [p] = problems(GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 100"))
+    assert p.startswith("tb.yaml:4: link.flow_queues:") and "power of two" in p
+    assert load(GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 256")
+                ).link.flow_queues == 256

@@ -55,3 +55,35 @@ def test_ceiling_is_used_when_given():
     ai = spec.slices[0].model_copy(update={"ceiling_mbit": 30})
     s = Shaper("n6", "uplink", spec.link, (ai, spec.slices[1]))
     assert s.classes[0].ceil_mbit == 30
+
+
+def test_each_direction_takes_its_own_capacity():
+    up, down = _shapers(uplink_mbit=50, downlink_mbit=400)
+    assert {c.slice: c.ceil_mbit for c in up.classes} == {"ai": 50, "be": 50, "-": 50}
+    assert {c.slice: c.ceil_mbit for c in down.classes} == {"ai": 400, "be": 400, "-": 400}
+    assert next(c for c in down.classes if c.slice == "-").rate_mbit == 380
+    assert any("classid 1:1 htb rate 400000kbit ceil 400000kbit" in " ".join(c)
+               for c in down.commands())
+
+
+def test_flow_queues_make_each_class_round_robin_over_hashed_leaves():
+    up, down = _shapers(flow_queues=4, slicing=False)
+    cmds = [" ".join(c) for c in up.commands()]
+    # the default class is inner: four leaves under it, each with its own FIFO
+    leaves = [c for c in cmds if c.startswith("tc class add dev n6 parent 1:ff ")]
+    assert len(leaves) == 4 and all("rate 25000kbit ceil 100000kbit" in c for c in leaves)
+    assert sum(c.startswith("tc qdisc add dev n6 parent 1:10") and c.endswith("pfifo limit 100")
+               for c in cmds) == 4
+    # hashed on the UE's port: the source port uplink, the destination port downlink
+    assert any("hashkey mask 0x00030000 at 20 link 2:" in c for c in cmds)
+    assert any("hashkey mask 0x00000003 at 20 link 2:" in " ".join(c) for c in down.commands())
+    # HTB's default must be a leaf, so a catch-all filter sends the rest to the inner class
+    assert cmds[-1].endswith("prio 2 u32 match u32 0 0 flowid 1:ff")
+
+
+def test_flow_queues_with_slices_use_one_hash_table_per_class():
+    up, _ = _shapers(flow_queues=2)
+    tables = [c for c in up.commands() if "divisor" in c]
+    assert [(t[t.index("parent") + 1], t[t.index("handle") + 1]) for t in tables] == [
+        ("1:100", "2:"), ("1:101", "3:"), ("1:ff", "4:")]
+    assert up.batch().splitlines()[0] == "qdisc replace dev n6 root handle 1: htb default ff"

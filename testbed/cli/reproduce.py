@@ -1,0 +1,59 @@
+"""`testbed reproduce`: the dissertation's Figs 5.7/5.8 and Tables 5.1-5.4 in one command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from testbed.cli import app, console
+
+
+@app.command("reproduce")
+def reproduce_cmd(
+    artefacts: Annotated[list[str] | None, typer.Argument(
+        help="fig5.7 fig5.8 table5.1 table5.2 table5.3 table5.4 (default: all).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="CI size: slicing-ci, 2-minute Table 5.4 "
+                                        "window, Table 5.3 on 6 hours without the oracle.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Report folder (default runs/<time>-reproduce)."
+                                             )] = None,
+    traces: Annotated[Path, typer.Option(help="The dissertation's traces (test/day7-shift*h.txt)."
+                                         )] = Path("../shared/traces"),
+    models: Annotated[Path, typer.Option(help="chatbot.zip, imgcls.zip, tts.zip from `testbed "
+                                         "train`.")] = Path("models"),
+    rule_only: Annotated[bool, typer.Option("--rule-only", help="Leave the DRL columns out (no "
+                                            "models needed).")] = False,
+    t54_duration: Annotated[float | None, typer.Option(help="Table 5.4 window in seconds.")] = None,
+    t54_repetitions: Annotated[int | None, typer.Option(help="Table 5.4 repetitions.")] = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="Plain lines instead of the "
+                                              "live view.")] = False,
+) -> None:
+    """Run the dissertation's artefacts and write one report (HTML + Markdown) with each beside
+    the paper, a stated tolerance and PASS/FAIL; exits 1 when any artefact fails.
+
+    Example: [bold]testbed reproduce --quick[/]   or   [bold]testbed reproduce fig5.7 table5.1[/]
+    """
+    from testbed.reproduce.artefacts import select
+    from testbed.reproduce.run import Options, reproduce
+
+    chosen = select(artefacts or [])
+    if t54_duration is not None and t54_duration <= 0:
+        raise typer.BadParameter("--t54-duration must be positive")
+    if t54_repetitions is not None and t54_repetitions < 1:
+        raise typer.BadParameter("--t54-repetitions must be at least 1")
+    result = reproduce(chosen, Options(
+        quick=quick, out=out, traces_dir=traces, models_dir=models, rule_only=rule_only,
+        t54_duration_s=t54_duration, t54_repetitions=t54_repetitions,
+        progress=lambda line: console.print(line, highlight=False, markup=False),
+        show_runs=not no_progress))
+    table = Table("artefact", "result", "summary", "min", title="Reproduction")
+    for v in result.verdicts:
+        table.add_row(v.artefact, "[green]PASS[/]" if v.passed else "[red]FAIL[/]", v.summary,
+                      f"{v.seconds / 60:.1f}")
+    console.print(table)
+    console.print(f"report: {result.out / 'report.html'} (and report.md), "
+                  f"{result.seconds / 60:.1f} min")
+    if not result.passed:
+        raise typer.Exit(1)

@@ -1,0 +1,197 @@
+"""The reproduction report: every artefact beside the paper, its tolerance, PASS/FAIL and plots
+(report.md + report.html, the same `Document` the scenario reports use)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from testbed.profiles.paper import FIG_5_7_5_8, SLICING_SETUP
+from testbed.report.document import Document, Section, TableData
+from testbed.reproduce import slicing as slicing_rules
+from testbed.reproduce import tables as table_rules
+from testbed.reproduce.model import Options, ReproResult, Verdict
+
+METRIC_TITLES = {"slo_violation_rate": "SLO viol.", "instances": "instances",
+                 "proc_time_s": "proc. time s", "reward": "reward"}
+
+
+def _f(v: Any, digits: int = 4) -> str:
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def _pf(ok: bool | None) -> str:
+    return "–" if ok is None else ("**PASS**" if ok else "**FAIL**")
+
+
+def build(result: ReproResult, base: Path, options: Options) -> Document:
+    doc = Document("Reproduction of the DRAFAS dissertation's artefacts")
+    head = Section("Summary")
+    head.bullets += [
+        f"mode: {'--quick (CI size)' if options.quick else 'full'}; {result.seconds / 60:.1f} "
+        f"min; load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())} on "
+        f"{os.cpu_count()} CPUs",
+        f"traces `{options.traces_dir}`; models "
+        + ("none (--rule-only)" if options.rule_only else f"`{options.models_dir}`"),
+    ]
+    head.tables.append(TableData(["artefact", "result", "summary", "minutes"], [
+        [v.artefact, _pf(v.passed), v.summary, f"{v.seconds / 60:.1f}"] for v in result.verdicts]))
+    doc.sections.append(head)
+    plots = base / "plots"
+    plots.mkdir(exist_ok=True)
+    seen_slicing = False
+    for v in result.verdicts:
+        if v.slicing is not None:
+            if not seen_slicing:
+                doc.sections.append(_slicing(v, result, plots))
+                seen_slicing = True
+            continue
+        doc.sections.append(_table(v, plots))
+    tol = Section("Tolerances")
+    tol.bullets += slicing_rules.rule_text() + table_rules.rule_text()
+    doc.sections.append(tol)
+    return doc
+
+
+def _slicing(v: Verdict, result: ReproResult, plots: Path) -> Section:
+    sec = Section("Figs 5.7 / 5.8: effect of network slicing")
+    sec.paragraphs.append(f"Paper setup: {SLICING_SETUP}. The paper prints no values for these "
+                          "figures; its stated result:")
+    sec.bullets += FIG_5_7_5_8
+    for w in result.verdicts:
+        if w.slicing is not None:
+            sec.paragraphs.append(f"{w.artefact}: {_pf(w.passed)} — {w.summary}")
+    cells = v.slicing["cells"] if v.slicing else {}
+    rows = []
+    for key in sorted(cells, key=lambda k: (k.split("|")[0], int(k.split("|")[1]), k)):
+        service, flows, sl = key.split("|")
+        c = cells[key]
+        rows.append([service, flows, sl, f"{c['mean_ms']:.0f}", f"{100 * c['slo']:.2f}"])
+    sec.tables.append(TableData(["service", "iperf3 flows", "slice", "mean ms", "SLO viol. %"],
+                                rows, f"Ours (scenario run: {v.run_dir}, with its own report)"))
+    img = _slicing_plot(cells, plots / "slicing.png")
+    if img:
+        sec.images.append(img)
+    return sec
+
+
+def _slicing_plot(cells: dict[str, dict[str, float]], path: Path) -> Path | None:
+    if not cells:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    services = [s for s in ("imgcls", "tts", "chatbot") if any(k.startswith(s + "|") for k in cells)]
+    fig, axes = plt.subplots(2, len(services), figsize=(4 * len(services), 6), squeeze=False)
+    for j, s in enumerate(services):
+        flows = sorted({int(k.split("|")[1]) for k in cells if k.startswith(s + "|")})
+        for i, (metric, label, scale) in enumerate((("mean_ms", "mean latency (ms)", 1),
+                                                    ("slo", "SLO violation rate (%)", 100))):
+            ax = axes[i][j]
+            seen: list[float] = []
+            for k, sl in enumerate(("off", "on")):
+                ys = [cells.get(f"{s}|{f}|{sl}", {}).get(metric, float("nan")) * scale
+                      for f in flows]
+                xs = [x + (k - 0.5) * 0.38 for x in range(len(flows))]
+                ax.bar(xs, ys, 0.38, label="no slice" if sl == "off" else "20 Mbit/s slice",
+                       color="#c62828" if sl == "off" else "#1565c0")
+                seen += [y for y in ys if y == y]
+            top = max(seen, default=0.0)
+            ax.set_ylim(0, None if top > 0 else 1)  # an all-zero panel reads as zero, not noise
+            ax.set_xticks(range(len(flows)), [str(f) for f in flows])
+            ax.set_xlabel("iperf3 flows")
+            ax.set_ylabel(label)
+            ax.set_title(s)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _table(v: Verdict, plots: Path) -> Section:
+    t = v.table
+    sec = Section(v.title)
+    sec.paragraphs.append(f"{_pf(v.passed)} — {v.summary}.")
+    if t is None:
+        return sec
+    sec.paragraphs.append(t.title)
+    rows = []
+    for c in t.cells:
+        for m in table_rules.METRICS:
+            ours, paper = c.ours.get(m), c.paper.get(m)
+            diff = "–"
+            if ours is not None and paper:
+                diff = f"{ours - paper:+.4f} ({(ours - paper) / abs(paper):+.0%})"
+            sd = c.sd.get(m)
+            rows.append([c.service, "DRL (ppo)" if c.policy == "ppo" else "rule v2",
+                         METRIC_TITLES[m], _f(ours), _f(sd) if c.runs > 1 else "–", _f(paper),
+                         diff, _pf(c.passed) if m == "reward" else ""])
+        if t.oracle and c.policy == "rule_v2":
+            rows.append([c.service, "oracle bound", "reward", _f(t.oracle[c.service]), "–", "–",
+                         "–", ""])
+    sec.tables.append(TableData(["service", "policy", "metric", "ours", "sd (runs)", "paper",
+                                 "ours − paper", "cell"], rows))
+    if t.checks:
+        sec.tables.append(TableData(["check", "result", "detail"],
+                                    [[c, _pf(ok), d] for c, ok, d in t.checks]))
+    sec.bullets += t.notes + [d for d in v.details]
+    if v.run_dir:
+        sec.bullets.append(f"scenario run: `{v.run_dir}` (its own report.html has the time series)")
+    img = _reward_plot(t, plots / f"table{t.key}.png")
+    if img:
+        sec.images.append(img)
+    return sec
+
+
+def _reward_plot(t: table_rules.TableResult, path: Path) -> Path | None:
+    if not t.cells:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    services = list(dict.fromkeys(c.service for c in t.cells))
+    policies = list(dict.fromkeys(c.policy for c in t.cells))
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    width = 0.8 / (2 * len(policies) + (1 if t.oracle else 0))
+    k = 0
+    colors = {"ppo": "#2e7d32", "rule_v2": "#1565c0"}
+    for p in policies:
+        for src in ("ours", "paper"):
+            ys, errs = [], []
+            for s in services:
+                c = next((c for c in t.cells if c.service == s and c.policy == p), None)
+                val = (c.ours if src == "ours" else c.paper).get("reward") if c else None
+                ys.append(-(val or 0.0))
+                errs.append((c.sd.get("reward") or 0.0) if (c and src == "ours") else 0.0)
+            xs = [i + (k + 0.5) * width - 0.4 for i in range(len(services))]
+            ax.bar(xs, ys, width, yerr=errs if any(errs) else None, capsize=3,
+                   color=colors.get(p, "gray"), alpha=1.0 if src == "ours" else 0.45,
+                   hatch="" if src == "ours" else "//",
+                   label=f"{'DRL' if p == 'ppo' else 'rule v2'} {src}")
+            k += 1
+    if t.oracle:
+        xs = [i + (k + 0.5) * width - 0.4 for i in range(len(services))]
+        ax.bar(xs, [-t.oracle[s] for s in services], width, color="#9e9e9e", label="oracle bound")
+    ax.set_xticks(range(len(services)), services)
+    ax.set_ylabel("cost = −reward (lower is better)")
+    ax.set_title(f"Table {t.key}: reward beside the paper", fontsize=10)
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.12))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write(result: ReproResult, base: Path, options: Options) -> tuple[Path, Path]:
+    doc = build(result, base, options)
+    md = base / "report.md"
+    md.write_text(doc.markdown(base))
+    page = base / "report.html"
+    page.write_text(doc.html())
+    return md, page

@@ -1,0 +1,99 @@
+"""`testbed reproduce` with bad input: one line naming what is missing and how to get it, a
+non-zero exit, and nothing written."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.cli import main
+
+
+def _traces(root):
+    for h in (0, 8, 16):
+        p = root / "test" / f"day7-shift{h}h.txt"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("1 10\n" * 120)
+    return root
+
+
+def _lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.strip()]
+
+
+def test_unknown_artefact_names_it_and_the_known_ones(tmp_path, capsys):
+    out = tmp_path / "rep"
+    rc = main(["reproduce", "fig9.9", "--out", str(out)])
+    assert rc != 0
+    (line,) = _lines(capsys.readouterr().err)
+    assert "fig9.9" in line and "fig5.7" in line and "table5.4" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_traces_name_the_files_and_the_option(tmp_path, capsys):
+    out = tmp_path / "rep"
+    rc = main(["reproduce", "table5.1", "--rule-only", "--traces", str(tmp_path / "none"),
+               "--out", str(out)])
+    assert rc != 0
+    (line,) = _lines(capsys.readouterr().err)
+    assert "traces missing" in line and "day7-shift0h.txt" in line and "--traces" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_models_name_them_and_how_to_train(tmp_path, capsys):
+    traces = _traces(tmp_path / "traces")
+    out = tmp_path / "rep"
+    rc = main(["reproduce", "table5.2", "--traces", str(traces), "--models",
+               str(tmp_path / "models"), "--out", str(out)])
+    assert rc != 0
+    (line,) = _lines(capsys.readouterr().err)
+    assert "models missing" in line and "imgcls.zip" in line
+    assert "testbed train imgcls" in line and "--rule-only" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["traces"]
+
+
+def test_an_existing_report_folder_is_not_overwritten(tmp_path, capsys):
+    traces = _traces(tmp_path / "traces")
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "keep").write_text("x")
+    rc = main(["reproduce", "table5.1", "--rule-only", "--traces", str(traces), "--out", str(out)])
+    assert rc != 0
+    assert "already exists" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["keep"]
+    assert not (tmp_path / "rep.partial").exists()
+
+
+def test_a_sim_table_writes_one_report_with_paper_tolerance_and_plot(tmp_path, capsys):
+    traces = _traces(tmp_path / "traces")
+    out = tmp_path / "rep"
+    rc = main(["reproduce", "5.1", "--rule-only", "--traces", str(traces), "--out", str(out)])
+    # a flat toy trace is nothing like the paper's day: the cells fail, the report is whole
+    assert rc in (0, 1)
+    md = (out / "report.md").read_text()
+    assert "Table 5.1" in md and "paper" in md and "oracle bound" in md and "Tolerances" in md
+    assert ("**PASS**" in md) or ("**FAIL**" in md)
+    assert (out / "plots" / "table5.1.png").stat().st_size > 0
+    assert (out / "report.html").read_text().startswith("<!doctype html>")
+    assert not (tmp_path / "rep.partial").exists()
+
+
+@pytest.mark.parametrize("name", ["fig5.7", "FIG5.8", "5.4", "table5.3"])
+def test_artefact_names_and_aliases(name):
+    from testbed.reproduce.artefacts import select
+
+    (a,) = select([name])
+    assert a.name.startswith(("fig", "table"))
+
+
+def test_a_model_this_checkout_cannot_read_is_named(tmp_path, capsys):
+    traces = _traces(tmp_path / "traces")
+    models = tmp_path / "models"
+    models.mkdir()
+    for s in ("chatbot", "imgcls", "tts"):
+        (models / f"{s}.zip").write_bytes(b"not a zip")
+    rc = main(["reproduce", "table5.1", "--traces", str(traces), "--models", str(models),
+               "--out", str(tmp_path / "rep")])
+    assert rc != 0
+    (line,) = _lines(capsys.readouterr().err)
+    assert "chatbot.zip cannot be used" in line and "testbed train chatbot" in line
+    assert not (tmp_path / "rep").exists() and not (tmp_path / "rep.partial").exists()
