@@ -20,9 +20,28 @@ from testbed.train.env import ScalingEnv
 
 
 def validation_reward(
-    model, service: str, traces: Sequence[Trace], ratio: float, total_units: int, episodes: int
+    model,
+    service: str,
+    traces: Sequence[Trace],
+    ratio: float,
+    total_units: int,
+    episodes: int,
+    scales: Sequence[int] | None = None,
 ) -> float:
-    """Mean total episode reward of the deterministic agent (no free-unit randomisation)."""
+    """Mean total episode reward of the deterministic agent (no free-unit randomisation).
+
+    With `scales`, the mean over the smallest and the largest pool size, `episodes` each (the
+    ratio scaled with the units as in training)."""
+    if scales:
+        sizes = sorted({min(scales), max(scales)})
+        return float(
+            np.mean(
+                [
+                    validation_reward(model, service, traces, ratio * u / total_units, u, episodes)
+                    for u in sizes
+                ]
+            )
+        )
     env = ScalingEnv(service, traces, ratio, total_units=total_units, randomize_free_units=False)
     totals = []
     for ep in range(episodes):
@@ -57,11 +76,13 @@ def train(
     progress: Callable[[int, float | None], None] | None = None,
     command: str | None = None,
     stop_at: int | None = None,
+    scales: Sequence[int] | None = None,
 ) -> ModelMeta:
     """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`.
 
     `stop_at` ends training after that many steps while the learning rate still decays over
-    `steps` (a run cut short, reproducibly)."""
+    `steps` (a run cut short, reproducibly). `scales`: pool sizes drawn per episode, the ratio
+    scaled with them (ScalingEnv); validation then averages the smallest and the largest."""
     require_drl()
     import torch
     from sb3_contrib import MaskablePPO
@@ -76,7 +97,7 @@ def train(
             ) from None
     ratio = paper.DEFAULT_RATIOS[service] if ratio is None else ratio
     torch.set_num_threads(1)
-    env = ScalingEnv(service, train_traces, ratio, total_units=total_units)
+    env = ScalingEnv(service, train_traces, ratio, total_units=total_units, scales=scales)
     lr = learning_rate
     model = MaskablePPO(
         "MlpPolicy",
@@ -106,6 +127,7 @@ def train(
         commit=git_commit(),
         observation=OBSERVATION,
         command=command,
+        scales=sorted(set(scales)) if scales else None,
     )
 
     class Validate(BaseCallback):
@@ -119,7 +141,9 @@ def train(
                 progress(n, meta.best_validation_reward)
             if n % validate_every:
                 return True
-            score = validation_reward(self.model, service, val_traces, ratio, total_units, val_episodes)
+            score = validation_reward(
+                self.model, service, val_traces, ratio, total_units, val_episodes, scales
+            )
             meta.validations.append((n, score))
             self.logger.record("validation/mean_reward", score)  # Figure 4.6 in TensorBoard
             if meta.best_validation_reward is None or score > meta.best_validation_reward:
@@ -134,7 +158,7 @@ def train(
     model.learn(total_timesteps=steps, callback=Validate(), progress_bar=False)
     if meta.best_validation_reward is None:  # budget shorter than one validation period
         meta.best_validation_reward = validation_reward(
-            model, service, val_traces, ratio, total_units, val_episodes
+            model, service, val_traces, ratio, total_units, val_episodes, scales
         )
         meta.validations.append((model.num_timesteps, meta.best_validation_reward))
         meta.steps = model.num_timesteps

@@ -14,7 +14,7 @@ def test_check_env_and_mask():
     env = ScalingEnv("chatbot", [Trace.constant(20, 1800)], 0.15)
     check_env(env, skip_render_check=True)
     obs, _ = env.reset(seed=0)
-    assert obs.shape == (25,)
+    assert obs.shape == (30,)
     assert list(env.action_masks()) == [False, False, True, True, True] or not env.action_masks()[0]
     steps = 0
     done = False
@@ -36,6 +36,25 @@ def test_free_units_are_randomised_in_training():
         seen.add(tuple(env.action_masks()))
         env.step(2)
     assert len(seen) > 1  # sometimes no room to scale up, sometimes room
+
+
+def test_scales_draw_the_pool_size_and_scale_the_load():
+    """Each episode draws its units; the ratio follows them, and the unit-cost cue reads 8/units."""
+    from testbed.scaler.state import latest
+
+    env = ScalingEnv("imgcls", [Trace.constant(10, 600)], 0.4, scales=[8, 128])
+    seen = {}
+    for seed in range(12):
+        obs, _ = env.reset(seed=seed)
+        seen[env.total_units] = (latest(obs, "unit_cost"), env._cluster.total_units())
+    assert seen[8] == (1.0, 8)
+    assert seen[128][0] == pytest.approx(8 / 128) and seen[128][1] == 128
+    # the reward prices an instance at 1/units of the episode's pool
+    _, r, *_ = env.step(2)
+    assert r <= 0
+    fixed = ScalingEnv("imgcls", [Trace.constant(10, 600)], 0.4)
+    obs, _ = fixed.reset(seed=0)
+    assert fixed.total_units == 8 and latest(obs, "unit_cost") == 1.0
 
 
 @pytest.mark.slow
