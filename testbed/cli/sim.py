@@ -313,6 +313,9 @@ def train_cmd(
         help="ppo: pool sizes (units) drawn per episode, the ratio scaled with them, e.g. "
         "8,16,32,64,128; 'none' trains at 8 units only (the paper).",
     ),
+    init_from: Path = typer.Option(
+        None, help="ppo: start from this model's weights (e.g. an agent of the 25-float observation)."
+    ),
 ) -> None:
     """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
     service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
@@ -356,9 +359,11 @@ def train_cmd(
             progress=lambda n, best: bar.update(task, completed=n),
             command=f"testbed train {svc} --traces TRACES --steps {steps} --seed {seed}"
             + (f" --stop-at {stop_at}" if stop_at is not None else "")
-            + f" --scales {','.join(map(str, sizes)) if sizes else 'none'}",
+            + f" --scales {','.join(map(str, sizes)) if sizes else 'none'}"
+            + (f" --init-from {init_from}" if init_from is not None else ""),
             stop_at=stop_at,
             scales=sizes,
+            init_from=init_from,
         )
     console.print(
         f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps}; wrote {out}"

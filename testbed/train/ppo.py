@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.errors import MissingRequirement
+from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.load.trace import Trace
 from testbed.profiles import paper
 from testbed.scaler.ppo import META_MEMBER, ModelMeta, git_commit, require_drl
@@ -77,12 +77,16 @@ def train(
     command: str | None = None,
     stop_at: int | None = None,
     scales: Sequence[int] | None = None,
+    init_from: str | Path | None = None,
 ) -> ModelMeta:
     """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`.
 
     `stop_at` ends training after that many steps while the learning rate still decays over
     `steps` (a run cut short, reproducibly). `scales`: pool sizes drawn per episode, the ratio
-    scaled with them (ScalingEnv); validation then averages the smallest and the largest."""
+    scaled with them (ScalingEnv); validation then averages the smallest and the largest.
+    `init_from`: a model file whose weights start training (same 64x64 layers); one trained on
+    fewer observation inputs (the 25-float observation before the unit-cost cue) gets zero
+    weights on the new inputs, so training starts from its policy at every pool size."""
     require_drl()
     import torch
     from sb3_contrib import MaskablePPO
@@ -113,6 +117,26 @@ def train(
         device="cpu",
         **{**paper.PPO_PARAMS, **(ppo_params or {})},
     )
+    if init_from:
+        old = MaskablePPO.load(str(init_from), device="cpu").policy.state_dict()
+        new = model.policy.state_dict()
+        for k, v in old.items():
+            if new[k].shape == v.shape:
+                new[k] = v.clone()
+            elif v.dim() == 2 and v.shape[0] == new[k].shape[0] and v.shape[1] < new[k].shape[1]:
+                w = torch.zeros_like(new[k])  # first layer: the added inputs start at zero
+                w[:, : v.shape[1]] = v
+                new[k] = w
+            else:
+                raise ConfigError(
+                    [
+                        ConfigProblem(
+                            str(init_from), None, "init_from",
+                            f"layer {k} {tuple(v.shape)} does not fit {tuple(new[k].shape)}",
+                        )
+                    ]
+                )
+        model.policy.load_state_dict(new)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = ModelMeta(
