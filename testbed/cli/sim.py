@@ -19,6 +19,7 @@ sim_app = typer.Typer(
 )
 app.add_typer(sim_app, name="sim")
 
+SCALES_DEFAULT = "none"
 TRACES_HELP = "Trace directory with train/, val/ and test/ (DURATION COUNT files)."
 
 
@@ -307,6 +308,14 @@ def train_cmd(
     stop_at: int = typer.Option(
         None, help="Stop after this many steps; the learning rate still decays over --steps."
     ),
+    scales: str = typer.Option(
+        SCALES_DEFAULT,
+        help="ppo: pool sizes (units) drawn per episode, the ratio scaled with them, e.g. "
+        "8,16,32,64,128; 'none' trains at 8 units only (the paper).",
+    ),
+    init_from: Path = typer.Option(
+        None, help="ppo: start from this model's weights (e.g. an agent of the 25-float observation)."
+    ),
 ) -> None:
     """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
     service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
@@ -335,6 +344,7 @@ def train_cmd(
         raise ConfigError([ConfigProblem("SERVICE", None, "service", "ppo trains one service: name it")])
     (svc,) = _services(service)
     steps = steps or paper.MAX_TRAIN_STEPS
+    sizes = _scales(scales)
     out = out or Path("models") / f"{svc}.zip"
     with _progress() as bar:
         task = bar.add_task(f"training {svc}", total=steps)
@@ -348,12 +358,30 @@ def train_cmd(
             tensorboard=tensorboard,
             progress=lambda n, best: bar.update(task, completed=n),
             command=f"testbed train {svc} --traces TRACES --steps {steps} --seed {seed}"
-            + (f" --stop-at {stop_at}" if stop_at is not None else ""),
+            + (f" --stop-at {stop_at}" if stop_at is not None else "")
+            + f" --scales {','.join(map(str, sizes)) if sizes else 'none'}"
+            + (f" --init-from {init_from}" if init_from is not None else ""),
             stop_at=stop_at,
+            scales=sizes,
+            init_from=init_from,
         )
     console.print(
         f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps}; wrote {out}"
     )
+
+
+def _scales(text: str) -> list[int] | None:
+    if text.strip().lower() in ("", "none"):
+        return None
+    try:
+        sizes = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise ConfigError(
+            [ConfigProblem("--scales", None, "scales", f"{text!r}: comma-separated unit counts, or none")]
+        )
+    return sizes
 
 
 def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus) -> None:

@@ -128,7 +128,7 @@ class ScalerLoop:
         free = backend.free_units()
         units = max(backend.units_per_replica(service), 1)
         mask = action_mask(before, free, units, self._cooldown[service])
-        obs = self._states[service].push(window, mask, before, free // units)
+        obs = self._states[service].push(window, mask, before, free // units, total)
         if hasattr(policy, "replicas"):
             policy.replicas = before  # a policy that needs the count (HPA) gets it here
         started = time.perf_counter()

@@ -51,6 +51,7 @@ class ModelMeta:
     validations: list[tuple[int, float]] = field(default_factory=list)
     observation: str | None = None  # testbed.scaler.state.OBSERVATION it was trained with
     command: str | None = None  # how to train it again
+    scales: list[int] | None = None  # pool sizes drawn per training episode (None: total_units only)
 
 
 def git_commit() -> str:

@@ -1,4 +1,4 @@
-"""The scaler's observation: 5 normalised metrics over the last 5 periods (25 floats).
+"""The scaler's observation: 6 normalised metrics over the last 5 periods (30 floats).
 
 OBSERVATION names the normalisation; a trained model records it and refuses another one.
 """
@@ -9,12 +9,12 @@ import numpy as np
 
 from testbed.metrics.window import WindowMetrics
 from testbed.profiles import default_profiles
-from testbed.profiles.paper import HISTORY, TRACE_MAX_RPS
+from testbed.profiles.paper import HISTORY, TOTAL_UNITS, TRACE_MAX_RPS
 from testbed.scaler.actions import Mask, mask_code
 
-METRICS = ("request_rate", "utilization", "action_mask", "slo_violation_rate", "instances")
+METRICS = ("request_rate", "utilization", "action_mask", "slo_violation_rate", "instances", "unit_cost")
 N_METRICS = len(METRICS)
-OBSERVATION = "load-per-instance/reachable-instances/1"
+OBSERVATION = "load-per-instance/reachable-instances/unit-cost/2"
 MAX_LOAD = 2.0  # the request-rate metric covers offered loads up to twice what the instances serve
 
 
@@ -53,6 +53,10 @@ class StateBuilder:
     by the total units instead (the published simulator), 30 instances out of 128 read as 2 out
     of 8, with a mask that allows scaling down by two, a pair an agent trained at 8 units never
     saw. (The reward still prices an instance at 1/total units, Eq. 3.2.)
+
+    The sixth metric is that price, the scale cue: TOTAL_UNITS / total units, capped at 1 (1 at
+    the paper's 8 training units, 0.0625 at Table 5.3's 128), so that an agent trained over
+    several pool sizes can hold more headroom where an instance is cheap.
     """
 
     def __init__(
@@ -75,7 +79,9 @@ class StateBuilder:
     def reset(self) -> None:
         self._empty = True
 
-    def row(self, window: WindowMetrics, mask: Mask, instances: int, room: int) -> tuple[float, ...]:
+    def row(
+        self, window: WindowMetrics, mask: Mask, instances: int, room: int, total_units: int = TOTAL_UNITS
+    ) -> tuple[float, ...]:
         """One period's metrics; `room` = instances of this service that fit in the free units."""
         if self.instance_rps:
             load = window.request_rate / (max(instances, 1) * self.instance_rps)
@@ -88,11 +94,14 @@ class StateBuilder:
             mask_code(mask),
             min(window.slo_violation_rate, 1.0),
             instances / max(instances + max(room, 0), 1),
+            min(TOTAL_UNITS / max(total_units, 1), 1.0),
         )
 
-    def push(self, window: WindowMetrics, mask: Mask, instances: int, room: int) -> np.ndarray:
-        """Add one period and return the observation (float32, 25 values)."""
-        row = self.row(window, mask, instances, room)
+    def push(
+        self, window: WindowMetrics, mask: Mask, instances: int, room: int, total_units: int = TOTAL_UNITS
+    ) -> np.ndarray:
+        """Add one period and return the observation (float32, 30 values)."""
+        row = self.row(window, mask, instances, room, total_units)
         obs = self._obs
         if self._empty:
             obs[:] = np.asarray(row, dtype=np.float32)[:, None]

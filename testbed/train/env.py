@@ -19,12 +19,17 @@ from testbed.sim.cluster import SimCluster
 
 
 class ScalingEnv(gym.Env):
-    """Observation: 25 floats in [0, 1]; action: Discrete(5) = -2..+2 replicas; reward: Eq. 3.2.
+    """Observation: 30 floats in [0, 1]; action: Discrete(5) = -2..+2 replicas; reward: Eq. 3.2.
 
     Each episode replays one trace (picked at random from `traces`) until it ends (truncated).
     With `randomize_free_units`, in half of the steps the free units the agent sees are drawn
     between 0 and the real free units, standing in for other services competing for the pool
     (Section 4.4.3; the published simulator draws in half of the calls, simpy_env.py:303-306).
+
+    With `scales`, each episode draws its pool size from them and multiplies the request ratio by
+    that size over `total_units`, so the load per unit stays the one of `ratio` at `total_units`
+    while an instance's price in the reward (1/units) changes; the observation's unit-cost metric
+    tells the agent which pool it is in.
     """
 
     metadata = {"render_modes": []}  # noqa: RUF012 (gymnasium's convention)
@@ -38,12 +43,15 @@ class ScalingEnv(gym.Env):
         total_units: int = TOTAL_UNITS,
         randomize_free_units: bool = True,
         profile: ServiceProfile | None = None,
+        scales: Sequence[int] | None = None,
     ):
         super().__init__()
         self.service = service
         self.traces = list(traces)
         self.ratio = ratio
         self.total_units = total_units
+        self.base_units = total_units
+        self.scales = list(scales) if scales else None
         self.randomize_free_units = randomize_free_units
         self.profile = profile or default_profiles()[service]
         self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(N_METRICS * HISTORY,), dtype=np.float32)
@@ -56,10 +64,13 @@ class ScalingEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         trace = self.traces[int(self.np_random.integers(len(self.traces)))]
+        if self.scales:
+            self.total_units = int(self.scales[int(self.np_random.integers(len(self.scales)))])
+        ratio = self.ratio * self.total_units / self.base_units
         self._cluster = SimCluster(
             {self.service: self.profile},
             {self.service: trace},
-            {self.service: self.ratio},
+            {self.service: ratio},
             total_units=self.total_units,
             seed=int(self.np_random.integers(2**31)),
         )
@@ -94,7 +105,7 @@ class ScalingEnv(gym.Env):
             free = int(self.np_random.integers(0, free + 1))
         n = cluster.desired_replicas(self.service)
         self._mask = action_mask(n, free, units, self._cooldown)
-        return self._state.push(window, self._mask, n, free // max(units, 1))
+        return self._state.push(window, self._mask, n, free // max(units, 1), self.total_units)
 
     def close(self) -> None:
         self._cluster = None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.errors import MissingRequirement
+from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.load.trace import Trace
 from testbed.profiles import paper
 from testbed.scaler.ppo import META_MEMBER, ModelMeta, git_commit, require_drl
@@ -20,9 +20,28 @@ from testbed.train.env import ScalingEnv
 
 
 def validation_reward(
-    model, service: str, traces: Sequence[Trace], ratio: float, total_units: int, episodes: int
+    model,
+    service: str,
+    traces: Sequence[Trace],
+    ratio: float,
+    total_units: int,
+    episodes: int,
+    scales: Sequence[int] | None = None,
 ) -> float:
-    """Mean total episode reward of the deterministic agent (no free-unit randomisation)."""
+    """Mean total episode reward of the deterministic agent (no free-unit randomisation).
+
+    With `scales`, the mean over the smallest and the largest pool size, `episodes` each (the
+    ratio scaled with the units as in training)."""
+    if scales:
+        sizes = sorted({min(scales), max(scales)})
+        return float(
+            np.mean(
+                [
+                    validation_reward(model, service, traces, ratio * u / total_units, u, episodes)
+                    for u in sizes
+                ]
+            )
+        )
     env = ScalingEnv(service, traces, ratio, total_units=total_units, randomize_free_units=False)
     totals = []
     for ep in range(episodes):
@@ -57,11 +76,17 @@ def train(
     progress: Callable[[int, float | None], None] | None = None,
     command: str | None = None,
     stop_at: int | None = None,
+    scales: Sequence[int] | None = None,
+    init_from: str | Path | None = None,
 ) -> ModelMeta:
     """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`.
 
     `stop_at` ends training after that many steps while the learning rate still decays over
-    `steps` (a run cut short, reproducibly)."""
+    `steps` (a run cut short, reproducibly). `scales`: pool sizes drawn per episode, the ratio
+    scaled with them (ScalingEnv); validation then averages the smallest and the largest.
+    `init_from`: a model file whose weights start training (same 64x64 layers); one trained on
+    fewer observation inputs (the 25-float observation before the unit-cost cue) gets zero
+    weights on the new inputs, so training starts from its policy at every pool size."""
     require_drl()
     import torch
     from sb3_contrib import MaskablePPO
@@ -76,7 +101,7 @@ def train(
             ) from None
     ratio = paper.DEFAULT_RATIOS[service] if ratio is None else ratio
     torch.set_num_threads(1)
-    env = ScalingEnv(service, train_traces, ratio, total_units=total_units)
+    env = ScalingEnv(service, train_traces, ratio, total_units=total_units, scales=scales)
     lr = learning_rate
     model = MaskablePPO(
         "MlpPolicy",
@@ -92,6 +117,26 @@ def train(
         device="cpu",
         **{**paper.PPO_PARAMS, **(ppo_params or {})},
     )
+    if init_from:
+        old = MaskablePPO.load(str(init_from), device="cpu").policy.state_dict()
+        new = model.policy.state_dict()
+        for k, v in old.items():
+            if new[k].shape == v.shape:
+                new[k] = v.clone()
+            elif v.dim() == 2 and v.shape[0] == new[k].shape[0] and v.shape[1] < new[k].shape[1]:
+                w = torch.zeros_like(new[k])  # first layer: the added inputs start at zero
+                w[:, : v.shape[1]] = v
+                new[k] = w
+            else:
+                raise ConfigError(
+                    [
+                        ConfigProblem(
+                            str(init_from), None, "init_from",
+                            f"layer {k} {tuple(v.shape)} does not fit {tuple(new[k].shape)}",
+                        )
+                    ]
+                )
+        model.policy.load_state_dict(new)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = ModelMeta(
@@ -106,6 +151,7 @@ def train(
         commit=git_commit(),
         observation=OBSERVATION,
         command=command,
+        scales=sorted(set(scales)) if scales else None,
     )
 
     class Validate(BaseCallback):
@@ -119,7 +165,9 @@ def train(
                 progress(n, meta.best_validation_reward)
             if n % validate_every:
                 return True
-            score = validation_reward(self.model, service, val_traces, ratio, total_units, val_episodes)
+            score = validation_reward(
+                self.model, service, val_traces, ratio, total_units, val_episodes, scales
+            )
             meta.validations.append((n, score))
             self.logger.record("validation/mean_reward", score)  # Figure 4.6 in TensorBoard
             if meta.best_validation_reward is None or score > meta.best_validation_reward:
@@ -134,7 +182,7 @@ def train(
     model.learn(total_timesteps=steps, callback=Validate(), progress_bar=False)
     if meta.best_validation_reward is None:  # budget shorter than one validation period
         meta.best_validation_reward = validation_reward(
-            model, service, val_traces, ratio, total_units, val_episodes
+            model, service, val_traces, ratio, total_units, val_episodes, scales
         )
         meta.validations.append((model.num_timesteps, meta.best_validation_reward))
         meta.steps = model.num_timesteps

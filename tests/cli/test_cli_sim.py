@@ -99,7 +99,7 @@ def test_sim_eval_ppo_with_a_missing_model_file(tmp_path, capsys):
     assert "tts.zip" in line and "testbed train tts" in line
 
 
-def _tiny_model(path, service, obs_size=25, observation="current"):
+def _tiny_model(path, service, obs_size=30, observation="current"):
     """A real (untrained) Maskable PPO file with the given manifest and observation size."""
     pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
     import gymnasium as gym
@@ -135,7 +135,7 @@ def _models_with(tmp_path, **override):
     d.mkdir(exist_ok=True)
     for s in ("chatbot", "imgcls", "tts"):
         kw = override.get(s, {})
-        _tiny_model(d / f"{s}.zip", kw.get("service", s), kw.get("obs_size", 25),
+        _tiny_model(d / f"{s}.zip", kw.get("service", s), kw.get("obs_size", 30),
                     kw.get("observation", "current"))
     return d
 
@@ -153,7 +153,7 @@ def test_sim_tables_model_of_another_observation_size(tmp_path, capsys):
     rc = main(["sim", "tables", "--traces", str(_traces(tmp_path)), "--models", str(models)])
     assert rc != 0
     (line,) = _error_lines(capsys)
-    assert "tts.zip" in line and "observation size (20,)" in line and "25" in line
+    assert "tts.zip" in line and "observation size (20,)" in line and "30" in line
 
 
 def test_sim_eval_model_of_an_older_observation(tmp_path, capsys):

@@ -51,7 +51,8 @@ def test_state_layout_and_normalisation():
     sb = StateBuilder(max_rate=10)
     w = WindowMetrics("svc", 30.0, 600, 600, 6, 0.5, 2)  # 20 req/s > max: capped
     o = sb.push(w, (1, 1, 1, 1, 1), 2, 6)
-    assert o.shape == (25,) and o.dtype == np.float32
+    assert o.shape == (30,) and o.dtype == np.float32
+    assert latest(o, "unit_cost") == 1.0  # 8 units by default: the paper's training pool
     assert latest(o, "request_rate") == 1.0
     assert latest(o, "slo_violation_rate") == pytest.approx(0.01)
     assert latest(o, "instances") == 0.25  # 2 of the 2 + 6 it could have
@@ -67,7 +68,12 @@ def test_state_is_free_of_the_cluster_size():
     mask = (1, 1, 1, 1, 1)
     o8 = small.push(WindowMetrics("imgcls", 30.0, 30 * 20, 600, 3, 0.7, 2), mask, 2, 4)
     o128 = large.push(WindowMetrics("imgcls", 30.0, 30 * 320, 9600, 48, 0.7, 32), mask, 32, 64)
-    np.testing.assert_allclose(o8, o128)
+    np.testing.assert_allclose(o8, o128)  # without the unit-cost cue (both default to 8 units)
+    cue = StateBuilder.for_service("imgcls").push(
+        WindowMetrics("imgcls", 30.0, 30 * 320, 9600, 48, 0.7, 32), mask, 32, 64, 128
+    )
+    np.testing.assert_allclose(cue[:-5], o128[:-5])
+    assert latest(cue, "unit_cost") == pytest.approx(8 / 128)
     # 20 req/s on two imgcls instances (14.3 req/s each flat out): load 0.7, over MAX_LOAD 2
     assert latest(o8, "request_rate") == pytest.approx(20 / (2 * 1000 / 70) / 2)
     assert latest(o8, "instances") == pytest.approx(2 / 6)

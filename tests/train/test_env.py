@@ -14,7 +14,7 @@ def test_check_env_and_mask():
     env = ScalingEnv("chatbot", [Trace.constant(20, 1800)], 0.15)
     check_env(env, skip_render_check=True)
     obs, _ = env.reset(seed=0)
-    assert obs.shape == (25,)
+    assert obs.shape == (30,)
     assert list(env.action_masks()) == [False, False, True, True, True] or not env.action_masks()[0]
     steps = 0
     done = False
@@ -36,6 +36,25 @@ def test_free_units_are_randomised_in_training():
         seen.add(tuple(env.action_masks()))
         env.step(2)
     assert len(seen) > 1  # sometimes no room to scale up, sometimes room
+
+
+def test_scales_draw_the_pool_size_and_scale_the_load():
+    """Each episode draws its units; the ratio follows them, and the unit-cost cue reads 8/units."""
+    from testbed.scaler.state import latest
+
+    env = ScalingEnv("imgcls", [Trace.constant(10, 600)], 0.4, scales=[8, 128])
+    seen = {}
+    for seed in range(12):
+        obs, _ = env.reset(seed=seed)
+        seen[env.total_units] = (latest(obs, "unit_cost"), env._cluster.total_units())
+    assert seen[8] == (1.0, 8)
+    assert seen[128][0] == pytest.approx(8 / 128) and seen[128][1] == 128
+    # the reward prices an instance at 1/units of the episode's pool
+    _, r, *_ = env.step(2)
+    assert r <= 0
+    fixed = ScalingEnv("imgcls", [Trace.constant(10, 600)], 0.4)
+    obs, _ = fixed.reset(seed=0)
+    assert fixed.total_units == 8 and latest(obs, "unit_cost") == 1.0
 
 
 @pytest.mark.slow
@@ -90,3 +109,42 @@ def test_tensorboard_logs_without_tensorboard_is_one_clear_error(tmp_path, monke
     with pytest.raises(MissingRequirement, match="tensorboard"):
         train("chatbot", tr, tr, tmp_path / "m.zip", steps=64, tensorboard=str(tmp_path / "tb"))
     assert not (tmp_path / "m.zip").exists()
+
+
+def test_init_from_a_25_input_agent_keeps_its_weights_and_zeroes_the_cue(tmp_path):
+    """--init-from: a model of the observation before the unit-cost cue starts training as itself."""
+    pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
+    import numpy as np
+    from sb3_contrib import MaskablePPO
+
+    from testbed.train.ppo import train
+
+    class Env25(gym.Env):
+        observation_space = gym.spaces.Box(0.0, 1.0, shape=(25,), dtype=np.float32)
+        action_space = gym.spaces.Discrete(5)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(25, dtype=np.float32), {}
+
+        def step(self, action):
+            return np.zeros(25, dtype=np.float32), 0.0, False, False, {}
+
+        def action_masks(self):
+            return np.ones(5, dtype=bool)
+
+    import torch
+
+    old = MaskablePPO("MlpPolicy", Env25(), n_steps=16, batch_size=16, device="cpu",
+                      policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]},
+                                     "activation_fn": torch.nn.ReLU})
+    old.save(str(tmp_path / "old.zip"))
+    tr = [Trace.constant(5, 600)]
+    train("chatbot", tr, tr, tmp_path / "m.zip", steps=32, val_episodes=1, validate_every=10**9,
+          learning_rate=0.0, ppo_params={"n_steps": 32, "batch_size": 32}, init_from=tmp_path / "old.zip",
+          scales=[8, 128])
+    new = MaskablePPO.load(str(tmp_path / "m.zip"), device="cpu").policy.state_dict()
+    w_old = old.policy.state_dict()["mlp_extractor.policy_net.0.weight"]
+    w_new = new["mlp_extractor.policy_net.0.weight"]
+    assert tuple(w_new.shape) == (64, 30)
+    torch.testing.assert_close(w_new[:, :25], w_old)
+    assert float(w_new[:, 25:].abs().max()) == 0.0
