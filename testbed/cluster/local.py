@@ -368,7 +368,7 @@ class LocalCluster:
             "--service",
             r.service,
             "--profile",
-            json.dumps(profile.model_dump()),
+            json.dumps(profile.model_dump(exclude={"sources"})),  # numbers only: sources stay in the file
             "--host",
             self.replica_host,
             "--time-scale",
