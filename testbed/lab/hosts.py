@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from testbed.errors import MissingRequirement, StateError
-from testbed.lab.runner import PLAYBOOKS_DIR, failure_message
+from testbed.errors import StateError
+from testbed.lab.runner import PLAYBOOKS_DIR, ansible_run, failure_message
 
 
 class HostFailed(StateError):
@@ -49,14 +49,7 @@ class AnsibleHosts:
     def __init__(self, inventory: Path, run_dir: Path, *, become: bool = True,
                  runner_run: Callable[..., Any] | None = None,
                  playbooks_dir: Path = PLAYBOOKS_DIR):
-        if runner_run is None:
-            try:
-                import ansible_runner
-            except ImportError:
-                raise MissingRequirement("the lab profile needs ansible-runner and ansible-core: "
-                                         "pip install 'testbed[lab]'") from None
-            runner_run = ansible_runner.run
-        self._run = runner_run
+        self._run = runner_run or ansible_run()
         self.inventory = Path(inventory).resolve()
         self.work = Path(run_dir) / "ansible"
         self.work.mkdir(parents=True, exist_ok=True)

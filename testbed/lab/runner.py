@@ -120,18 +120,22 @@ class EventRecorder:
             self._fh.close()
 
 
+def ansible_run() -> Callable[..., Any]:
+    """ansible_runner.run, or one line saying how to install it."""
+    try:
+        import ansible_runner
+    except ImportError:
+        raise MissingRequirement("the lab profile needs ansible-runner and ansible-core: "
+                                 "pip install 'testbed[lab]'") from None
+    return ansible_runner.run
+
+
 def run_playbook(playbook: str, *, inventory: Path, run_dir: Path, extravars: Mapping[str, Any],
                  check: bool = False, limit: str | None = None, playbooks_dir: Path = PLAYBOOKS_DIR,
                  console: Console | None = None, runner_run: Callable[..., Any] | None = None
                  ) -> PlaybookResult:
     """Run `playbooks_dir/playbook` against `inventory`; raise PlaybookFailed when it stops."""
-    if runner_run is None:
-        try:
-            import ansible_runner
-        except ImportError:
-            raise MissingRequirement("the lab profile needs ansible-runner and ansible-core: "
-                                     "pip install 'testbed[lab]'") from None
-        runner_run = ansible_runner.run
+    runner_run = runner_run or ansible_run()
     if not (playbooks_dir / playbook).is_file():
         raise MissingRequirement(f"playbook not found: {playbooks_dir / playbook}")
     inventory = Path(inventory).resolve()
