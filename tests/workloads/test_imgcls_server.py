@@ -33,6 +33,18 @@ class TinyNet(torch.nn.Module):
         return x.mean(dim=(2, 3)) * 10
 
 
+class Counting(TinyNet):
+    """TinyNet that records the shape of every forward pass."""
+
+    def __init__(self, calls: list):
+        super().__init__()
+        self.calls = calls
+
+    def forward(self, x):
+        self.calls.append(tuple(x.shape))
+        return super().forward(x)
+
+
 def test_preprocess_shape_and_normalisation():
     server = load_server()
     img = ContentSet(n_images=1).images(1)[0]
@@ -46,13 +58,7 @@ def test_preprocess_shape_and_normalisation():
 def test_classify_batch_runs_one_batched_forward_pass():
     server = load_server()
     calls = []
-
-    class Counting(TinyNet):
-        def forward(self, x):
-            calls.append(tuple(x.shape))
-            return super().forward(x)
-
-    clf = server.Classifier(Counting(), ["red", "green", "blue"], device="cpu")
+    clf = server.Classifier(Counting(calls), ["red", "green", "blue"], device="cpu")
 
     async def main():
         async with TestServer(server.make_app(clf), host="127.0.0.1") as srv, aiohttp.ClientSession() as s:
@@ -155,13 +161,7 @@ def test_real_resnet152_server_answers_real_requests(tmp_path, capsys):
 def test_with_a_batch_size_requests_share_one_forward_pass():
     server = load_server()
     calls = []
-
-    class Counting(TinyNet):
-        def forward(self, x):
-            calls.append(tuple(x.shape))
-            return super().forward(x)
-
-    clf = server.Classifier(Counting(), ["red", "green", "blue"], device="cpu")
+    clf = server.Classifier(Counting(calls), ["red", "green", "blue"], device="cpu")
 
     async def main():
         app = server.make_app(clf, batch=3, batch_wait_s=2.0)
