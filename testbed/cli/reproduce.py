@@ -27,6 +27,8 @@ def reproduce_cmd(
                                             "models needed).")] = False,
     t54_duration: Annotated[float | None, typer.Option(help="Table 5.4 window in seconds.")] = None,
     t54_repetitions: Annotated[int | None, typer.Option(help="Table 5.4 repetitions.")] = None,
+    t54_start: Annotated[str | None, typer.Option(help="Table 5.4 window start, HH:MM of the test "
+                                                  "day (default 09:00).")] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Plain lines instead of the "
                                               "live view.")] = False,
 ) -> None:
@@ -43,9 +45,10 @@ def reproduce_cmd(
         raise typer.BadParameter("--t54-duration must be positive")
     if t54_repetitions is not None and t54_repetitions < 1:
         raise typer.BadParameter("--t54-repetitions must be at least 1")
+    start_s = None if t54_start is None else _clock(t54_start)
     result = reproduce(chosen, Options(
         quick=quick, out=out, traces_dir=traces, models_dir=models, rule_only=rule_only,
-        t54_duration_s=t54_duration, t54_repetitions=t54_repetitions,
+        t54_duration_s=t54_duration, t54_repetitions=t54_repetitions, t54_start_s=start_s,
         progress=lambda line: console.print(line, highlight=False, markup=False),
         show_runs=not no_progress))
     table = Table("artefact", "result", "summary", "min", title="Reproduction")
@@ -57,3 +60,11 @@ def reproduce_cmd(
                   f"{result.seconds / 60:.1f} min")
     if not result.passed:
         raise typer.Exit(1)
+
+
+def _clock(text: str) -> int:
+    """'13:30' -> seconds into the day; anything else is a usage error."""
+    hh, sep, mm = text.partition(":")
+    if not (sep and hh.isdigit() and mm.isdigit() and int(hh) < 24 and int(mm) < 60):
+        raise typer.BadParameter(f"--t54-start must be HH:MM within a day, got {text!r}")
+    return int(hh) * 3600 + int(mm) * 60

@@ -20,6 +20,7 @@ class Options:
     seed: int = 0
     t54_duration_s: float | None = None
     t54_repetitions: int | None = None
+    t54_start_s: int | None = None  # seconds into the test day; default T54_START_S
     progress: Callable[[str], None] = print
     show_runs: bool = True  # live view of scenario runs
 

@@ -163,18 +163,19 @@ def _table54(a: Artefact, partial: Path, options: Options) -> Verdict:
 
     duration = options.t54_duration_s or (T54_QUICK_S if options.quick else T54_FULL_S)
     reps = options.t54_repetitions or (1 if options.quick else T54_FULL_REPS)
+    start = T54_START_S if options.t54_start_s is None else options.t54_start_s
     path = SCENARIOS / "slo-testbed.yaml"
     data = dict(load_yaml_file(path).data)
     models = model_files(options.models_dir.resolve())
     data["services"] = [
         {**s, "model": str(models[s["name"]])} if not options.rule_only
         else {k: v for k, v in s.items() if k != "model"} for s in data["services"]]
-    data["clients"] = [{**c, "start_s": T54_START_S} for c in data["clients"]]
+    data["clients"] = [{**c, "start_s": start} for c in data["clients"]]
     data["traces_dir"] = str(options.traces_dir.resolve())
     data.update(duration_s=duration, repetitions=reps,
                 matrix={"policy": ["rule_v2"] if options.rule_only else ["ppo", "rule_v2"]},
                 expect=[], markers=[])
-    window = (f"{duration:g} s of the test day from {T54_START_S // 3600:02d}:00, "
+    window = (f"{duration:g} s of the test day from {start // 3600:02d}:{start % 3600 // 60:02d}, "
               f"{reps} repetition(s)")
     options.progress(f"Table 5.4: {window}")
     run_dir, rows = _run(path, partial, options, text=yaml.safe_dump(data, sort_keys=False))

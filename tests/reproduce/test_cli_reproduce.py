@@ -97,3 +97,12 @@ def test_a_model_this_checkout_cannot_read_is_named(tmp_path, capsys):
     (line,) = _lines(capsys.readouterr().err)
     assert "chatbot.zip cannot be used" in line and "testbed train chatbot" in line
     assert not (tmp_path / "rep").exists() and not (tmp_path / "rep.partial").exists()
+
+
+@pytest.mark.parametrize("start", ["25:00", "9", "ab:cd", "12:60"])
+def test_a_bad_table54_start_is_a_usage_error(tmp_path, capsys, start):
+    out = tmp_path / "rep"
+    rc = main(["reproduce", "table5.4", "--rule-only", "--t54-start", start, "--out", str(out)])
+    assert rc != 0
+    assert "--t54-start" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
