@@ -15,9 +15,10 @@ import numpy as np
 
 from testbed.metrics.window import WindowMetrics
 from testbed.profiles import ServiceProfile
-from testbed.sim.queueing import serve_exact, serve_fast
+from testbed.sim.queueing import group_order, serve_exact, serve_fast
 
 MAX_CHUNK_STEPS = 128
+RESTART_CHUNK_STEPS = 32  # after a scaling action: serving ahead costs less than another chunk
 _EPS = 1e-9  # times are whole milliseconds held as float seconds: edges compare with this slack
 SLO_COUNTING = ("completion", "arrival")
 
@@ -206,7 +207,7 @@ class SimService:
     def _rewind(self, now: float) -> None:
         """Make queues, cursor and round-robin pointer those of time `now` inside the current chunk."""
         chunk, self._chunk = self._chunk, None
-        self._next_steps = 1
+        self._next_steps = min(RESTART_CHUNK_STEPS, self._max_steps)
         if chunk is None or now >= chunk.t0 + len(chunk.outcomes) * chunk.step - 1e-9:
             return
         upto = int(np.searchsorted(chunk.arrivals, now, side="left"))
@@ -220,8 +221,8 @@ class SimService:
         later = _window_of(f_all, now, chunk.step) >= 0
         self._done = (f_all[later], lat_all[later])
         for k, inst in enumerate(self.instances):
-            mine = finish[(owner == k) & ~np.isnan(finish)]
-            inst.pending = sorted(f for f in [*chunk.start_pending[k], *mine.tolist()] if f > now)
+            mine = finish[(owner == k) & (finish > now)]  # NaN (dropped) compares False
+            inst.pending = sorted([f for f in chunk.start_pending[k] if f > now] + mine.tolist())
         self._cursor = chunk.i0 + upto
         for start, j0, rr, m in reversed(chunk.subs):
             if start <= now:
@@ -299,8 +300,10 @@ class SimService:
         n = len(a)
         bucket = np.floor(a / window + _EPS).astype(np.int64)
         key = who.astype(np.int64) * (1 << 40) + bucket
-        order = np.argsort(key, kind="stable")  # by group, arrival order within one
-        k_sorted = key[order]
+        # by group, arrival order within one: arrivals are sorted, so within an instance the
+        # windows already ascend and a stable sort on the instance alone orders the keys
+        order = None if len(self.instances) == 1 else group_order(who, len(self.instances))
+        k_sorted = key if order is None else key[order]
         new_group = np.ones(n, dtype=bool)
         new_group[1:] = k_sorted[1:] != k_sorted[:-1]
         starts = np.flatnonzero(new_group)
@@ -313,13 +316,16 @@ class SimService:
             at = np.minimum(np.searchsorted(old_keys, groups), len(old_keys) - 1)
             hit = old_keys[at] == groups
             prior[hit] = old_counts[at[hit]]
-            keep = ~np.isin(old_keys, groups)
+            keep = np.ones(len(old_keys), dtype=bool)  # groups seen again are re-added below
+            keep[at[hit]] = False
             old_keys, old_counts = old_keys[keep], old_counts[keep]
         ok_sorted = rank + np.repeat(prior, sizes) < limit
         keys = np.concatenate((old_keys, groups))
         counts = np.concatenate((old_counts, np.minimum(limit, prior + sizes)))
         by_key = np.argsort(keys)
         used[0], used[1] = keys[by_key], counts[by_key]
+        if order is None:
+            return ok_sorted
         ok = np.empty(n, dtype=bool)
         ok[order] = ok_sorted
         return ok
@@ -394,31 +400,42 @@ class SimService:
         instances still starting) and its testbed query (sum over pods / running pods). Without
         it, only ready instances count and draining ones count until they are gone."""
         per_window = round(step)
-        samples = t0 + self.util_sample_phase + np.arange(steps * per_window, dtype=np.float64) - 1e-6
+        n_samples = steps * per_window
+        samples = t0 + self.util_sample_phase + np.arange(n_samples, dtype=np.float64) - 1e-6
         cap = self.profile.capacity
-        total = np.zeros(len(samples))
-        present = np.zeros(len(samples))
+        m = len(self.instances)
+        # In flight at sample j: arrived at or before it and not finished by it. A time x counts
+        # from the first sample at or after it, index ceil(x - first sample); times are whole
+        # milliseconds, 1e-6 s off any sample, so the ceiling never sits on a rounding edge.
+        # One bincount per kind over (instance, sample) then a running sum replaces a search
+        # per instance.
+        origin = t0 + self.util_sample_phase - 1e-6
         ok = ~np.isnan(finish)
-        for k, inst in enumerate(self.instances):
-            if self.util_counts_starting:
-                alive = np.full(len(samples), not inst.draining)
-            else:
-                alive = samples + 2e-6 >= inst.ready_at
-                if inst.removed_at is not None:
-                    alive &= samples < inst.removed_at
-            mine = ok & (owner == k)
-            done = finish[mine]
-            if cap != 1:  # one server in FIFO order finishes its requests in arrival order
-                done = np.sort(done)
-            in_flight = np.searchsorted(a[mine], samples, side="right") - np.searchsorted(
-                done, samples, side="right"
-            )
-            if start_pending[k]:
-                in_flight += len(start_pending[k]) - np.searchsorted(
-                    np.sort(start_pending[k]), samples, side="right"
-                )
-            total += np.where(alive, np.minimum(in_flight, cap) / cap, 0.0)
-            present += alive
+        mine = owner[ok]
+        enter = np.ceil(a[ok] - origin).astype(np.int64)
+        leave = np.minimum(np.ceil(finish[ok] - origin).astype(np.int64), n_samples)
+        width = n_samples + 1
+        delta = np.bincount(mine * width + enter, minlength=m * width)
+        delta -= np.bincount(mine * width + leave, minlength=m * width)
+        held = [len(p) for p in start_pending]
+        if any(held):
+            ends = np.concatenate([np.asarray(p, dtype=np.float64) for p in start_pending])
+            who = np.repeat(np.arange(m), held)
+            gone = np.clip(np.ceil(ends - origin).astype(np.int64), 0, n_samples)
+            np.add.at(delta, who * width, 1)  # in flight from the first sample
+            np.add.at(delta, who * width + gone, -1)
+        in_flight = np.cumsum(delta.reshape(m, width)[:, :n_samples], axis=1)
+        if self.util_counts_starting:
+            alive = np.array([not inst.draining for inst in self.instances])[:, None]
+            alive = np.broadcast_to(alive, (m, n_samples))
+        else:
+            ready_at = np.array([inst.ready_at for inst in self.instances])[:, None]
+            removed = np.array([np.inf if inst.removed_at is None else inst.removed_at
+                                for inst in self.instances])[:, None]
+            alive = (samples + 2e-6 >= ready_at) & (samples < removed)
+        busy = np.minimum(in_flight, cap) / cap if cap != 1 else np.minimum(in_flight, 1)
+        total = np.where(alive, busy, 0.0).sum(axis=0)
+        present = alive.sum(axis=0)
         total = total.reshape(steps, per_window)
         present = present.reshape(steps, per_window)
         seen = present > 0

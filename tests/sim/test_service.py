@@ -147,13 +147,14 @@ def test_paper_profiles_carry_the_published_simulators_limits():
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_fast_kernel_matches_exact_walk(seed):
+@pytest.mark.parametrize("m", [1, 3])
+def test_fast_kernel_matches_exact_walk(seed, m):
     rng = np.random.default_rng(seed)
-    n, m, q = 400, 3, 2
+    n, q = 400, 2
     a = np.sort(rng.uniform(0, 60, n))
     s = rng.uniform(0.1, 1.5, n)  # overloaded: many drops
     slot = rng.integers(0, m, n)
-    pend_a = [[1.0, 2.5], [], [0.5]]
+    pend_a = [[1.0, 2.5], [], [0.5]][:m]
     pend_b = [list(p) for p in pend_a]
     f_exact = serve_exact(a, s, slot, pend_a, 1, q)
     f_fast = serve_fast(a, s, slot, pend_b, q)
@@ -209,3 +210,49 @@ def test_deterministic_under_seed():
     prof = PROFILES["tts"]
     assert _run(prof, 5, 64) == _run(prof, 5, 64)
     assert _run(prof, 5, 64) != _run(prof, 6, 64)
+
+
+def _utilization_by_sample(svc: SimService, t0: float, steps: int, a, finish, owner, pending):
+    """The definition, one sample and one instance at a time: in flight = arrived at or before
+    the sample and not finished by it (requests held from before the window included)."""
+    out = []
+    for w in range(steps):
+        per_sample = []
+        for j in range(30):
+            t = t0 + svc.util_sample_phase + 30 * w + j - 1e-6
+            busy = present = 0.0
+            for k, inst in enumerate(svc.instances):
+                if svc.util_counts_starting:
+                    alive = not inst.draining
+                else:
+                    alive = t + 2e-6 >= inst.ready_at and (inst.removed_at is None or t < inst.removed_at)
+                if not alive:
+                    continue
+                held = sum(1 for f in pending[k] if f > t)
+                held += sum(1 for x, f, o in zip(a, finish, owner, strict=True)
+                            if o == k and not np.isnan(f) and x <= t < f)
+                busy += min(held, inst_cap := svc.profile.capacity) / inst_cap
+                present += 1
+            if present:
+                per_sample.append(busy / present)
+        out.append(sum(per_sample) / len(per_sample) if per_sample else 0.0)
+    return out
+
+
+@pytest.mark.parametrize("counts_starting", [True, False])
+@pytest.mark.parametrize("phase", [0.0, 0.5])
+def test_utilization_matches_its_definition_sample_by_sample(counts_starting, phase):
+    rng = np.random.default_rng(7)
+    prof = profile(900.0, queue=5)
+    arrivals = np.sort(rng.integers(0, 90_000, 120)) / 1000.0  # whole milliseconds, 3 windows
+    svc = SimService(prof, arrivals, rng, util_counts_starting=counts_starting,
+                     util_sample_phase=phase)
+    svc.instances[0].pending = [0.4, 1.2]
+    svc.scale(3, 0.0)  # two more, starting: ready after the start-up delay
+    svc.instances[1].ready_at, svc.instances[2].ready_at = 20.0, 45.5
+    chunk = svc._serve_chunk(0.0, 30.0, 3)
+    got = [chunk.outcomes[w].window.utilization for w in range(3)]
+    want = _utilization_by_sample(svc, 0.0, 3, chunk.arrivals, chunk.finish, chunk.owner,
+                                  chunk.start_pending)
+    assert got == pytest.approx(want)
+    assert min(got) > 0.0 and max(got) <= 1.0
