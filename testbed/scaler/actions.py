@@ -20,19 +20,15 @@ def action_delta(index: int) -> int:
 def action_mask(instances: int, free_units: int, units_per_instance: int, cooldown: int) -> Mask:
     """Algorithm 1: at least one instance; scale-up only into free units; no scale-down during
     the cooldown after a scale-up. Free units are counted in instances of this service."""
-    m = [1, 1, 1, 1, 1]
-    if instances <= 2:
-        m[0] = 0
-    if instances <= 1:
-        m[1] = 0
-    if cooldown > 0:
-        m[0] = m[1] = 0
+    down = cooldown <= 0
     room = free_units // max(units_per_instance, 1)
-    if room <= 1:
-        m[4] = 0
-    if room <= 0:
-        m[3] = 0
-    return (m[0], m[1], m[2], m[3], m[4])
+    return (
+        int(down and instances > 2),
+        int(down and instances > 1),
+        1,
+        int(room > 0),
+        int(room > 1),
+    )
 
 
 def mask_code(mask: Mask) -> float:

@@ -65,6 +65,9 @@ class ScalerLoop:
         self.clock = clock
         self._states = {s: StateBuilder.for_service(s) for s in self.policies}
         self._cooldown = dict.fromkeys(self.policies, 0)
+        # isinstance on a Protocol walks its members: decided once here, not on every decision
+        self._targeted = {s: isinstance(p, TargetPolicy) for s, p in self.policies.items()}
+        self._counted = {s: hasattr(p, "replicas") for s, p in self.policies.items()}
 
     def decide_all(self) -> list[Decision]:
         """One decision per service; a target policy shared by several services plans them together."""
@@ -73,7 +76,7 @@ class ScalerLoop:
         for service, policy in self.policies.items():
             if service in done:
                 continue
-            if isinstance(policy, TargetPolicy):
+            if self._targeted[service]:
                 group = [s for s, p in self.policies.items() if p is policy]
                 out.extend(self._decide_targets(policy, group))
                 done.update(group)
@@ -119,8 +122,8 @@ class ScalerLoop:
 
     def decide(self, service: str) -> Decision:
         policy = self.policies[service]
-        if isinstance(policy, TargetPolicy):
-            return self._decide_targets(policy, [service])[0]
+        if self._targeted[service]:
+            return self._decide_targets(policy, [service])[0]  # type: ignore[arg-type]
         window = self.metrics(service)
         backend = self.backend
         total = backend.total_units()
@@ -129,7 +132,7 @@ class ScalerLoop:
         units = max(backend.units_per_replica(service), 1)
         mask = action_mask(before, free, units, self._cooldown[service])
         obs = self._states[service].push(window, mask, before, free // units, total)
-        if hasattr(policy, "replicas"):
+        if self._counted[service]:
             policy.replicas = before  # a policy that needs the count (HPA) gets it here
         started = time.perf_counter()
         proposed = action_delta(policy.act(obs, mask))
