@@ -61,9 +61,11 @@ def run_reference(
     seed: int = 0,
     steps: int = 2880,
     services: tuple[str, ...] = ("chatbot", "imgcls", "tts"),
-) -> tuple[dict[str, RefResult], float]:
+    with_cpu: bool = False,
+) -> tuple[dict[str, RefResult], float] | tuple[dict[str, RefResult], float, float]:
     """Rule-based v2 on the test day (shifts 0/8/16 h); returns per-service means (as its
-    EvalStats computes them) and lock steps per second (one step = every service advances 30 s)."""
+    EvalStats computes them) and lock steps per second (one step = every service advances 30 s);
+    `with_cpu` adds steps per second of this process's CPU time."""
     import simpy
 
     utils, env_mod, rules = _modules(Path(ref_dir))
@@ -92,7 +94,7 @@ def run_reference(
         with contextlib.redirect_stdout(io.StringIO()):
             for s in services:
                 obs[s], _ = envs[s].reset()
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             for _ in range(steps):
                 for s in services:
                     o = obs[s]
@@ -103,8 +105,11 @@ def run_reference(
                     acc[1] += int(float(obs[s][-1]) * total_units)
                     acc[2] += float(info["avg_proc_time"])
             elapsed = time.perf_counter() - started
+            cpu = time.process_time() - cpu_started
     out = {}
     for s, (slo, inst, proc) in sums.items():
         slo, inst, proc = slo / steps, inst / steps, proc / steps
         out[s] = RefResult(s, slo, inst, proc, -(0.9 * slo + 0.1 * inst / total_units))
+    if with_cpu:
+        return out, steps / elapsed, steps / cpu
     return out, steps / elapsed
