@@ -12,9 +12,12 @@ from typing import Any
 from testbed.profiles.paper import PAPER_TABLES, TABLE_5_4
 from testbed.reproduce.artefacts import SERVICES, model_files, trace_files
 
-# Tolerances (stated in every report). The simulator's own fidelity floor is 10 % of the paper's
-# rule-based reward at Table 5.1's load (docs/sim.md); the same bound is used for every table.
-SIM_REWARD_REL = 0.10
+# Tolerances (stated in every report): issue 11's fidelity floors for the simulator. Table 5.1's
+# rule-based cells, the text's baseline, within 3 % of the paper's reward and 5 % of its
+# instances; every other cell of Tables 5.1-5.3 (DRL, and rule v2 at other loads) within 15 %.
+SIM_RULE_51_REWARD_REL = 0.03
+SIM_RULE_51_INSTANCES_REL = 0.05
+SIM_REWARD_REL = 0.15
 # Table 5.4 on the local testbed: a window of the test day, not the whole day, on emulated
 # replicas. A cell passes when it is within 2 run-to-run standard deviations of the paper or
 # within this absolute reward / SLO distance, whichever is wider.
@@ -88,10 +91,7 @@ def sim_table(key: str, *, traces_dir: Path, models_dir: Path | None, seed: int 
             ours = {"slo_violation_rate": r.slo_violation_rate, "instances": r.instances,
                     "proc_time_s": r.proc_time, "reward": r.reward}
             paper = _paper_cell(key, policy, s)
-            rel = (r.reward - paper["reward"]) / abs(paper["reward"])
-            ok = abs(rel) <= SIM_REWARD_REL
-            cells.append(Cell(s, policy, ours, paper, passed=ok,
-                              why="" if ok else f"reward {rel:+.0%} from the paper"))
+            cells.append(_judged_sim_cell(key, policy, s, ours, paper))
     table = TableResult(key, f"{spec.name}: simulator, {spec.total_units} units, ratios "
                         + ", ".join(f"{s} {v:g}" for s, v in spec.ratios.items()), cells)
     if max_steps is not None:
@@ -109,6 +109,20 @@ def sim_table(key: str, *, traces_dir: Path, models_dir: Path | None, seed: int 
                                  f"{c.ours['reward']:.4f} vs {b:.4f}"))
     _ordering(table)
     return table
+
+
+def _judged_sim_cell(key: str, policy: str, service: str, ours: dict[str, float | None],
+                     paper: dict[str, float]) -> Cell:
+    rule_51 = key == "5.1" and policy == "rule_v2"
+    limits = {"reward": SIM_RULE_51_REWARD_REL if rule_51 else SIM_REWARD_REL}
+    if rule_51:
+        limits["instances"] = SIM_RULE_51_INSTANCES_REL
+    why = []
+    for m, limit in limits.items():
+        rel = ((ours[m] or 0.0) - paper[m]) / abs(paper[m])
+        if abs(rel) > limit:
+            why.append(f"{m} {rel:+.1%} from the paper (tolerance {limit:.0%})")
+    return Cell(service, policy, ours, paper, passed=not why, why="; ".join(why))
 
 
 def _ordering(table: TableResult) -> None:
@@ -166,9 +180,11 @@ def testbed_table(rows: list[dict[str, Any]], *, window: str) -> TableResult:
 
 def rule_text() -> list[str]:
     return [
-        f"Tables 5.1-5.3 (simulator, whole test day): a cell passes when its reward is within "
-        f"{100 * SIM_REWARD_REL:g} % of the paper's (the simulator's fidelity floor, docs/sim.md); "
-        "every policy's reward must stay at or below the oracle bound",
+        f"Tables 5.1-5.3 (simulator, whole test day): Table 5.1's rule v2 cells pass within "
+        f"{100 * SIM_RULE_51_REWARD_REL:g} % of the paper's reward and "
+        f"{100 * SIM_RULE_51_INSTANCES_REL:g} % of its instances, every other cell within "
+        f"{100 * SIM_REWARD_REL:g} % of the paper's reward (the simulator's fidelity floors, "
+        "docs/sim.md); every policy's reward must stay at or below the oracle bound",
         f"Table 5.4 (local testbed): a cell passes when reward and SLO violation rate are within "
         f"2 run-to-run standard deviations of the paper's, or within {TB_REWARD_ABS:g} "
         f"(reward) / {TB_SLO_ABS:g} (SLO rate) when that is wider",
