@@ -174,7 +174,9 @@ def test_the_policies_ci_scenario_loads():
     from testbed.scenario.load import load_scenario
 
     scn = load_scenario(root / "scenarios" / "policies-ci.yaml")
-    assert [s.name for s in scn.scenario.services] == ["chatbot", "imgcls"]
+    assert [s.name for s in scn.scenario.services] == ["chatbot", "imgcls", "tts"]
+    assert scn.scenario.matrix["policy"] == ["fa2", "rule_v2", "inss", "ddpg"]
+    assert scn.scenario.interference is True
 
 
 SHARE = """\
