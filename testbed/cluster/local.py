@@ -243,7 +243,10 @@ class LocalCluster:
         if target.share_pct == self._share[service]:
             fits = self._fits(target.share_pct, target.replicas - len(active))
             self._prefer[service] = list(target.gpus[len(active):]) if target.gpus else []
-            self.scale(service, len(active) + fits if target.replicas > len(active) else target.replicas)
+            try:
+                self.scale(service, len(active) + fits if target.replicas > len(active) else target.replicas)
+            finally:
+                self._prefer[service] = []  # a replica replaced later goes where it fits
             return self.target(service)
         fits = self._fits(target.share_pct, target.replicas)
         if fits == 0:
@@ -256,6 +259,7 @@ class LocalCluster:
         self._prefer[service] = list(target.gpus) if target.gpus else []
         for _ in range(fits):
             self._spawn(service)
+        self._prefer[service] = []
         self._notify()
         return ServiceTarget(fits, target.share_pct, target.batch)
 
