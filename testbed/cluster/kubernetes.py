@@ -110,6 +110,7 @@ class KubernetesCluster:
         self._sleep = sleep
         self.max_units = max_units
         self.node_address = node_address
+        self._units: dict[str, int] = {}  # units per pod that `configure` set (share / 25 %)
         config = getattr(getattr(apps_api, "api_client", None), "configuration", None)
         self.api_host = getattr(config, "host", None) or "the Kubernetes API server"
 
@@ -169,6 +170,8 @@ class KubernetesCluster:
 
     def units_per_replica(self, service: str) -> int:
         svc = self._service(service)
+        if service in self._units:  # a share policy changed the pods' share (and units)
+            return self._units[service]
         if svc.units_per_replica is not None:
             return svc.units_per_replica
         dep = self._call("read", self._deployment(service), self.apps.read_namespaced_deployment)
@@ -241,17 +244,18 @@ class KubernetesCluster:
         """One patch of the Deployment: replicas, the container's MPS share and batch size (env),
         and ceil(share / 25 %) GPU units. A changed pod template rolls the Deployment: new pods
         start while the old ones serve (maxSurge), as InSS's shadow replicas do. Placement
-        (`gpus`) is left to the scheduler."""
+        (`gpus`) is left to the scheduler. Applies as many replicas as the free units and the
+        ones the service holds can take (none fit: nothing changes)."""
         current = self.target(service)
         units = max(1, math.ceil(target.share_pct / UNIT_PCT - 1e-9))
+        held = self.desired_replicas(service) * self.units_per_replica(service)
+        replicas = min(target.replicas, (self.free_units() + held) // units)
+        if replicas < 1:
+            return current
         if (target.share_pct, target.batch) == (current.share_pct, current.batch):
-            self.scale(service, target.replicas)
-            return ServiceTarget(target.replicas, current.share_pct, current.batch)
+            self.scale(service, replicas)
+            return ServiceTarget(replicas, current.share_pct, current.batch)
         dep = self._call("read", self._deployment(service), self.apps.read_namespaced_deployment)
-        extra = target.replicas * units - current.replicas * self.units_per_replica(service)
-        if extra > self.free_units():
-            raise StateError(f"{service}: {target.replicas} replicas of {units} {self.resource} units "
-                             f"need {extra} more, {self.free_units()} free")
         containers = dep.spec.template.spec.containers or []
         if not containers:
             raise StateError(f"{service}: the Deployment has no container to configure")
@@ -261,11 +265,12 @@ class KubernetesCluster:
         env = [{**e, "value": values.pop(e["name"], e["value"])} for e in _env_list(c)]
         env += [{"name": k, "value": v} for k, v in values.items()]
         amount = {self.resource: str(units)}
-        body = {"spec": {"replicas": int(target.replicas), "template": {"spec": {"containers": [
+        body = {"spec": {"replicas": int(replicas), "template": {"spec": {"containers": [
             {"name": c.name, "env": env, "resources": {"requests": amount, "limits": amount}}]}}}}
         self._call("configure", self._deployment(service), self.apps.patch_namespaced_deployment,
                    body=body)
-        return ServiceTarget(target.replicas, target.share_pct, target.batch)
+        self._units[service] = units
+        return ServiceTarget(replicas, target.share_pct, target.batch)
 
     # --- beyond the protocol ----------------------------------------------------------------
 

@@ -1,5 +1,11 @@
 """The local profile's cluster: emulated replicas as processes (one per replica) behind the
-in-process load balancer, sharing a pool of resource units; implements ClusterBackend."""
+in-process load balancer, sharing a pool of resource units; implements ClusterBackend.
+
+Replicas hold a share of an emulated GPU (four 25 % units to a GPU). With `interference=True`
+each replica's processing time is stretched by InSS's interference term for the replicas beside
+it on its GPU (`testbed.profiles.gpu_stretches`, the profile's curve the simulator uses too);
+when neighbours come (ready) or go (exited), the cluster tells every ready replica its new
+stretch, and its batch size, through the replica's token-guarded `POST /_config`."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import itertools
 import json
 import logging
 import os
+import secrets
 import signal
 import sys
 import time
@@ -20,11 +27,12 @@ from typing import IO
 import aiohttp
 
 from testbed.cluster.base import ServiceTarget
+from testbed.cluster.replica import TOKEN_ENV
 from testbed.errors import ConfigError, ConfigProblem, StateError
 from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.window import WindowMetrics
 from testbed.net.cmd import die_with_parent
-from testbed.profiles import ServiceProfile, default_profiles
+from testbed.profiles import ServiceProfile, default_profiles, gpu_stretches
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +59,8 @@ class ReplicaProcess:
     gpu: int = 0  # which emulated GPU's share it holds
     share: float = 25.0  # MPS share, % of that GPU
     retiring: bool = False  # replaced by replicas with a new share: stops once they are ready
+    stretch: float = 1.0  # 1 + interference from its GPU's neighbours (interference=True)
+    told: tuple[int, float] | None = None  # (batch, stretch) the process has, as far as we know
 
     @property
     def live(self) -> bool:
@@ -82,6 +92,7 @@ class LocalCluster:
         seed: int = 0,
         on_event: Callable[[ClusterEvent], None] | None = None,
         use_espeak: bool = True,
+        interference: bool = False,
     ):
         self.profiles = profiles or default_profiles()
         names = services or list(self.profiles)
@@ -100,6 +111,10 @@ class LocalCluster:
         self.replace_dead = replace_dead
         self.log_dir = Path(log_dir) if log_dir else None
         self.use_espeak = use_espeak
+        self.interference = interference
+        self._token = secrets.token_urlsafe(32)  # replicas' /_config; in their environment only
+        self._tells: set[asyncio.Task[None]] = set()
+        self._prefer: dict[str, list[int]] = {}  # GPUs a policy asked for, for replicas to come
         self.seed = seed
         self.on_event = on_event
         self.events: list[ClusterEvent] = []
@@ -223,25 +238,28 @@ class LocalCluster:
         if prof.gpu is None and (target.batch != 1 or target.share_pct != self._share[service]):
             raise ConfigError([ConfigProblem("services", None, f"{service}.gpu",
                                              "the profile has no gpu curve: only batch 1 at its own share")])
-        if target.batch != self._batch[service]:
-            self._batch[service] = target.batch
-            for r in self._replicas[service]:
-                if r.state == "ready" and r.url:
-                    asyncio.get_running_loop().create_task(self._tell_batch(r, target.batch))
+        self._batch[service] = target.batch  # ready replicas are told at the _notify() below
         active = [r for r in self._replicas[service] if r.state in ("starting", "ready")]
         if target.share_pct == self._share[service]:
             fits = self._fits(target.share_pct, target.replicas - len(active))
-            self.scale(service, len(active) + fits if target.replicas > len(active) else target.replicas)
+            self._prefer[service] = list(target.gpus[len(active):]) if target.gpus else []
+            try:
+                self.scale(service, len(active) + fits if target.replicas > len(active) else target.replicas)
+            finally:
+                self._prefer[service] = []  # a replica replaced later goes where it fits
             return self.target(service)
         fits = self._fits(target.share_pct, target.replicas)
         if fits == 0:
+            self._notify()
             return self.target(service)
         self._share[service] = target.share_pct
         for r in active:
             r.retiring = True
         self._desired[service] = fits
+        self._prefer[service] = list(target.gpus) if target.gpus else []
         for _ in range(fits):
             self._spawn(service)
+        self._prefer[service] = []
         self._notify()
         return ServiceTarget(fits, target.share_pct, target.batch)
 
@@ -256,16 +274,79 @@ class LocalCluster:
             n += 1
         return n
 
-    def _place(self, share: float) -> int:
+    def _place(self, share: float, wanted: int | None = None) -> int:
+        """The GPU a policy asked for if the share fits there, else the first that fits."""
         free = self.gpu_free_pct()
+        if wanted is not None and 0 <= wanted < len(free) and free[wanted] + 1e-9 >= share:
+            return wanted
         return next((k for k, f in enumerate(free) if f + 1e-9 >= share), 0)
 
-    async def _tell_batch(self, r: ReplicaProcess, batch: int) -> None:
-        if self._http is None:
+    # ---- interference and reconfiguration ---------------------------------------------------------
+    def _pressing(self) -> list[ReplicaProcess]:
+        """Replicas that run kernels on their GPU: ready ones, and draining ones until they exit
+        (a starting one presses nobody yet, as in the simulator)."""
+        return [r for reps in self._replicas.values() for r in reps if r.state in ("ready", "draining")]
+
+    def _stretch_of(self, r: ReplicaProcess, pressing: list[ReplicaProcess]) -> float:
+        if not self.interference:
+            return 1.0
+        others = [x for x in pressing if x is not r]
+        placed = [(x.name, x.gpu, x.share, self.profiles[x.service].gpu) for x in [*others, r]]
+        return gpu_stretches(placed)[r.name]
+
+    def _refresh(self) -> None:
+        """Recompute every live replica's stretch from the placement; tell each ready replica
+        whose batch or stretch differs from what it has."""
+        pressing = self._pressing()
+        for reps in self._replicas.values():
+            for r in reps:
+                if r.live:
+                    r.stretch = self._stretch_of(r, pressing)
+        if self._closing or self._http is None:
             return
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with self._http.post(r.url + "/_config", json={"batch": batch}) as resp:
+        for reps in self._replicas.values():
+            for r in reps:
+                want = (self._batch[r.service], r.stretch)
+                if r.state == "ready" and r.url and r.told != want:
+                    r.told = want
+                    task = asyncio.get_running_loop().create_task(self._tell(r, *want))
+                    self._tells.add(task)
+                    task.add_done_callback(self._tells.discard)
+
+    async def _tell(self, r: ReplicaProcess, batch: int, stretch: float) -> None:
+        assert self._http is not None
+        body = {"batch": batch, "stretch": stretch}
+        try:
+            async with self._http.post(r.url + "/_config", json=body,
+                                       headers={"Authorization": f"Bearer {self._token}"}) as resp:
                 await resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"HTTP {resp.status}")
+        except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+            if r.state == "ready":  # a replica that went away meanwhile needs nothing
+                r.told = None  # the next change tries again
+                self._event(r, "config_failed", f"batch {batch}, stretch {stretch:.4f}: {exc}")
+
+    async def probe(self) -> list[dict[str, object]]:
+        """What each ready replica reports (GET /healthz) beside what the cluster set for it:
+        share, batch and interference stretch."""
+        if self._http is None:
+            return []
+        ready = [r for reps in self._replicas.values() for r in reps if r.state == "ready" and r.url]
+
+        async def one(r: ReplicaProcess) -> dict[str, object]:
+            row: dict[str, object] = {"service": r.service, "replica": r.name, "gpu": r.gpu,
+                                      "share_set": r.share, "batch_set": self._batch[r.service],
+                                      "stretch_set": r.stretch}
+            try:
+                async with self._http.get(r.url + "/healthz") as resp:  # type: ignore[union-attr]
+                    doc = await resp.json(content_type=None)
+                row.update(share=doc.get("share_pct"), batch=doc.get("batch"), stretch=doc.get("stretch"))
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                row["error"] = str(exc) or type(exc).__name__
+            return row
+
+        return list(await asyncio.gather(*(one(r) for r in ready)))
 
     def endpoint(self, service: str) -> str:
         return self.lb.endpoint(self._check(service))
@@ -355,7 +436,10 @@ class LocalCluster:
     # ---- replica processes -------------------------------------------------------------------------
     def _spawn(self, service: str, replaces: str | None = None) -> None:
         share = self._share[service]
-        r = ReplicaProcess(service, f"{service}-{next(self._counter)}", gpu=self._place(share), share=share)
+        prefer = self._prefer.get(service)
+        wanted = prefer.pop(0) if prefer else None
+        r = ReplicaProcess(service, f"{service}-{next(self._counter)}", gpu=self._place(share, wanted),
+                           share=share)
         self._replicas[service].append(r)
         r.task = asyncio.get_running_loop().create_task(self._run_replica(r, replaces))
 
@@ -384,6 +468,10 @@ class LocalCluster:
             args.append("--no-espeak")
         if self._batch[r.service] != 1 or r.share != 25.0:
             args += ["--batch", str(self._batch[r.service]), "--share", repr(r.share)]
+        r.stretch = self._stretch_of(r, self._pressing())
+        if r.stretch != 1.0:
+            args += ["--stretch", repr(r.stretch)]
+        r.told = (self._batch[r.service], r.stretch)
         stderr: IO[bytes] | int = asyncio.subprocess.DEVNULL
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -398,7 +486,7 @@ class LocalCluster:
                 stdin=asyncio.subprocess.DEVNULL,
                 start_new_session=True,
                 preexec_fn=die_with_parent(),  # a SIGKILLed harness leaves no replica behind
-                env=_child_env(),
+                env=_child_env(self._token),
             )  # Ctrl-C at a terminal reaches us, we stop replicas gracefully
             self._event(
                 r,
@@ -516,6 +604,7 @@ class LocalCluster:
             self.on_event(ev)
 
     def _notify(self) -> None:
+        self._refresh()
         self._change.set()
         self._change = asyncio.Event()
 
@@ -523,9 +612,10 @@ class LocalCluster:
         return ", ".join(f"{s} {self.ready_replicas(s)}/{self._desired[s]}" for s in self._names)
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(token: str) -> dict[str, str]:
     # Replicas run the same testbed package as this process (a worktree copy, not an installed one).
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
+    env[TOKEN_ENV] = token
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env

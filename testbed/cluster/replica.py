@@ -1,13 +1,20 @@
 """One emulated replica of an AI service: an aiohttp server speaking the service's real API, with
 the profile's capacity, queue limit, processing time and startup time (divided by a time-scale
-factor). Run as a process: `python3 -m testbed.cluster.replica --service imgcls --profile JSON`."""
+factor). Run as a process: `python3 -m testbed.cluster.replica --service imgcls --profile JSON`.
+
+`POST /_config` changes the batch size and the interference stretch of a running replica (the
+cluster tells it when its neighbours on the emulated GPU change); it needs
+`Authorization: Bearer <token>`, the token the cluster hands its replicas in TOKEN_ENV (the
+environment, not the command line that every user can read). A replica without one refuses it."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import hmac
 import json
+import math
 import os
 import random
 import signal
@@ -21,6 +28,7 @@ from testbed.cluster import payload
 from testbed.profiles import ServiceProfile
 
 HEADER_TIMEOUT_S = 60.0  # aiohttp closes a connection idle, or sending headers, this long
+TOKEN_ENV = "TESTBED_REPLICA_TOKEN"  # the cluster's token for /_config
 
 
 class EmulatedReplica:
@@ -36,6 +44,8 @@ class EmulatedReplica:
         launched_at: float | None = None,
         batch: int = 1,
         share_pct: float | None = None,
+        stretch: float = 1.0,
+        admin_token: str | None = None,
     ):
         if service not in ("chatbot", "imgcls", "tts"):
             raise ValueError(f"unknown service {service!r}")
@@ -64,9 +74,23 @@ class EmulatedReplica:
         self.batch = batch
         self.share_pct = share_pct
         self._batched = batch != 1 or share_pct is not None
+        # 1 + InSS's interference term for the neighbours on this replica's emulated GPU (the
+        # cluster computes it from the placement): every processing time is multiplied by it
+        if not (math.isfinite(stretch) and stretch >= 1.0):
+            raise ValueError(f"stretch must be a finite number >= 1, got {stretch}")
+        self.stretch = stretch
+        self._admin = f"Bearer {admin_token}".encode() if admin_token else None
         self._queue: list[tuple[float, asyncio.Future, object]] = []
         self._kick = asyncio.Event()
         self._batcher: asyncio.Task | None = None
+
+    @property
+    def share(self) -> float:
+        """The MPS share (%) it runs at: the one it was given, else the profile's (DRAFAS's 25 %
+        per unit)."""
+        if self.share_pct is not None:
+            return self.share_pct
+        return self.profile.gpu.ref_share_pct if self.profile.gpu else 25.0 * self.profile.units
 
     @property
     def ready(self) -> bool:
@@ -98,22 +122,42 @@ class EmulatedReplica:
             "draining": self.draining,
             "in_process": self.in_process,
             "waiting": self.waiting,
+            "batch": self.batch,
+            "share_pct": self.share,
+            "stretch": self.stretch,
         }
         return web.json_response(state, status=200 if self.ready else 503)
 
     async def set_config(self, request: web.Request) -> web.Response:
-        """POST {"batch": n}: a new batch size at once (FA2 reconfigures batches without a restart)."""
+        """POST {"batch": n, "stretch": x} (either or both): a new batch size at once (FA2
+        reconfigures batches without a restart) and the interference stretch from now on."""
+        if self._admin is None:
+            return web.json_response({"error": "this replica takes no configuration"}, status=403)
+        if not hmac.compare_digest(request.headers.get("Authorization", "").encode(), self._admin):
+            return web.json_response({"error": "admin token required"}, status=401)
         try:
-            batch = int((await request.json())["batch"])
-            if batch < 1:
+            doc = await request.json()
+            if not isinstance(doc, dict) or not doc.keys() & {"batch", "stretch"} \
+                    or doc.keys() - {"batch", "stretch"}:
                 raise ValueError
-        except (ValueError, KeyError, TypeError):
-            return web.json_response({"error": "body must be JSON with 'batch' >= 1"}, status=400)
+            batch = doc.get("batch", self.batch)
+            stretch = doc.get("stretch", self.stretch)
+            if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+                raise ValueError
+            if isinstance(stretch, bool) or not isinstance(stretch, int | float) \
+                    or not math.isfinite(stretch) or stretch < 1.0:
+                raise ValueError
+        except (ValueError, TypeError):
+            return web.json_response(
+                {"error": "body must be JSON with 'batch' (an integer >= 1) and/or 'stretch' "
+                          "(a number >= 1)"}, status=400)
         if batch != 1 and self.profile.gpu is None:
             return web.json_response({"error": "the profile has no gpu curve"}, status=400)
         self.batch = batch
+        self.stretch = float(stretch)
         self._batched = self._batched or batch != 1
-        return web.json_response({"batch": self.batch, "share_pct": self.share_pct})
+        return web.json_response({"batch": self.batch, "share_pct": self.share_pct,
+                                  "stretch": self.stretch})
 
     async def _run(self, work):  # type: ignore[no-untyped-def]
         """Admit, wait for a slot, do the work, pad to the drawn processing time."""
@@ -137,7 +181,7 @@ class EmulatedReplica:
                 try:
                     start = time.monotonic()
                     lo, hi = self.profile.proc_time_ms
-                    target = self.rng.uniform(lo, hi) / 1000.0 / self.time_scale
+                    target = self.rng.uniform(lo, hi) * self.stretch / 1000.0 / self.time_scale
                     result = await work()
                     rest = target - (time.monotonic() - start)
                     if rest > 0:
@@ -188,7 +232,8 @@ class EmulatedReplica:
             lo, hi = self.profile.proc_time_ms
             draw = sum(self.rng.uniform(lo, hi) for _ in take) / len(take)
             share = g.ref_share_pct if self.share_pct is None else self.share_pct
-            target = draw * g.batch_factor(len(take)) * g.share_factor(share) / 1000.0 / self.time_scale
+            target = (draw * g.batch_factor(len(take)) * g.share_factor(share) * self.stretch
+                      / 1000.0 / self.time_scale)
             results = await asyncio.gather(*(w() for _, _, w in take), return_exceptions=True)
             rest = target - (time.monotonic() - start)
             if rest > 0:
@@ -325,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
     ap.add_argument("--batch", type=int, default=1, help="batch size (needs the profile's gpu curve)")
     ap.add_argument("--share", type=float, default=None, help="MPS share, %% of one GPU (gpu curve)")
+    ap.add_argument("--stretch", type=float, default=1.0,
+                    help="1 + interference from the neighbours on its emulated GPU")
     args = ap.parse_args(argv)
     profile = ServiceProfile.model_validate(json.loads(args.profile))
 
@@ -338,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
             launched_at=args.launched_at,
             batch=args.batch,
             share_pct=args.share,
+            stretch=args.stretch,
+            admin_token=os.environ.get(TOKEN_ENV) or None,
         )
         await serve(
             replica, args.host, args.port, announce=lambda s: print(s, flush=True), parent_pid=args.parent_pid

@@ -153,6 +153,7 @@ class PlanKube:
         self.replicas = dict(replicas)
         self.units = units
         self.node_ports = node_ports or {}
+        self.templates: dict[str, tuple[dict[str, str], int]] = {}  # name -> (env, units per pod)
         self.api_client = NS(configuration=NS(host="(check mode)"))
 
     def read_namespaced_deployment_scale(self, name: str, namespace: str) -> Any:
@@ -169,6 +170,26 @@ class PlanKube:
         self.log(f"GET deployments/{name}/status", group="k8s reads")
         return NS(status=NS(ready_replicas=self.replicas.get(name, 1)))
 
+    def read_namespaced_deployment(self, name: str, namespace: str) -> Any:
+        """The pod template as a share policy reads it: its env (MPS share, batch) and GPU units."""
+        self.log(f"GET deployments/{name}", group="k8s reads")
+        env, units = self.templates.get(name, ({}, 1))
+        container = NS(name=name, env=[NS(name=k, value=v) for k, v in env.items()],
+                       resources=NS(requests={"nvidia.com/gpu": str(units)}, limits={}))
+        return NS(spec=NS(replicas=self.replicas.get(name, 1), template=NS(spec=NS(
+            containers=[container], init_containers=None))))
+
+    def patch_namespaced_deployment(self, name: str, namespace: str, body: Any) -> Any:
+        """A share policy's configure: replicas, env and GPU units in one patch (logged whole)."""
+        self.log(f"k8s PATCH /apis/apps/v1/namespaces/{namespace}/deployments/{name} "
+                 f"{json.dumps(body)}")
+        spec = body["spec"]
+        self.replicas[name] = spec["replicas"]
+        (container,) = spec["template"]["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        self.templates[name] = (env, int(container["resources"]["requests"]["nvidia.com/gpu"]))
+        return self.read_namespaced_deployment(name, namespace)
+
     def read_namespaced_service(self, name: str, namespace: str) -> Any:
         self.log(f"GET services/{name}", group="k8s reads")
         port = self.node_ports.get(name, 30000 + len(name))
@@ -181,9 +202,10 @@ class PlanKube:
 
     def list_pod_for_all_namespaces(self, field_selector: str = "") -> Any:
         self.log("GET pods (all namespaces, live)", group="k8s reads")
-        gpu = NS(requests={"nvidia.com/gpu": "1"}, limits={})
-        pods = [NS(spec=NS(containers=[NS(resources=gpu)], init_containers=None))
-                for n in self.replicas.values() for _ in range(n)]
+        pods = [NS(spec=NS(containers=[NS(resources=NS(
+                    requests={"nvidia.com/gpu": str(self.templates.get(name, ({}, 1))[1])},
+                    limits={}))], init_containers=None))
+                for name, n in self.replicas.items() for _ in range(n)]
         return NS(items=pods)
 
 

@@ -4,6 +4,7 @@ emulated replicas, the load balancer, the simulator and the lab read, loaded fro
 from __future__ import annotations
 
 import functools
+from collections.abc import Hashable, Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,21 @@ class GpuCurve(BaseModel):
         """1 + InSS's interference term for the neighbours' (l, e) pressures."""
         a_cache, a_dram = self.interference
         return 1.0 + a_cache * sum(n[0] for n in neighbours) + a_dram * sum(n[1] for n in neighbours)
+
+
+def gpu_stretches(placed: Iterable[tuple[Hashable, int, float, GpuCurve | None]]) -> dict[Hashable, float]:
+    """1 + InSS's interference term (`GpuCurve.stretch`) for each placed instance, given as
+    (key, gpu, share %, its curve), from the pressure of the other instances on the same GPU. An
+    instance without a curve neither feels nor (as in the simulator) exerts any pressure."""
+    on_gpu: dict[int, list[tuple[Hashable, float, GpuCurve | None]]] = {}
+    for key, gpu, share, curve in placed:
+        on_gpu.setdefault(gpu, []).append((key, share, curve))
+    out: dict[Hashable, float] = {}
+    for group in on_gpu.values():
+        pressure = [c.pressure(share) if c else (0.0, 0.0) for _, share, c in group]
+        for k, (key, _, curve) in enumerate(group):
+            out[key] = curve.stretch(pressure[:k] + pressure[k + 1:]) if curve else 1.0
+    return out
 
 
 class ServiceProfile(BaseModel):

@@ -84,6 +84,20 @@ def build_document(run_dir: Path) -> Document:
         if bars:
             sec.images.append(bars)
         doc.sections.append(sec)
+    probed = [r for r in svc if r.get("replica_probes")]
+    if probed:
+        sec = Section("Replicas as they ran", paragraphs=[
+            "What the replicas reported once per scaler period: MPS share, batch size and "
+            "interference stretch (1 + InSS's term for their neighbours on the emulated GPU); "
+            "mismatches against what the cluster set and against the policy's last target."])
+        sec.tables.append(TableData(
+            ["cell", "rep", "service", "reports", "share %", "batch", "stretch", "max stretch",
+             "vs cluster", "vs target"],
+            [[r["cell"], str(r["rep"]), r["service"], str(r["replica_probes"]),
+              _f(r.get("mean_share_pct"), 1), _f(r.get("mean_batch"), 2), _f(r.get("mean_stretch"), 3),
+              _f(r.get("max_stretch"), 3), _f(r.get("config_mismatches"), 0),
+              _f(r.get("target_mismatches"), 0)] for r in probed]))
+        doc.sections.append(sec)
 
     ip = [r for r in rows if r.get("iperf_goodput_mbit") is not None or r.get("iperf_error")]
     if ip:

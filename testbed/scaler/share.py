@@ -41,6 +41,12 @@ SHARE_STEP_PCT = 5.0
 DEADBAND_PCT = 10.0
 MIN_TOTAL = 0.05  # the smallest fraction of the cluster the total output can ask for
 META_MEMBER = "testbed.json"
+MODELS_DIR = Path(__file__).resolve().parents[2] / "models"  # the actors shipped with the repository
+
+
+def default_model(kind: str) -> Path:
+    """The shipped model of a share policy: models/inss.zip, models/ddpg.zip."""
+    return MODELS_DIR / f"{kind}.zip"
 
 
 @dataclass

@@ -49,6 +49,9 @@ class CellBackends:
     sample_every_s: float = 1.0  # scenario seconds between samples
     poll_s: float = 0.02  # how often to look for the first request
     wait_first_request: bool = True  # check mode has no requests to wait for
+    # what each replica reports it runs (share, batch, interference stretch) beside what the
+    # cluster set for it; the local cluster asks its replicas, the lab has no such probe
+    probe: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
 
 
 CellMain = Callable[[CellBackends], Awaitable[None]]
@@ -126,13 +129,13 @@ class LocalProfile:
             initial={s.name: s.replicas for s in scn.services},
             total_units=scn.total_units, time_scale=scn.time_scale,
             host=str(tb.topology.dn_addr), log_dir=runner.dir.logs, seed=scn.seed + runner.rep,
-            on_event=on_event)
+            on_event=on_event, interference=scn.interference)
         async with cluster:
             await main(CellBackends(
                 cluster=cluster, metrics=BalancerMetrics(cluster.lb),
                 traffic=LocalTraffic(tb.topology, runner.dir.logs),
                 wait_ready=lambda timeout_s: cluster.wait_ready(timeout_s=timeout_s),
-                clock=Clock()))
+                clock=Clock(), probe=cluster.probe))
 
     def close(self) -> list[str]:
         return []  # every cell brought its own testbed down

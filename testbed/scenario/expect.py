@@ -32,6 +32,14 @@ METRICS = {
     "mean_replicas": "mean ready replicas over the cell",
     "reward": "mean reward of Eq. 3.2 over scaler periods",
     "iperf_goodput_mbit": "iperf3 cross-traffic goodput of a slice",
+    "replica_probes": "replica reports taken (one per ready replica and scaler period, local testbed)",
+    "config_mismatches": "reports whose share, batch or interference stretch differ from what the "
+                         "cluster set (or no answer)",
+    "target_mismatches": "reports whose share or batch differ from the policy's last applied target",
+    "mean_share_pct": "mean MPS share (% of a GPU) a replica reported",
+    "mean_batch": "mean batch size a replica reported",
+    "mean_stretch": "mean interference stretch (1 + InSS's term) a replica reported",
+    "max_stretch": "largest interference stretch a replica reported",
 }
 FIXED_KEYS = {"service", "slice", "rep"}
 _CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,

@@ -12,7 +12,13 @@ from testbed.errors import ConfigError
 from testbed.load.trace import load_trace
 from testbed.scenario.expect import check_expectations
 from testbed.scenario.matrix import check_matrix, expand
-from testbed.scenario.spec import Scenario, check_scenario, resolve_testbed, trace_dir
+from testbed.scenario.spec import (
+    Scenario,
+    check_scenario,
+    check_share_models,
+    resolve_testbed,
+    trace_dir,
+)
 
 
 class LoadedScenario:
@@ -49,7 +55,7 @@ def scenario_from_yaml(doc: LocatedYaml, base_dir: Path,
     problems += check_matrix(scn, testbed)
     problems += check_expectations(scn, [s.name for s in testbed.slices])
     if not problems:
-        problems += _check_cells(scn, testbed)
+        problems += _check_cells(scn, testbed, base_dir)
     if problems:
         raise ConfigError([doc.problem(path, msg) for path, msg in problems])
     _check_traces(scn, base_dir)
@@ -73,10 +79,16 @@ def parse_scenario(text: str, source: str = "<string>", base_dir: Path | None = 
     return scenario_from_yaml(parse_yaml(text, source), base_dir or Path.cwd())
 
 
-def _check_cells(scn: Scenario, testbed: TestbedSpec) -> list[tuple[tuple, str]]:
-    """Rules that hold per matrix cell: the initial replicas fit the resource units."""
+def _check_cells(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[tuple[tuple, str]]:
+    """Rules that hold per matrix cell: the initial replicas fit the resource units, inss/ddpg
+    models fit the services that use them."""
     problems: list[tuple[tuple, str]] = []
+    seen: set[tuple[tuple, str]] = set()
     for cell in expand(scn, testbed):
+        for path, msg in check_share_models(cell.scenario, base_dir, cell.params):
+            if (path, msg) not in seen:
+                seen.add((path, msg))
+                problems.append((path, f"cell {cell.label}: {msg}" if cell.params else msg))
         for path, msg in check_testbed(cell.testbed) if cell.params else []:
             problems.append((("matrix",), f"cell {cell.label}: testbed.{format_path(path)}: {msg}"))
         units = sum(s.replicas for s in cell.scenario.services)

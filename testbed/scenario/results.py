@@ -68,6 +68,7 @@ def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
             records.setdefault(r["service"], []).append(r)
     samples = read_jsonl(cell_dir / "samples.jsonl")
     decisions = read_jsonl(cell_dir / "decisions.jsonl")
+    probes = read_jsonl(cell_dir / "replicas.jsonl")
     rows = []
     for service in info.get("services", sorted(records)):
         row = {**base, **service_row(records.get(service, []), service, time_scale=time_scale,
@@ -78,6 +79,8 @@ def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
         rewards = [d["reward"] for d in decisions if d.get("service") == service]
         row["reward"] = sum(rewards) / len(rewards) if rewards else None
         row["decisions"] = len(rewards)
+        row.update(replica_row([p for p in probes if p.get("service") == service],
+                               [d for d in decisions if d.get("service") == service]))
         rows.append(row)
     for f in sorted((cell_dir / "iperf").glob("*.json")):
         try:
@@ -90,6 +93,43 @@ def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
                      "iperf_goodput_mbit": mbit / 1e6 if mbit is not None else None,
                      "iperf_error": raw.get("error")})
     return rows
+
+
+def _same(a: Any, b: Any) -> bool:
+    return isinstance(a, int | float) and isinstance(b, int | float) and abs(a - b) < 1e-6
+
+
+def replica_row(probes: list[dict[str, Any]], decisions: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the replicas of one service reported at each scaler period (replicas.jsonl) against
+    what the cluster set for them (config_mismatches: share, batch or interference stretch
+    differ, or the replica did not answer) and against the policy's last applied target
+    (target_mismatches: share or batch differ; only for policies that set targets)."""
+    answered = [p for p in probes if "error" not in p]
+
+    def mean(key: str) -> float | None:
+        vals = [p[key] for p in answered if isinstance(p.get(key), int | float)]
+        return sum(vals) / len(vals) if vals else None
+
+    config = sum(1 for p in probes if "error" in p or not all(
+        _same(p.get(k), p.get(f"{k}_set")) for k in ("share", "batch", "stretch")))
+    targets = sorted((d["t"], d["target"]) for d in decisions if d.get("target") and "t" in d)
+    checked = wrong = 0
+    for p in answered:
+        before = [tg for t, tg in targets if t < p["t"] - 1e-6]
+        if before:
+            checked += 1
+            wrong += not (_same(p.get("share"), before[-1]["share_pct"])
+                          and _same(p.get("batch"), before[-1]["batch"]))
+    stretches = [p["stretch"] for p in answered if isinstance(p.get("stretch"), int | float)]
+    return {
+        "replica_probes": len(probes),
+        "config_mismatches": config if probes else None,
+        "target_mismatches": wrong if checked else None,
+        "mean_share_pct": mean("share"),
+        "mean_batch": mean("batch"),
+        "mean_stretch": mean("stretch"),
+        "max_stretch": max(stretches) if stretches else None,
+    }
 
 
 def sim_rows(cell_dir: Path, info: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:

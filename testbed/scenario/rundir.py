@@ -131,6 +131,11 @@ class CellDir:
         return self.path / "events.jsonl"
 
     @property
+    def replicas(self) -> Path:
+        """What each replica reported it runs, once per scaler period (local testbed)."""
+        return self.path / "replicas.jsonl"
+
+    @property
     def info(self) -> Path:
         return self.path / "cell.json"
 

@@ -336,6 +336,10 @@ class CellRunner:
                     self._sample(b, now - t0)
                 if now >= next_decision:
                     next_decision += period
+                    if b.probe is not None:  # what the replicas run, before the next change
+                        t = (now - t0) * ts
+                        for row in await b.probe():
+                            append_jsonl(self.dir.replicas, {"t": t, **row})
                     latest.update(b.metrics.windows(scn.scaler_period_s))
                     for d in loop.decide_all():  # a shared target policy plans its services together
                         append_jsonl(self.dir.decisions, {**asdict(d), "t": (now - t0) * ts})
@@ -347,9 +351,11 @@ class CellRunner:
             self.closing = True
 
     def _policies(self, profiles: dict[str, Any], make_policy: Any) -> dict[str, Any]:
-        """One policy per service; fa2 and gslice are one object over the services that use them."""
+        """One policy per service; fa2, gslice, inss and ddpg are one object over the services
+        that use them (inss/ddpg: the services their model was trained for, checked at load)."""
         from testbed.scaler.fa2 import Fa2Policy, Pipeline
         from testbed.scaler.gslice import EqualSharePolicy
+        from testbed.scaler.share import SharePolicy, default_model, read_share_meta
 
         scn = self.scn
         source = str(self.base_dir / scn.service_profiles) if scn.service_profiles else \
@@ -365,6 +371,16 @@ class CellRunner:
             else:
                 shared = EqualSharePolicy(mine, profile_source=source)
             out.update(dict.fromkeys(mine, shared))
+        for kind in ("inss", "ddpg"):
+            users = [s for s in scn.services if s.policy == kind]
+            if not users:
+                continue
+            path = self.base_dir / users[0].model if users[0].model else default_model(kind)
+            order = read_share_meta(path).services  # the actor's inputs come in its training order
+            policy = SharePolicy.load(path, {name: profiles[name] for name in order},
+                                      profile_source=source)
+            self.info.setdefault("models", {})[kind] = str(path)
+            out.update(dict.fromkeys(order, policy))
         for s in scn.services:
             if s.name not in out:
                 out[s.name] = make_policy(s.policy, s.name, total_units=scn.total_units,

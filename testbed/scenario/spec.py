@@ -25,7 +25,10 @@ class InlineTestbed(Strict):
     ue_groups: list[UEGroupSpec] = Field(min_length=1)
 
 
-SHARE_POLICIES = ("fa2", "gslice")  # target policies: replicas, MPS share and batch size
+# target policies: replicas, MPS share and batch size; inss and ddpg are trained actors that
+# plan every service they were trained for together (models/inss.zip, models/ddpg.zip by default)
+SHARE_POLICIES = ("fa2", "gslice", "inss", "ddpg")
+MODEL_POLICIES = ("inss", "ddpg")
 
 
 class ServiceSpec(Strict):
@@ -33,8 +36,9 @@ class ServiceSpec(Strict):
 
     name: Literal["chatbot", "imgcls", "tts"]
     replicas: int = Field(1, ge=1, le=64)
-    policy: Literal["static", "rule_v1", "rule_v2", "hpa", "random", "ppo", "fa2", "gslice"] = "static"
-    model: str | None = None  # a trained PPO model file (policy: ppo)
+    policy: Literal["static", "rule_v1", "rule_v2", "hpa", "random", "ppo", "fa2", "gslice", "inss",
+                    "ddpg"] = "static"
+    model: str | None = None  # ppo: a trained PPO model file; inss/ddpg: default models/POLICY.zip
 
     @model_validator(mode="after")
     def _model_for_ppo(self) -> ServiceSpec:
@@ -98,6 +102,10 @@ class Scenario(Strict):
     compare_sim: bool = False  # also run each cell through the simulator (sim-to-testbed check)
     pipelines: list[PipelineSpec] = Field(default_factory=list)  # for fa2
     service_profiles: str | None = None  # profile YAML merged over Table 4.4 (`testbed profile`)
+    # local testbed: stretch each replica's time by InSS's interference term for its neighbours on
+    # the emulated GPU (as `testbed sim compare` does); off = DRAFAS's configuration. On the lab
+    # the GPUs interfere by themselves.
+    interference: bool = False
 
     def service(self, name: str) -> ServiceSpec:
         return next(s for s in self.services if s.name == name)
@@ -119,11 +127,13 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
     """Cross-references: names that must exist, files that must be there."""
     problems: list[tuple[tuple, str]] = []
     seen: set[str] = set()
+    models: set[str] = set()
     for i, s in enumerate(scn.services):
         if s.name in seen:
             problems.append((("services", i, "name"), f"service {s.name!r} listed twice"))
         seen.add(s.name)
-        if s.model and not (base_dir / s.model).is_file():
+        if s.model and s.model not in models and not (base_dir / s.model).is_file():
+            models.add(s.model)  # named once, where it first appears
             problems.append((("services", i, "model"), f"model file {s.model!r} not found"))
         if s.policy in SHARE_POLICIES and (scn.engine == "sim" or scn.compare_sim):
             problems.append((("services", i, "policy"),
@@ -160,6 +170,54 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
             problems.append((("cross_traffic", i, "slice"),
                              f"no slice {x.slice!r} (slices: {', '.join(sorted(slices))})"))
     problems += [(("testbed", *p), m) for p, m in check_testbed(testbed)]
+    return problems
+
+
+def check_share_models(scn: Scenario, base_dir: Path, params: dict[str, Any] | None = None
+                       ) -> list[tuple[tuple, str]]:
+    """inss/ddpg in one cell: the model file (the service's `model:`, else the shipped
+    models/POLICY.zip) is a model of that policy, trained for exactly the services that use it,
+    one file per policy, and the drl extra that runs it is installed."""
+    import importlib.util
+
+    from testbed.errors import ConfigError
+    from testbed.scaler.share import default_model, read_share_meta
+
+    problems: list[tuple[tuple, str]] = []
+    from_matrix = "policy" in (params or {})
+    for kind in MODEL_POLICIES:
+        users = [(i, s) for i, s in enumerate(scn.services) if s.policy == kind]
+        if not users:
+            continue
+        i, first = users[0]
+        where = ("services", i, "model") if first.model else (
+            ("matrix", "policy") if from_matrix else ("services", i, "policy"))
+        files = {s.model for _, s in users}
+        if len(files) > 1:
+            problems.append((("services", users[1][0], "model"),
+                             f"every {kind} service uses one actor: give them the same `model:`"))
+            continue
+        path = base_dir / first.model if first.model else default_model(kind)
+        if not path.is_file():
+            problems.append((where, f"no {kind} model at {path}: give `model:` or train one "
+                                    f"with `testbed train --policy {kind}`"))
+            continue
+        try:
+            meta = read_share_meta(path)
+        except ConfigError as exc:
+            problems.append((where, f"{path}: {exc.problems[0].message}"))
+            continue
+        names = [s.name for _, s in users]
+        if meta.kind != kind:
+            problems.append((where, f"{path} is a {meta.kind} model, not {kind}"))
+        elif sorted(meta.services) != sorted(names):
+            problems.append((where, f"the {kind} model {path.name} plans {', '.join(meta.services)} "
+                                    f"together: give each of them `policy: {kind}` (here: "
+                                    f"{', '.join(names)})"))
+        missing = [m for m in ("stable_baselines3", "torch") if importlib.util.find_spec(m) is None]
+        if missing:
+            problems.append((where, f"{kind} needs the drl extra ({missing[0]} missing): "
+                                    "pip install 'testbed[drl]'"))
     return problems
 
 

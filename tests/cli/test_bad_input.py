@@ -8,6 +8,7 @@ real processes to check the exit status and stderr end to end."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import resource
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,6 +116,24 @@ def testbed_cases() -> list[Case]:
     ]
 
 
+def share_scenario(services: str, extra: str = "") -> str:
+    """A scenario whose services use inss/ddpg (the shipped models plan chatbot, imgcls and tts)."""
+    return (f"name: bad\nduration_s: 60\nservices:\n{services}\n"
+            "clients:\n  - {service: imgcls, ue_group: ai, rate: 1}\n" + extra)
+
+
+def _zip_without_meta() -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("policy.pth", b"not an actor")
+    return buf.getvalue()
+
+
+def all_three(policy: str, model: str = "") -> str:
+    tail = f", model: {model}" if model else ""
+    return "\n".join(f"  - {{name: {s}, policy: {policy}{tail}}}" for s in ("chatbot", "imgcls", "tts"))
+
+
 def scenario_cases() -> list[Case]:
     def case(id: str, files: dict[str, str | bytes], expect: str, where: str | None = "scn.yaml",
              argv: list[str] | None = None) -> Case:
@@ -158,6 +178,22 @@ def scenario_cases() -> list[Case]:
             "testbed:\n  name: BAD-NAME!\n  slices: [{name: ai, sst: 1, subnet: 10.45.0.0/24}]\n"
             "  ue_groups: [{name: ai, slice: ai}]\n")}, "testbed.name: String should match",
             "scn.yaml:10"),
+        case("policy-unknown", {"scn.yaml": share_scenario("  - {name: imgcls, policy: inns}")},
+             "services[0].policy: Input should be", "scn.yaml:4"),
+        case("inss-without-its-services", {"scn.yaml": share_scenario("  - {name: imgcls, policy: inss}")},
+             "services[0].policy: the inss model inss.zip plans chatbot, imgcls, tts together",
+             "scn.yaml:4"),
+        case("ddpg-matrix-without-its-services", {"scn.yaml": share_scenario(
+            "  - {name: imgcls}", "matrix:\n  policy: [ddpg]\n")},
+            "matrix.policy: cell policy=ddpg: the ddpg model ddpg.zip plans", "scn.yaml:8"),
+        case("inss-given-a-ddpg-model", {"scn.yaml": share_scenario(
+            all_three("inss", str(ROOT / "models" / "ddpg.zip")))}, "is a ddpg model, not inss",
+            "scn.yaml:4"),
+        case("inss-model-not-a-model", {"scn.yaml": share_scenario(all_three("inss", "m.zip")),
+                                        "m.zip": _zip_without_meta()},
+             "services[0].model: m.zip: not a testbed share-policy model", "scn.yaml:4"),
+        case("ddpg-model-missing", {"scn.yaml": share_scenario(all_three("ddpg", "nope.zip"))},
+             "model file 'nope.zip' not found", "scn.yaml:4"),
         case("not-utf8", {"scn.yaml": b"name: \xff\xfe\n"}, "not UTF-8"),
         case("alias-bomb", {"scn.yaml": ALIAS_BOMB}, "aliases expand to too much"),
         case("trace-garbage", trace_scenario("60 10\nhello world\n"), "duration: not a number",

@@ -60,3 +60,26 @@ def test_inventory_without_ue_hosts_is_one_line(tmp_path: Path):
     assert r.returncode != 0
     lines = [x for x in (r.stdout + r.stderr).splitlines() if x.strip()]
     assert len(lines) == 1 and "no UE hosts: the inventory's group 'ran'" in lines[0], lines
+
+
+def test_check_shows_inss_shares_and_batches_patched_into_the_deployments(tmp_path: Path):
+    """The lab's half of a share policy: the shipped inss actor plans the three services and each
+    decision that changes share or batch is one Deployment patch with the MPS and batch env."""
+    pytest.importorskip("stable_baselines3", reason="inss needs the drl extra")
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(INVENTORY)
+    scn = tmp_path / "inss.yaml"
+    scn.write_text("name: inss-lab\nduration_s: 30\nscaler_period_s: 10\n"
+                   "services:\n" + "".join(f"  - {{name: {s}, policy: inss}}\n"
+                                            for s in ("chatbot", "imgcls", "tts")) +
+                   "clients:\n  - {service: imgcls, ue_group: ai, rate: 2}\n")
+    r = _testbed("run", "--profile", "lab", "-i", str(inv), "--check", "--out", str(tmp_path),
+                 str(scn), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = r.stdout + r.stderr
+    patches = [line for line in out.splitlines()
+               if "PATCH /apis/apps/v1/namespaces/drafas/deployments/" in line and "/scale" not in line]
+    assert patches, out[-3000:]
+    assert all('"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"' in p and '"TESTBED_BATCH_SIZE"' in p
+               and '"nvidia.com/gpu"' in p for p in patches)
+    assert "check mode: nothing was changed on the lab" in out

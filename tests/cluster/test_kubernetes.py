@@ -254,5 +254,32 @@ def test_configure_sets_share_and_batch_in_the_pod_template_and_units_by_share()
     assert {"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "50"} in container["env"]
     assert {"name": "TESTBED_BATCH_SIZE", "value": "8"} in container["env"]
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "2"}
-    with pytest.raises(StateError, match="need"):
-        cluster.configure("resnet", ServiceTarget(4, 75.0, 1))
+    assert cluster.units_per_replica("resnet") == 2  # what the patched pods request now
+
+
+def test_configure_applies_what_fits_and_counts_units_by_the_share_it_set() -> None:
+    """inss/ddpg hand out shares that are not 25 % and more replicas than may fit: the lab takes
+    as many as the free units and the service's own hold, and counts them at the new size."""
+    from testbed.cluster.base import ServiceTarget
+
+    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 2)})
+    patched: list[object] = []
+
+    def patch(name: str, ns: str, body: dict) -> None:
+        patched.append(body)
+        apps.state[name][0] = body["spec"]["replicas"]  # the Deployment takes the replica count
+
+    apps.patch_namespaced_deployment = patch  # type: ignore[attr-defined]
+    core = FakeCoreApi({"gpu1": "4", "gpu2": "4"}, [1, 1, 2])  # 4 of 8 units free
+    cluster = _cluster(apps, core, max_units=8)
+    # 4 x 35 % = 4 pods of 2 units; 4 free + 1 held = 5 units: 2 pods fit
+    assert cluster.configure("resnet", ServiceTarget(4, 35.0, 3)) == ServiceTarget(2, 35.0, 3)
+    (container,) = patched[-1]["spec"]["template"]["spec"]["containers"]  # type: ignore[index]
+    assert {"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "35"} in container["env"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert cluster.units_per_replica("resnet") == 2
+    assert cluster.free_units() == 8 - (1 + 2 * 2 + 2)  # counted at 2 units a pod, not 1
+    # nothing fits a full GPU per pod beside that: the service keeps what it has, no patch
+    before = len(patched)
+    assert cluster.configure("chatbot", ServiceTarget(2, 100.0, 1)) == cluster.target("chatbot")
+    assert len(patched) == before

@@ -128,7 +128,50 @@ def test_share_and_batch_reach_the_replicas_and_a_share_change_restarts_beside_t
             (r,) = c.replicas("imgcls")
             async with c._http.get(r.url + "/healthz") as resp:
                 assert resp.status == 200
-            async with c._http.post(r.url + "/_config", json={"batch": 2}) as resp:
-                return (await resp.json())
+            async with c._http.get(r.url + "/healthz") as resp:
+                told = await resp.json()
+            async with c._http.post(r.url + "/_config", json={"batch": 3}) as resp:
+                return told["batch"], told["share_pct"], resp.status  # no token: refused
 
-    assert asyncio.run(main()) == {"batch": 2, "share_pct": 50.0}
+    assert asyncio.run(main()) == (2, 50.0, 401)
+
+
+def test_replicas_on_one_emulated_gpu_are_told_their_interference_and_when_neighbours_go():
+    """interference=True: two replicas on the one GPU each report 1 + InSS's term for the other;
+    when the neighbour has exited the survivor is told 1.0. A policy's placement is honoured."""
+    from testbed.cluster.base import ServiceTarget
+    from testbed.profiles import default_profiles, gpu_stretches
+
+    profiles = {s: p.replace(startup_ms=200) for s, p in default_profiles().items()}
+    gpu = profiles["imgcls"].gpu
+    both = gpu_stretches([("a", 0, 25.0, gpu), ("b", 0, 25.0, gpu)])["a"]
+    assert both == pytest.approx(1 + 0.25 * 0.6 * 0.25 + 0.20 * 0.5 * 0.25)  # the curve's numbers
+
+    async def reported(c):
+        rows = await c.probe()
+        return sorted((r["service"], r["gpu"], r["stretch"], r["stretch_set"]) for r in rows)
+
+    async def main(interference):
+        async with LocalCluster(profiles=profiles, services=["chatbot", "imgcls"], total_units=8,
+                                time_scale=20, initial={"chatbot": 1, "imgcls": 1},
+                                interference=interference, use_espeak=False) as c:
+            await c.wait_ready(15)
+            await asyncio.sleep(0.3)  # the tell after the second replica became ready
+            together = await reported(c)
+            c.scale("chatbot", 0)
+            await c.wait_for(lambda: not c.replicas("chatbot"), 15)
+            await asyncio.sleep(0.3)
+            alone = await reported(c)
+            # inss's placement: a 50 % imgcls replica on GPU 1, where nobody presses
+            c.configure("imgcls", ServiceTarget(1, 50.0, 2, (1,)))
+            await c.wait_for(lambda: [r.gpu for r in c.replicas("imgcls")] == [1], 15)
+            await asyncio.sleep(0.3)
+            moved = await reported(c)
+        return together, alone, moved
+
+    together, alone, moved = asyncio.run(main(True))
+    assert together == [("chatbot", 0, both, both), ("imgcls", 0, both, both)]
+    assert alone == [("imgcls", 0, 1.0, 1.0)]
+    assert moved == [("imgcls", 1, 1.0, 1.0)]
+    together, _, _ = asyncio.run(main(False))
+    assert together == [("chatbot", 0, 1.0, 1.0), ("imgcls", 0, 1.0, 1.0)]

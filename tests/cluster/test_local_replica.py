@@ -178,13 +178,15 @@ def test_a_replica_with_a_batch_size_serves_requests_together_and_takes_the_curv
 
     async def main(batch, share):
         content = ContentSet(seed=1, n_images=1)
-        replica = EmulatedReplica("chatbot", prof, time_scale=1, seed=1, batch=batch, share_pct=share)
+        replica = EmulatedReplica("chatbot", prof, time_scale=1, seed=1, batch=batch, share_pct=share,
+                                  admin_token="t0ken")
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             base = str(server.make_url("")).rstrip("/")
             t0 = asyncio.get_running_loop().time()
             out = await asyncio.gather(*(call(s, base, build_request("chatbot", content)) for _ in range(4)))
             took = asyncio.get_running_loop().time() - t0
-            async with s.post(base + "/_config", json={"batch": 0}) as r:
+            async with s.post(base + "/_config", json={"batch": 0},
+                              headers={"Authorization": "Bearer t0ken"}) as r:
                 bad = r.status
         return [st for st, _ in out], took, bad
 
@@ -195,3 +197,57 @@ def test_a_replica_with_a_batch_size_serves_requests_together_and_takes_the_curv
     assert statuses == [200] * 4
     assert apart >= 4 * 0.2 * gpu.share_factor(50) - 0.02  # batch 1 at half a GPU: one at a time, faster
     assert apart < 4 * 0.2
+
+
+def test_the_interference_stretch_lengthens_processing_and_arrives_by_token_guarded_config():
+    """stretch x the curve's time, on the batched path and on DRAFAS's path alike; /_config wants
+    the cluster's token (401 without, 403 on a replica that was given none) and sane values."""
+    from testbed.profiles import default_profiles
+
+    gpu = default_profiles()["chatbot"].gpu
+    prof = ServiceProfile(capacity=1, queue_limit=10, proc_time_ms=(150, 150), startup_ms=0,
+                          slo_ms=4000, gpu=gpu)
+    auth = {"Authorization": "Bearer s3cret"}
+
+    async def timed(s, base, content):
+        t0 = asyncio.get_running_loop().time()
+        status, _ = await call(s, base, build_request("chatbot", content))
+        return status, asyncio.get_running_loop().time() - t0
+
+    async def main(share):
+        content = ContentSet(seed=1, n_images=1)
+        replica = EmulatedReplica("chatbot", prof, time_scale=1, seed=1, share_pct=share,
+                                  admin_token="s3cret")
+        async with serve(replica) as server, aiohttp.ClientSession() as s:
+            base = str(server.make_url("")).rstrip("/")
+            alone = await timed(s, base, content)
+            refused = []
+            for headers, body in (({}, {"stretch": 2}), ({"Authorization": "Bearer wrong"}, {"stretch": 2}),
+                                  (auth, {"stretch": 0.5}), (auth, {"stretch": True}),
+                                  (auth, {"color": 1}), (auth, {"batch": 2.5})):
+                async with s.post(base + "/_config", json=body, headers=headers) as r:
+                    refused.append(r.status)
+            async with s.post(base + "/_config", json={"stretch": 2.0}, headers=auth) as r:
+                set_to = (r.status, await r.json())
+            async with s.get(base + "/healthz") as r:
+                health = await r.json()
+            stretched = await timed(s, base, content)
+        return alone, refused, set_to, health, stretched
+
+    for share in (None, 50.0):  # DRAFAS's path (batch 1 at 25 %) and the batched path
+        (st1, alone), refused, (st2, doc), health, (st3, stretched) = asyncio.run(main(share))
+        assert (st1, st2, st3) == (200, 200, 200)
+        assert refused == [401, 401, 400, 400, 400, 400]
+        assert doc["stretch"] == 2.0 and health["stretch"] == 2.0
+        assert health["share_pct"] == (25.0 if share is None else share)
+        base_s = 0.15 * (gpu.share_factor(share) if share else 1.0)
+        assert alone >= base_s - 0.01 and stretched >= 2 * base_s - 0.01
+        assert stretched > alone + 0.8 * base_s
+
+    async def unconfigured():
+        replica = EmulatedReplica("chatbot", prof, time_scale=1, seed=1)  # no token given
+        async with (serve(replica) as server, aiohttp.ClientSession() as s,
+                    s.post(str(server.make_url("/_config")), json={"stretch": 2}, headers=auth) as r):
+            return r.status, replica.stretch
+
+    assert asyncio.run(unconfigured()) == (403, 1.0)

@@ -108,3 +108,25 @@ def test_a_bad_gpu_curve_names_file_line_and_field(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_profiles(f)
     assert f"{f}:4: services.imgcls.gpu.ref_share_pct" in str(err.value)
+
+
+def test_gpu_stretches_is_the_simulators_interference_for_the_same_placement():
+    """The local cluster's stretches (gpu_stretches) and the simulator's (GpuSimCluster.stretches)
+    agree instance for instance; a service without a gpu curve neither feels nor exerts any."""
+    from testbed.cluster.base import ServiceTarget
+    from testbed.load.trace import Trace
+    from testbed.profiles import default_profiles, gpu_stretches
+    from testbed.sim.gpu import GpuSimCluster
+
+    profiles = default_profiles()
+    placement = {"chatbot": ServiceTarget(2, 30.0, 1, (0, 1)), "imgcls": ServiceTarget(1, 60.0, 4, (0,)),
+                 "tts": ServiceTarget(1, 25.0, 1, (1,))}
+    c = GpuSimCluster(profiles, {s: Trace.constant(1, 120) for s in profiles}, dict.fromkeys(profiles, 1.0),
+                      gpus=2, initial=placement)
+    sim = c.stretches(c.now)
+    placed = [(id(i), i.gpu, i.share, profiles[s].gpu) for s, b in c.sims.items() for i in b.instances]
+    ours = gpu_stretches(placed)
+    assert ours == pytest.approx(sim) and len(ours) == 4
+    assert max(ours.values()) == pytest.approx(1 + 0.25 * 0.6 * 0.6 + 0.20 * 0.5 * 0.6)  # beside 60 %
+    no_curve = gpu_stretches([("a", 0, 50.0, None), ("b", 0, 50.0, profiles["imgcls"].gpu)])
+    assert no_curve == {"a": 1.0, "b": 1.0}

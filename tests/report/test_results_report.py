@@ -132,3 +132,18 @@ def test_over_time_buckets_hold_latency_percentiles_and_violation_rates(tmp_path
     assert sum(b["violation_rate"][20:30]) == 10 and sum(b["violation_rate"][:5]) == 0
     png = timeseries(cell.path, tmp_path, "x")
     assert png is not None and png.stat().st_size > 20000
+
+
+def test_report_shows_what_the_replicas_ran_only_when_they_were_asked(tmp_path):
+    run = _run_dir(tmp_path)
+    md, _ = write_report(run)
+    assert "Replicas as they ran" not in md.read_text()  # no replicas.jsonl: no section
+    cell = next(run.glob("cells/00-*/rep-0"))
+    for stretch_set in (1.125, 1.2):  # the second report disagrees with the cluster
+        append_jsonl(cell / "replicas.jsonl", {
+            "t": 10.0, "service": "imgcls", "replica": "imgcls-1", "gpu": 0, "share_set": 35.0,
+            "batch_set": 4, "stretch_set": stretch_set, "share": 35.0, "batch": 4, "stretch": 1.125})
+    md, _ = write_report(run)
+    text = md.read_text()
+    assert "## Replicas as they ran" in text
+    assert "| 00-slicing-on | 0 | imgcls | 2 | 35.0 | 4.00 | 1.125 | 1.125 | 1 | – |" in text

@@ -102,7 +102,9 @@ def _shape(run_dir: Path) -> dict:
     samples = [json.loads(x) for x in (cell / "samples.jsonl").read_text().splitlines()]
     decisions = [json.loads(x) for x in (cell / "decisions.jsonl").read_text().splitlines()]
     rows = [r for r in run_rows(run_dir) if r.get("service") == "imgcls"]
-    return {"files": sorted(p.name for p in cell.iterdir() if p.is_file() and p.name != "events.jsonl"),
+    # replicas.jsonl: what the replicas report they run; only the local cluster can ask them
+    return {"files": sorted(p.name for p in cell.iterdir()
+                            if p.is_file() and p.name not in ("events.jsonl", "replicas.jsonl")),
             "requests": sorted(p.name for p in (cell / "requests").iterdir()),
             "sample_keys": sorted(samples[0]), "decision_keys": sorted(decisions[0]),
             "row_keys": sorted(rows[0]), "status": json.loads((cell / "cell.json").read_text())["status"],
@@ -123,6 +125,8 @@ def test_same_scenario_code_path_on_local_backends_and_a_recorded_lab(tmp_path: 
     assert local.problems == [] and recorded.problems == []
     assert _shape(local.run_dir) == _shape(recorded.run_dir)
     assert _shape(recorded.run_dir)["status"] == "ok"
+    assert (_cell(local.run_dir) / "replicas.jsonl").is_file()
+    assert not (_cell(recorded.run_dir) / "replicas.jsonl").exists()
     # the lab run used the scale subresource, and stopped every unit it started on the UE host
     assert patches and all(p[1].endswith("/deployments/imgcls/scale") for p in patches)
     assert not hosts.active

@@ -174,4 +174,52 @@ def test_the_policies_ci_scenario_loads():
     from testbed.scenario.load import load_scenario
 
     scn = load_scenario(root / "scenarios" / "policies-ci.yaml")
-    assert [s.name for s in scn.scenario.services] == ["chatbot", "imgcls"]
+    assert [s.name for s in scn.scenario.services] == ["chatbot", "imgcls", "tts"]
+    assert scn.scenario.matrix["policy"] == ["fa2", "rule_v2", "inss", "ddpg"]
+    assert scn.scenario.interference is True
+
+
+SHARE = """\
+name: s
+duration_s: 30
+services:
+  - {name: tts, policy: inss}
+  - {name: chatbot, policy: inss}
+  - {name: imgcls, policy: inss}
+clients:
+  - {service: imgcls, ue_group: ai, rate: 3}
+"""
+
+
+def test_inss_and_ddpg_load_with_the_shipped_models_and_interference_is_opt_in():
+    from testbed.scaler.share import default_model, read_share_meta
+
+    scn = load(SHARE).scenario
+    assert [s.policy for s in scn.services] == ["inss"] * 3 and scn.interference is False
+    assert read_share_meta(default_model("inss")).kind == "inss"
+    both = load(SHARE.replace("policy: inss", "policy: static") + "interference: true\n"
+                "matrix:\n  policy: [inss, ddpg]\n")
+    assert both.scenario.interference is True
+    assert [c.label for c in expand(both.scenario, both.testbed)] == ["policy=inss", "policy=ddpg"]
+
+
+def test_the_runner_builds_one_actor_for_the_services_it_was_trained_for(tmp_path: Path):
+    """In the model's input order whatever the scenario's order; the cell records the model."""
+    from rich.console import Console
+
+    from testbed.scaler.policies import make_policy
+    from testbed.scaler.share import SharePolicy
+    from testbed.scenario.live import LiveView
+    from testbed.scenario.rundir import CellDir
+    from testbed.scenario.runner import CellRunner
+
+    loaded = load(SHARE.replace("policy: inss", "policy: ddpg"), tmp_path)
+    (cell,) = expand(loaded.scenario, loaded.testbed)
+    runner = CellRunner(cell, 0, CellDir.create(tmp_path, cell.slug, 0), tmp_path,
+                        LiveView(Console(file=None), [cell], 1, enabled=False))
+    policies = runner._policies(runner.profiles(), make_policy)
+    assert list(policies) == ["tts", "chatbot", "imgcls"]
+    (actor,) = {id(p): p for p in policies.values()}.values()
+    assert isinstance(actor, SharePolicy) and actor.name == "ddpg"
+    assert actor.mapper.services == ["chatbot", "imgcls", "tts"]
+    assert runner.info["models"]["ddpg"].endswith("models/ddpg.zip")
