@@ -36,6 +36,10 @@ def main() -> int:
     ap.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--from-report", type=Path, help="only print figures of an earlier run")
+    ap.add_argument("--sim-gaps", action="store_true",
+                    help="instead: DRL minus rule v2 through the simulator (as the testbed runs "
+                         "it, 3 seeds) on 20-minute windows every 30 min of the test day: where "
+                         "a testbed window can tell the two apart")
     ap.add_argument("--sim-windows", action="store_true",
                     help="instead: rule v2 through the simulator (as the testbed runs it) on "
                          "windows of 5 min to 24 h from 09:00, 3 seeds: how far a window's "
@@ -43,6 +47,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.sim_windows:
         return sim_windows(args.traces)
+    if args.sim_gaps:
+        return sim_gaps(args.traces, args.models)
 
     if args.from_report:
         out = args.from_report
@@ -81,6 +87,52 @@ def main() -> int:
         need = window * (2 * math.sqrt(2) * sd / gap) ** 2
         print(f"  {s}: paper gap {gap:.4f}, sd at {window:g} s {sd:.4f} -> about {need / 60:.0f} "
               f"min ({need / 3600:.1f} h) per policy")
+    return 0
+
+
+def _window_scenario(base: dict, start_s: int, seconds: int, policy: str, models: Path):
+    import yaml
+
+    from testbed.scenario.load import parse_scenario
+
+    path = ROOT / "scenarios" / "slo-testbed.yaml"
+    doc = dict(base, duration_s=seconds)
+    doc["services"] = [
+        {k: v for k, v in x.items() if k != "model"} | (
+            {"policy": "ppo", "model": str((models / f"{x['name']}.zip").resolve())}
+            if policy == "ppo" else {"policy": policy})
+        for x in base["services"]]
+    doc["clients"] = [dict(c, start_s=start_s) for c in base["clients"]]
+    return parse_scenario(yaml.safe_dump(doc), str(path), path.parent).scenario
+
+
+def sim_gaps(traces: Path, models: Path, minutes: int = 20) -> int:
+    import statistics
+
+    from testbed.config.yamlfile import load_yaml_file
+    from testbed.scenario.simcell import run_sim_cell
+
+    path = ROOT / "scenarios" / "slo-testbed.yaml"
+    base = dict(load_yaml_file(path).data)
+    base["traces_dir"] = str(traces.resolve())
+    base.update(matrix={}, expect=[], markers=[])
+    print(f"DRL - rule v2 reward through the simulator as the testbed runs it, {minutes}-minute "
+          "windows, mean of 3 seeds (0: both policies hold the same replicas)")
+    print(f"{'from':>5s} " + " ".join(f"{s:>24s}" for s in ("chatbot", "imgcls", "tts")))
+    for half_hours in range(48):
+        start = half_hours * 1800
+        means = {}
+        for policy in ("ppo", "rule_v2"):
+            scn = _window_scenario(base, start, minutes * 60, policy, models)
+            per: dict[str, list[float]] = {}
+            for seed in (0, 1, 2):
+                for svc, r in run_sim_cell(scn, path.parent, seed=seed, like_testbed=True).items():
+                    per.setdefault(svc, []).append(r["reward"])
+            means[policy] = {k: statistics.fmean(v) for k, v in per.items()}
+        cols = [f"{means['rule_v2'][s]:8.4f} {means['ppo'][s] - means['rule_v2'][s]:+8.4f}"
+                for s in ("chatbot", "imgcls", "tts")]
+        print(f"{start // 3600:02d}:{start % 3600 // 60:02d} " + " ".join(f"{c:>24s}" for c in cols),
+              flush=True)
     return 0
 
 

@@ -28,7 +28,7 @@ def reproduce_cmd(
     t54_duration: Annotated[float | None, typer.Option(help="Table 5.4 window in seconds.")] = None,
     t54_repetitions: Annotated[int | None, typer.Option(help="Table 5.4 repetitions.")] = None,
     t54_start: Annotated[str | None, typer.Option(help="Table 5.4 window start, HH:MM of the test "
-                                                  "day (default 09:00).")] = None,
+                                                  "day (default 13:30).")] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="Plain lines instead of the "
                                               "live view.")] = False,
 ) -> None:
