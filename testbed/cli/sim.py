@@ -449,7 +449,7 @@ def tune_cmd(
     console.print(out)
 
 
-COMPARE_LOADS = {"5.1": 2, "5.3": 32}  # table -> GPUs (8 and 128 units of 25 %)
+COMPARE_LOADS = {"5.1": 2, "5.2": 2, "5.3": 32}  # table -> GPUs (8, 8 and 128 units of 25 %)
 
 
 @sim_app.command("compare")
@@ -505,7 +505,8 @@ def sim_compare(
         }
     for key in load:
         if key not in COMPARE_LOADS:
-            raise ConfigError([ConfigProblem("--load", None, "load", f"unknown {key!r}; use 5.1 or 5.3")])
+            raise ConfigError([ConfigProblem("--load", None, "load",
+                                             f"unknown {key!r}; use 5.1, 5.2 or 5.3")])
     pipes = [_pipeline(pipeline, Pipeline)] if pipeline else []
     source = str(profiles) if profiles else "testbed/profiles/services.yaml"
     prof = load_profiles(profiles)
