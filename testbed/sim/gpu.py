@@ -141,18 +141,6 @@ class BatchedService:
         """Seconds from launch to ready, drawn as `SimService.startup_delay` draws them."""
         return draw_startup(self.profile, self._startup_rng)
 
-    def batch_limit(self, share: float) -> int:
-        """Batches an instance of `share` admits per rate-limit window: the profile's limit (set
-        for one request at a time on DRAFAS's 25 %) divided by the nominal time of one batch in
-        those units, batch(b) x share(s), so an instance admits about what it can serve whatever
-        its batch and share; the profile's limit itself in DRAFAS's configuration."""
-        limit, _ = self.profile.rate_limit  # type: ignore[misc]
-        if self.batch == 1 and abs(self.factor(share) - 1.0) < _EPS:
-            return int(limit)
-        g = self.profile.gpu
-        nominal = self.factor(share) * (g.batch_factor(self.batch) if g is not None else 1.0)
-        return max(1, math.floor(limit / nominal + 1e-9))
-
     def forget(self, now: float) -> None:
         self.instances = [i for i in self.instances if not i.gone(now)]
 
@@ -171,9 +159,10 @@ class BatchedService:
         sizes = np.diff(np.append(starts, carry_from)) if nb else np.empty(0, dtype=np.int64)
         if nb:
             draw_mean = np.add.reduceat(self.proc_s[req[:carry_from]], starts) / sizes
-            base = draw_mean * self._batch_factors(sizes)
+            nominal = self._batch_factors(sizes)  # a batch's time over one request's, at 25 %
+            base = draw_mean * nominal
         else:
-            base = np.empty(0)
+            nominal = base = np.empty(0)
         finish = np.full(nb, np.nan)
         owner = np.full(nb, -1, dtype=np.int64)
         start_pending = [list(inst.pending) for inst in self.instances]
@@ -185,8 +174,6 @@ class BatchedService:
         waiting = max(1, math.ceil(self.profile.queue_limit / self.batch))  # batches that may wait
         limited = self.profile.rate_limit is not None
         tokens: list[np.ndarray] = [np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)]
-        if limited:
-            limits = np.array([self.batch_limit(inst.share) for inst in self.instances], dtype=np.int64)
         for k in range(len(bounds) - 1):
             j0, j1 = int(cuts[k]), int(cuts[k + 1])
             if j1 == j0:
@@ -207,11 +194,8 @@ class BatchedService:
             )
             pend = [self.instances[n].pending for n in targets]
             who = np.asarray(targets)[slot]
-            if limited:  # tokens per instance and fixed window, before the queue (as SimService)
-                adm = rate_limit_admit(ready_t[j0:j1], who, limits[who],
-                                       self.profile.rate_limit[1], tokens)  # type: ignore[index]
-            else:
-                adm = slice(None)
+            # tokens per instance and fixed window, before the queue (as SimService)
+            adm = self._admit(ready_t[j0:j1], who, nominal[j0:j1], tokens) if limited else slice(None)
             sub = finish[j0:j1]  # a view: batches not admitted stay NaN
             sub[adm] = serve_fast(ready_t[j0:j1][adm], (base[j0:j1] * speed[slot])[adm], slot[adm],
                                   pend, waiting)
@@ -220,6 +204,21 @@ class BatchedService:
             owner[j0:j1] = who
         return self._outcome(t0, t1, new, a[:carry_from], starts, sizes, ready_t, finish, owner,
                              start_pending)
+
+    def _admit(self, closes: np.ndarray, who: np.ndarray, nominal: np.ndarray,
+               tokens: list[np.ndarray]) -> np.ndarray:
+        """The published simulator's per-instance rate limit (`rate_limit_admit`) on batches. The
+        profile's limit counts requests served one at a time on DRAFAS's 25 % (drl_utils.py:27-29:
+        about one instance's throughput there); here a batch takes tokens in those units, its
+        nominal time batch(k) x share(s) over one request's, so an instance admits about the work
+        it can serve whatever its batch and share. In DRAFAS's configuration every batch is one
+        request at 25 % and takes one token, exactly as in SimService."""
+        limit, window = self.profile.rate_limit  # type: ignore[misc]
+        factors = np.array([self.factor(inst.share) for inst in self.instances])
+        cost = nominal * factors[who]
+        if np.all(cost == 1.0):
+            return rate_limit_admit(closes, who, limit, window, tokens)
+        return rate_limit_admit(closes, who, limit, window, tokens, cost)
 
     def _batch_factors(self, sizes: np.ndarray) -> np.ndarray:
         g = self.profile.gpu

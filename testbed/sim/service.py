@@ -53,14 +53,16 @@ def draw_startup(profile: ServiceProfile, rng: np.random.Generator) -> float:
 def rate_limit_admit(
     a: np.ndarray,
     who: np.ndarray,
-    limit: int | np.ndarray,
+    limit: float,
     window: float,
     used: list[np.ndarray],
+    cost: np.ndarray | None = None,
 ) -> np.ndarray:
     """Which of these arrivals (sorted; `who`: the instance each goes to) a per-instance rate limit
-    admits: at most `limit` (one number, or one per arrival, equal within an instance) per
-    instance in each fixed window [k·w, (k+1)·w), in arrival order. `used` (sorted group keys,
-    admitted counts) carries each (instance, window)'s count from call to call.
+    admits: at most `limit` per instance in each fixed window [k·w, (k+1)·w), in arrival order.
+    `used` (sorted group keys, admitted so far) carries each (instance, window)'s count from call
+    to call. With `cost` (one per arrival) an arrival takes that many tokens instead of one, and
+    is admitted while the window's tokens asked for so far, its own included, stay within `limit`.
 
     The windows are fixed, as the published simulator refills every token at once
     (simpy_env.py:63-67). Unlike it (:127-134), the limit is applied before the queue check, so a
@@ -77,18 +79,24 @@ def rate_limit_admit(
     sizes = np.diff(np.append(starts, n))
     rank = np.arange(n) - np.repeat(starts, sizes)
     groups = k_sorted[starts]
-    cap = np.asarray(limit)[order][starts] if np.ndim(limit) else limit
     old_keys, old_counts = used
-    prior = np.zeros(len(groups), dtype=np.int64)
+    prior = np.zeros(len(groups), dtype=np.int64 if cost is None else np.float64)
     if len(old_keys):
         at = np.minimum(np.searchsorted(old_keys, groups), len(old_keys) - 1)
         hit = old_keys[at] == groups
         prior[hit] = old_counts[at[hit]]
         keep = ~np.isin(old_keys, groups)
         old_keys, old_counts = old_keys[keep], old_counts[keep]
-    ok_sorted = rank + np.repeat(prior, sizes) < (np.repeat(cap, sizes) if np.ndim(cap) else cap)
+    if cost is None:
+        ok_sorted = rank + np.repeat(prior, sizes) < limit
+        spent = np.minimum(limit, prior + sizes)
+    else:
+        c_sorted = cost[order]
+        within = np.cumsum(c_sorted) - np.repeat(np.cumsum(c_sorted)[starts] - c_sorted[starts], sizes)
+        ok_sorted = np.repeat(prior, sizes) + within <= limit + 1e-9
+        spent = np.minimum(limit, prior + np.add.reduceat(c_sorted, starts))
     keys = np.concatenate((old_keys, groups))
-    counts = np.concatenate((old_counts, np.minimum(cap, prior + sizes)))
+    counts = np.concatenate((old_counts.astype(spent.dtype), spent))
     by_key = np.argsort(keys)
     used[0], used[1] = keys[by_key], counts[by_key]
     ok = np.empty(n, dtype=bool)

@@ -69,21 +69,25 @@ def test_drafas_configuration_serves_as_the_drafas_simulator(scale, slo_counting
         assert (drafas[:, 3] > 0).any()
 
 
-def test_the_rate_limit_admits_per_instance_what_its_batch_and_share_serve():
-    prof = PROFILES["chatbot"]
-    c = _one(prof.replace(name="svc"), 1)
-    sim = c.sims["svc"]
-    limit, _ = prof.rate_limit
-    assert sim.batch_limit(25) == limit  # DRAFAS's configuration: the profile's own limit
-    sim.batch = 4
-    g = prof.gpu
-    assert sim.batch_limit(25) == int(limit / g.batch_factor(4))
-    assert sim.batch_limit(50) == int(limit / (g.batch_factor(4) * g.share_factor(50)))
-    # 20 requests/s on one batch-1 replica: 7 per 2 s admitted, the rest dropped at once
-    c = _one(prof.replace(name="svc", proc_time_ms=(10, 10)), 20)
+def test_the_rate_limit_counts_a_batch_by_its_nominal_time():
+    prof = PROFILES["chatbot"].replace(name="svc", proc_time_ms=(10, 10), startup_ms=0)
+    limit, window = prof.rate_limit
+    per_period = 30 / window
+    # 20 requests/s on one batch-1 replica at 25 %: 7 per 2 s admitted, the rest dropped at once
+    c = _one(prof, 20)
     out = c.advance()["svc"]
-    assert c.last_outcome["svc"].served == 7 * 15
-    assert out.violations == out.arrivals - 7 * 15
+    assert c.last_outcome["svc"].served == limit * per_period
+    assert out.violations == out.arrivals - limit * per_period
+    # batches of 4 (full at 20/s) take batch(4) tokens each: fewer batches, more requests
+    c = _one(prof, 20, initial={"svc": ServiceTarget(1, 25, 4)})
+    c.advance()
+    batches = int(limit / prof.gpu.batch_factor(4))
+    assert c.last_outcome["svc"].served == 4 * batches * per_period
+    # a half GPU is faster, so each batch takes fewer tokens
+    c = _one(prof, 20, initial={"svc": ServiceTarget(1, 50, 4)})
+    c.advance()
+    batches = int(limit / (prof.gpu.batch_factor(4) * prof.gpu.share_factor(50)))
+    assert c.last_outcome["svc"].served == 4 * batches * per_period
 
 
 def test_new_replicas_start_after_whole_seconds_up_to_startup_max():
