@@ -316,6 +316,10 @@ def train_cmd(
     init_from: Path = typer.Option(
         None, help="ppo: start from this model's weights (e.g. an agent of the 25-float observation)."
     ),
+    load_scales: str = typer.Option(
+        None, help="ddpg/inss: LO,HI: train at Table 5.1's ratios times a factor drawn log-uniformly "
+        "in [LO, HI] per episode and validate at both (default: 1 +- 30 %)."
+    ),
 ) -> None:
     """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
     service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
@@ -332,7 +336,7 @@ def train_cmd(
         raise ConfigError([ConfigProblem(str(traces / "train"), None, "", "no training traces (*.txt)")])
     val_tr = [load_trace(traces / "val" / "day6.txt")]
     if policy in ("ddpg", "inss"):
-        _train_share(policy, train_tr, val_tr, out, steps or 12_000, seed, gpus)
+        _train_share(policy, train_tr, val_tr, out, steps or 12_000, seed, gpus, _load_scales(load_scales))
         return
     if policy != "ppo":
         raise ConfigError(
@@ -384,7 +388,20 @@ def _scales(text: str) -> list[int] | None:
     return sizes
 
 
-def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus) -> None:
+def _load_scales(text: str | None) -> tuple[float, float] | None:
+    if text is None:
+        return None
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        lo = hi = -1.0
+    if not 0 < lo <= hi:
+        raise ConfigError([ConfigProblem("--load-scales", None, "load_scales",
+                                         f"{text!r}: LO,HI with 0 < LO <= HI, e.g. 1,8")])
+    return lo, hi
+
+
+def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus, load_scales=None) -> None:
     import shlex
     import sys
 
@@ -406,6 +423,7 @@ def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus) -> None:
             seed=seed,
             command=command,
             progress=lambda n, best: bar.update(task, completed=n),
+            load_scales=load_scales,
         )
     console.print(
         f"{policy}: best validation reward {meta.best_validation_reward:.4f} per step at step {meta.steps} "
@@ -528,7 +546,8 @@ def sim_compare(
         label = f"Table {key}" + (f" x{scale:g}" if scale != 1 else "")
         gpus = layout_gpus or COMPARE_LOADS[key]
         with console.status(f"{label}: share bound"):
-            bounds = bounds_for(prof, tr, ratios, gpus=gpus, max_steps=steps)
+            bounds = bounds_for(prof, tr, ratios, gpus=gpus, max_steps=steps, seed=seed,
+                                services=services)
         for name in names:
             with console.status(f"{label}: {name}"):
                 r = run_policy(name, built[key, name], prof, tr, ratios, gpus=gpus, load=label,
