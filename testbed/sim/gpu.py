@@ -194,12 +194,10 @@ class BatchedService:
             )
             pend = [self.instances[n].pending for n in targets]
             who = np.asarray(targets)[slot]
-            stretched = speed[slot]
             # tokens per instance and fixed window, before the queue (as SimService)
-            cost = nominal[j0:j1] * stretched
-            adm = self._admit(ready_t[j0:j1], who, cost, tokens) if limited else slice(None)
+            adm = self._admit(ready_t[j0:j1], who, nominal[j0:j1], tokens) if limited else slice(None)
             sub = finish[j0:j1]  # a view: batches not admitted stay NaN
-            sub[adm] = serve_fast(ready_t[j0:j1][adm], (base[j0:j1] * stretched)[adm], slot[adm],
+            sub[adm] = serve_fast(ready_t[j0:j1][adm], (base[j0:j1] * speed[slot])[adm], slot[adm],
                                   pend, waiting)
             for n, p in zip(targets, pend, strict=True):
                 self.instances[n].pending = p
@@ -207,16 +205,17 @@ class BatchedService:
         return self._outcome(t0, t1, new, a[:carry_from], starts, sizes, ready_t, finish, owner,
                              start_pending)
 
-    def _admit(self, closes: np.ndarray, who: np.ndarray, cost: np.ndarray,
+    def _admit(self, closes: np.ndarray, who: np.ndarray, nominal: np.ndarray,
                tokens: list[np.ndarray]) -> np.ndarray:
         """The published simulator's per-instance rate limit (`rate_limit_admit`) on batches. The
         profile's limit counts requests served one at a time on DRAFAS's 25 % (drl_utils.py:27-29:
-        about one instance's throughput there); here a batch takes `cost` tokens, its nominal time
-        in those units, batch(k) x share(s) x (1 + interference), so an instance admits about the
-        work it can serve whatever its batch, share and neighbours, and the excess is dropped at
-        once rather than queued late. In DRAFAS's configuration every batch is one request at
-        25 % with no interference and takes one token, exactly as in SimService."""
+        about one instance's throughput there); here a batch takes tokens in those units, its
+        nominal time batch(k) x share(s) over one request's, so an instance admits about the work
+        it can serve whatever its batch and share. In DRAFAS's configuration every batch is one
+        request at 25 % and takes one token, exactly as in SimService."""
         limit, window = self.profile.rate_limit  # type: ignore[misc]
+        factors = np.array([self.factor(inst.share) for inst in self.instances])
+        cost = nominal * factors[who]
         if np.all(cost == 1.0):
             return rate_limit_admit(closes, who, limit, window, tokens)
         return rate_limit_admit(closes, who, limit, window, tokens, cost)

@@ -166,13 +166,3 @@ def test_a_profile_without_the_gpu_curve_takes_only_drafas_configuration():
     c = _one(prof, 5)
     with pytest.raises(ConfigError, match=r"svc\.gpu: the profile has no gpu curve"):
         c.configure("svc", ServiceTarget(1, 25, 4))
-
-
-def test_neighbours_slow_an_instance_so_it_admits_less():
-    prof = PROFILES["chatbot"].replace(name="svc", proc_time_ms=(10, 10), startup_ms=0)
-    limit, window = prof.rate_limit
-    c = _one(prof, 20, initial={"svc": ServiceTarget(4, 25, 1)})
-    c.advance()
-    stretch = prof.gpu.stretch([prof.gpu.pressure(25)] * 3)
-    # four slices on one GPU, each 1/4 of 20/s: 10 per 2 s offered, int(7 / stretch) admitted
-    assert c.last_outcome["svc"].served == 4 * int(limit / stretch) * 30 / window
