@@ -10,16 +10,19 @@ ceil(queue_limit / batch) batches already wait. A batch of k requests takes
     mean draw of its requests (Table 4.4's range) * batch(k) * share(s) * (1 + interference)
 
 from the profile's `gpu` curve, the interference term (InSS Section 4.1) summing the other ready
-instances on the same GPU. With batch 1 the batches are the requests and the FIFO is
-`testbed.sim.queueing.serve_fast`, the DRAFAS kernel, so the DRAFAS configuration (25 % slices,
-batch 1, `interference=False`) serves every request exactly as `SimService` does; only the
-accounting differs (one period at a time, a request counted in the period its batch closes).
+instances on the same GPU. The published simulator's choices are the DRAFAS simulator's pieces,
+reused: the per-instance rate limit (`rate_limit_admit`, a batch taking tokens by its nominal
+time), start-up delays in whole seconds up to `startup_max_ms` (`draw_startup`, the same stream),
+and a request's SLO counted in the period it finishes in. With batch 1 the batches are the
+requests and the FIFO is `testbed.sim.queueing.serve_fast`, the DRAFAS kernel, so the DRAFAS
+configuration (25 % slices, batch 1, `interference=False`) gives `SimService`'s periods exactly
+(tests/sim/test_gpu.py, bench/gpu_drafas.py).
 
 A share change restarts the replicas as InSS's shadow mechanism does (Section 5.5): new instances
 start (startup time) while the old ones keep serving and holding their share, and the old ones
 drain once the new ones are ready. A batch-size change applies at once (FA2 Section III).
 
-`testbed.sim.service` / `queueing` / `cluster` are untouched: DRAFAS's tables run there.
+DRAFAS's tables still run on `testbed.sim.service` / `cluster` (chunks of many periods, faster).
 """
 
 from __future__ import annotations
