@@ -331,12 +331,13 @@ def train_cmd(
     """
     from testbed.load.trace import load_trace
 
+    scales_range = _load_scales(load_scales)  # checked before anything is read or started
     train_tr = [load_trace(p) for p in sorted((traces / "train").glob("*.txt"))]
     if not train_tr:
         raise ConfigError([ConfigProblem(str(traces / "train"), None, "", "no training traces (*.txt)")])
     val_tr = [load_trace(traces / "val" / "day6.txt")]
     if policy in ("ddpg", "inss"):
-        _train_share(policy, train_tr, val_tr, out, steps or 12_000, seed, gpus, _load_scales(load_scales))
+        _train_share(policy, train_tr, val_tr, out, steps or 12_000, seed, gpus, scales_range)
         return
     if policy != "ppo":
         raise ConfigError(
