@@ -316,6 +316,10 @@ def train_cmd(
     init_from: Path = typer.Option(
         None, help="ppo: start from this model's weights (e.g. an agent of the 25-float observation)."
     ),
+    load_scales: str = typer.Option(
+        None, help="ddpg/inss: LO,HI: train at Table 5.1's ratios times a factor drawn log-uniformly "
+        "in [LO, HI] per episode and validate at both (default: 1 +- 30 %)."
+    ),
 ) -> None:
     """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
     service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
@@ -327,12 +331,13 @@ def train_cmd(
     """
     from testbed.load.trace import load_trace
 
+    scales_range = _load_scales(load_scales)  # checked before anything is read or started
     train_tr = [load_trace(p) for p in sorted((traces / "train").glob("*.txt"))]
     if not train_tr:
         raise ConfigError([ConfigProblem(str(traces / "train"), None, "", "no training traces (*.txt)")])
     val_tr = [load_trace(traces / "val" / "day6.txt")]
     if policy in ("ddpg", "inss"):
-        _train_share(policy, train_tr, val_tr, out, steps or 12_000, seed, gpus)
+        _train_share(policy, train_tr, val_tr, out, steps or 12_000, seed, gpus, scales_range)
         return
     if policy != "ppo":
         raise ConfigError(
@@ -384,7 +389,20 @@ def _scales(text: str) -> list[int] | None:
     return sizes
 
 
-def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus) -> None:
+def _load_scales(text: str | None) -> tuple[float, float] | None:
+    if text is None:
+        return None
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        lo = hi = -1.0
+    if not 0 < lo <= hi:
+        raise ConfigError([ConfigProblem("--load-scales", None, "load_scales",
+                                         f"{text!r}: LO,HI with 0 < LO <= HI, e.g. 1,8")])
+    return lo, hi
+
+
+def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus, load_scales=None) -> None:
     import shlex
     import sys
 
@@ -406,6 +424,7 @@ def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus) -> None:
             seed=seed,
             command=command,
             progress=lambda n, best: bar.update(task, completed=n),
+            load_scales=load_scales,
         )
     console.print(
         f"{policy}: best validation reward {meta.best_validation_reward:.4f} per step at step {meta.steps} "
@@ -449,7 +468,7 @@ def tune_cmd(
     console.print(out)
 
 
-COMPARE_LOADS = {"5.1": 2, "5.3": 32}  # table -> GPUs (8 and 128 units of 25 %)
+COMPARE_LOADS = {"5.1": 2, "5.2": 2, "5.3": 32}  # table -> GPUs (8, 8 and 128 units of 25 %)
 
 
 @sim_app.command("compare")
@@ -505,7 +524,8 @@ def sim_compare(
         }
     for key in load:
         if key not in COMPARE_LOADS:
-            raise ConfigError([ConfigProblem("--load", None, "load", f"unknown {key!r}; use 5.1 or 5.3")])
+            raise ConfigError([ConfigProblem("--load", None, "load",
+                                             f"unknown {key!r}; use 5.1, 5.2 or 5.3")])
     pipes = [_pipeline(pipeline, Pipeline)] if pipeline else []
     source = str(profiles) if profiles else "testbed/profiles/services.yaml"
     prof = load_profiles(profiles)
@@ -527,7 +547,8 @@ def sim_compare(
         label = f"Table {key}" + (f" x{scale:g}" if scale != 1 else "")
         gpus = layout_gpus or COMPARE_LOADS[key]
         with console.status(f"{label}: share bound"):
-            bounds = bounds_for(prof, tr, ratios, gpus=gpus, max_steps=steps)
+            bounds = bounds_for(prof, tr, ratios, gpus=gpus, max_steps=steps, seed=seed,
+                                services=services)
         for name in names:
             with console.status(f"{label}: {name}"):
                 r = run_policy(name, built[key, name], prof, tr, ratios, gpus=gpus, load=label,

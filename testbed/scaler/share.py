@@ -8,10 +8,12 @@ units) and batch size (over the profile's max) — 5 floats per service.
 ddpg's action (the slides): one weight per service, normalised to shares of the GPU capacity
 (GPU% = 100 act_i / sum act), plus one more output, the fraction of the cluster to use (added:
 the slides always hand out 100 %, our reward charges for share). Batch stays 1 (the slides do not
-batch). inss's action (InSS's local stage, TD3): the same softmax-like share split and total, plus
-a batch size per service; its global stage (placement, SAC-Discrete in the paper) is replaced by
-an interference-aware greedy rule: a new instance goes to the GPU with the most free share, where
-its neighbours press least (sb3 has no SAC-Discrete; see docs/seeds.md).
+batch). inss's action (InSS's local stage, TD3): the same softmax-like share split, of the whole
+cluster (InSS's softmax makes each GPU's allocations sum to 100 %, and its objective is throughput:
+it does not price share), plus a batch size per service; its global stage (placement,
+SAC-Discrete in the paper) is replaced by an interference-aware greedy rule: a new instance goes to
+the GPU with the most free share, where its neighbours press least (sb3 has no SAC-Discrete; see
+docs/seeds.md).
 
 A service's share S becomes ceil(S / knee) instances (more than the knee buys nothing) of S / n
 each, rounded to 5 % (MPS works in SM steps); a change of less than 10 points keeps the running
@@ -65,6 +67,7 @@ class ShareMeta:
     train_traces: list[str]
     val_traces: list[str]
     best_validation_reward: float | None = None
+    load_scales: list[float] | None = None  # training loads, x Table 5.1's ratios (None: 1 +- 30 %)
     validations: list[tuple[int, float]] = field(default_factory=list)
     train_seconds: float = 0.0
 
@@ -87,7 +90,7 @@ class ShareMapper:
     @property
     def action_size(self) -> int:
         n = len(self.services)
-        return n + 1 if self.kind == "ddpg" else 2 * n + 1
+        return n + 1 if self.kind == "ddpg" else 2 * n
 
     def observe(self, view: ClusterView) -> np.ndarray:
         total_units = len(view.gpu_free_pct) * 100.0 / view.unit_pct
@@ -110,7 +113,7 @@ class ShareMapper:
         n = len(self.services)
         weights = a[:n] + 1e-3
         capacity = 100.0 * len(view.gpu_free_pct)
-        total = capacity * (MIN_TOTAL + (1 - MIN_TOTAL) * a[n])
+        total = capacity * (MIN_TOTAL + (1 - MIN_TOTAL) * a[n]) if self.kind == "ddpg" else capacity
         free = list(view.gpu_free_pct)
         out = {}
         for k, s in enumerate(self.services):
@@ -123,7 +126,7 @@ class ShareMapper:
                 share = cur.share_pct
             batch = 1
             if self.kind == "inss":
-                batch = 1 + round(float(a[n + 1 + k]) * (g.max_batch - 1))  # type: ignore[union-attr]
+                batch = 1 + round(float(a[n + k]) * (g.max_batch - 1))  # type: ignore[union-attr]
             gpus = self._place(cur, count, share, free) if self.kind == "inss" else None
             out[s] = ServiceTarget(count, share, batch, gpus)
         return out

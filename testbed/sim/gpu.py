@@ -10,16 +10,19 @@ ceil(queue_limit / batch) batches already wait. A batch of k requests takes
     mean draw of its requests (Table 4.4's range) * batch(k) * share(s) * (1 + interference)
 
 from the profile's `gpu` curve, the interference term (InSS Section 4.1) summing the other ready
-instances on the same GPU. With batch 1 the batches are the requests and the FIFO is
-`testbed.sim.queueing.serve_fast`, the DRAFAS kernel, so the DRAFAS configuration (25 % slices,
-batch 1, `interference=False`) serves every request exactly as `SimService` does; only the
-accounting differs (one period at a time, a request counted in the period its batch closes).
+instances on the same GPU. The published simulator's choices are the DRAFAS simulator's pieces,
+reused: the per-instance rate limit (`rate_limit_admit`, a batch taking tokens by its nominal
+time), start-up delays in whole seconds up to `startup_max_ms` (`draw_startup`, the same stream),
+and a request's SLO counted in the period it finishes in. With batch 1 the batches are the
+requests and the FIFO is `testbed.sim.queueing.serve_fast`, the DRAFAS kernel, so the DRAFAS
+configuration (25 % slices, batch 1, `interference=False`) gives `SimService`'s periods exactly
+(tests/sim/test_gpu.py, bench/gpu_drafas.py).
 
 A share change restarts the replicas as InSS's shadow mechanism does (Section 5.5): new instances
 start (startup time) while the old ones keep serving and holding their share, and the old ones
 drain once the new ones are ready. A batch-size change applies at once (FA2 Section III).
 
-`testbed.sim.service` / `queueing` / `cluster` are untouched: DRAFAS's tables run there.
+DRAFAS's tables still run on `testbed.sim.service` / `cluster` (chunks of many periods, faster).
 """
 
 from __future__ import annotations
@@ -37,6 +40,14 @@ from testbed.metrics.window import WindowMetrics
 from testbed.profiles import ServiceProfile
 from testbed.profiles.paper import STEP_SECONDS
 from testbed.sim.queueing import serve_fast
+from testbed.sim.service import (
+    SLO_COUNTING,
+    draw_proc_times,
+    draw_startup,
+    rate_limit_admit,
+    startup_rng,
+    window_of,
+)
 
 UNIT_PCT = 25.0  # DRAFAS's resource unit: a quarter of a GPU (Table 4.3)
 BATCH_WAIT_OF_SLO = 0.25  # a batch closes after its first request waited this fraction of the SLO
@@ -86,7 +97,10 @@ class BatchedService:
         rng: np.random.Generator,
         *,
         batch_wait_s: float | None = None,
+        slo_counting: str = "completion",
     ):
+        if slo_counting not in SLO_COUNTING:
+            raise ValueError(f"slo_counting {slo_counting!r}; known: {', '.join(SLO_COUNTING)}")
         if profile.capacity != 1:
             raise ConfigError(
                 [ConfigProblem("<sim>", None, f"{profile.name}.capacity",
@@ -94,11 +108,11 @@ class BatchedService:
             )
         self.profile = profile
         self.arrivals = arrivals
-        lo, hi = profile.proc_time_ms
-        if float(lo).is_integer() and float(hi).is_integer():  # as SimService draws
-            self.proc_s = rng.integers(int(lo), int(hi) + 1, len(arrivals)) / 1000.0
-        else:
-            self.proc_s = rng.uniform(lo / 1000.0, hi / 1000.0, len(arrivals))
+        self.slo_counting = slo_counting
+        # the same streams as SimService: the same request sizes and start-up delays
+        self.proc_s = draw_proc_times(profile, len(arrivals), rng)
+        self._startup_rng = startup_rng(rng)
+        self._done = (np.empty(0), np.empty(0))  # finish, latency: served, not yet counted
         self.instances: list[GpuInstance] = []
         self.batch = 1
         self.share = profile.gpu.ref_share_pct if profile.gpu else UNIT_PCT
@@ -126,6 +140,10 @@ class BatchedService:
         g = self.profile.gpu
         return 1.0 if g is None else g.share_factor(share)
 
+    def startup_delay(self) -> float:
+        """Seconds from launch to ready, drawn as `SimService.startup_delay` draws them."""
+        return draw_startup(self.profile, self._startup_rng)
+
     def forget(self, now: float) -> None:
         self.instances = [i for i in self.instances if not i.gone(now)]
 
@@ -144,9 +162,10 @@ class BatchedService:
         sizes = np.diff(np.append(starts, carry_from)) if nb else np.empty(0, dtype=np.int64)
         if nb:
             draw_mean = np.add.reduceat(self.proc_s[req[:carry_from]], starts) / sizes
-            base = draw_mean * self._batch_factors(sizes)
+            nominal = self._batch_factors(sizes)  # a batch's time over one request's, at 25 %
+            base = draw_mean * nominal
         else:
-            base = np.empty(0)
+            nominal = base = np.empty(0)
         finish = np.full(nb, np.nan)
         owner = np.full(nb, -1, dtype=np.int64)
         start_pending = [list(inst.pending) for inst in self.instances]
@@ -156,6 +175,8 @@ class BatchedService:
         bounds = [t0, *changes, t1]
         cuts = np.searchsorted(ready_t, bounds, side="left") if changes else np.array([0, nb])
         waiting = max(1, math.ceil(self.profile.queue_limit / self.batch))  # batches that may wait
+        limited = self.profile.rate_limit is not None
+        tokens: list[np.ndarray] = [np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)]
         for k in range(len(bounds) - 1):
             j0, j1 = int(cuts[k]), int(cuts[k + 1])
             if j1 == j0:
@@ -175,12 +196,32 @@ class BatchedService:
                  for n in targets]
             )
             pend = [self.instances[n].pending for n in targets]
-            finish[j0:j1] = serve_fast(ready_t[j0:j1], base[j0:j1] * speed[slot], slot, pend, waiting)
+            who = np.asarray(targets)[slot]
+            # tokens per instance and fixed window, before the queue (as SimService)
+            adm = self._admit(ready_t[j0:j1], who, nominal[j0:j1], tokens) if limited else slice(None)
+            sub = finish[j0:j1]  # a view: batches not admitted stay NaN
+            sub[adm] = serve_fast(ready_t[j0:j1][adm], (base[j0:j1] * speed[slot])[adm], slot[adm],
+                                  pend, waiting)
             for n, p in zip(targets, pend, strict=True):
                 self.instances[n].pending = p
-            owner[j0:j1] = np.asarray(targets)[slot]
+            owner[j0:j1] = who
         return self._outcome(t0, t1, new, a[:carry_from], starts, sizes, ready_t, finish, owner,
                              start_pending)
+
+    def _admit(self, closes: np.ndarray, who: np.ndarray, nominal: np.ndarray,
+               tokens: list[np.ndarray]) -> np.ndarray:
+        """The published simulator's per-instance rate limit (`rate_limit_admit`) on batches. The
+        profile's limit counts requests served one at a time on DRAFAS's 25 % (drl_utils.py:27-29:
+        about one instance's throughput there); here a batch takes tokens in those units, its
+        nominal time batch(k) x share(s) over one request's, so an instance admits about the work
+        it can serve whatever its batch and share. In DRAFAS's configuration every batch is one
+        request at 25 % and takes one token, exactly as in SimService."""
+        limit, window = self.profile.rate_limit  # type: ignore[misc]
+        factors = np.array([self.factor(inst.share) for inst in self.instances])
+        cost = nominal * factors[who]
+        if np.all(cost == 1.0):
+            return rate_limit_admit(closes, who, limit, window, tokens)
+        return rate_limit_admit(closes, who, limit, window, tokens, cost)
 
     def _batch_factors(self, sizes: np.ndarray) -> np.ndarray:
         g = self.profile.gpu
@@ -212,13 +253,25 @@ class BatchedService:
         return np.asarray(starts, dtype=np.int64), np.asarray(closes), i
 
     def _outcome(self, t0, t1, new, a, starts, sizes, ready_t, finish, owner, start_pending):
+        """The period's figures. With `slo_counting` "completion" (default, as SimService and the
+        published simulator) a served request counts in the period it finishes in, a dropped one
+        in the period its batch closed in; with "arrival" every request counts in the period its
+        batch closed in."""
         nb = len(starts)
         req_finish = np.repeat(finish, sizes) if nb else np.empty(0)
         ok = ~np.isnan(req_finish)
-        latency = req_finish[ok] - a[ok]
-        on_time = int(np.count_nonzero(latency <= self.profile.slo_ms / 1000.0))
-        counted = len(a)
-        served = int(ok.sum())
+        dropped = int(len(a) - ok.sum())
+        if self.slo_counting == "completion":
+            f_all = np.concatenate((self._done[0], req_finish[ok]))
+            lat_all = np.concatenate((self._done[1], req_finish[ok] - a[ok]))
+            now = window_of(f_all, t0, t1 - t0) < 1
+            self._done = (f_all[~now], lat_all[~now])
+            latency = lat_all[now]
+        else:
+            latency = req_finish[ok] - a[ok]
+        served = len(latency)
+        on_time = served - int(np.count_nonzero(latency > self.profile.slo_ms / 1000.0 + 1e-6))
+        counted = served + dropped
         util = self._utilization(t0, t1, ready_t, finish, owner, start_pending)
         ready = sum(1 for i in self.instances if not i.draining and i.ready_at <= t1 + _EPS)
         window = WindowMetrics(
@@ -231,8 +284,7 @@ class BatchedService:
             instances=ready,
             mean_proc_time_ms=1000.0 * float(latency.mean()) if served else None,
         )
-        return GpuStepOutcome(window, counted, served, on_time, counted - served,
-                              float(latency.sum()), nb)
+        return GpuStepOutcome(window, counted, served, on_time, dropped, float(latency.sum()), nb)
 
     def _utilization(self, t0, t1, ready_t, finish, owner, start_pending) -> float:
         """Mean over per-second samples of the mean over present (not draining) instances of
@@ -243,8 +295,9 @@ class BatchedService:
         present = np.zeros(len(samples))
         ok = ~np.isnan(finish)
         for k, inst in enumerate(self.instances):
-            # samples sit 1 µs before the second, so an instance created on it counts there
-            alive = (samples + 1e-6 >= inst.created_at) & (samples < inst.accept_until)
+            # samples sit 1 µs before the second: an instance created on it counts there, one that
+            # stops taking batches on it does not (SimService: a draining instance is not counted)
+            alive = (samples + 1e-6 >= inst.created_at - _EPS) & (samples + 1e-6 < inst.accept_until - _EPS)
             if not alive.any():
                 continue
             mine = ok & (owner == k)
@@ -281,6 +334,7 @@ class GpuSimCluster:
         rounding: str = "floor",
         initial: Mapping[str, ServiceTarget] | None = None,
         source: str = "<sim>",
+        slo_counting: str = "completion",
     ):
         missing = [name for name in profiles if name not in traces or name not in ratios]
         if missing:
@@ -298,7 +352,8 @@ class GpuSimCluster:
         rngs = np.random.SeedSequence(seed).spawn(len(profiles))
         for (name, profile), child in zip(profiles.items(), rngs, strict=True):
             self.sims[name] = BatchedService(
-                profile, arrival_times(traces[name], ratios[name], rounding), np.random.default_rng(child)
+                profile, arrival_times(traces[name], ratios[name], rounding), np.random.default_rng(child),
+                slo_counting=slo_counting,
             )
             self._end = min(self._end, traces[name].seconds)
         for name, profile in profiles.items():
@@ -385,7 +440,7 @@ class GpuSimCluster:
             )
         sim.batch = target.batch
         now = self.now
-        ready_at = now + (prof.startup_ms / 1000.0 if startup else 0.0)
+        delay = sim.startup_delay if startup else (lambda: 0.0)
         active = sim.active()
         free = self.gpu_free_pct()
         if active and abs(target.share_pct - sim.share) <= _EPS:
@@ -393,18 +448,21 @@ class GpuSimCluster:
                 inst.accept_until = now  # drains its queue, then frees its share
             wanted = target.gpus[len(active):] if target.gpus is not None else None
             added = self._place(sim, target.replicas - len(active), target.share_pct, wanted, free, now,
-                                ready_at)
+                                delay)
             return ServiceTarget(min(target.replicas, len(active)) + added, sim.share, sim.batch)
-        added = self._place(sim, target.replicas, target.share_pct, target.gpus, free, now, ready_at)
+        added = self._place(sim, target.replicas, target.share_pct, target.gpus, free, now, delay)
         if added == 0:
             return ServiceTarget(max(len(active), 1), sim.share, sim.batch)
-        for inst in active:  # shadow: the old ones serve until the new ones are ready
+        ready_at = max(i.ready_at for i in sim.instances[-added:])
+        for inst in active:  # shadow: the old ones serve until all the new ones are ready
             inst.accept_until = ready_at if inst.ready_at <= now else now
         sim.share = target.share_pct
         sim.forget(now)
         return ServiceTarget(added, sim.share, sim.batch)
 
-    def _place(self, sim, count, share, wanted, free, now, ready_at) -> int:
+    def _place(self, sim, count, share, wanted, free, now, delay) -> int:
+        """Put up to `count` new instances of `share` on GPUs (`wanted`'s, else the first that
+        fits), each ready after its own start-up draw (`delay()`); returns how many fit."""
         added = 0
         for k in range(max(count, 0)):
             options = [wanted[k]] if wanted is not None else range(self.gpus)
@@ -412,7 +470,7 @@ class GpuSimCluster:
             if gpu is None:
                 continue
             free[gpu] -= share
-            sim.instances.append(GpuInstance(gpu, share, now, ready_at))
+            sim.instances.append(GpuInstance(gpu, share, now, now + delay()))
             added += 1
         return added
 

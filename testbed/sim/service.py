@@ -23,9 +23,92 @@ _EPS = 1e-9  # times are whole milliseconds held as float seconds: edges compare
 SLO_COUNTING = ("completion", "arrival")
 
 
-def _window_of(t: np.ndarray, t0: float, step: float) -> np.ndarray:
+def window_of(t: np.ndarray, t0: float, step: float) -> np.ndarray:
     """Index of the window [t0 + k·step, t0 + (k+1)·step) holding each time."""
     return np.floor((t - t0) / step + _EPS).astype(np.int64)
+
+
+def draw_proc_times(profile: ServiceProfile, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Processing times (s) of `n` requests: whole milliseconds, uniform over the range inclusive,
+    when the range's ends are whole (the published simulator's `random.randint`), else uniform."""
+    lo, hi = profile.proc_time_ms
+    if float(lo).is_integer() and float(hi).is_integer():
+        return rng.integers(int(lo), int(hi) + 1, n) / 1000.0
+    return rng.uniform(lo / 1000.0, hi / 1000.0, n)
+
+
+def startup_rng(rng: np.random.Generator) -> np.random.Generator:
+    """The start-up delays' own stream, split from the service's after its processing times."""
+    return np.random.default_rng(rng.integers(2**63))
+
+
+def draw_startup(profile: ServiceProfile, rng: np.random.Generator) -> float:
+    """Seconds from scale-up to ready: startup_ms, or a whole number of seconds drawn uniformly
+    from [startup, startup_max] (the published simulator: `random.randint(startup_s, 30)`)."""
+    if profile.startup_max_ms is None or profile.startup_max_ms <= profile.startup_ms:
+        return profile.startup_ms / 1000.0
+    lo, hi = int(profile.startup_ms // 1000), int(profile.startup_max_ms // 1000)
+    return float(rng.integers(lo, hi + 1))
+
+
+def rate_limit_admit(
+    a: np.ndarray,
+    who: np.ndarray,
+    limit: float,
+    window: float,
+    used: list[np.ndarray],
+    cost: np.ndarray | None = None,
+) -> np.ndarray:
+    """Which of these arrivals (sorted; `who`: the instance each goes to) a per-instance rate limit
+    admits: at most `limit` per instance in each fixed window [k·w, (k+1)·w), in arrival order.
+    `used` (sorted group keys, admitted so far) carries each (instance, window)'s count from call
+    to call. With `cost` (one per arrival) an arrival takes that many tokens instead of one, and
+    is admitted while the window's tokens asked for so far, its own included, stay within `limit`.
+
+    The windows are fixed, as the published simulator refills every token at once
+    (simpy_env.py:63-67). Unlike it (:127-134), the limit is applied before the queue check, so a
+    request the full queue would drop still takes a token; both bind at once only in deep
+    overload (a rate-limited instance's queue stays short)."""
+    n = len(a)
+    bucket = np.floor(a / window + _EPS).astype(np.int64)
+    key = who.astype(np.int64) * (1 << 40) + bucket
+    # by group, arrival order within one: arrivals are sorted, so within an instance the windows
+    # already ascend and a stable sort on the instance alone orders the keys
+    single = n == 0 or who.min() == who.max()
+    order = None if single else group_order(who, int(who.max()) + 1)
+    k_sorted = key if order is None else key[order]
+    new_group = np.ones(n, dtype=bool)
+    new_group[1:] = k_sorted[1:] != k_sorted[:-1]
+    starts = np.flatnonzero(new_group)
+    sizes = np.diff(np.append(starts, n))
+    rank = np.arange(n) - np.repeat(starts, sizes)
+    groups = k_sorted[starts]
+    old_keys, old_counts = used
+    prior = np.zeros(len(groups), dtype=np.int64 if cost is None else np.float64)
+    if len(old_keys):
+        at = np.minimum(np.searchsorted(old_keys, groups), len(old_keys) - 1)
+        hit = old_keys[at] == groups
+        prior[hit] = old_counts[at[hit]]
+        keep = np.ones(len(old_keys), dtype=bool)  # groups seen again are re-added below
+        keep[at[hit]] = False
+        old_keys, old_counts = old_keys[keep], old_counts[keep]
+    if cost is None:
+        ok_sorted = rank + np.repeat(prior, sizes) < limit
+        spent = np.minimum(limit, prior + sizes)
+    else:
+        c_sorted = cost if order is None else cost[order]
+        within = np.cumsum(c_sorted) - np.repeat(np.cumsum(c_sorted)[starts] - c_sorted[starts], sizes)
+        ok_sorted = np.repeat(prior, sizes) + within <= limit + 1e-9
+        spent = np.minimum(limit, prior + np.add.reduceat(c_sorted, starts))
+    keys = np.concatenate((old_keys, groups))
+    counts = np.concatenate((old_counts.astype(spent.dtype), spent))
+    by_key = np.argsort(keys)
+    used[0], used[1] = keys[by_key], counts[by_key]
+    if order is None:
+        return ok_sorted
+    ok = np.empty(n, dtype=bool)
+    ok[order] = ok_sorted
+    return ok
 
 
 @dataclass
@@ -129,12 +212,8 @@ class SimService:
         self.slo_counting = slo_counting
         self.util_sample_phase = util_sample_phase
         self.arrivals = arrivals
-        lo, hi = profile.proc_time_ms
-        if float(lo).is_integer() and float(hi).is_integer():
-            self.proc_s = rng.integers(int(lo), int(hi) + 1, len(arrivals)) / 1000.0
-        else:
-            self.proc_s = rng.uniform(lo / 1000.0, hi / 1000.0, len(arrivals))
-        self._startup_rng = np.random.default_rng(rng.integers(2**63))
+        self.proc_s = draw_proc_times(profile, len(arrivals), rng)
+        self._startup_rng = startup_rng(rng)
         self._done = (np.empty(0), np.empty(0))  # finish, latency: served, not yet counted
         self.instances = [SimInstance(ready_at=0.0) for _ in range(profile.initial_replicas)]
         self._draining = 0  # instances in self.instances with removed_at set
@@ -164,11 +243,7 @@ class SimService:
     def startup_delay(self) -> float:
         """Seconds from scale-up to ready: startup_ms, or a whole number of seconds drawn uniformly
         from [startup, startup_max] (the published simulator: `random.randint(startup_s, 30)`)."""
-        p = self.profile
-        if p.startup_max_ms is None or p.startup_max_ms <= p.startup_ms:
-            return p.startup_ms / 1000.0
-        lo, hi = int(p.startup_ms // 1000), int(p.startup_max_ms // 1000)
-        return float(self._startup_rng.integers(lo, hi + 1))
+        return draw_startup(self.profile, self._startup_rng)
 
     def scale(self, replicas: int, now: float) -> None:
         """Add instances (ready after startup) or drain the last ones (gone once their queue is empty)."""
@@ -218,11 +293,14 @@ class SimService:
         ok = ~np.isnan(finish)
         f_all = np.concatenate((chunk.done_in[0], finish[ok]))
         lat_all = np.concatenate((chunk.done_in[1], finish[ok] - chunk.arrivals[:upto][ok]))
-        later = _window_of(f_all, now, chunk.step) >= 0
+        later = window_of(f_all, now, chunk.step) >= 0
         self._done = (f_all[later], lat_all[later])
+        # keep what a utilization sample just before `now` still sees in flight (a request due at
+        # `now` may sit a few ulps below it after a cumulative sum), as a chunk without the rewind
+        # would: only the utilization depends on it
         for k, inst in enumerate(self.instances):
-            mine = finish[(owner == k) & (finish > now)]  # NaN (dropped) compares False
-            inst.pending = sorted([f for f in chunk.start_pending[k] if f > now] + mine.tolist())
+            mine = finish[(owner == k) & (finish > now - 1e-6)]  # NaN (dropped) compares False
+            inst.pending = sorted([f for f in chunk.start_pending[k] if f > now - 1e-6] + mine.tolist())
         self._cursor = chunk.i0 + upto
         for start, j0, rr, m in reversed(chunk.subs):
             if start <= now:
@@ -288,47 +366,9 @@ class SimService:
         return _Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes, done_in)
 
     def _admitted(self, a: np.ndarray, who: np.ndarray, used: list[np.ndarray]) -> np.ndarray:
-        """Which of these arrivals (sorted, instance `who`) the rate limit admits; `used` (sorted
-        group keys, admitted counts) carries each (instance, window)'s count between
-        sub-intervals of a chunk.
-
-        The windows are fixed, [k·w, (k+1)·w), as the published simulator refills every token at
-        once (simpy_env.py:63-67). Unlike it (:127-134), the limit is applied before the queue
-        check, so a request the full queue would drop still takes a token; both bind at once only
-        in deep overload (a rate-limited instance's queue stays short)."""
+        """`rate_limit_admit` with the profile's limit."""
         limit, window = self.profile.rate_limit  # type: ignore[misc]
-        n = len(a)
-        bucket = np.floor(a / window + _EPS).astype(np.int64)
-        key = who.astype(np.int64) * (1 << 40) + bucket
-        # by group, arrival order within one: arrivals are sorted, so within an instance the
-        # windows already ascend and a stable sort on the instance alone orders the keys
-        order = None if len(self.instances) == 1 else group_order(who, len(self.instances))
-        k_sorted = key if order is None else key[order]
-        new_group = np.ones(n, dtype=bool)
-        new_group[1:] = k_sorted[1:] != k_sorted[:-1]
-        starts = np.flatnonzero(new_group)
-        sizes = np.diff(np.append(starts, n))
-        rank = np.arange(n) - np.repeat(starts, sizes)
-        groups = k_sorted[starts]
-        old_keys, old_counts = used
-        prior = np.zeros(len(groups), dtype=np.int64)
-        if len(old_keys):
-            at = np.minimum(np.searchsorted(old_keys, groups), len(old_keys) - 1)
-            hit = old_keys[at] == groups
-            prior[hit] = old_counts[at[hit]]
-            keep = np.ones(len(old_keys), dtype=bool)  # groups seen again are re-added below
-            keep[at[hit]] = False
-            old_keys, old_counts = old_keys[keep], old_counts[keep]
-        ok_sorted = rank + np.repeat(prior, sizes) < limit
-        keys = np.concatenate((old_keys, groups))
-        counts = np.concatenate((old_counts, np.minimum(limit, prior + sizes)))
-        by_key = np.argsort(keys)
-        used[0], used[1] = keys[by_key], counts[by_key]
-        if order is None:
-            return ok_sorted
-        ok = np.empty(n, dtype=bool)
-        ok[order] = ok_sorted
-        return ok
+        return rate_limit_admit(a, who, limit, window, used)
 
     def _outcomes(
         self,
@@ -340,7 +380,7 @@ class SimService:
         owner: np.ndarray,
         start_pending: list[list[float]],
     ) -> _Outcomes:
-        window = np.minimum(_window_of(a, t0, step), steps - 1)
+        window = np.minimum(window_of(a, t0, step), steps - 1)
         ok = ~np.isnan(finish)
         slo = self.profile.slo_ms / 1000.0 + 1e-6
         arrivals = np.bincount(window, minlength=steps)
@@ -348,7 +388,7 @@ class SimService:
         if self.slo_counting == "completion":
             f_all = np.concatenate((self._done[0], finish[ok]))
             lat_all = np.concatenate((self._done[1], finish[ok] - a[ok]))
-            w_done = _window_of(f_all, t0, step)
+            w_done = window_of(f_all, t0, step)
             now = w_done < steps
             self._done = (f_all[~now], lat_all[~now])
             w_ok, latency = w_done[now], lat_all[now]

@@ -187,11 +187,20 @@ def bounds_for(
     *,
     gpus: int,
     max_steps: int | None = None,
+    seed: int = 0,
+    services: Sequence[str] | None = None,
 ) -> dict[str, float]:
+    """The share bound per service, on the request sizes `run_policy` draws for `services` (in
+    that order, as the policies' mapping has them) and `seed`."""
+    names = list(services or profiles)
     total_units = int(gpus * 100 / UNIT_PCT)
+    # the same streams as run_policy's cluster: build it for its draws (its GPUs do not matter)
+    draws = GpuSimCluster({s: profiles[s] for s in names}, {s: traces[s] for s in names},
+                          {s: ratios[s] for s in names}, gpus=len(names), seed=seed, interference=False)
     return {
-        s: share_bound(profiles[s], traces[s], ratios[s], total_units=total_units, steps=max_steps).reward
-        for s in profiles
+        s: share_bound(profiles[s], traces[s], ratios[s], total_units=total_units, steps=max_steps,
+                       proc_s=draws.sims[s].proc_s).reward
+        for s in names
     }
 
 

@@ -206,7 +206,7 @@ class ShareBound:
 
     reward: float
     share_units: float  # mean share, in units, of the bound's schedule
-    best_rate_per_pct: float  # requests/s one % of a GPU serves at best
+    best_rate_per_pct: float  # requests one % of a GPU serves per second at best, for 1 s draws
 
 
 def share_bound(
@@ -221,41 +221,64 @@ def share_bound(
     alpha: float = REWARD_ALPHA,
     beta: float = REWARD_BETA,
     rounding: str = "floor",
+    proc_s: np.ndarray | None = None,
 ) -> ShareBound:
     """A fluid relaxation, so every relaxation makes it larger: the share is divisible and costs
-    only while the step needs it (no startup, no cooldown, no whole instances beyond the first);
-    every request takes the fastest draw with no interference, at the batch and share that serve
-    the most requests per % of GPU while a lone batch still meets the SLO; no queueing. In step t
-    with A_t arrivals and share S, at least A_t - rate·S·(step + SLO) requests miss the SLO. The
-    best S per step is either the smallest instance that meets the SLO or the one that serves
-    every request; the bound is the mean of the per-step optima."""
+    only while the step needs it (no startup, no cooldown, no whole instances); no interference,
+    no queueing, every batch at the batch size and share that use the least GPU (% x s) per unit
+    of processing time while a lone batch of the fastest draws still meets the SLO.
+
+    A batch of k requests at share s takes mean(draws) x batch(k) x share(s) x (1 + I), so it uses
+    at least e·sum(draws) of % x s, e = min over (k, s) of s·batch(k)·share(s)/k. With share S held
+    over the step, the requests of step t can use at most S·(step + SLO) % x s (nothing is done
+    before they arrive or after the SLO), so at most the m smallest draws with e·(their sum) within
+    it are on time. `proc_s` (one draw per arrival, the simulator's common random numbers) makes
+    this per request; without it every request takes the fastest draw (looser). The best S per
+    step is the smallest share serving its m smallest requests for some m (or the floor, serving
+    none); the bound is the mean of the per-step optima."""
     g = profile.gpu
     slo_s = profile.slo_ms / 1000.0
-    fastest = profile.proc_time_ms[0]
-    best, smallest = 0.0, 100.0
+    fastest = profile.proc_time_ms[0] / 1000.0
+    best, smallest = 0.0, 100.0  # requests per (% x s) of draw time, and the smallest useful share
     shares = np.arange(0.5, 100.0001, 0.5)
     for b in range(1, (g.max_batch if g else 1) + 1):
         for s in shares if g else [unit_pct]:
-            d = fastest * (g.batch_factor(b) * g.share_factor(s) if g else 1.0) / 1000.0
-            if d > slo_s:
+            factor = g.batch_factor(b) * g.share_factor(s) if g else 1.0
+            if fastest * factor > slo_s:
                 continue
             smallest = min(smallest, s)
-            best = max(best, b / d / s)
+            best = max(best, b / factor / s)
     arrivals = arrival_times(trace, ratio, rounding)
     total = int(trace.seconds // step_seconds) if steps is None else steps
-    counts = np.bincount(
-        np.minimum((arrivals // step_seconds).astype(np.int64), total), minlength=total + 1
-    )[:total].astype(float)
-    window = step_seconds + slo_s
+    draws = np.full(len(arrivals), fastest) if proc_s is None else np.asarray(proc_s, dtype=float)
+    if len(draws) != len(arrivals):
+        raise ValueError(f"{len(draws)} draws for {len(arrivals)} arrivals")
+    step_of = (arrivals // step_seconds).astype(np.int64)
+    keep = step_of < total
+    step_of, draws = step_of[keep], draws[keep]
+    order = np.lexsort((draws, step_of))  # by step, the smallest draws first
+    step_of, draws = step_of[order], draws[order]
+    counts = np.bincount(step_of, minlength=total).astype(float)
     cost = beta / (unit_pct * total_units)  # reward per % of share
-    full = counts / (best * window) if best > 0 else np.full(total, 100.0 * total_units)
-    cand_small = np.full(total, smallest)
-    served_small = best * smallest * window
-    missed_small = np.where(counts > 0, np.maximum(0.0, 1.0 - served_small / np.maximum(counts, 1)), 0.0)
-    r_small = -(alpha * missed_small + cost * cand_small)
-    s_full = np.maximum(full, smallest)
-    r_full = -(cost * s_full)
-    use_full = r_full >= r_small
-    rewards = np.where(use_full, r_full, r_small)
-    share = np.where(use_full, s_full, cand_small)
+    window = step_seconds + slo_s
+    floor_pct = shares[0]
+    # serving none: the smallest share any policy can hold, every request of the step late
+    rewards = -(alpha * (counts > 0) + cost * floor_pct)
+    share = np.full(total, floor_pct)
+    if len(draws) and best > 0:
+        starts = np.flatnonzero(np.r_[True, step_of[1:] != step_of[:-1]])
+        sizes = np.diff(np.r_[starts, len(step_of)])
+        rank = np.arange(len(step_of)) - np.repeat(starts, sizes) + 1  # requests on time, m
+        work = np.cumsum(draws)
+        work -= np.repeat(work[starts] - draws[starts], sizes)  # sum of the m smallest draws
+        need = np.maximum(work / (best * window), smallest)  # share serving those m
+        a_t = counts[step_of]
+        r = -(alpha * (a_t - rank) / a_t + cost * need)
+        top = np.maximum.reduceat(r, starts)
+        steps_with = step_of[starts]
+        better = top > rewards[steps_with]
+        at = np.flatnonzero(r == np.repeat(top, sizes))
+        first = at[np.unique(step_of[at], return_index=True)[1]]
+        rewards[steps_with[better]] = top[better]
+        share[steps_with[better]] = need[first][better]
     return ShareBound(float(rewards.mean()), float(share.mean() / unit_pct), best)

@@ -181,3 +181,11 @@ def test_sim_tables_json_with_the_shipped_agents(tmp_path, capsys):
         assert r["table"] == "5.1" and r["steps"] == 4
         assert set(r["paper"]) >= {"reward", "instances", "slo_violation_rate"}
         assert "reward_diff" in r
+
+
+@pytest.mark.parametrize("bad", ["8,1", "0,4", "x"])
+def test_train_rejects_a_bad_load_range_before_reading_traces(tmp_path, capsys, bad):
+    rc = main(["train", "--policy", "inss", "--traces", str(tmp_path / "none"), "--load-scales", bad])
+    assert rc != 0
+    err = capsys.readouterr().err
+    assert "--load-scales" in err and "no training traces" not in err

@@ -84,3 +84,24 @@ def test_oracle_is_at_least_any_static_count():
     assert best.reward >= static["svc"].reward - 1e-12
     assert best.reward > static["svc"].reward  # the wave needs a second instance at its peaks
     assert 1 < best.instances < 3
+
+
+def test_the_share_bound_on_the_drawn_request_sizes_is_tighter_and_no_policy_beats_it():
+    from testbed.profiles import default_profiles, paper
+    from testbed.train.compare import bounds_for, build_policies, run_policy
+    from testbed.train.oracle import share_bound
+
+    profiles = default_profiles()
+    services = list(paper.SERVICES)
+    counts = (40 + 30 * np.sin(np.arange(3600) / 300)).astype(np.int64)
+    day = Trace("d", np.ones(3600, dtype=np.int64), counts)
+    traces = dict.fromkeys(services, day)
+    ratios = {s: 3 * r for s, r in paper.TABLE_5_1.ratios.items()}
+    bounds = bounds_for(profiles, traces, ratios, gpus=2, services=services)
+    for s in services:  # every request at the fastest draw: a looser bound
+        assert bounds[s] < share_bound(profiles[s], day, ratios[s], total_units=8).reward
+    for name in ("fa2", "gslice", "rule_v2"):
+        pols = build_policies(name, services, profiles, total_units=8, models=None)
+        r = run_policy(name, pols, profiles, traces, ratios, gpus=2, bounds=bounds)
+        for s, v in r.per_service.items():
+            assert v["reward"] <= v["bound"], (name, s)
