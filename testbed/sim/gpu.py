@@ -37,7 +37,7 @@ from testbed.cluster.base import ServiceTarget
 from testbed.errors import ConfigError, ConfigProblem, StateError
 from testbed.load.trace import Trace, arrival_times
 from testbed.metrics.window import WindowMetrics
-from testbed.profiles import ServiceProfile
+from testbed.profiles import ServiceProfile, gpu_stretches
 from testbed.profiles.paper import STEP_SECONDS
 from testbed.sim.queueing import serve_fast
 from testbed.sim.service import (
@@ -483,18 +483,10 @@ class GpuSimCluster:
         """1 + InSS's interference term for every instance, from the ready instances beside it."""
         if not self.interference:
             return {}
-        on_gpu: dict[int, list[tuple[GpuInstance, ServiceProfile]]] = {}
-        for sim in self.sims.values():
-            for inst in sim.instances:
-                if inst.ready_at <= at + _EPS and not inst.gone(at):
-                    on_gpu.setdefault(inst.gpu, []).append((inst, sim.profile))
-        out: dict[int, float] = {}
-        for group in on_gpu.values():
-            pressure = [(p.gpu.pressure(i.share) if p.gpu else (0.0, 0.0)) for i, p in group]
-            for k, (inst, prof) in enumerate(group):
-                if prof.gpu is not None:
-                    out[id(inst)] = prof.gpu.stretch(pressure[:k] + pressure[k + 1:])
-        return out
+        placed = [(id(inst), inst.gpu, inst.share, sim.profile.gpu)
+                  for sim in self.sims.values() for inst in sim.instances
+                  if inst.ready_at <= at + _EPS and not inst.gone(at)]
+        return gpu_stretches(placed)  # type: ignore[return-value]
 
     def advance(self) -> dict[str, WindowMetrics]:
         t0, t1 = self.now, self.now + self.step_seconds
