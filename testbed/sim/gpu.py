@@ -22,14 +22,23 @@ A share change restarts the replicas as InSS's shadow mechanism does (Section 5.
 start (startup time) while the old ones keep serving and holding their share, and the old ones
 drain once the new ones are ready. A batch-size change applies at once (FA2 Section III).
 
+A declared chain (`chains=`: services s1 -> s2 -> ... under one end-to-end SLA) is routed: s1
+takes its arrivals from its own trace, and each request a stage completes (not drops) arrives at the
+next stage at its finish time. Per period the stages are served in chain order; a completion
+inside the period reaches the next stage in the same period, a later one is carried to the period
+it finishes in. A later stage takes no arrivals from its own trace. `chain_results()` gives per
+chain the end-to-end latency (first arrival to last finish), the share of requests late or
+dropped anywhere, and the requests completed within the SLA.
+
 DRAFAS's tables still run on `testbed.sim.service` / `cluster` (chunks of many periods, faster).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -87,8 +96,21 @@ class GpuStepOutcome:
     batches: int
 
 
+class Chain(Protocol):
+    """What the simulator needs of a declared pipeline (`testbed.scaler.fa2.Pipeline` is one)."""
+
+    @property
+    def services(self) -> Sequence[str]: ...
+
+    @property
+    def sla_ms(self) -> float: ...
+
+
 class BatchedService:
-    """A service's central queue and its instances on GPUs (see the module docstring)."""
+    """A service's central queue and its instances on GPUs (see the module docstring).
+
+    `routed=N`: a later stage of a chain, whose arrivals come from `feed` (at most N of them, the
+    first stage's requests) instead of `arrivals`."""
 
     def __init__(
         self,
@@ -98,6 +120,7 @@ class BatchedService:
         *,
         batch_wait_s: float | None = None,
         slo_counting: str = "completion",
+        routed: int | None = None,
     ):
         if slo_counting not in SLO_COUNTING:
             raise ValueError(f"slo_counting {slo_counting!r}; known: {', '.join(SLO_COUNTING)}")
@@ -107,10 +130,19 @@ class BatchedService:
                                "the GPU simulator serves one batch at a time per instance (capacity 1)")]
             )
         self.profile = profile
-        self.arrivals = arrivals
         self.slo_counting = slo_counting
+        if routed is None:
+            self.arrivals = arrivals
+            self._n = len(arrivals)  # arrivals known so far
+            self.origin: np.ndarray | None = None  # request i is the chain's request i
+        else:
+            self.arrivals = np.empty(routed)
+            self._n = 0
+            self.origin = np.empty(routed, dtype=np.int64)  # the chain's request of each arrival
+        self.track = routed is not None  # keep each closed request's finish (`closed`)
+        self.closed: tuple[np.ndarray, np.ndarray] = (np.empty(0, dtype=np.int64), np.empty(0))
         # the same streams as SimService: the same request sizes and start-up delays
-        self.proc_s = draw_proc_times(profile, len(arrivals), rng)
+        self.proc_s = draw_proc_times(profile, len(self.arrivals), rng)
         self._startup_rng = startup_rng(rng)
         self._done = (np.empty(0), np.empty(0))  # finish, latency: served, not yet counted
         self.instances: list[GpuInstance] = []
@@ -147,11 +179,22 @@ class BatchedService:
     def forget(self, now: float) -> None:
         self.instances = [i for i in self.instances if not i.gone(now)]
 
+    def feed(self, times: np.ndarray, origin: np.ndarray) -> None:
+        """Routed arrivals (sorted, none before the last one fed): the chain's requests `origin`."""
+        if self.origin is None:
+            raise StateError(f"{self.profile.name}: takes its arrivals from its trace, not a chain")
+        n, k = self._n, len(times)
+        if k and n and times[0] < self.arrivals[n - 1] - _EPS:
+            raise StateError(f"{self.profile.name}: routed arrivals out of order")
+        self.arrivals[n:n + k] = times
+        self.origin[n:n + k] = origin
+        self._n = n + k
+
     # -- one period ------------------------------------------------------------------------------
     def step(self, t0: float, t1: float, stretch: Mapping[int, float]) -> GpuStepOutcome:
         """Serve [t0, t1). `stretch[id(instance)]` is 1 + its interference term."""
         i0 = self._cursor
-        i1 = i0 + int(np.searchsorted(self.arrivals[i0:], t1, side="left"))
+        i1 = i0 + int(np.searchsorted(self.arrivals[i0:self._n], t1, side="left"))
         self._cursor = i1
         new = i1 - i0
         req = np.concatenate([self._carry, np.arange(i0, i1, dtype=np.int64)])
@@ -205,6 +248,10 @@ class BatchedService:
             for n, p in zip(targets, pend, strict=True):
                 self.instances[n].pending = p
             owner[j0:j1] = who
+        if self.track:  # the chain's requests closed this period and their finish (NaN: dropped)
+            ids = req[:carry_from]
+            self.closed = (ids if self.origin is None else self.origin[ids],
+                           np.repeat(finish, sizes) if nb else np.empty(0))
         return self._outcome(t0, t1, new, a[:carry_from], starts, sizes, ready_t, finish, owner,
                              start_pending)
 
@@ -335,8 +382,12 @@ class GpuSimCluster:
         initial: Mapping[str, ServiceTarget] | None = None,
         source: str = "<sim>",
         slo_counting: str = "completion",
+        chains: Sequence[Chain] = (),
     ):
-        missing = [name for name in profiles if name not in traces or name not in ratios]
+        self.chains = check_chains(chains, profiles, source)
+        feeds = {c.services[k + 1]: c.services[k] for c in self.chains for k in range(len(c.services) - 1)}
+        missing = [name for name in profiles
+                   if name not in feeds and (name not in traces or name not in ratios)]
         if missing:
             raise ConfigError([ConfigProblem(source, None, n, "no trace or ratio given") for n in missing])
         if gpus < 1:
@@ -349,13 +400,31 @@ class GpuSimCluster:
         self.source = source
         self.sims: dict[str, BatchedService] = {}
         self._end = np.inf
-        rngs = np.random.SeedSequence(seed).spawn(len(profiles))
-        for (name, profile), child in zip(profiles.items(), rngs, strict=True):
-            self.sims[name] = BatchedService(
-                profile, arrival_times(traces[name], ratios[name], rounding), np.random.default_rng(child),
-                slo_counting=slo_counting,
-            )
-            self._end = min(self._end, traces[name].seconds)
+        rngs = dict(zip(profiles, np.random.SeedSequence(seed).spawn(len(profiles)), strict=True))
+        heads = {c.services[0] for c in self.chains}
+        for name in (*heads, *(n for n in profiles if n not in heads)):  # heads first: their counts
+            profile = profiles[name]
+            if name in feeds:
+                head = next(c.services[0] for c in self.chains if name in c.services)
+                self.sims[name] = BatchedService(
+                    profile, np.empty(0), np.random.default_rng(rngs[name]), slo_counting=slo_counting,
+                    routed=len(self.sims[head].arrivals),
+                )
+            else:
+                self.sims[name] = BatchedService(
+                    profile, arrival_times(traces[name], ratios[name], rounding),
+                    np.random.default_rng(rngs[name]), slo_counting=slo_counting,
+                )
+                self._end = min(self._end, traces[name].seconds)
+            self.sims[name].track = name in heads or name in feeds
+        self.sims = {name: self.sims[name] for name in profiles}  # the profiles' order
+        # stages in chain order, then the rest: a stage is served before the one it feeds
+        self._order = [*(s for c in self.chains for s in c.services),
+                       *(n for n in profiles if n not in heads and n not in feeds)]
+        self._feeds = {up: down for down, up in feeds.items()}
+        self._pool = {name: (np.empty(0), np.empty(0, dtype=np.int64)) for name in feeds}
+        self.chain_log = [ChainLog(c, len(self.sims[c.services[0]].arrivals)) for c in self.chains]
+        self._log_of = {s: (log, k) for log in self.chain_log for k, s in enumerate(log.services)}
         for name, profile in profiles.items():
             start = (initial or {}).get(name) or ServiceTarget(
                 max(profile.initial_replicas, 1), self.sims[name].share, 1
@@ -491,11 +560,47 @@ class GpuSimCluster:
     def advance(self) -> dict[str, WindowMetrics]:
         t0, t1 = self.now, self.now + self.step_seconds
         stretch = self.stretches(t0)
-        self.last_outcome = {name: sim.step(t0, t1, stretch) for name, sim in self.sims.items()}
+        if not self.chains:
+            self.last_outcome = {name: sim.step(t0, t1, stretch) for name, sim in self.sims.items()}
+        else:
+            outcome = {}
+            for name in self._order:
+                sim = self.sims[name]
+                if name in self._pool:  # completions of the stage before, up to the period's end
+                    times, origin = self._pool[name]
+                    now = times < t1
+                    sim.feed(times[now], origin[now])
+                    self._pool[name] = (times[~now], origin[~now])
+                    self._log_of[name][0].arrived(self._log_of[name][1], origin[now], times[now])
+                outcome[name] = sim.step(t0, t1, stretch)
+                self._route(name, sim)
+            self.last_outcome = {name: outcome[name] for name in self.sims}
         self.now = t1
         for sim in self.sims.values():
             sim.forget(t1)
         return {name: out.window for name, out in self.last_outcome.items()}
+
+    def _route(self, name: str, sim: BatchedService) -> None:
+        """Record the stage's closed requests in its chain; hand its completions to the next."""
+        origin, finish = sim.closed
+        if name not in self._log_of:
+            return
+        log, k = self._log_of[name]
+        if k == 0:  # the first stage's requests are its trace's, in order
+            log.arrived(0, origin, sim.arrivals[origin])
+        log.closed(k, origin, finish)
+        down = self._feeds.get(name)
+        if down is None or not len(origin):
+            return
+        ok = ~np.isnan(finish)
+        times = np.concatenate((self._pool[down][0], finish[ok]))
+        ids = np.concatenate((self._pool[down][1], origin[ok]))
+        order = np.argsort(times, kind="stable")
+        self._pool[down] = (times[order], ids[order])
+
+    def chain_results(self) -> list[dict[str, float | int | str]]:
+        """Per chain, over the requests resolved so far (see `ChainLog.result`)."""
+        return [log.result(self.now) for log in self.chain_log]
 
     def latest_window(self, service: str) -> WindowMetrics:
         if service not in self.last_outcome:
@@ -510,3 +615,77 @@ class GpuSimCluster:
                 [ConfigProblem(self.source, None, "service",
                                f"unknown service {service!r}; known: {', '.join(self.sims)}")]
             ) from None
+
+
+def check_chains(chains: Sequence[Chain], services: Mapping[str, object], source: str) -> list[Chain]:
+    """Chains of known services, each service in at most one chain and once: one error naming
+    every problem (`pipelines[i].services` in `source`)."""
+    problems = []
+    seen: dict[str, int] = {}
+    for i, c in enumerate(chains):
+        if not c.services:
+            problems.append(ConfigProblem(source, None, f"pipelines[{i}].services", "an empty chain"))
+        if c.sla_ms <= 0:
+            problems.append(ConfigProblem(source, None, f"pipelines[{i}].sla_ms",
+                                          f"must be > 0, got {c.sla_ms:g}"))
+        for j, s in enumerate(c.services):
+            where = f"pipelines[{i}].services[{j}]"
+            if s not in services:
+                problems.append(ConfigProblem(source, None, where,
+                                              f"unknown service {s!r}; known: {', '.join(services)}"))
+            elif s in seen:
+                problems.append(ConfigProblem(source, None, where,
+                                              f"{s} is already a stage of pipelines[{seen[s]}]: a "
+                                              "service is in one chain, once"))
+            seen.setdefault(s, i)
+    if problems:
+        raise ConfigError(problems)
+    return list(chains)
+
+
+class ChainLog:
+    """Each request of one chain, by its index at the first stage: when it arrived at and finished
+    each stage (NaN: not yet, or dropped), and the stage that dropped it (-1: none)."""
+
+    def __init__(self, chain: Chain, requests: int):
+        self.services = tuple(chain.services)
+        self.sla_ms = float(chain.sla_ms)
+        k = len(self.services)
+        self.arrival = np.full((k, requests), np.nan)
+        self.finish = np.full((k, requests), np.nan)
+        self.dropped_at = np.full(requests, -1, dtype=np.int64)
+
+    def arrived(self, stage: int, origin: np.ndarray, times: np.ndarray) -> None:
+        self.arrival[stage, origin] = times
+
+    def closed(self, stage: int, origin: np.ndarray, finish: np.ndarray) -> None:
+        self.finish[stage, origin] = finish
+        drop = np.isnan(finish)
+        self.dropped_at[origin[drop]] = stage
+
+    def result(self, now: float) -> dict[str, float | int | str]:
+        """Requests resolved by `now` (finished at the last stage by then, or dropped anywhere):
+        end-to-end latency = last finish - first arrival; a violation is late or dropped."""
+        last = self.finish[-1]
+        done = ~np.isnan(last) & (last <= now + _EPS)
+        e2e = (last[done] - self.arrival[0, done]) * 1000.0
+        late = int(np.count_nonzero(e2e > self.sla_ms + 1e-3))
+        dropped = int(np.count_nonzero(self.dropped_at >= 0))
+        resolved = int(done.sum()) + dropped
+        stage = self.finish - self.arrival  # NaN where a request did not finish the stage
+        return {
+            "pipeline": ">".join(self.services),
+            "sla_ms": self.sla_ms,
+            "requests": resolved,
+            "completed": int(done.sum()),
+            "dropped": dropped,
+            "late": late,
+            "on_time": int(done.sum()) - late,
+            "violation_rate": (late + dropped) / resolved if resolved else 0.0,
+            "mean_e2e_ms": float(e2e.mean()) if len(e2e) else float("nan"),
+            "p99_e2e_ms": float(np.percentile(e2e, 99)) if len(e2e) else float("nan"),
+            "dropped_per_stage": [int(np.count_nonzero(self.dropped_at == k))
+                                  for k in range(len(self.services))],
+            "stage_mean_ms": [float(np.nanmean(x)) * 1000.0 if np.any(~np.isnan(x)) else float("nan")
+                              for x in stage],
+        }
