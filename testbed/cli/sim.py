@@ -481,7 +481,13 @@ def sim_compare(
     traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
     models: Path = typer.Option(Path("models"), help="Directory with ddpg.zip, inss.zip (and PPO's)."),
     profiles: Path = typer.Option(None, help="Profile file over the packaged one (gpu curves)."),
-    pipeline: str = typer.Option(None, help="fa2: a chain under one SLA, e.g. 'imgcls,tts:3000' (ms)."),
+    pipeline: str = typer.Option(
+        None, help="A chain under one SLA, e.g. 'imgcls,tts:3000' (ms): the simulator routes each "
+        "request imgcls completes to tts (tts ignores its own trace), every policy is measured end to "
+        "end, and fa2 plans the chain with its DP."),
+    plan_chain: bool = typer.Option(True, "--plan-chain/--no-plan-chain",
+                                    help="fa2 with --pipeline: split the chain's SLA by its DP, or "
+                                    "plan each service alone under its own SLO (same routing)."),
     layout: Path = typer.Option(None, help="GPU layout file: GPUs and each service's starting replicas, "
                                 "share_pct, batch, gpus (overrides the table's GPU count)."),
     interference: bool = typer.Option(True, "--interference/--no-interference",
@@ -503,7 +509,7 @@ def sim_compare(
     from testbed.cluster.base import ServiceTarget
     from testbed.config.gpu_layout import load_layout
     from testbed.profiles import load_profiles
-    from testbed.report.compare import markdown_table, write_compare_report
+    from testbed.report.compare import chain_table, markdown_table, write_compare_report
     from testbed.scaler.fa2 import Pipeline
     from testbed.train.compare import ALL_POLICIES, bounds_for, build_policies, run_policy
     from testbed.train.evaluate import test_day_traces
@@ -537,7 +543,8 @@ def sim_compare(
         units = (layout_gpus or COMPARE_LOADS[key]) * 4
         for name in names:
             built[key, name] = build_policies(name, services, prof, total_units=units, models=models,
-                                              seed=seed, pipelines=pipes, profile_source=source)
+                                              seed=seed, pipelines=pipes, profile_source=source,
+                                              plan_chain=plan_chain)
     assert set(names) <= set(ALL_POLICIES)
     rows = []
     started = _time.perf_counter()
@@ -548,12 +555,14 @@ def sim_compare(
         gpus = layout_gpus or COMPARE_LOADS[key]
         with console.status(f"{label}: share bound"):
             bounds = bounds_for(prof, tr, ratios, gpus=gpus, max_steps=steps, seed=seed,
-                                services=services)
+                                services=services, pipelines=pipes)
         for name in names:
             with console.status(f"{label}: {name}"):
                 r = run_policy(name, built[key, name], prof, tr, ratios, gpus=gpus, load=label,
                                seed=seed, interference=interference, max_steps=steps, bounds=bounds,
-                               initial=initial)
+                               initial=initial, pipelines=pipes)
+            if name == "fa2" and pipes and not plan_chain:
+                r.policy = "fa2 (per service)"
             rows.append(r.as_json(with_series=True))
             if as_json:
                 typer.echo(json.dumps(r.as_json()))
@@ -561,13 +570,26 @@ def sim_compare(
                 console.print(f"  {label} {name}: SLO {r.slo_violation_rate:.4f}, "
                               f"share {r.share_units:.2f} units, reward {r.reward:.4f}"
                               f" ({r.run_seconds:.1f} s)")
+                for c in r.chains:
+                    console.print(f"    chain {c['pipeline']} (SLA {c['sla_ms']:g} ms): "
+                                  f"violations {c['violation_rate']:.4f} ({c['late']} late, "
+                                  f"{c['dropped']} dropped of {c['requests']}), end to end mean "
+                                  f"{c['mean_e2e_ms']:.0f} ms, p99 {c['p99_e2e_ms']:.0f} ms, "
+                                  f"{c['on_time_rps']:.2f} req/s in SLA")
     elapsed = _time.perf_counter() - started
     out = out or Path("runs") / (_time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime()) + "-compare")
     note = (f"Test day, seed {seed}, interference {'on' if interference else 'off'}; "
             f"{elapsed:.0f} s for {len(rows)} runs.")
+    if pipes:
+        note += (" Routed: " + "; ".join(f"{' -> '.join(p.services)} under {p.sla_ms:g} ms"
+                                         for p in pipes)
+                 + (" (fa2 plans the chain)" if plan_chain else " (fa2 plans each service alone)")
+                 + "; a later stage takes no arrivals from its own trace.")
     write_compare_report(rows, out, note)
     if not as_json:
         console.print(markdown_table(rows))
+        if pipes:
+            console.print(chain_table(rows))
         console.print(f"{len(rows)} runs in {elapsed:.0f} s; report in {out}/compare.md")
 
 
@@ -598,7 +620,14 @@ def _pipeline(text: str, pipeline_type):
     if not services or sla_ms <= 0:
         raise ConfigError([ConfigProblem("--pipeline", None, "pipeline",
                                          f"expected SERVICE,SERVICE:SLA_MS, got {text!r}")])
-    _services(",".join(services))
+    unknown = [s for s in services if s not in paper.SERVICES]
+    if unknown:
+        raise ConfigError([ConfigProblem("--pipeline", None, "pipeline",
+                                         f"unknown service {', '.join(map(repr, unknown))} in "
+                                         f"{text!r}; known: {', '.join(paper.SERVICES)}")])
+    if len(set(services)) < len(services):
+        raise ConfigError([ConfigProblem("--pipeline", None, "pipeline",
+                                         f"a service appears twice in {text!r}")])
     return pipeline_type(services, sla_ms)
 
 

@@ -33,6 +33,31 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+CHAIN_COLUMNS = (
+    ("policy", "policy", "{}"),
+    ("load", "load", "{}"),
+    ("pipeline", "pipeline", "{}"),
+    ("SLA (ms)", "sla_ms", "{:g}"),
+    ("chain violation", "violation_rate", "{:.4f}"),
+    ("late", "late", "{}"),
+    ("dropped", "dropped", "{}"),
+    ("end to end mean (ms)", "mean_e2e_ms", "{:.0f}"),
+    ("p99 (ms)", "p99_e2e_ms", "{:.0f}"),
+    ("req/s in SLA", "on_time_rps", "{:.2f}"),
+    ("share used (units)", "share_units", "{:.3f}"),
+)
+
+
+def chain_table(rows: Sequence[dict[str, Any]]) -> str:
+    """One line per policy, load and routed chain (rows without `chains` have none)."""
+    lines = ["| " + " | ".join(c[0] for c in CHAIN_COLUMNS) + " |", "|" + "---|" * len(CHAIN_COLUMNS)]
+    for r in rows:
+        for c in r.get("chains") or []:
+            cell = {**c, "policy": r["policy"], "load": r["load"], "share_units": r["share_units"]}
+            lines.append("| " + " | ".join(fmt.format(cell[key]) for _, key, fmt in CHAIN_COLUMNS) + " |")
+    return "\n".join(lines)
+
+
 def write_compare_report(rows: Sequence[dict[str, Any]], out: Path, note: str = "") -> list[Path]:
     """rows: PolicyResult.as_json(with_series=True) dicts. Returns the files written."""
     out.mkdir(parents=True, exist_ok=True)
@@ -43,6 +68,8 @@ def write_compare_report(rows: Sequence[dict[str, Any]], out: Path, note: str = 
         paths.append(_share_over_time(mine, out / f"share-{_slug(load)}.png", load))
         paths.append(_pareto(mine, out / f"pareto-{_slug(load)}.png", load))
     body = ["# Policies on the GPU simulator", "", note, "", markdown_table(rows), ""]
+    if any(r.get("chains") for r in rows):
+        body += ["## Routed chains", "", chain_table(rows), ""]
     body += [f"![{p.stem}]({p.name})" for p in paths[2:]]
     (out / "compare.md").write_text("\n".join(body) + "\n", encoding="utf-8")
     return paths

@@ -5,6 +5,9 @@ interference unless turned off), all services sharing the GPUs. The figures per 
 per-period SLO violation rate, GPU share held (in DRAFAS units of 25 %), requests served within
 the SLO per second, Eq. 3.2's reward with share units in place of instances (the same number for
 DRAFAS's 25 % slices), decision time per step, and the share bound (`oracle.share_bound`).
+With declared pipelines the simulator routes each chain (`GpuSimCluster(chains=...)`) and the row
+adds per chain its end-to-end latency, violation rate (late or dropped anywhere) and requests
+completed within the chain's SLA.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class PolicyResult:
     bound: float  # mean over services of the share bound's reward
     run_seconds: float
     per_service: dict[str, dict[str, float]] = field(default_factory=dict)
+    chains: list[dict] = field(default_factory=list)  # GpuSimCluster.chain_results, + on_time_rps
     share_series: list[float] = field(default_factory=list)  # share units held, per step
 
     def as_json(self, with_series: bool = False) -> dict:
@@ -64,8 +68,10 @@ def build_policies(
     seed: int = 0,
     pipelines: Sequence[Pipeline] = (),
     profile_source: str = "testbed/profiles/services.yaml",
+    plan_chain: bool = True,
 ) -> dict:
-    """One policy object per service (shared by all services for the target policies)."""
+    """One policy object per service (shared by all services for the target policies).
+    `plan_chain=False`: fa2 plans every service alone under its own SLO, pipelines or not."""
     if name in ("rule_v1", "rule_v2", "static", "hpa"):
         return {s: make_policy(name, s, total_units=total_units, seed=seed) for s in services}
     if name == "ppo":
@@ -76,7 +82,8 @@ def build_policies(
         return {s: make_policy("ppo", s, total_units=total_units, model=str(files[s])) for s in services}
     if name == "fa2":
         chosen = {s: profiles[s] for s in services}
-        pol = Fa2Policy(chosen, pipelines=pipelines, profile_source=profile_source)
+        pol = Fa2Policy(chosen, pipelines=pipelines if plan_chain else (),
+                        profile_source=profile_source)
         return dict.fromkeys(services, pol)
     if name == "gslice":
         from testbed.scaler.gslice import EqualSharePolicy
@@ -114,20 +121,23 @@ def run_policy(
     bounds: Mapping[str, float] | None = None,
     initial: Mapping[str, ServiceTarget] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    pipelines: Sequence[Pipeline] = (),
 ) -> PolicyResult:
+    """Run one policy over the traces; `pipelines` are routed (a later stage ignores its trace)."""
     services = list(policies)
     cluster = GpuSimCluster(
         {s: profiles[s] for s in services},
-        {s: traces[s] for s in services},
-        {s: ratios[s] for s in services},
+        {s: traces[s] for s in services if s in traces},
+        {s: ratios[s] for s in services if s in ratios},
         gpus=gpus,
         seed=seed,
         interference=interference,
         initial=initial,
+        chains=pipelines,
     )
     total_units = cluster.total_units()
     loop = ScalerLoop(cluster, policies, cluster.latest_window, clock=lambda: cluster.now)
-    total_steps = int(min(traces[s].seconds for s in services) // cluster.step_seconds)
+    total_steps = int(min(traces[s].seconds for s in services if s in traces) // cluster.step_seconds)
     if max_steps is not None:
         total_steps = min(total_steps, max_steps)
     acc = {s: {"slo": 0.0, "reward": 0.0, "share": 0.0, "on_time": 0.0} for s in services}
@@ -164,6 +174,7 @@ def run_policy(
         for s, a in acc.items()
     }
     k = len(services)
+    chains = [{**c, "on_time_rps": c["on_time"] / seconds} for c in cluster.chain_results()]
     return PolicyResult(
         policy=name,
         load=load,
@@ -176,6 +187,7 @@ def run_policy(
         bound=sum(bounds.values()) / k if bounds else float("nan"),
         run_seconds=time.perf_counter() - started,
         per_service=per,
+        chains=chains,
         share_series=series,
     )
 
@@ -189,10 +201,13 @@ def bounds_for(
     max_steps: int | None = None,
     seed: int = 0,
     services: Sequence[str] | None = None,
+    pipelines: Sequence[Pipeline] = (),
 ) -> dict[str, float]:
     """The share bound per service, on the request sizes `run_policy` draws for `services` (in
-    that order, as the policies' mapping has them) and `seed`."""
+    that order, as the policies' mapping has them) and `seed`. A later stage of a pipeline gets
+    NaN: its load is the stage before's completions, not a trace the bound could read."""
     names = list(services or profiles)
+    routed = {s for p in pipelines for s in p.services[1:]}
     total_units = int(gpus * 100 / UNIT_PCT)
     # the same streams as run_policy's cluster: build it for its draws (its GPUs do not matter)
     draws = GpuSimCluster({s: profiles[s] for s in names}, {s: traces[s] for s in names},
@@ -200,6 +215,7 @@ def bounds_for(
     return {
         s: share_bound(profiles[s], traces[s], ratios[s], total_units=total_units, steps=max_steps,
                        proc_s=draws.sims[s].proc_s).reward
+        if s not in routed else float("nan")
         for s in names
     }
 

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.load.trace import Trace, load_trace
@@ -56,22 +57,27 @@ def evaluate(
     on_decision: Callable[[Decision], None] | None = None,
     progress: Callable[[int, int], None] | None = None,
     options: SimOptions = DEFAULT_OPTIONS,
+    cluster: Any = None,
 ) -> dict[str, ServiceResult]:
     """All `policies`' services share one cluster of `total_units`, as in Section 5.1.
+
+    `cluster`: a simulator built by the caller (e.g. a `GpuSimCluster` routing a pipeline) instead
+    of the DRAFAS simulator; it serves `policies`' services, `traces` only bound the steps.
 
     Like the dissertation's evaluation (its EvalStats), SLO violation rate, instances and
     processing time are means over periods of the per-period values (processing time over the
     periods that served a request), and the reward is Eq. 3.2's mean per period.
     """
     chosen = {s: (profiles or default_profiles())[s] for s in policies}
-    cluster = SimCluster(
-        chosen,
-        {s: traces[s] for s in chosen},
-        {s: ratios[s] for s in chosen},
-        total_units=total_units,
-        seed=seed,
-        options=options,
-    )
+    if cluster is None:
+        cluster = SimCluster(
+            chosen,
+            {s: traces[s] for s in chosen},
+            {s: ratios[s] for s in chosen},
+            total_units=total_units,
+            seed=seed,
+            options=options,
+        )
     loop = ScalerLoop(cluster, policies, cluster.latest_window, clock=lambda: cluster.now)
     sums = {s: [0.0, 0.0, 0.0, 0.0, 0] for s in chosen}  # slo, instances, reward, proc, periods
     total_steps = int(min(t.seconds for t in traces.values()) // cluster.step_seconds)

@@ -92,3 +92,23 @@ def test_a_profile_without_the_curve_a_policy_needs(tmp_path, traces, capsys):
     assert not out.exists()
     rc, out = _compare(tmp_path, traces, "--policies", "rule_v2", "--profiles", str(prof), "--steps", "3")
     assert rc == 0  # DRAFAS's policies need no curve
+
+
+def test_a_pipeline_is_routed_and_measured_end_to_end_for_every_policy(tmp_path, traces, capsys):
+    rc, out = _compare(tmp_path, traces, "--policies", "fa2,rule_v2", "--pipeline", "imgcls,tts:3000",
+                       "--json")
+    assert rc == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    for r in rows:
+        (c,) = r["chains"]
+        assert c["pipeline"] == "imgcls>tts" and c["sla_ms"] == 3000
+        assert c["requests"] == c["completed"] + c["dropped"] > 0
+        assert 0 <= c["violation_rate"] <= 1 and c["on_time"] <= c["completed"]
+    assert "Routed chains" in (out / "compare.md").read_text()
+
+
+def test_a_pipeline_naming_an_unknown_service_is_one_error(tmp_path, traces, capsys):
+    rc, out = _compare(tmp_path, traces, "--policies", "fa2", "--pipeline", "imgcls,ocr:3000")
+    assert rc != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--pipeline: pipeline: unknown service 'ocr'" in err and not out.exists()
