@@ -40,6 +40,11 @@ METRICS = {
     "mean_batch": "mean batch size a replica reported",
     "mean_stretch": "mean interference stretch (1 + InSS's term) a replica reported",
     "max_stretch": "largest interference stretch a replica reported",
+    "chain_violation_rate": "routed pipeline (simulator): requests late against its SLA end to end "
+                            "or dropped at any stage, over requests resolved",
+    "mean_e2e_ms": "routed pipeline: mean end-to-end latency (first arrival to last finish)",
+    "p99_e2e_ms": "routed pipeline: 99th percentile end-to-end latency",
+    "on_time_rps": "routed pipeline: requests per second completed within its SLA",
 }
 FIXED_KEYS = {"service", "slice", "rep"}
 _CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,

@@ -145,6 +145,13 @@ def sim_rows(cell_dir: Path, info: dict[str, Any], base: dict[str, Any]) -> list
                      "mean_latency_ms": r["proc_time"] * 1000.0, "reward": r["reward"],
                      "steps_per_second": r.get("steps_per_second"), "requests": None,
                      "errors": None})
+    chains = cell_dir / "chains.json"
+    for c in json.loads(chains.read_text()) if chains.exists() else []:
+        rows.append({**base, "pipeline": c["pipeline"], "engine": "sim", "sla_ms": c["sla_ms"],
+                     "requests": c["requests"], "completed": c["completed"], "late": c["late"],
+                     "dropped": c["dropped"], "on_time": c["on_time"],
+                     "chain_violation_rate": c["violation_rate"], "mean_e2e_ms": c["mean_e2e_ms"],
+                     "p99_e2e_ms": c["p99_e2e_ms"], "on_time_rps": c["on_time_rps"]})
     return rows
 
 

@@ -190,8 +190,11 @@ class SimCellRunner:
                 "total_units": scn.total_units, "duration_s": scn.duration_s,
                 "ratios": {c.service: c.ratio for c in scn.clients},
                 "policies": {s.name: s.policy for s in scn.services}, "started": time.time()}
-        results = run_sim_cell(scn, self.base_dir, seed=scn.seed + self.rep)
+        chains: list[dict] = []
+        results = run_sim_cell(scn, self.base_dir, seed=scn.seed + self.rep, chains=chains)
         (self.dir.path / "sim.json").write_text(json.dumps(results, indent=1))
+        if chains:
+            (self.dir.path / "chains.json").write_text(json.dumps(chains, indent=1))
         info.update(status="ok", ended=time.time(), problems=[])
         self.dir.info.write_text(json.dumps(info, indent=1))
         return []

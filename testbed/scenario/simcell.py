@@ -3,6 +3,11 @@
 Used for `engine: sim` scenarios (Tables 5.1–5.3) and for the sim-to-testbed check of testbed
 cells (`compare_sim: true`). Constant-rate clients become constant traces; a trace client's
 shift and start offset rotate and cut the trace exactly as the load client does.
+
+A scenario with `pipelines:` runs its `engine: sim` cells on the GPU simulator in DRAFAS's
+configuration (25 % slices, batch 1; the scenario's `interference:`), which routes each chain: a
+later stage takes the requests the stage before completes, not a client's (check_scenario refuses
+a client for it). The chains' figures go to `chains` (see `GpuSimCluster.chain_results`).
 """
 
 from __future__ import annotations
@@ -51,26 +56,49 @@ def sim_profiles(scn: Scenario, cluster_profiles: dict[str, Any] | None) -> dict
 
 def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
                  cluster_profiles: dict[str, Any] | None = None,
-                 like_testbed: bool = False) -> dict[str, dict[str, Any]]:
+                 like_testbed: bool = False,
+                 chains: list[dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Figures per service, in the keys the report reads (`slo_violation_rate`, `instances`,
     `proc_time` in seconds, `reward`, `steps_per_second`).
 
     `like_testbed` models the local testbed rather than the paper's simulator: the load client
     carries fractional trace counts to the next interval instead of truncating them, and the
-    balancer's utilization counts ready replicas only."""
+    balancer's utilization counts ready replicas only. With the scenario's `pipelines:` (and not
+    `like_testbed`: the testbed's replicas do not forward) the chains are routed and their figures
+    appended to `chains`."""
     from testbed.scaler.policies import make_policy
     from testbed.sim.cluster import DEFAULT_OPTIONS, SimOptions
     from testbed.train.evaluate import evaluate
 
     traces, ratios = cell_traces(scn, base_dir)
-    services = [s for s in scn.services if s.name in traces]
-    profiles = {k: v for k, v in sim_profiles(scn, cluster_profiles).items() if k in traces}
+    routed = bool(scn.pipelines) and not like_testbed
+    later = {name for p in scn.pipelines for name in p.services[1:]} if routed else set()
+    services = [s for s in scn.services if s.name in traces or s.name in later]
+    profiles = {k: v for k, v in sim_profiles(scn, cluster_profiles).items()
+                if k in traces or k in later}
     policies = {s.name: make_policy(s.policy, s.name, total_units=scn.total_units, seed=seed,
                                     model=str(base_dir / s.model) if s.model else None)
                 for s in services}
     steps = max(1, int(scn.duration_s // scn.scaler_period_s))
     options = (SimOptions(rounding="carry", util_counts_starting=False, spacing="even")
                if like_testbed else DEFAULT_OPTIONS)
+    cluster = _routed_cluster(scn, profiles, traces, ratios, seed) if routed else None
     results = evaluate(policies, traces, ratios, total_units=scn.total_units, seed=seed,
-                       max_steps=steps, profiles=profiles, options=options)
+                       max_steps=steps, profiles=profiles, options=options, cluster=cluster)
+    if cluster is not None and chains is not None:
+        seconds = max(1, min(steps, int(cluster.now // cluster.step_seconds))) * cluster.step_seconds
+        chains += [{**c, "on_time_rps": c["on_time"] / seconds} for c in cluster.chain_results()]
     return {name: r.as_json() for name, r in results.items()}
+
+
+def _routed_cluster(scn: Scenario, profiles: dict[str, Any], traces: dict[str, Any],
+                    ratios: dict[str, float], seed: int) -> Any:
+    """The GPU simulator in DRAFAS's configuration with the scenario's chains routed."""
+    from testbed.scaler.fa2 import Pipeline
+    from testbed.sim.gpu import GpuSimCluster
+
+    return GpuSimCluster(
+        profiles, traces, ratios, gpus=max(1, scn.total_units // 4), seed=seed,
+        interference=scn.interference, source=f"scenario {scn.name}",
+        chains=[Pipeline(tuple(p.services), p.sla_ms) for p in scn.pipelines],
+    )

@@ -139,10 +139,35 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
             problems.append((("services", i, "policy"),
                              f"{s.policy} sets shares and batches: it runs on the testbed engine "
                              "(without compare_sim); on the simulator use `testbed sim compare`"))
+    staged: dict[str, int] = {}
     for i, pipe in enumerate(scn.pipelines):
         for j, name in enumerate(pipe.services):
             if name not in seen:
                 problems.append((("pipelines", i, "services", j), f"no service {name!r} in `services:`"))
+            elif name in staged:
+                problems.append((("pipelines", i, "services", j),
+                                 f"{name} is already a stage of pipelines[{staged[name]}]: a service "
+                                 "is in one pipeline, once"))
+            staged.setdefault(name, i)
+    if scn.engine == "sim" and scn.pipelines:
+        # the simulator routes a chain: a later stage's requests are the stage before's completions
+        later = {name: i for i, p in enumerate(scn.pipelines) for name in p.services[1:]}
+        for i, c in enumerate(scn.clients):
+            if c.service in later:
+                chain = " -> ".join(scn.pipelines[later[c.service]].services)
+                problems.append((("clients", i, "service"),
+                                 f"{c.service} is a later stage of pipelines[{later[c.service]}] "
+                                 f"({chain}): the simulator feeds it the stage before's completed "
+                                 "requests, so it takes no client of its own; remove this client"))
+        heads = {c.service for c in scn.clients}
+        for i, p in enumerate(scn.pipelines):
+            if p.services and p.services[0] not in heads and p.services[0] in seen:
+                problems.append((("pipelines", i, "services", 0),
+                                 f"the first stage {p.services[0]} has no client: the pipeline "
+                                 "would see no requests"))
+        if scn.total_units % 4:
+            problems.append((("total_units",), "a routed pipeline runs on the GPU simulator: "
+                                               "total_units must be whole GPUs (a multiple of 4)"))
     if scn.service_profiles:
         from testbed.profiles import load_profiles
 
