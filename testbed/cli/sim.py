@@ -327,6 +327,12 @@ def train_cmd(
         help="ppo: 8-unit episodes and validation run the three services sharing the pool as the "
         "tables do (the other two on rule v2) instead of one service with randomised free units.",
     ),
+    pool_reward: bool = typer.Option(
+        False,
+        "--pool-reward",
+        help="ppo, with --shared: shared episodes reward (and validate) the three services' "
+        "Eq. 3.2 together, so holding units another service needs costs the agent.",
+    ),
 ) -> None:
     """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
     service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
@@ -374,12 +380,14 @@ def train_cmd(
             + f" --scales {','.join(map(str, sizes)) if sizes else 'none'}"
             + (f" --init-from {init_from}" if init_from is not None else "")
             + (f" --loads {','.join(f'{m:g}' for m in mults)}" if mults else "")
-            + (" --shared" if shared else ""),
+            + (" --shared" if shared else "")
+            + (" --pool-reward" if pool_reward else ""),
             stop_at=stop_at,
             scales=sizes,
             init_from=init_from,
             loads=mults,
             shared=shared,
+            pool_reward=pool_reward,
         )
     console.print(
         f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps}; wrote {out}"

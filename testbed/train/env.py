@@ -40,7 +40,9 @@ class ScalingEnv(gym.Env):
     (0/8/16 h) at its default ratio times the load multiplier, the other two driven by rule v2
     and deciding in the tables' order around the agent (earlier services before it, later ones
     after it); the free units the agent sees are then the real ones, not randomised. Episodes
-    at other pool sizes stay single-service.
+    at other pool sizes stay single-service. With `pool_reward` as well, the reward of a shared
+    episode's step is the pool's: Eq. 3.2 of the agent plus Eq. 3.2 of the two others for the same
+    period, so that holding units another service needs costs the agent what it costs the pool.
     """
 
     metadata = {"render_modes": []}  # noqa: RUF012 (gymnasium's convention)
@@ -57,6 +59,7 @@ class ScalingEnv(gym.Env):
         scales: Sequence[int] | None = None,
         loads: Sequence[float] | None = None,
         shared: bool = False,
+        pool_reward: bool = False,
     ):
         super().__init__()
         self.service = service
@@ -69,6 +72,8 @@ class ScalingEnv(gym.Env):
         self.loads = list(loads) if loads else None
         self.load = 1.0
         self.shared = shared
+        self.pool_reward = pool_reward
+        self._others_reward = 0.0
         self._neighbours: ScalerLoop | None = None
         self._before: list[str] = []
         self._after: list[str] = []
@@ -125,8 +130,15 @@ class ScalingEnv(gym.Env):
 
     def _advance(self):
         """One period, then the neighbours that decide before the agent (the tables' order)."""
-        window = self._cluster.advance()[self.service]
+        cluster = self._cluster
+        windows = cluster.advance()
+        window = windows[self.service]
         if self._neighbours is not None:
+            self._others_reward = sum(
+                reward(w.slo_violation_rate, cluster.desired_replicas(s), self.total_units)
+                for s, w in windows.items()
+                if s != self.service
+            )
             for s in self._before:
                 self._neighbours.decide(s)
         return window
@@ -145,6 +157,8 @@ class ScalingEnv(gym.Env):
                 self._neighbours.decide(s)
         window = self._advance()
         r = reward(window.slo_violation_rate, cluster.desired_replicas(self.service), self.total_units)
+        if self.pool_reward and self._neighbours is not None:
+            r += self._others_reward
         obs = self._observe(window)
         return obs, r, False, cluster.done, {"window": window, "applied": delta}
 

@@ -29,6 +29,7 @@ def validation_reward(
     scales: Sequence[int] | None = None,
     loads: Sequence[float] | None = None,
     shared: bool = False,
+    pool_reward: bool = False,
 ) -> float:
     """Mean total episode reward of the deterministic agent (no free-unit randomisation).
 
@@ -36,7 +37,7 @@ def validation_reward(
     ratio scaled with the units as in training). With `loads`, each load multiplier counts as a
     setup of its own at `total_units` (the largest scale stays at load 1); with `shared`, the
     `total_units` setups run the three services sharing the pool as Tables 5.1-5.2 do (ScalingEnv),
-    the agent's own reward counted."""
+    the agent's own reward counted (the pool's, the three services', with `pool_reward`)."""
     if scales or loads:
         setups = [(total_units, load) for load in (loads or [1.0])]
         if scales and max(scales) != total_units:
@@ -46,14 +47,15 @@ def validation_reward(
                 [
                     validation_reward(
                         model, service, traces, ratio * load * u / total_units, u, episodes,
-                        shared=shared and u == total_units,
+                        shared=shared and u == total_units, pool_reward=pool_reward,
                     )
                     for u, load in setups
                 ]
             )
         )
     env = ScalingEnv(
-        service, traces, ratio, total_units=total_units, randomize_free_units=False, shared=shared
+        service, traces, ratio, total_units=total_units, randomize_free_units=False, shared=shared,
+        pool_reward=pool_reward,
     )
     totals = []
     for ep in range(episodes):
@@ -92,6 +94,7 @@ def train(
     init_from: str | Path | None = None,
     loads: Sequence[float] | None = None,
     shared: bool = False,
+    pool_reward: bool = False,
 ) -> ModelMeta:
     """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`.
 
@@ -104,7 +107,8 @@ def train(
     validation is then the first one (step 0), so a checkpoint is kept only if it validates
     better than the model it started from. `loads` and `shared`: see ScalingEnv (the 8-unit
     episodes at several load multipliers, the three services sharing the pool); validation
-    then covers each load, shared the same way."""
+    then covers each load, shared the same way; `pool_reward`: shared episodes (training and
+    validation) score the three services' rewards together."""
     require_drl()
     import torch
     from sb3_contrib import MaskablePPO
@@ -120,7 +124,8 @@ def train(
     ratio = paper.DEFAULT_RATIOS[service] if ratio is None else ratio
     torch.set_num_threads(1)
     env = ScalingEnv(
-        service, train_traces, ratio, total_units=total_units, scales=scales, loads=loads, shared=shared
+        service, train_traces, ratio, total_units=total_units, scales=scales, loads=loads, shared=shared,
+        pool_reward=pool_reward,
     )
     lr = learning_rate
     model = MaskablePPO(
@@ -174,11 +179,13 @@ def train(
         scales=sorted(set(scales)) if scales else None,
         loads=sorted(set(loads)) if loads else None,
         shared=shared,
+        pool_reward=pool_reward,
     )
 
     def validate(m) -> float:
         return validation_reward(
-            m, service, val_traces, ratio, total_units, val_episodes, scales, loads, shared
+            m, service, val_traces, ratio, total_units, val_episodes, scales, loads, shared,
+            pool_reward,
         )
 
     if init_from:  # the starting model is the one to beat

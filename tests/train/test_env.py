@@ -171,22 +171,28 @@ def test_shared_episode_is_the_tables_run_with_rule_v2(monkeypatch, service):
     real = env_mod.SimCluster
     monkeypatch.setattr(env_mod, "SimCluster", lambda *a, **k: real(*a, **{**k, "seed": 0}))
     day = _day()
-    env = ScalingEnv(service, [day], DEFAULT_RATIOS[service], loads=[2], shared=True)
+    env = ScalingEnv(
+        service, [day], DEFAULT_RATIOS[service], loads=[2], shared=True, pool_reward=True
+    )
     obs, _ = env.reset(seed=3)
     assert env.load == 2 and set(env._cluster.services()) == set(TEST_SHIFT_HOURS)
     me = RuleV2.for_service(service)
-    ours, done = [], False
+    ours, rewards, done = [], [], False
     while not done:
         action = me.act(obs, tuple(int(x) for x in env.action_masks()))
-        obs, _, term, trunc, _ = env.step(action)
+        obs, r, term, trunc, _ = env.step(action)
         ours.append({s: env._cluster.desired_replicas(s) for s in TEST_SHIFT_HOURS})
+        rewards.append(r)
         done = term or trunc
     theirs: list[dict[str, int]] = []
+    pool: list[float] = []
 
     def log(d):
         if d.service == "chatbot":
             theirs.append({})
+            pool.append(0.0)
         theirs[-1][d.service] = d.replicas_after
+        pool[-1] += d.reward
 
     evaluate(
         {s: RuleV2.for_service(s) for s in TEST_SHIFT_HOURS},
@@ -203,6 +209,8 @@ def test_shared_episode_is_the_tables_run_with_rule_v2(monkeypatch, service):
             want = theirs[k + 1][s] if s in before[:-1] else theirs[k][s]
             assert row[s] == want, (k, s)
     assert max(r[s] for r in ours for s in order if s != service) > 1  # the neighbours did scale
+    # --pool-reward: a step's reward is the three services' Eq. 3.2 for the period it produced
+    assert rewards == pytest.approx(pool[1 : len(rewards) + 1])
 
 
 def test_loads_apply_to_the_base_pool_only():
