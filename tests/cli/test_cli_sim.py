@@ -181,3 +181,19 @@ def test_sim_tables_json_with_the_shipped_agents(tmp_path, capsys):
         assert r["table"] == "5.1" and r["steps"] == 4
         assert set(r["paper"]) >= {"reward", "instances", "slo_violation_rate"}
         assert "reward_diff" in r
+
+
+def test_train_bad_loads_is_one_line(tmp_path, capsys):
+    """--loads takes positive multipliers; anything else is refused before training starts."""
+    tr = tmp_path / "traces" / "train"
+    tr.mkdir(parents=True)
+    (tr / "day1.txt").write_text("1 5\n" * 60)
+    (tmp_path / "traces" / "val").mkdir()
+    (tmp_path / "traces" / "val" / "day6.txt").write_text("1 5\n" * 60)
+    out = tmp_path / "m.zip"
+    rc = main(["train", "chatbot", "--traces", str(tmp_path / "traces"), "--loads", "1,0",
+               "--out", str(out)])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert "--loads" in line and "'1,0'" in line
+    assert not out.exists()
