@@ -320,6 +320,23 @@ def train_cmd(
         None, help="ddpg/inss: LO,HI: train at Table 5.1's ratios times a factor drawn log-uniformly "
         "in [LO, HI] per episode and validate at both (default: 1 +- 30 %)."
     ),
+    loads: str = typer.Option(
+        "none",
+        help="ppo: ratio multipliers drawn per 8-unit episode, e.g. 1,2 (Table 5.1's and 5.2's "
+        "loads); 'none' keeps the ratio.",
+    ),
+    shared: bool = typer.Option(
+        False,
+        "--shared",
+        help="ppo: 8-unit episodes and validation run the three services sharing the pool as the "
+        "tables do (the other two on rule v2) instead of one service with randomised free units.",
+    ),
+    pool_reward: bool = typer.Option(
+        False,
+        "--pool-reward",
+        help="ppo, with --shared: shared episodes reward (and validate) the three services' "
+        "Eq. 3.2 together, so holding units another service needs costs the agent.",
+    ),
 ) -> None:
     """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
     service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
@@ -350,6 +367,7 @@ def train_cmd(
     (svc,) = _services(service)
     steps = steps or paper.MAX_TRAIN_STEPS
     sizes = _scales(scales)
+    mults = _loads(loads)
     out = out or Path("models") / f"{svc}.zip"
     with _progress() as bar:
         task = bar.add_task(f"training {svc}", total=steps)
@@ -365,10 +383,16 @@ def train_cmd(
             command=f"testbed train {svc} --traces TRACES --steps {steps} --seed {seed}"
             + (f" --stop-at {stop_at}" if stop_at is not None else "")
             + f" --scales {','.join(map(str, sizes)) if sizes else 'none'}"
-            + (f" --init-from {init_from}" if init_from is not None else ""),
+            + (f" --init-from {init_from}" if init_from is not None else "")
+            + (f" --loads {','.join(f'{m:g}' for m in mults)}" if mults else "")
+            + (" --shared" if shared else "")
+            + (" --pool-reward" if pool_reward else ""),
             stop_at=stop_at,
             scales=sizes,
             init_from=init_from,
+            loads=mults,
+            shared=shared,
+            pool_reward=pool_reward,
         )
     console.print(
         f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps}; wrote {out}"
@@ -400,6 +424,20 @@ def _load_scales(text: str | None) -> tuple[float, float] | None:
         raise ConfigError([ConfigProblem("--load-scales", None, "load_scales",
                                          f"{text!r}: LO,HI with 0 < LO <= HI, e.g. 1,8")])
     return lo, hi
+
+
+def _loads(text: str) -> list[float] | None:
+    if text.strip().lower() in ("", "none"):
+        return None
+    try:
+        mults = sorted({float(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        mults = []
+    if not mults or min(mults) <= 0:
+        raise ConfigError(
+            [ConfigProblem("--loads", None, "loads", f"{text!r}: comma-separated multipliers > 0, or none")]
+        )
+    return mults
 
 
 def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus, load_scales=None) -> None:

@@ -52,6 +52,9 @@ class ModelMeta:
     observation: str | None = None  # testbed.scaler.state.OBSERVATION it was trained with
     command: str | None = None  # how to train it again
     scales: list[int] | None = None  # pool sizes drawn per training episode (None: total_units only)
+    loads: list[float] | None = None  # ratio multipliers drawn per 8-unit episode (None: 1 only)
+    shared: bool = False  # 8-unit episodes ran the three services sharing the pool (rule v2 beside)
+    pool_reward: bool = False  # shared episodes rewarded the pool (the three services' Eq. 3.2)
 
 
 def git_commit() -> str:

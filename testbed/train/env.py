@@ -12,8 +12,10 @@ import numpy as np
 
 from testbed.load.trace import Trace
 from testbed.profiles import ServiceProfile, default_profiles
-from testbed.profiles.paper import HISTORY, TOTAL_UNITS
+from testbed.profiles.paper import DEFAULT_RATIOS, HISTORY, TEST_SHIFT_HOURS, TOTAL_UNITS
 from testbed.scaler.actions import ACTIONS, action_mask, adjust_action, next_cooldown, reward
+from testbed.scaler.loop import ScalerLoop
+from testbed.scaler.policies import RuleV2
 from testbed.scaler.state import N_METRICS, StateBuilder
 from testbed.sim.cluster import SimCluster
 
@@ -30,6 +32,17 @@ class ScalingEnv(gym.Env):
     that size over `total_units`, so the load per unit stays the one of `ratio` at `total_units`
     while an instance's price in the reward (1/units) changes; the observation's unit-cost metric
     tells the agent which pool it is in.
+
+    With `loads`, each episode at `total_units` also draws a multiplier of the ratio from them
+    (Table 5.2 doubles Table 5.1's ratios); episodes at other pool sizes keep the multiplier 1.
+    With `shared`, an episode at `total_units` runs the way Tables 5.1 and 5.2 do: the three
+    paper services share the pool, each replaying the episode's day shifted as the test day is
+    (0/8/16 h) at its default ratio times the load multiplier, the other two driven by rule v2
+    and deciding in the tables' order around the agent (earlier services before it, later ones
+    after it); the free units the agent sees are then the real ones, not randomised. Episodes
+    at other pool sizes stay single-service. With `pool_reward` as well, the reward of a shared
+    episode's step is the pool's: Eq. 3.2 of the agent plus Eq. 3.2 of the two others for the same
+    period, so that holding units another service needs costs the agent what it costs the pool.
     """
 
     metadata = {"render_modes": []}  # noqa: RUF012 (gymnasium's convention)
@@ -44,6 +57,9 @@ class ScalingEnv(gym.Env):
         randomize_free_units: bool = True,
         profile: ServiceProfile | None = None,
         scales: Sequence[int] | None = None,
+        loads: Sequence[float] | None = None,
+        shared: bool = False,
+        pool_reward: bool = False,
     ):
         super().__init__()
         self.service = service
@@ -53,6 +69,14 @@ class ScalingEnv(gym.Env):
         self.base_units = total_units
         self.scales = list(scales) if scales else None
         self.randomize_free_units = randomize_free_units
+        self.loads = list(loads) if loads else None
+        self.load = 1.0
+        self.shared = shared
+        self.pool_reward = pool_reward
+        self._others_reward = 0.0
+        self._neighbours: ScalerLoop | None = None
+        self._before: list[str] = []
+        self._after: list[str] = []
         self.profile = profile or default_profiles()[service]
         self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(N_METRICS * HISTORY,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(len(ACTIONS))
@@ -66,19 +90,58 @@ class ScalingEnv(gym.Env):
         trace = self.traces[int(self.np_random.integers(len(self.traces)))]
         if self.scales:
             self.total_units = int(self.scales[int(self.np_random.integers(len(self.scales)))])
-        ratio = self.ratio * self.total_units / self.base_units
-        self._cluster = SimCluster(
-            {self.service: self.profile},
-            {self.service: trace},
-            {self.service: ratio},
-            total_units=self.total_units,
-            seed=int(self.np_random.integers(2**31)),
-        )
+        self.load = 1.0
+        if self.loads and self.total_units == self.base_units:
+            self.load = float(self.loads[int(self.np_random.integers(len(self.loads)))])
+        ratio = self.ratio * self.load * self.total_units / self.base_units
+        seed = int(self.np_random.integers(2**31))
+        self._neighbours, self._before, self._after = None, [], []
+        if self.shared and self.total_units == self.base_units:
+            services = list(TEST_SHIFT_HOURS)
+            others = [s for s in services if s != self.service]
+            profiles = default_profiles()
+            self._cluster = SimCluster(
+                {s: self.profile if s == self.service else profiles[s] for s in services},
+                {s: trace.window(TEST_SHIFT_HOURS[s]) for s in services},
+                {s: ratio if s == self.service else DEFAULT_RATIOS[s] * self.load for s in services},
+                total_units=self.total_units,
+                seed=seed,
+            )
+            cluster = self._cluster
+            self._neighbours = ScalerLoop(
+                cluster, {s: RuleV2.for_service(s) for s in others}, cluster.latest_window,
+                clock=lambda: cluster.now,
+            )
+            mine = services.index(self.service)
+            self._before, self._after = services[:mine], services[mine + 1 :]
+        else:
+            self._cluster = SimCluster(
+                {self.service: self.profile},
+                {self.service: trace},
+                {self.service: ratio},
+                total_units=self.total_units,
+                seed=seed,
+            )
         self._state.reset()
         self._cooldown = 0
-        window = self._cluster.advance()[self.service]
+        window = self._advance()
         obs = self._observe(window)
         return obs, {}
+
+    def _advance(self):
+        """One period, then the neighbours that decide before the agent (the tables' order)."""
+        cluster = self._cluster
+        windows = cluster.advance()
+        window = windows[self.service]
+        if self._neighbours is not None:
+            self._others_reward = sum(
+                reward(w.slo_violation_rate, cluster.desired_replicas(s), self.total_units)
+                for s, w in windows.items()
+                if s != self.service
+            )
+            for s in self._before:
+                self._neighbours.decide(s)
+        return window
 
     def step(self, action: int):
         cluster = self._cluster
@@ -89,8 +152,13 @@ class ScalingEnv(gym.Env):
         if delta:
             cluster.scale(self.service, cluster.desired_replicas(self.service) + delta)
         self._cooldown = next_cooldown(self._cooldown, delta)
-        window = cluster.advance()[self.service]
+        if self._neighbours is not None:
+            for s in self._after:
+                self._neighbours.decide(s)
+        window = self._advance()
         r = reward(window.slo_violation_rate, cluster.desired_replicas(self.service), self.total_units)
+        if self.pool_reward and self._neighbours is not None:
+            r += self._others_reward
         obs = self._observe(window)
         return obs, r, False, cluster.done, {"window": window, "applied": delta}
 
@@ -101,7 +169,8 @@ class ScalingEnv(gym.Env):
         cluster = self._cluster
         units = cluster.units_per_replica(self.service)
         free = cluster.free_units()
-        if self.randomize_free_units and self.np_random.random() < 0.5:
+        randomize = self.randomize_free_units and self._neighbours is None
+        if randomize and self.np_random.random() < 0.5:
             free = int(self.np_random.integers(0, free + 1))
         n = cluster.desired_replicas(self.service)
         self._mask = action_mask(n, free, units, self._cooldown)

@@ -27,22 +27,36 @@ def validation_reward(
     total_units: int,
     episodes: int,
     scales: Sequence[int] | None = None,
+    loads: Sequence[float] | None = None,
+    shared: bool = False,
+    pool_reward: bool = False,
 ) -> float:
     """Mean total episode reward of the deterministic agent (no free-unit randomisation).
 
     With `scales`, the mean over the smallest and the largest pool size, `episodes` each (the
-    ratio scaled with the units as in training)."""
-    if scales:
-        sizes = sorted({min(scales), max(scales)})
+    ratio scaled with the units as in training). With `loads`, each load multiplier counts as a
+    setup of its own at `total_units` (the largest scale stays at load 1); with `shared`, the
+    `total_units` setups run the three services sharing the pool as Tables 5.1-5.2 do (ScalingEnv),
+    the agent's own reward counted (the pool's, the three services', with `pool_reward`)."""
+    if scales or loads:
+        setups = [(total_units, load) for load in (loads or [1.0])]
+        if scales and max(scales) != total_units:
+            setups.append((max(scales), 1.0))
         return float(
             np.mean(
                 [
-                    validation_reward(model, service, traces, ratio * u / total_units, u, episodes)
-                    for u in sizes
+                    validation_reward(
+                        model, service, traces, ratio * load * u / total_units, u, episodes,
+                        shared=shared and u == total_units, pool_reward=pool_reward,
+                    )
+                    for u, load in setups
                 ]
             )
         )
-    env = ScalingEnv(service, traces, ratio, total_units=total_units, randomize_free_units=False)
+    env = ScalingEnv(
+        service, traces, ratio, total_units=total_units, randomize_free_units=False, shared=shared,
+        pool_reward=pool_reward,
+    )
     totals = []
     for ep in range(episodes):
         obs, _ = env.reset(seed=10_000 + ep)
@@ -78,6 +92,9 @@ def train(
     stop_at: int | None = None,
     scales: Sequence[int] | None = None,
     init_from: str | Path | None = None,
+    loads: Sequence[float] | None = None,
+    shared: bool = False,
+    pool_reward: bool = False,
 ) -> ModelMeta:
     """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`.
 
@@ -86,7 +103,12 @@ def train(
     scaled with them (ScalingEnv); validation then averages the smallest and the largest.
     `init_from`: a model file whose weights start training (same 64x64 layers); one trained on
     fewer observation inputs (the 25-float observation before the unit-cost cue) gets zero
-    weights on the new inputs, so training starts from its policy at every pool size."""
+    weights on the new inputs, so training starts from its policy at every pool size; its own
+    validation is then the first one (step 0), so a checkpoint is kept only if it validates
+    better than the model it started from. `loads` and `shared`: see ScalingEnv (the 8-unit
+    episodes at several load multipliers, the three services sharing the pool); validation
+    then covers each load, shared the same way; `pool_reward`: shared episodes (training and
+    validation) score the three services' rewards together."""
     require_drl()
     import torch
     from sb3_contrib import MaskablePPO
@@ -101,7 +123,10 @@ def train(
             ) from None
     ratio = paper.DEFAULT_RATIOS[service] if ratio is None else ratio
     torch.set_num_threads(1)
-    env = ScalingEnv(service, train_traces, ratio, total_units=total_units, scales=scales)
+    env = ScalingEnv(
+        service, train_traces, ratio, total_units=total_units, scales=scales, loads=loads, shared=shared,
+        pool_reward=pool_reward,
+    )
     lr = learning_rate
     model = MaskablePPO(
         "MlpPolicy",
@@ -152,7 +177,21 @@ def train(
         observation=OBSERVATION,
         command=command,
         scales=sorted(set(scales)) if scales else None,
+        loads=sorted(set(loads)) if loads else None,
+        shared=shared,
+        pool_reward=pool_reward,
     )
+
+    def validate(m) -> float:
+        return validation_reward(
+            m, service, val_traces, ratio, total_units, val_episodes, scales, loads, shared,
+            pool_reward,
+        )
+
+    if init_from:  # the starting model is the one to beat
+        meta.best_validation_reward = validate(model)
+        meta.validations.append((0, meta.best_validation_reward))
+        _save(model, out, meta)
 
     class Validate(BaseCallback):
         def __init__(self):
@@ -165,9 +204,7 @@ def train(
                 progress(n, meta.best_validation_reward)
             if n % validate_every:
                 return True
-            score = validation_reward(
-                self.model, service, val_traces, ratio, total_units, val_episodes, scales
-            )
+            score = validate(self.model)
             meta.validations.append((n, score))
             self.logger.record("validation/mean_reward", score)  # Figure 4.6 in TensorBoard
             if meta.best_validation_reward is None or score > meta.best_validation_reward:
@@ -181,9 +218,7 @@ def train(
 
     model.learn(total_timesteps=steps, callback=Validate(), progress_bar=False)
     if meta.best_validation_reward is None:  # budget shorter than one validation period
-        meta.best_validation_reward = validation_reward(
-            model, service, val_traces, ratio, total_units, val_episodes, scales
-        )
+        meta.best_validation_reward = validate(model)
         meta.validations.append((model.num_timesteps, meta.best_validation_reward))
         meta.steps = model.num_timesteps
         _save(model, out, meta)

@@ -189,3 +189,19 @@ def test_train_rejects_a_bad_load_range_before_reading_traces(tmp_path, capsys, 
     assert rc != 0
     err = capsys.readouterr().err
     assert "--load-scales" in err and "no training traces" not in err
+
+
+def test_train_bad_loads_is_one_line(tmp_path, capsys):
+    """--loads takes positive multipliers; anything else is refused before training starts."""
+    tr = tmp_path / "traces" / "train"
+    tr.mkdir(parents=True)
+    (tr / "day1.txt").write_text("1 5\n" * 60)
+    (tmp_path / "traces" / "val").mkdir()
+    (tmp_path / "traces" / "val" / "day6.txt").write_text("1 5\n" * 60)
+    out = tmp_path / "m.zip"
+    rc = main(["train", "chatbot", "--traces", str(tmp_path / "traces"), "--loads", "1,0",
+               "--out", str(out)])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert "--loads" in line and "'1,0'" in line
+    assert not out.exists()

@@ -148,3 +148,109 @@ def test_init_from_a_25_input_agent_keeps_its_weights_and_zeroes_the_cue(tmp_pat
     assert tuple(w_new.shape) == (64, 30)
     torch.testing.assert_close(w_new[:, :25], w_old)
     assert float(w_new[:, 25:].abs().max()) == 0.0
+
+
+def _day(seconds=7200):
+    """A day-like trace: a slow wave, so that shifted copies differ and neighbours scale."""
+    import numpy as np
+
+    rate = 20 + 15 * np.sin(np.arange(seconds) / 600.0)
+    return Trace("wave", np.ones(seconds), rate)
+
+
+@pytest.mark.parametrize("service", ["chatbot", "tts"])
+def test_shared_episode_is_the_tables_run_with_rule_v2(monkeypatch, service):
+    """--shared: an agent that acts as rule v2 in the env gives, step for step, the replica counts
+    of all three services that evaluate() gives with rule v2 for all three (same pool, shifted
+    traces, doubled load, the tables' decision order), so the free units it sees are the tables'."""
+    import testbed.train.env as env_mod
+    from testbed.profiles.paper import DEFAULT_RATIOS, TEST_SHIFT_HOURS
+    from testbed.scaler.policies import RuleV2
+    from testbed.train.evaluate import evaluate
+
+    real = env_mod.SimCluster
+    monkeypatch.setattr(env_mod, "SimCluster", lambda *a, **k: real(*a, **{**k, "seed": 0}))
+    day = _day()
+    env = ScalingEnv(
+        service, [day], DEFAULT_RATIOS[service], loads=[2], shared=True, pool_reward=True
+    )
+    obs, _ = env.reset(seed=3)
+    assert env.load == 2 and set(env._cluster.services()) == set(TEST_SHIFT_HOURS)
+    me = RuleV2.for_service(service)
+    ours, rewards, done = [], [], False
+    while not done:
+        action = me.act(obs, tuple(int(x) for x in env.action_masks()))
+        obs, r, term, trunc, _ = env.step(action)
+        ours.append({s: env._cluster.desired_replicas(s) for s in TEST_SHIFT_HOURS})
+        rewards.append(r)
+        done = term or trunc
+    theirs: list[dict[str, int]] = []
+    pool: list[float] = []
+
+    def log(d):
+        if d.service == "chatbot":
+            theirs.append({})
+            pool.append(0.0)
+        theirs[-1][d.service] = d.replicas_after
+        pool[-1] += d.reward
+
+    evaluate(
+        {s: RuleV2.for_service(s) for s in TEST_SHIFT_HOURS},
+        {s: day.window(h) for s, h in TEST_SHIFT_HOURS.items()},
+        {s: 2 * DEFAULT_RATIOS[s] for s in TEST_SHIFT_HOURS},
+        seed=0,
+        on_decision=log,
+    )
+    # the env's step k ends after the neighbours that decide before the agent at period k+1
+    order = list(TEST_SHIFT_HOURS)
+    before = order[: order.index(service) + 1]
+    for k, row in enumerate(ours[:-1]):
+        for s in order:
+            want = theirs[k + 1][s] if s in before[:-1] else theirs[k][s]
+            assert row[s] == want, (k, s)
+    assert max(r[s] for r in ours for s in order if s != service) > 1  # the neighbours did scale
+    # --pool-reward: a step's reward is the three services' Eq. 3.2 for the period it produced
+    assert rewards == pytest.approx(pool[1 : len(rewards) + 1])
+
+
+def test_loads_apply_to_the_base_pool_only():
+    env = ScalingEnv("imgcls", [Trace.constant(10, 600)], 0.4, scales=[8, 128], loads=[3])
+    seen = {}
+    for seed in range(12):
+        env.reset(seed=seed)
+        seen[env.total_units] = env.load
+    assert seen == {8: 3.0, 128: 1.0}
+
+
+def test_shared_episodes_show_the_real_free_units():
+    """No randomised free units in a shared episode: the mask always follows the pool."""
+    from testbed.scaler.actions import action_mask
+
+    env = ScalingEnv("chatbot", [_day(3600)], 0.15, loads=[2], shared=True, randomize_free_units=True)
+    env.reset(seed=1)
+    for _ in range(100):
+        c = env._cluster
+        want = action_mask(c.desired_replicas("chatbot"), c.free_units(), 1, env._cooldown)
+        assert tuple(int(x) for x in env.action_masks()) == want
+        env.step(3)
+
+
+def test_init_from_is_the_validation_to_beat(tmp_path):
+    """A run started from a model validates that model first (step 0); a checkpoint replaces it
+    only if it validates better, so with no learning the output is the starting model."""
+    pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
+    from testbed.scaler.ppo import MaskablePpoPolicy
+    from testbed.train.ppo import train, validation_reward
+
+    tr = [Trace.constant(5, 900)]
+    kw = {"val_episodes": 1, "validate_every": 64, "ppo_params": {"n_steps": 64, "batch_size": 64}}
+    train("chatbot", tr, tr, tmp_path / "a.zip", steps=64, **kw)
+    start = validation_reward(
+        MaskablePpoPolicy.load(tmp_path / "a.zip").model, "chatbot", tr, 0.15, 8, 1, loads=[1, 2],
+        shared=True,
+    )
+    meta = train("chatbot", tr, tr, tmp_path / "b.zip", steps=192, learning_rate=0.0,
+                 init_from=tmp_path / "a.zip", loads=[1, 2], shared=True, **kw)
+    assert meta.validations[0] == (0, pytest.approx(start))
+    assert len(meta.validations) == 4 and meta.loads == [1, 2] and meta.shared
+    assert meta.best_validation_reward == pytest.approx(max(v for _, v in meta.validations))
