@@ -337,6 +337,11 @@ def train_cmd(
         help="ppo, with --shared: shared episodes reward (and validate) the three services' "
         "Eq. 3.2 together, so holding units another service needs costs the agent.",
     ),
+    partners: Path = typer.Option(
+        None,
+        help="ppo, with --shared: a folder of agents (SERVICE.zip, e.g. models) that decide the "
+        "other two services in shared episodes instead of rule v2.",
+    ),
 ) -> None:
     """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
     service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
@@ -368,6 +373,9 @@ def train_cmd(
     steps = steps or paper.MAX_TRAIN_STEPS
     sizes = _scales(scales)
     mults = _loads(loads)
+    if partners is not None and not shared:
+        why = "partner agents decide in shared episodes: add --shared"
+        raise ConfigError([ConfigProblem("--partners", None, "partners", why)])
     out = out or Path("models") / f"{svc}.zip"
     with _progress() as bar:
         task = bar.add_task(f"training {svc}", total=steps)
@@ -386,13 +394,15 @@ def train_cmd(
             + (f" --init-from {init_from}" if init_from is not None else "")
             + (f" --loads {','.join(f'{m:g}' for m in mults)}" if mults else "")
             + (" --shared" if shared else "")
-            + (" --pool-reward" if pool_reward else ""),
+            + (" --pool-reward" if pool_reward else "")
+            + (f" --partners {partners}" if partners is not None else ""),
             stop_at=stop_at,
             scales=sizes,
             init_from=init_from,
             loads=mults,
             shared=shared,
             pool_reward=pool_reward,
+            partners=partners,
         )
     console.print(
         f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps}; wrote {out}"

@@ -55,6 +55,7 @@ class ModelMeta:
     loads: list[float] | None = None  # ratio multipliers drawn per 8-unit episode (None: 1 only)
     shared: bool = False  # 8-unit episodes ran the three services sharing the pool (rule v2 beside)
     pool_reward: bool = False  # shared episodes rewarded the pool (the three services' Eq. 3.2)
+    partners: dict[str, str] | None = None  # shared episodes: agent files of the other services
 
 
 def git_commit() -> str:

@@ -5,7 +5,7 @@ Needs `gymnasium` (the `drl` extra); the simulator itself does not.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -15,7 +15,7 @@ from testbed.profiles import ServiceProfile, default_profiles
 from testbed.profiles.paper import DEFAULT_RATIOS, HISTORY, TEST_SHIFT_HOURS, TOTAL_UNITS
 from testbed.scaler.actions import ACTIONS, action_mask, adjust_action, next_cooldown, reward
 from testbed.scaler.loop import ScalerLoop
-from testbed.scaler.policies import RuleV2
+from testbed.scaler.policies import Policy, RuleV2
 from testbed.scaler.state import N_METRICS, StateBuilder
 from testbed.sim.cluster import SimCluster
 
@@ -43,6 +43,9 @@ class ScalingEnv(gym.Env):
     at other pool sizes stay single-service. With `pool_reward` as well, the reward of a shared
     episode's step is the pool's: Eq. 3.2 of the agent plus Eq. 3.2 of the two others for the same
     period, so that holding units another service needs costs the agent what it costs the pool.
+    `partners` (service -> policy) replaces rule v2 for those services in a shared episode, e.g.
+    the shipped agents of the other two, so that the agent learns beside the neighbours it will
+    share the pool with in the tables.
     """
 
     metadata = {"render_modes": []}  # noqa: RUF012 (gymnasium's convention)
@@ -60,6 +63,7 @@ class ScalingEnv(gym.Env):
         loads: Sequence[float] | None = None,
         shared: bool = False,
         pool_reward: bool = False,
+        partners: Mapping[str, Policy] | None = None,
     ):
         super().__init__()
         self.service = service
@@ -73,6 +77,7 @@ class ScalingEnv(gym.Env):
         self.load = 1.0
         self.shared = shared
         self.pool_reward = pool_reward
+        self.partners = dict(partners or {})
         self._others_reward = 0.0
         self._neighbours: ScalerLoop | None = None
         self._before: list[str] = []
@@ -109,7 +114,9 @@ class ScalingEnv(gym.Env):
             )
             cluster = self._cluster
             self._neighbours = ScalerLoop(
-                cluster, {s: RuleV2.for_service(s) for s in others}, cluster.latest_window,
+                cluster,
+                {s: self.partners.get(s) or RuleV2.for_service(s) for s in others},
+                cluster.latest_window,
                 clock=lambda: cluster.now,
             )
             mine = services.index(self.service)

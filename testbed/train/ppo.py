@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -14,7 +14,8 @@ import numpy as np
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.load.trace import Trace
 from testbed.profiles import paper
-from testbed.scaler.ppo import META_MEMBER, ModelMeta, git_commit, require_drl
+from testbed.scaler.policies import Policy
+from testbed.scaler.ppo import META_MEMBER, MaskablePpoPolicy, ModelMeta, git_commit, require_drl
 from testbed.scaler.state import OBSERVATION
 from testbed.train.env import ScalingEnv
 
@@ -30,6 +31,7 @@ def validation_reward(
     loads: Sequence[float] | None = None,
     shared: bool = False,
     pool_reward: bool = False,
+    partners: Mapping[str, Policy] | None = None,
 ) -> float:
     """Mean total episode reward of the deterministic agent (no free-unit randomisation).
 
@@ -37,7 +39,8 @@ def validation_reward(
     ratio scaled with the units as in training). With `loads`, each load multiplier counts as a
     setup of its own at `total_units` (the largest scale stays at load 1); with `shared`, the
     `total_units` setups run the three services sharing the pool as Tables 5.1-5.2 do (ScalingEnv),
-    the agent's own reward counted (the pool's, the three services', with `pool_reward`)."""
+    the agent's own reward counted (the pool's, the three services', with `pool_reward`), the
+    other services deciding with `partners` where given (rule v2 otherwise)."""
     if scales or loads:
         setups = [(total_units, load) for load in (loads or [1.0])]
         if scales and max(scales) != total_units:
@@ -48,6 +51,7 @@ def validation_reward(
                     validation_reward(
                         model, service, traces, ratio * load * u / total_units, u, episodes,
                         shared=shared and u == total_units, pool_reward=pool_reward,
+                        partners=partners,
                     )
                     for u, load in setups
                 ]
@@ -55,7 +59,7 @@ def validation_reward(
         )
     env = ScalingEnv(
         service, traces, ratio, total_units=total_units, randomize_free_units=False, shared=shared,
-        pool_reward=pool_reward,
+        pool_reward=pool_reward, partners=partners,
     )
     totals = []
     for ep in range(episodes):
@@ -95,6 +99,7 @@ def train(
     loads: Sequence[float] | None = None,
     shared: bool = False,
     pool_reward: bool = False,
+    partners: str | Path | None = None,
 ) -> ModelMeta:
     """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`.
 
@@ -108,7 +113,9 @@ def train(
     better than the model it started from. `loads` and `shared`: see ScalingEnv (the 8-unit
     episodes at several load multipliers, the three services sharing the pool); validation
     then covers each load, shared the same way; `pool_reward`: shared episodes (training and
-    validation) score the three services' rewards together."""
+    validation) score the three services' rewards together. `partners`: a folder of agents
+    (SERVICE.zip) that decide the other two services in shared episodes and their validation
+    instead of rule v2, e.g. models/ (those loaded before training starts)."""
     require_drl()
     import torch
     from sb3_contrib import MaskablePPO
@@ -122,10 +129,11 @@ def train(
                 "--tensorboard needs the tensorboard package: pip install 'testbed[drl]'"
             ) from None
     ratio = paper.DEFAULT_RATIOS[service] if ratio is None else ratio
+    partner_policies = load_partners(partners, service)
     torch.set_num_threads(1)
     env = ScalingEnv(
         service, train_traces, ratio, total_units=total_units, scales=scales, loads=loads, shared=shared,
-        pool_reward=pool_reward,
+        pool_reward=pool_reward, partners=partner_policies,
     )
     lr = learning_rate
     model = MaskablePPO(
@@ -180,12 +188,13 @@ def train(
         loads=sorted(set(loads)) if loads else None,
         shared=shared,
         pool_reward=pool_reward,
+        partners={s: str(Path(partners) / f"{s}.zip") for s in partner_policies} or None,
     )
 
     def validate(m) -> float:
         return validation_reward(
             m, service, val_traces, ratio, total_units, val_episodes, scales, loads, shared,
-            pool_reward,
+            pool_reward, partner_policies,
         )
 
     if init_from:  # the starting model is the one to beat
@@ -225,6 +234,19 @@ def train(
     else:
         write_meta(out, meta)  # every validation, also those after the best
     return meta
+
+
+def load_partners(folder: str | Path | None, service: str) -> dict[str, Policy]:
+    """The agents in `folder` (SERVICE.zip) for the paper's services other than `service`; each
+    is checked as `sim tables` checks a model (a missing file or another service's agent is one
+    ConfigError naming it)."""
+    if folder is None:
+        return {}
+    return {
+        s: MaskablePpoPolicy.load(Path(folder) / f"{s}.zip", s)
+        for s in paper.TEST_SHIFT_HOURS
+        if s != service
+    }
 
 
 def write_meta(path: str | Path, meta: ModelMeta) -> None:

@@ -254,3 +254,47 @@ def test_init_from_is_the_validation_to_beat(tmp_path):
     assert meta.validations[0] == (0, pytest.approx(start))
     assert len(meta.validations) == 4 and meta.loads == [1, 2] and meta.shared
     assert meta.best_validation_reward == pytest.approx(max(v for _, v in meta.validations))
+
+
+class _Grabber:
+    """A partner that asks for +1 whenever the mask allows it and records what it was shown."""
+
+    name = "grabber"
+
+    def __init__(self) -> None:
+        self.masks: list[tuple[int, ...]] = []
+
+    def act(self, observation, action_mask) -> int:
+        self.masks.append(tuple(action_mask))
+        return 3 if action_mask[3] else 2
+
+
+def test_partners_decide_the_other_services_instead_of_rule_v2():
+    """--partners: in a shared episode the partner policy, not rule v2, scales its service (a
+    partner that always scales up at a light load fills the pool, which rule v2 never does), while
+    the service without a partner stays on rule v2."""
+    day = _day(3600)
+    grabber = _Grabber()
+    env = ScalingEnv("chatbot", [day], 0.15, shared=True, partners={"imgcls": grabber})
+    env.reset(seed=1)
+    base = ScalingEnv("chatbot", [day], 0.15, shared=True)
+    base.reset(seed=1)
+    for _ in range(40):
+        env.step(2)
+        base.step(2)
+    assert len(grabber.masks) >= 40  # asked once per period
+    ours, theirs = env._cluster, base._cluster
+    assert ours.free_units() == 0 and theirs.free_units() > 0
+    assert ours.desired_replicas("imgcls") > theirs.desired_replicas("imgcls")
+    assert env._neighbours.policies["tts"].name == "rule_v2"
+
+
+def test_load_partners_names_a_missing_agent(tmp_path):
+    """The partner folder must hold an agent for each other service: one error naming the file."""
+    pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
+    from testbed.errors import ConfigError
+    from testbed.train.ppo import load_partners
+
+    assert load_partners(None, "chatbot") == {}
+    with pytest.raises(ConfigError, match=r"imgcls\.zip"):
+        load_partners(tmp_path, "chatbot")
