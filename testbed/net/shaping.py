@@ -100,7 +100,9 @@ class Shaper:
         a bulk one's queue — what sfq or fq_codel would do."""
         dev, n = self.device, self.link.flow_queues
         table = f"{k + 2:x}:"
-        mask = f"0x{(n - 1) << 16:08x}" if self.direction == "uplink" else f"0x{n - 1:08x}"
+        # the port's bits 1..log2(n), not 0..: Linux's connect() takes even ports, so bit 0 is
+        # always 0 and half the buckets would never be used (u32 shifts by the mask's lowest bit)
+        mask = f"0x{(n - 1) << 17:08x}" if self.direction == "uplink" else f"0x{(n - 1) << 1:08x}"
         cmds = [["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio", "1", "handle",
                  table, "protocol", "ip", "u32", "divisor", str(n)]]
         for i in range(n):

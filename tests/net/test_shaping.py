@@ -74,9 +74,9 @@ def test_flow_queues_make_each_class_round_robin_over_hashed_leaves():
     assert len(leaves) == 4 and all("rate 25000kbit ceil 100000kbit" in c for c in leaves)
     assert sum(c.startswith("tc qdisc add dev n6 parent 1:10") and c.endswith("pfifo limit 100")
                for c in cmds) == 4
-    # hashed on the UE's port: the source port uplink, the destination port downlink
-    assert any("hashkey mask 0x00030000 at 20 link 2:" in c for c in cmds)
-    assert any("hashkey mask 0x00000003 at 20 link 2:" in " ".join(c) for c in down.commands())
+    # hashed on the UE's port (bits 1-2 here): the source port uplink, the destination port downlink
+    assert any("hashkey mask 0x00060000 at 20 link 2:" in c for c in cmds)
+    assert any("hashkey mask 0x00000006 at 20 link 2:" in " ".join(c) for c in down.commands())
     # HTB's default must be a leaf, so a catch-all filter sends the rest to the inner class
     assert cmds[-1].endswith("prio 2 u32 match u32 0 0 flowid 1:ff")
 
@@ -87,3 +87,15 @@ def test_flow_queues_with_slices_use_one_hash_table_per_class():
     assert [(t[t.index("parent") + 1], t[t.index("handle") + 1]) for t in tables] == [
         ("1:100", "2:"), ("1:101", "3:"), ("1:ff", "4:")]
     assert up.batch().splitlines()[0] == "qdisc replace dev n6 root handle 1: htb default ff"
+
+
+def test_flow_queue_hash_spreads_the_even_ports_connect_picks():
+    """Linux's connect() takes even ephemeral ports; u32 hashes (word & mask) >> (lowest set bit
+    of the mask). Every bucket must be reachable from even ports alone."""
+    up, down = _shapers(flow_queues=256, slicing=False)
+    for shaper, word_of in ((up, lambda port: port << 16 | 5201), (down, lambda port: 5201 << 16 | port)):
+        line = next(" ".join(c) for c in shaper.commands() if "hashkey" in c)
+        mask = int(line.split("hashkey mask ")[1].split()[0], 16)
+        shift = (mask & -mask).bit_length() - 1
+        buckets = {((word_of(port) & mask) >> shift) & 255 for port in range(32768, 60999, 2)}
+        assert buckets == set(range(256))
