@@ -22,7 +22,7 @@ from testbed.reproduce.artefacts import Artefact, model_files, preflight
 from testbed.reproduce.document import write
 from testbed.reproduce.model import Options, ReproResult, Verdict
 from testbed.reproduce.slicing import judge_slicing
-from testbed.reproduce.tables import sim_table, testbed_table
+from testbed.reproduce.tables import TableResult, sim_table, testbed_table
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 # Table 5.4's window of the test day: from 13:30, where the chatbot's and imgcls's loads move
@@ -151,13 +151,7 @@ def _sim(a: Artefact, options: Options) -> Verdict:
                       oracle=not (options.quick and big),
                       max_steps=720 if (options.quick and big) else None,
                       progress=options.progress)
-    if options.rule_only:
-        table.notes.append("rule-based side only (--rule-only): no DRL column")
-    bad = [f"{c.service} {c.policy}: {c.why}" for c in table.cells if c.passed is False]
-    bad += [f"{t}: {d}" for t, ok, d in table.checks if not ok]
-    return Verdict(a.name, a.title, table.passed,
-                   "all cells within tolerance" if table.passed else f"{len(bad)} outside",
-                   bad, table=table)
+    return _table_verdict(a, table, options)
 
 
 def _table54(a: Artefact, partial: Path, options: Options) -> Verdict:
@@ -187,13 +181,19 @@ def _table54(a: Artefact, partial: Path, options: Options) -> Verdict:
     if reps == 1:
         table.notes.append("one repetition: run-to-run noise not measured here (docs/table-5.4.md "
                            "gives it for the long run)")
+    return _table_verdict(a, table, options, run_dir=str(run_dir))
+
+
+def _table_verdict(a: Artefact, table: TableResult, options: Options,
+                   run_dir: str | None = None) -> Verdict:
+    """A table's verdict: PASS when every cell and check passes; what failed, one line each."""
     if options.rule_only:
         table.notes.append("rule-based side only (--rule-only): no DRL column")
     bad = [f"{c.service} {c.policy}: {c.why}" for c in table.cells if c.passed is False]
     bad += [f"{t}: {d}" for t, ok, d in table.checks if not ok]
     return Verdict(a.name, a.title, table.passed,
                    "all cells within tolerance" if table.passed else f"{len(bad)} outside",
-                   bad, table=table, run_dir=str(run_dir))
+                   bad, table=table, run_dir=run_dir)
 
 
 def discard_partial(out: Path) -> None:
