@@ -342,6 +342,15 @@ def train_cmd(
         help="ppo, with --shared: a folder of agents (SERVICE.zip, e.g. models) that decide the "
         "other two services in shared episodes instead of rule v2.",
     ),
+    validate_pool: bool = typer.Option(
+        False,
+        "--validate-pool",
+        help="ppo, with --shared: choose checkpoints on the three services' rewards together in "
+        "shared validation (training keeps the agent's own reward).",
+    ),
+    checkpoints: Path = typer.Option(
+        None, help="ppo: also write every validated model to this folder (SERVICE-STEPS.zip)."
+    ),
 ) -> None:
     """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
     service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
@@ -376,6 +385,9 @@ def train_cmd(
     if partners is not None and not shared:
         why = "partner agents decide in shared episodes: add --shared"
         raise ConfigError([ConfigProblem("--partners", None, "partners", why)])
+    if validate_pool and not shared:
+        why = "the pool's reward is scored in shared validation: add --shared"
+        raise ConfigError([ConfigProblem("--validate-pool", None, "validate_pool", why)])
     out = out or Path("models") / f"{svc}.zip"
     with _progress() as bar:
         task = bar.add_task(f"training {svc}", total=steps)
@@ -395,7 +407,8 @@ def train_cmd(
             + (f" --loads {','.join(f'{m:g}' for m in mults)}" if mults else "")
             + (" --shared" if shared else "")
             + (" --pool-reward" if pool_reward else "")
-            + (f" --partners {partners}" if partners is not None else ""),
+            + (f" --partners {partners}" if partners is not None else "")
+            + (" --validate-pool" if validate_pool else ""),
             stop_at=stop_at,
             scales=sizes,
             init_from=init_from,
@@ -403,6 +416,8 @@ def train_cmd(
             shared=shared,
             pool_reward=pool_reward,
             partners=partners,
+            validate_pool=validate_pool,
+            checkpoints=checkpoints,
         )
     console.print(
         f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps}; wrote {out}"

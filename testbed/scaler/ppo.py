@@ -56,6 +56,7 @@ class ModelMeta:
     shared: bool = False  # 8-unit episodes ran the three services sharing the pool (rule v2 beside)
     pool_reward: bool = False  # shared episodes rewarded the pool (the three services' Eq. 3.2)
     partners: dict[str, str] | None = None  # shared episodes: agent files of the other services
+    validate_pool: bool = False  # checkpoints chosen on the pool's reward in shared validation
 
 
 def git_commit() -> str:

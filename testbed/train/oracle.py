@@ -90,16 +90,23 @@ def best_schedule(
     initial: int = 1,
     alpha: float = REWARD_ALPHA,
     beta: float = REWARD_BETA,
+    caps: np.ndarray | None = None,
 ) -> OracleResult:
     """Maximise the mean of -(alpha·slo[t, n_t - 1] + beta·n_t/total_units) over schedules the
     mask allows, starting with `initial` instances and no cooldown.
 
     `max_instances` caps the count (default: the table's width); the free units the mask sees are
-    (max_instances - n)·units_per_instance."""
+    (max_instances - n)·units_per_instance. `caps[t]`: the most instances step t may hold (e.g.
+    what the other services of a pool left in a run), at least one."""
     steps, width = slo.shape
     cap = width if max_instances is None else min(max_instances, width)
     counts = np.arange(1, cap + 1)
     gain = -(alpha * slo[:, :cap] + beta * counts / total_units)  # gain[t, n-1]
+    if caps is not None:
+        limit = np.maximum(np.asarray(caps, dtype=np.int64)[:steps], 1)
+        if len(limit) < steps:
+            raise ValueError(f"{len(limit)} caps for {steps} steps")
+        gain[counts[None, :] > limit[:, None]] = -np.inf
     n_cool = COOLDOWN_STEPS + 1
     neg = -np.inf
     # best[n-1, c]: best total of the steps so far, being at n instances with cooldown c
@@ -155,11 +162,13 @@ def oracle(
     seed: int = 0,
     steps: int | None = None,
     options: SimOptions = DEFAULT_OPTIONS,
+    caps: np.ndarray | None = None,
 ) -> OracleResult:
     """The oracle bound for one service on `trace` (see the module docstring for what it ignores).
 
     `max_instances` defaults to every unit of the pool; with services sharing the pool, pass the
-    units the others cannot take from it (a relaxation, so still a bound)."""
+    units the others cannot take from it (a relaxation, so still a bound). `caps`: per step, the
+    most instances the service may hold (best_schedule)."""
     per = profile.units
     cap = total_units // per if max_instances is None else max_instances
     slo = static_slo_table(profile, trace, ratio, cap, seed=seed, steps=steps, options=options)
@@ -169,6 +178,7 @@ def oracle(
         units_per_instance=per,
         max_instances=cap,
         initial=profile.initial_replicas,
+        caps=caps,
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +100,8 @@ def train(
     shared: bool = False,
     pool_reward: bool = False,
     partners: str | Path | None = None,
+    validate_pool: bool = False,
+    checkpoints: str | Path | None = None,
 ) -> ModelMeta:
     """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`.
 
@@ -115,7 +117,10 @@ def train(
     then covers each load, shared the same way; `pool_reward`: shared episodes (training and
     validation) score the three services' rewards together. `partners`: a folder of agents
     (SERVICE.zip) that decide the other two services in shared episodes and their validation
-    instead of rule v2, e.g. models/ (those loaded before training starts)."""
+    instead of rule v2, e.g. models/ (those loaded before training starts). `validate_pool`:
+    shared validation scores the three services' rewards together while training keeps the
+    agent's own (a checkpoint is kept for what it does to the pool, not only to itself).
+    `checkpoints`: a folder where every validated model is also written (SERVICE-STEPS.zip)."""
     require_drl()
     import torch
     from sb3_contrib import MaskablePPO
@@ -189,12 +194,16 @@ def train(
         shared=shared,
         pool_reward=pool_reward,
         partners={s: str(Path(partners) / f"{s}.zip") for s in partner_policies} or None,
+        validate_pool=validate_pool,
     )
+    if checkpoints is not None:
+        checkpoints = Path(checkpoints)
+        checkpoints.mkdir(parents=True, exist_ok=True)
 
     def validate(m) -> float:
         return validation_reward(
             m, service, val_traces, ratio, total_units, val_episodes, scales, loads, shared,
-            pool_reward, partner_policies,
+            pool_reward or validate_pool, partner_policies,
         )
 
     if init_from:  # the starting model is the one to beat
@@ -215,6 +224,11 @@ def train(
                 return True
             score = validate(self.model)
             meta.validations.append((n, score))
+            if checkpoints is not None:
+                mine = replace(
+                    meta, steps=n, best_validation_reward=score, validations=list(meta.validations)
+                )
+                _save(self.model, checkpoints / f"{service}-{n}.zip", mine)
             self.logger.record("validation/mean_reward", score)  # Figure 4.6 in TensorBoard
             if meta.best_validation_reward is None or score > meta.best_validation_reward:
                 meta.best_validation_reward, meta.steps, self.stale = score, n, 0

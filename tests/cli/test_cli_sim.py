@@ -205,3 +205,20 @@ def test_train_bad_loads_is_one_line(tmp_path, capsys):
     (line,) = _error_lines(capsys)
     assert "--loads" in line and "'1,0'" in line
     assert not out.exists()
+
+
+@pytest.mark.parametrize("flag", [["--validate-pool"], ["--partners", "models"]])
+def test_train_shared_only_flags_without_shared_are_one_line(tmp_path, capsys, flag):
+    """The pool's validation and partner agents exist only in shared episodes: refused without
+    --shared, before anything is trained or written."""
+    tr = tmp_path / "traces" / "train"
+    tr.mkdir(parents=True)
+    (tr / "day1.txt").write_text("1 5\n" * 60)
+    (tmp_path / "traces" / "val").mkdir()
+    (tmp_path / "traces" / "val" / "day6.txt").write_text("1 5\n" * 60)
+    out = tmp_path / "m.zip"
+    rc = main(["train", "chatbot", "--traces", str(tmp_path / "traces"), *flag, "--out", str(out)])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert flag[0] in line and "--shared" in line
+    assert not out.exists()

@@ -256,6 +256,31 @@ def test_init_from_is_the_validation_to_beat(tmp_path):
     assert meta.best_validation_reward == pytest.approx(max(v for _, v in meta.validations))
 
 
+def test_validate_pool_scores_the_pool_and_checkpoints_keep_every_validation(tmp_path):
+    """--validate-pool: the validations are the pool's reward (the three services' Eq. 3.2) while
+    training keeps the agent's own; --checkpoints writes each validated model with its step."""
+    pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
+    from testbed.scaler.ppo import MaskablePpoPolicy, read_meta
+    from testbed.train.ppo import train, validation_reward
+
+    tr = [Trace.constant(5, 900)]
+    kw = {"val_episodes": 1, "validate_every": 64, "ppo_params": {"n_steps": 64, "batch_size": 64}}
+    train("chatbot", tr, tr, tmp_path / "a.zip", steps=64, **kw)
+    model = MaskablePpoPolicy.load(tmp_path / "a.zip").model
+    own = validation_reward(model, "chatbot", tr, 0.15, 8, 1, loads=[1], shared=True)
+    pool = validation_reward(model, "chatbot", tr, 0.15, 8, 1, loads=[1], shared=True, pool_reward=True)
+    assert pool < own  # the two others' rewards are negative too
+    meta = train("chatbot", tr, tr, tmp_path / "b.zip", steps=128, learning_rate=0.0,
+                 init_from=tmp_path / "a.zip", loads=[1], shared=True, validate_pool=True,
+                 checkpoints=tmp_path / "ck", **kw)
+    assert meta.validate_pool and not meta.pool_reward
+    assert meta.validations[0] == (0, pytest.approx(pool))
+    written = sorted(p.name for p in (tmp_path / "ck").glob("*.zip"))
+    assert written == ["chatbot-128.zip", "chatbot-64.zip"]
+    ck = read_meta(tmp_path / "ck" / "chatbot-64.zip")
+    assert ck.steps == 64 and ck.best_validation_reward == pytest.approx(meta.validations[1][1])
+
+
 class _Grabber:
     """A partner that asks for +1 whenever the mask allows it and records what it was shown."""
 

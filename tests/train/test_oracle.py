@@ -63,6 +63,22 @@ def test_plus_two_is_used_when_one_more_is_not_enough():
     assert best_schedule(slo, max_instances=2).schedule[1] == 1  # no room: scaling buys nothing
 
 
+def test_caps_bound_each_step_and_only_cost_reward():
+    slo = np.zeros((5, 4))
+    slo[2:4, :2] = 1.0  # steps 2-3 need three instances
+    free = best_schedule(slo, max_instances=4)
+    assert free.schedule[2:4] == (3, 3)
+    caps = np.array([4, 4, 2, 2, 4])  # another service holds two units while step 2-3 peak
+    capped = best_schedule(slo, max_instances=4, caps=caps)
+    assert all(n <= c for n, c in zip(capped.schedule, caps, strict=True))
+    assert capped.reward < free.reward
+    # with two instances at most, the peak is lost whatever the schedule: 100 % on steps 2-3
+    assert capped.slo_violation_rate == pytest.approx(2 / 5)
+    assert best_schedule(slo, max_instances=4, caps=np.full(5, 4)).reward == pytest.approx(free.reward)
+    with pytest.raises(ValueError):
+        best_schedule(slo, max_instances=4, caps=np.array([4, 4]))
+
+
 def _profile() -> ServiceProfile:
     return ServiceProfile(name="svc", capacity=1, proc_time_ms=(500.0, 500.0), slo_ms=1000.0,
                           startup_ms=10_000.0, queue_limit=2)
