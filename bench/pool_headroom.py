@@ -5,7 +5,8 @@ Usage: python3 bench/pool_headroom.py [--traces DIR] [--models DIR] [--tables 5.
 For each table and policy set (rule v2, the DRL agents in --models), runs the table once (seed
 --seed), records the units every service held each period, and prints per service: its reward
 and instances in the run, the oracle bound on its own trace with at most the instances the
-other two left it in each period of that run (testbed.train.oracle, caps), and the paper's cell.
+other two left it in each period of that run (testbed.train.oracle's best_schedule with caps),
+and the paper's cell.
 A cell far from the paper whose capped oracle is close to the paper says the policy wastes what
 it gets; a capped oracle worse than the paper says the neighbours left too little.
 """
@@ -24,7 +25,7 @@ from testbed.profiles import default_profiles
 from testbed.profiles.paper import PAPER_TABLES, SERVICES
 from testbed.scaler.policies import RuleV2
 from testbed.train.evaluate import evaluate, test_day_traces
-from testbed.train.oracle import oracle
+from testbed.train.oracle import best_schedule, static_slo_table
 
 
 def main() -> None:
@@ -46,6 +47,14 @@ def main() -> None:
     )
     for key in args.tables.split(","):
         t = PAPER_TABLES[key]
+        # each service's per-count SLO table, once per table: both oracles and both policy sets use it
+        width = {s: t.total_units // profiles[s].units for s in SERVICES}
+        slo = {
+            s: static_slo_table(profiles[s], traces[s], t.ratios[s], width[s], seed=args.seed)
+            for s in SERVICES
+        }
+        free = {s: best_schedule(slo[s], total_units=t.total_units, units_per_instance=profiles[s].units,
+                                 initial=profiles[s].initial_replicas) for s in SERVICES}
         for name, policies in sets.items():
             held: dict[str, list[int]] = {s: [] for s in SERVICES}
 
@@ -58,15 +67,15 @@ def main() -> None:
             for s in SERVICES:
                 others = sum(np.asarray(held[o]) for o in SERVICES if o != s)
                 caps = (t.total_units - others) // profiles[s].units
-                capped = oracle(
-                    profiles[s], traces[s], t.ratios[s], total_units=t.total_units, seed=args.seed, caps=caps
+                capped = best_schedule(
+                    slo[s], total_units=t.total_units, units_per_instance=profiles[s].units,
+                    initial=profiles[s].initial_replicas, caps=caps,
                 )
-                free = oracle(profiles[s], traces[s], t.ratios[s], total_units=t.total_units, seed=args.seed)
                 ref = t.results[name][s]
                 print(
                     f"{key:5} {name:7} {s:8} {res[s].reward:8.4f} {res[s].instances:5.2f} "
                     f"{float(np.mean(caps)):10.2f} {capped.reward:13.4f} {capped.instances:5.2f} "
-                    f"{free.reward:11.4f} {ref.reward:8.4f} {ref.instances:5.2f}",
+                    f"{free[s].reward:11.4f} {ref.reward:8.4f} {ref.instances:5.2f}",
                     flush=True,
                 )
 

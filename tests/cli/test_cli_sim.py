@@ -191,15 +191,20 @@ def test_train_rejects_a_bad_load_range_before_reading_traces(tmp_path, capsys, 
     assert "--load-scales" in err and "no training traces" not in err
 
 
+def _tiny_traces(tmp_path):
+    """A traces folder with one minute-long training day and the validation day."""
+    root = tmp_path / "traces"
+    for sub, day in (("train", "day1.txt"), ("val", "day6.txt")):
+        (root / sub).mkdir(parents=True)
+        (root / sub / day).write_text("1 5\n" * 60)
+    return root
+
+
 def test_train_bad_loads_is_one_line(tmp_path, capsys):
     """--loads takes positive multipliers; anything else is refused before training starts."""
-    tr = tmp_path / "traces" / "train"
-    tr.mkdir(parents=True)
-    (tr / "day1.txt").write_text("1 5\n" * 60)
-    (tmp_path / "traces" / "val").mkdir()
-    (tmp_path / "traces" / "val" / "day6.txt").write_text("1 5\n" * 60)
+    traces = _tiny_traces(tmp_path)
     out = tmp_path / "m.zip"
-    rc = main(["train", "chatbot", "--traces", str(tmp_path / "traces"), "--loads", "1,0",
+    rc = main(["train", "chatbot", "--traces", str(traces), "--loads", "1,0",
                "--out", str(out)])
     assert rc != 0
     (line,) = _error_lines(capsys)
@@ -211,13 +216,9 @@ def test_train_bad_loads_is_one_line(tmp_path, capsys):
 def test_train_shared_only_flags_without_shared_are_one_line(tmp_path, capsys, flag):
     """The pool's validation and partner agents exist only in shared episodes: refused without
     --shared, before anything is trained or written."""
-    tr = tmp_path / "traces" / "train"
-    tr.mkdir(parents=True)
-    (tr / "day1.txt").write_text("1 5\n" * 60)
-    (tmp_path / "traces" / "val").mkdir()
-    (tmp_path / "traces" / "val" / "day6.txt").write_text("1 5\n" * 60)
+    traces = _tiny_traces(tmp_path)
     out = tmp_path / "m.zip"
-    rc = main(["train", "chatbot", "--traces", str(tmp_path / "traces"), *flag, "--out", str(out)])
+    rc = main(["train", "chatbot", "--traces", str(traces), *flag, "--out", str(out)])
     assert rc != 0
     (line,) = _error_lines(capsys)
     assert flag[0] in line and "--shared" in line
