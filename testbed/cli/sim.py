@@ -351,6 +351,16 @@ def train_cmd(
     checkpoints: Path = typer.Option(
         None, help="ppo: also write every validated model to this folder (SERVICE-STEPS.zip)."
     ),
+    ent_coef: float = typer.Option(
+        0.0, help="ppo: entropy bonus of the PPO loss (sb3's ent_coef; 0, sb3's default, as the "
+        "paper's Table 4.6 names none); more keeps a fine-tuned agent trying actions it rarely takes."
+    ),
+    release_below: float = typer.Option(
+        None,
+        help="ppo, with --init-from: before training, teach the starting agent to scale down by one "
+        "wherever its offered load per instance (the observation's request rate) reads below this, "
+        "e.g. 0.13; PPO then fine-tunes that model.",
+    ),
 ) -> None:
     """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
     service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
@@ -388,6 +398,14 @@ def train_cmd(
     if validate_pool and not shared:
         why = "the pool's reward is scored in shared validation: add --shared"
         raise ConfigError([ConfigProblem("--validate-pool", None, "validate_pool", why)])
+    if release_below is not None and init_from is None:
+        why = "releasing idle instances is taught to a trained agent: add --init-from"
+        raise ConfigError([ConfigProblem("--release-below", None, "release_below", why)])
+    if release_below is not None and not 0 < release_below < 1:
+        why = f"{release_below:g}: the observation's request rate lies in (0, 1)"
+        raise ConfigError([ConfigProblem("--release-below", None, "release_below", why)])
+    if ent_coef < 0:
+        raise ConfigError([ConfigProblem("--ent-coef", None, "ent_coef", f"{ent_coef:g}: must be >= 0")])
     out = out or Path("models") / f"{svc}.zip"
     with _progress() as bar:
         task = bar.add_task(f"training {svc}", total=steps)
@@ -408,7 +426,9 @@ def train_cmd(
             + (" --shared" if shared else "")
             + (" --pool-reward" if pool_reward else "")
             + (f" --partners {partners}" if partners is not None else "")
-            + (" --validate-pool" if validate_pool else ""),
+            + (" --validate-pool" if validate_pool else "")
+            + (f" --ent-coef {ent_coef:g}" if ent_coef else "")
+            + (f" --release-below {release_below:g}" if release_below is not None else ""),
             stop_at=stop_at,
             scales=sizes,
             init_from=init_from,
@@ -418,6 +438,8 @@ def train_cmd(
             partners=partners,
             validate_pool=validate_pool,
             checkpoints=checkpoints,
+            ppo_params={"ent_coef": ent_coef} if ent_coef else None,
+            release_below=release_below,
         )
     console.print(
         f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps}; wrote {out}"

@@ -57,6 +57,8 @@ class ModelMeta:
     pool_reward: bool = False  # shared episodes rewarded the pool (the three services' Eq. 3.2)
     partners: dict[str, str] | None = None  # shared episodes: agent files of the other services
     validate_pool: bool = False  # checkpoints chosen on the pool's reward in shared validation
+    release_below: float | None = None  # the starting agent was taught to release idle instances
+    distilled: dict | None = None  # testbed.train.distill.DistillStats of that teaching
 
 
 def git_commit() -> str:

@@ -102,6 +102,7 @@ def train(
     partners: str | Path | None = None,
     validate_pool: bool = False,
     checkpoints: str | Path | None = None,
+    release_below: float | None = None,
 ) -> ModelMeta:
     """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`.
 
@@ -120,7 +121,10 @@ def train(
     instead of rule v2, e.g. models/ (those loaded before training starts). `validate_pool`:
     shared validation scores the three services' rewards together while training keeps the
     agent's own (a checkpoint is kept for what it does to the pool, not only to itself).
-    `checkpoints`: a folder where every validated model is also written (SERVICE-STEPS.zip)."""
+    `checkpoints`: a folder where every validated model is also written (SERVICE-STEPS.zip).
+    `release_below` (needs `init_from`): before training, the starting agent is taught to scale
+    down by one wherever its offered load per instance reads below this (testbed.train.distill,
+    on 25 episodes of the training environment); that model is then the one validated at step 0."""
     require_drl()
     import torch
     from sb3_contrib import MaskablePPO
@@ -133,6 +137,9 @@ def train(
             raise MissingRequirement(
                 "--tensorboard needs the tensorboard package: pip install 'testbed[drl]'"
             ) from None
+    if release_below is not None and not init_from:
+        why = "releasing idle instances is taught to a trained agent: add --init-from"
+        raise ConfigError([ConfigProblem("--release-below", None, "release_below", why)])
     ratio = paper.DEFAULT_RATIOS[service] if ratio is None else ratio
     partner_policies = load_partners(partners, service)
     torch.set_num_threads(1)
@@ -175,6 +182,15 @@ def train(
                     ]
                 )
         model.policy.load_state_dict(new)
+    distilled = None
+    if release_below is not None:
+        from testbed.train.distill import distill_release
+
+        teach_env = ScalingEnv(
+            service, train_traces, ratio, total_units=total_units, randomize_free_units=False,
+            scales=scales, loads=loads, shared=shared, partners=partner_policies,
+        )
+        distilled = asdict(distill_release(model, teach_env, release_below, seed=seed))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = ModelMeta(
@@ -195,6 +211,8 @@ def train(
         pool_reward=pool_reward,
         partners={s: str(Path(partners) / f"{s}.zip") for s in partner_policies} or None,
         validate_pool=validate_pool,
+        release_below=release_below,
+        distilled=distilled,
     )
     if checkpoints is not None:
         checkpoints = Path(checkpoints)

@@ -223,3 +223,23 @@ def test_train_shared_only_flags_without_shared_are_one_line(tmp_path, capsys, f
     (line,) = _error_lines(capsys)
     assert flag[0] in line and "--shared" in line
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--release-below", "0.13"], "--init-from"),
+        (["--release-below", "1.5", "--init-from", "models/chatbot.zip"], "(0, 1)"),
+        (["--ent-coef", "-0.1"], ">= 0"),
+    ],
+)
+def test_train_bad_release_or_entropy_is_one_line(tmp_path, capsys, flags, words):
+    """--release-below teaches a trained agent a threshold on a metric in (0, 1); --ent-coef is a
+    non-negative weight: anything else is refused before training starts."""
+    traces = _tiny_traces(tmp_path)
+    out = tmp_path / "m.zip"
+    rc = main(["train", "chatbot", "--traces", str(traces), *flags, "--out", str(out)])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert flags[0] in line and words in line
+    assert not out.exists()

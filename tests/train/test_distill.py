@@ -1,0 +1,91 @@
+"""Teaching an agent to release idle instances (testbed.train.distill) and its use in train()."""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
+
+from testbed.load.trace import Trace
+from testbed.scaler.state import METRICS, N_METRICS
+from testbed.train.distill import SCALE_DOWN_ONE, distill_release, release_idle
+from testbed.train.env import ScalingEnv
+
+HOLD = 2
+
+
+class _AlwaysHolds:
+    """A stand-in model for release_idle's unit test: predicts "hold" whatever it is shown."""
+
+    def predict(self, observation, action_masks=None, deterministic=True):
+        return HOLD, None
+
+
+def _observation(rate: float) -> np.ndarray:
+    obs = np.zeros(N_METRICS * 5, dtype=np.float32)
+    obs[METRICS.index("request_rate") * 5 + 4] = rate  # the newest of five periods
+    obs[METRICS.index("request_rate") * 5] = 0.9  # an old period does not count
+    return obs
+
+
+def test_release_idle_overrides_only_where_allowed_and_idle():
+    allowed, blocked = np.array([0, 1, 1, 1, 1], bool), np.array([0, 0, 1, 1, 1], bool)
+    model = _AlwaysHolds()
+    assert release_idle(model, _observation(0.05), allowed, 0.13) == SCALE_DOWN_ONE
+    assert release_idle(model, _observation(0.05), blocked, 0.13) == HOLD
+    assert release_idle(model, _observation(0.20), allowed, 0.13) == HOLD
+
+
+def _agent(tmp_path, trace):
+    from testbed.scaler.ppo import MaskablePpoPolicy
+    from testbed.train.ppo import train
+
+    kw = {"val_episodes": 1, "validate_every": 64, "ppo_params": {"n_steps": 64, "batch_size": 64}}
+    train("chatbot", [trace], [trace], tmp_path / "a.zip", steps=64, **kw)
+    return MaskablePpoPolicy.load(tmp_path / "a.zip").model
+
+
+def test_distilled_agent_follows_the_teacher_and_keeps_its_value_network(tmp_path):
+    """After distillation the network itself takes the teacher's actions (its own, with -1 at a
+    light load), and the value network is left as it was."""
+    import torch
+
+    light = Trace.constant(2, 3600)
+    model = _agent(tmp_path, light)
+    value_before = {k: v.clone() for k, v in model.policy.state_dict().items() if "value" in k}
+    env = ScalingEnv("chatbot", [light], 0.15, randomize_free_units=False)
+    stats = distill_release(model, env, 0.5, episodes=2, epochs=40)
+    assert stats.states == 2 * (3600 // 30 - 1)  # reset consumes the first period
+    assert stats.released > 0
+    assert stats.agreement_after >= 0.95 and stats.agreement_after >= stats.agreement_before
+    for k, v in model.policy.state_dict().items():
+        if "value" in k:
+            assert torch.equal(v, value_before[k])
+    obs, _ = env.reset(seed=7)
+    agree, n = 0, 0
+    while True:
+        mask = env.action_masks()
+        own, _ = model.predict(obs, action_masks=mask, deterministic=True)
+        agree += int(own) == release_idle(model, obs, mask, 0.5)
+        n += 1
+        obs, _, term, trunc, _ = env.step(int(own))
+        if term or trunc:
+            break
+    assert agree / n >= 0.95
+
+
+def test_train_with_release_below_validates_the_taught_agent_first(tmp_path):
+    """--release-below: the manifest records the threshold and what distillation saw; step 0's
+    validation is the taught agent's; without --init-from it is refused before anything is written."""
+    from testbed.errors import ConfigError
+    from testbed.train.ppo import train
+
+    light = Trace.constant(2, 900)
+    _agent(tmp_path, light)
+    kw = {"val_episodes": 1, "validate_every": 64, "ppo_params": {"n_steps": 64, "batch_size": 64}}
+    meta = train("chatbot", [light], [light], tmp_path / "b.zip", steps=64, learning_rate=0.0,
+                 init_from=tmp_path / "a.zip", release_below=0.5, **kw)
+    assert meta.release_below == 0.5 and meta.distilled["states"] == 25 * (900 // 30 - 1)
+    assert meta.validations[0][0] == 0
+    with pytest.raises(ConfigError, match="--init-from"):
+        train("chatbot", [light], [light], tmp_path / "c.zip", steps=64, release_below=0.5, **kw)
+    assert not (tmp_path / "c.zip").exists()
