@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from testbed.scaler.actions import ACTIONS
 from testbed.scaler.state import latest
 from testbed.train.env import ScalingEnv
 
-SCALE_DOWN_ONE = 1  # index of -1 in testbed.scaler.actions.ACTIONS (-2..+2)
+SCALE_DOWN_ONE = ACTIONS.index(-1)  # the action that removes one instance
 
 
 @dataclass(frozen=True)
