@@ -25,13 +25,12 @@ class DistillStats:
     released_after: float  # share of the released states where the network now takes -1
 
 
-def release_idle(model, observation: np.ndarray, mask: np.ndarray, below: float) -> int:
-    """The agent's deterministic action, or -1 where that is allowed and the newest offered load
-    per instance (the observation's request rate) is below `below`."""
+def release_idle(action: int, observation: np.ndarray, mask: np.ndarray, below: float) -> int:
+    """The agent's `action`, or -1 where that is allowed and the newest offered load per instance
+    (the observation's request rate) is below `below`."""
     if mask[SCALE_DOWN_ONE] and latest(observation, "request_rate") < below:
         return SCALE_DOWN_ONE
-    action, _ = model.predict(observation, action_masks=mask, deterministic=True)
-    return int(action)
+    return action
 
 
 def distill_release(
@@ -50,7 +49,7 @@ def distill_release(
         while not done:
             mask = env.action_masks()
             own, _ = model.predict(obs, action_masks=mask, deterministic=True)
-            action = release_idle(model, obs, mask, below)
+            action = release_idle(int(own), obs, mask, below)
             obs_l.append(obs)
             mask_l.append(mask)
             act_l.append(action)

@@ -13,13 +13,6 @@ from testbed.train.env import ScalingEnv
 HOLD = 2
 
 
-class _AlwaysHolds:
-    """A stand-in model for release_idle's unit test: predicts "hold" whatever it is shown."""
-
-    def predict(self, observation, action_masks=None, deterministic=True):
-        return HOLD, None
-
-
 def _observation(rate: float) -> np.ndarray:
     obs = np.zeros(N_METRICS * 5, dtype=np.float32)
     obs[METRICS.index("request_rate") * 5 + 4] = rate  # the newest of five periods
@@ -29,10 +22,9 @@ def _observation(rate: float) -> np.ndarray:
 
 def test_release_idle_overrides_only_where_allowed_and_idle():
     allowed, blocked = np.array([0, 1, 1, 1, 1], bool), np.array([0, 0, 1, 1, 1], bool)
-    model = _AlwaysHolds()
-    assert release_idle(model, _observation(0.05), allowed, 0.13) == SCALE_DOWN_ONE
-    assert release_idle(model, _observation(0.05), blocked, 0.13) == HOLD
-    assert release_idle(model, _observation(0.20), allowed, 0.13) == HOLD
+    assert release_idle(HOLD, _observation(0.05), allowed, 0.13) == SCALE_DOWN_ONE
+    assert release_idle(HOLD, _observation(0.05), blocked, 0.13) == HOLD
+    assert release_idle(HOLD, _observation(0.20), allowed, 0.13) == HOLD
 
 
 def _agent(tmp_path, trace):
@@ -65,7 +57,7 @@ def test_distilled_agent_follows_the_teacher_and_keeps_its_value_network(tmp_pat
     while True:
         mask = env.action_masks()
         own, _ = model.predict(obs, action_masks=mask, deterministic=True)
-        agree += int(own) == release_idle(model, obs, mask, 0.5)
+        agree += int(own) == release_idle(int(own), obs, mask, 0.5)
         n += 1
         obs, _, term, trunc, _ = env.step(int(own))
         if term or trunc:
