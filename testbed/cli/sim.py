@@ -361,6 +361,12 @@ def train_cmd(
         "wherever its offered load per instance (the observation's request rate) reads below this, "
         "e.g. 0.13; PPO then fine-tunes that model.",
     ),
+    hold_largest: bool = typer.Option(
+        False,
+        "--hold-largest",
+        help="ppo, with --init-from and two --scales or more: PPO trains the smaller pool sizes only "
+        "and every checkpoint is fitted to act at the largest as the starting agent does.",
+    ),
 ) -> None:
     """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
     service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
@@ -404,6 +410,12 @@ def train_cmd(
     if release_below is not None and not 0 < release_below < 1:
         why = f"{release_below:g}: the observation's request rate lies in (0, 1)"
         raise ConfigError([ConfigProblem("--release-below", None, "release_below", why)])
+    if pool_reward and not shared:
+        why = "the pool's reward is scored in shared episodes: add --shared"
+        raise ConfigError([ConfigProblem("--pool-reward", None, "pool_reward", why)])
+    if hold_largest and (init_from is None or not sizes or len(set(sizes)) < 2):
+        why = "holding the largest pool size needs a starting agent and two sizes: --init-from, --scales"
+        raise ConfigError([ConfigProblem("--hold-largest", None, "hold_largest", why)])
     if ent_coef < 0:
         raise ConfigError([ConfigProblem("--ent-coef", None, "ent_coef", f"{ent_coef:g}: must be >= 0")])
     out = out or Path("models") / f"{svc}.zip"
@@ -428,7 +440,8 @@ def train_cmd(
             + (f" --partners {partners}" if partners is not None else "")
             + (" --validate-pool" if validate_pool else "")
             + (f" --ent-coef {ent_coef:g}" if ent_coef else "")
-            + (f" --release-below {release_below:g}" if release_below is not None else ""),
+            + (f" --release-below {release_below:g}" if release_below is not None else "")
+            + (" --hold-largest" if hold_largest else ""),
             stop_at=stop_at,
             scales=sizes,
             init_from=init_from,
@@ -440,6 +453,7 @@ def train_cmd(
             checkpoints=checkpoints,
             ppo_params={"ent_coef": ent_coef} if ent_coef else None,
             release_below=release_below,
+            hold_largest=hold_largest,
         )
     console.print(
         f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps}; wrote {out}"

@@ -59,6 +59,8 @@ class ModelMeta:
     validate_pool: bool = False  # checkpoints chosen on the pool's reward in shared validation
     release_below: float | None = None  # the starting agent was taught to release idle instances
     distilled: dict | None = None  # testbed.train.distill.DistillStats of that teaching
+    hold_largest: bool = False  # PPO trained the smaller pools; the largest kept the starting agent's
+    held: dict | None = None  # testbed.train.distill.HoldStats of this checkpoint's fitting
 
 
 def git_commit() -> str:

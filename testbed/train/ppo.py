@@ -103,6 +103,7 @@ def train(
     validate_pool: bool = False,
     checkpoints: str | Path | None = None,
     release_below: float | None = None,
+    hold_largest: bool = False,
 ) -> ModelMeta:
     """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`.
 
@@ -124,7 +125,12 @@ def train(
     `checkpoints`: a folder where every validated model is also written (SERVICE-STEPS.zip).
     `release_below` (needs `init_from`): before training, the starting agent is taught to scale
     down by one wherever its offered load per instance reads below this (testbed.train.distill,
-    on 25 episodes of the training environment); that model is then the one validated at step 0."""
+    on 25 episodes of the training environment); that model is then the one validated at step 0.
+    `hold_largest` (needs `init_from` and two `scales` or more): PPO trains on the smaller pool
+    sizes only, and each validated checkpoint is a copy of the trained model fitted to act at the
+    largest size as the starting agent does (testbed.train.distill.HeldScale) and to keep its own
+    decisions at the others; the copy is validated at every size and saved, PPO goes on from the
+    unfitted model. (Updates learnt at 8 units otherwise move the 128-unit behaviour too.)"""
     require_drl()
     import torch
     from sb3_contrib import MaskablePPO
@@ -140,28 +146,36 @@ def train(
     if release_below is not None and not init_from:
         why = "releasing idle instances is taught to a trained agent: add --init-from"
         raise ConfigError([ConfigProblem("--release-below", None, "release_below", why)])
+    if hold_largest and not (init_from and scales and len(set(scales)) >= 2):
+        why = "holding the largest pool size needs a starting agent and two sizes: --init-from, --scales"
+        raise ConfigError([ConfigProblem("--hold-largest", None, "hold_largest", why)])
+    train_scales = [u for u in scales if u != max(scales)] if hold_largest else scales
     ratio = paper.DEFAULT_RATIOS[service] if ratio is None else ratio
     partner_policies = load_partners(partners, service)
     torch.set_num_threads(1)
     env = ScalingEnv(
-        service, train_traces, ratio, total_units=total_units, scales=scales, loads=loads, shared=shared,
-        pool_reward=pool_reward, partners=partner_policies,
+        service, train_traces, ratio, total_units=total_units, scales=train_scales, loads=loads,
+        shared=shared, pool_reward=pool_reward, partners=partner_policies,
     )
     lr = learning_rate
-    model = MaskablePPO(
-        "MlpPolicy",
-        env,
-        learning_rate=lambda remaining: lr * remaining,
-        seed=seed,
-        verbose=0,
-        policy_kwargs={
-            "net_arch": {"pi": list(paper.NET_ARCH), "vf": list(paper.NET_ARCH)},
-            "activation_fn": torch.nn.ReLU,
-        },
-        tensorboard_log=tensorboard,
-        device="cpu",
-        **{**paper.PPO_PARAMS, **(ppo_params or {})},
-    )
+
+    def new_model():
+        return MaskablePPO(
+            "MlpPolicy",
+            env,
+            learning_rate=lambda remaining: lr * remaining,
+            seed=seed,
+            verbose=0,
+            policy_kwargs={
+                "net_arch": {"pi": list(paper.NET_ARCH), "vf": list(paper.NET_ARCH)},
+                "activation_fn": torch.nn.ReLU,
+            },
+            tensorboard_log=tensorboard,
+            device="cpu",
+            **{**paper.PPO_PARAMS, **(ppo_params or {})},
+        )
+
+    model = new_model()
     if init_from:
         old = MaskablePPO.load(str(init_from), device="cpu").policy.state_dict()
         new = model.policy.state_dict()
@@ -191,6 +205,24 @@ def train(
             scales=scales, loads=loads, shared=shared, partners=partner_policies,
         )
         distilled = asdict(distill_release(model, teach_env, release_below, seed=seed))
+    held = None
+    if hold_largest:
+        from testbed.train.distill import HeldScale
+
+        largest = max(scales)
+        held = HeldScale(
+            model,
+            ScalingEnv(
+                service, train_traces, ratio * largest / total_units, total_units=largest,
+                randomize_free_units=False,
+            ),
+            seed=seed,
+        )
+        own_env = ScalingEnv(
+            service, train_traces, ratio, total_units=total_units, randomize_free_units=False,
+            scales=train_scales, loads=loads, shared=shared, partners=partner_policies,
+        )
+        fitted = new_model()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = ModelMeta(
@@ -213,6 +245,7 @@ def train(
         validate_pool=validate_pool,
         release_below=release_below,
         distilled=distilled,
+        hold_largest=hold_largest,
     )
     if checkpoints is not None:
         checkpoints = Path(checkpoints)
@@ -229,6 +262,13 @@ def train(
         meta.validations.append((0, meta.best_validation_reward))
         _save(model, out, meta)
 
+    def checkpoint(m):
+        """The model to validate and save for trained model `m`, with its HoldStats."""
+        if held is None:
+            return m, None
+        fitted.policy.load_state_dict(m.policy.state_dict())
+        return fitted, asdict(held.fit(fitted, own_env, seed=seed))
+
     class Validate(BaseCallback):
         def __init__(self):
             super().__init__()
@@ -240,17 +280,19 @@ def train(
                 progress(n, meta.best_validation_reward)
             if n % validate_every:
                 return True
-            score = validate(self.model)
+            candidate, stats = checkpoint(self.model)
+            score = validate(candidate)
             meta.validations.append((n, score))
             if checkpoints is not None:
                 mine = replace(
-                    meta, steps=n, best_validation_reward=score, validations=list(meta.validations)
+                    meta, steps=n, best_validation_reward=score, validations=list(meta.validations),
+                    held=stats,
                 )
-                _save(self.model, checkpoints / f"{service}-{n}.zip", mine)
+                _save(candidate, checkpoints / f"{service}-{n}.zip", mine)
             self.logger.record("validation/mean_reward", score)  # Figure 4.6 in TensorBoard
             if meta.best_validation_reward is None or score > meta.best_validation_reward:
-                meta.best_validation_reward, meta.steps, self.stale = score, n, 0
-                _save(self.model, out, meta)
+                meta.best_validation_reward, meta.steps, meta.held, self.stale = score, n, stats, 0
+                _save(candidate, out, meta)
             else:
                 self.stale += 1
             if stop_at is not None and n >= stop_at:
@@ -259,10 +301,11 @@ def train(
 
     model.learn(total_timesteps=steps, callback=Validate(), progress_bar=False)
     if meta.best_validation_reward is None:  # budget shorter than one validation period
-        meta.best_validation_reward = validate(model)
+        candidate, meta.held = checkpoint(model)
+        meta.best_validation_reward = validate(candidate)
         meta.validations.append((model.num_timesteps, meta.best_validation_reward))
         meta.steps = model.num_timesteps
-        _save(model, out, meta)
+        _save(candidate, out, meta)
     else:
         write_meta(out, meta)  # every validation, also those after the best
     return meta

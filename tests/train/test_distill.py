@@ -81,3 +81,60 @@ def test_train_with_release_below_validates_the_taught_agent_first(tmp_path):
     with pytest.raises(ConfigError, match="--init-from"):
         train("chatbot", [light], [light], tmp_path / "c.zip", steps=64, release_below=0.5, **kw)
     assert not (tmp_path / "c.zip").exists()
+
+
+def test_held_scale_fit_takes_the_teachers_actions_at_the_held_size_and_keeps_its_own(tmp_path):
+    """HeldScale: after fitting, the student's greedy action at the held pool size is the
+    teacher's and at its own size its own, though the two agents disagreed before; the value
+    network is not touched."""
+    import torch
+
+    from testbed.scaler.ppo import MaskablePpoPolicy
+    from testbed.train.distill import HeldScale, agreement, roll
+    from testbed.train.ppo import train
+
+    trace = Trace.constant(3, 900)
+    kw = {"val_episodes": 1, "validate_every": 64, "ppo_params": {"n_steps": 64, "batch_size": 64}}
+    train("chatbot", [trace], [trace], tmp_path / "t.zip", steps=64, seed=0, **kw)
+    train("chatbot", [trace], [trace], tmp_path / "s.zip", steps=64, seed=1, **kw)
+    teacher = MaskablePpoPolicy.load(tmp_path / "t.zip").model
+    student = MaskablePpoPolicy.load(tmp_path / "s.zip").model
+    big = ScalingEnv("chatbot", [trace], 0.3 * 4, total_units=32, randomize_free_units=False)
+    small = ScalingEnv("chatbot", [trace], 0.3, randomize_free_units=False)
+    held = HeldScale(teacher, big, episodes=2)
+    assert held.units == 32 and len(held.states) == 2 * (900 // 30 - 1)
+    assert agreement(student, held.states, held.targets) < 0.9  # they differ before
+    own_states, _, own_actions = roll(student, small, 3, 0)
+    own_before = np.eye(held.targets.shape[1])[own_actions]  # action indices -> one-hot
+    value_before = {k: v.clone() for k, v in student.policy.state_dict().items() if "value" in k}
+    stats = held.fit(student, small, episodes=3, epochs=60)
+    assert stats.held_agreement >= 0.95 and stats.own_agreement >= 0.9  # near-ties: barely trained
+    assert agreement(student, held.states, held.targets) == stats.held_agreement
+    assert agreement(student, own_states, own_before) >= 0.9
+    for k, v in student.policy.state_dict().items():
+        if "value" in k:
+            assert torch.equal(v, value_before[k])
+
+
+def test_train_with_hold_largest_fits_every_checkpoint_and_needs_a_start_and_two_sizes(tmp_path):
+    """--hold-largest: each validated checkpoint carries HoldStats for the largest size; without
+    --init-from or with one pool size it is refused before anything is written."""
+    from testbed.errors import ConfigError
+    from testbed.train.ppo import train
+
+    trace = Trace.constant(3, 900)
+    _agent(tmp_path, trace)
+    kw = {"val_episodes": 1, "validate_every": 64, "ppo_params": {"n_steps": 64, "batch_size": 64}}
+    meta = train("chatbot", [trace], [trace], tmp_path / "b.zip", steps=128, scales=[8, 32],
+                 init_from=tmp_path / "a.zip", hold_largest=True, checkpoints=tmp_path / "ck", **kw)
+    assert meta.hold_largest and [n for n, _ in meta.validations] == [0, 64, 128]
+    from testbed.scaler.ppo import read_meta
+
+    for n in (64, 128):
+        held = read_meta(tmp_path / "ck" / f"chatbot-{n}.zip").held
+        assert held["units"] == 32 and held["held_states"] > 0 and held["held_agreement"] >= 0.9
+    for bad in ({"scales": [8, 32]}, {"scales": [8], "init_from": tmp_path / "a.zip"}):
+        with pytest.raises(ConfigError, match="--hold-largest"):
+            train("chatbot", [trace], [trace], tmp_path / "c.zip", steps=64, hold_largest=True,
+                  **bad, **kw)
+    assert not (tmp_path / "c.zip").exists()
