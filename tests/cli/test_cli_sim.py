@@ -212,7 +212,7 @@ def test_train_bad_loads_is_one_line(tmp_path, capsys):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("flag", [["--validate-pool"], ["--partners", "models"]])
+@pytest.mark.parametrize("flag", [["--validate-pool"], ["--partners", "models"], ["--pool-reward"]])
 def test_train_shared_only_flags_without_shared_are_one_line(tmp_path, capsys, flag):
     """The pool's validation and partner agents exist only in shared episodes: refused without
     --shared, before anything is trained or written."""
@@ -231,11 +231,14 @@ def test_train_shared_only_flags_without_shared_are_one_line(tmp_path, capsys, f
         (["--release-below", "0.13"], "--init-from"),
         (["--release-below", "1.5", "--init-from", "models/chatbot.zip"], "(0, 1)"),
         (["--ent-coef", "-0.1"], ">= 0"),
+        (["--hold-largest", "--scales", "8,128"], "--init-from"),
+        (["--hold-largest", "--scales", "8", "--init-from", "models/chatbot.zip"], "two sizes"),
     ],
 )
 def test_train_bad_release_or_entropy_is_one_line(tmp_path, capsys, flags, words):
     """--release-below teaches a trained agent a threshold on a metric in (0, 1); --ent-coef is a
-    non-negative weight: anything else is refused before training starts."""
+    non-negative weight; --hold-largest keeps a starting agent's behaviour at the largest of two
+    sizes or more: anything else is refused before training starts."""
     traces = _tiny_traces(tmp_path)
     out = tmp_path / "m.zip"
     rc = main(["train", "chatbot", "--traces", str(traces), *flags, "--out", str(out)])
