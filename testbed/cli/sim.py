@@ -367,6 +367,11 @@ def train_cmd(
         help="ppo, with --init-from and two --scales or more: PPO trains the smaller pool sizes only "
         "and every checkpoint is fitted to act at the largest as the starting agent does.",
     ),
+    like_testbed: float = typer.Option(
+        0.0,
+        help="ppo: share of training episodes whose clients and balancer run as on the local "
+        "testbed (testbed.sim.cluster.TESTBED_OPTIONS), e.g. 0.5; validation then adds that setup.",
+    ),
 ) -> None:
     """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
     service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
@@ -416,6 +421,9 @@ def train_cmd(
     if hold_largest and (init_from is None or not sizes or len(set(sizes)) < 2):
         why = "holding the largest pool size needs a starting agent and two sizes: --init-from, --scales"
         raise ConfigError([ConfigProblem("--hold-largest", None, "hold_largest", why)])
+    if not 0 <= like_testbed <= 1:
+        why = f"{like_testbed:g}: a share of episodes, between 0 and 1"
+        raise ConfigError([ConfigProblem("--like-testbed", None, "like_testbed", why)])
     if ent_coef < 0:
         raise ConfigError([ConfigProblem("--ent-coef", None, "ent_coef", f"{ent_coef:g}: must be >= 0")])
     out = out or Path("models") / f"{svc}.zip"
@@ -441,7 +449,8 @@ def train_cmd(
             + (" --validate-pool" if validate_pool else "")
             + (f" --ent-coef {ent_coef:g}" if ent_coef else "")
             + (f" --release-below {release_below:g}" if release_below is not None else "")
-            + (" --hold-largest" if hold_largest else ""),
+            + (" --hold-largest" if hold_largest else "")
+            + (f" --like-testbed {like_testbed:g}" if like_testbed else ""),
             stop_at=stop_at,
             scales=sizes,
             init_from=init_from,
@@ -454,6 +463,7 @@ def train_cmd(
             ppo_params={"ent_coef": ent_coef} if ent_coef else None,
             release_below=release_below,
             hold_largest=hold_largest,
+            like_testbed=like_testbed,
         )
     console.print(
         f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps}; wrote {out}"

@@ -61,6 +61,7 @@ class ModelMeta:
     distilled: dict | None = None  # testbed.train.distill.DistillStats of that teaching
     hold_largest: bool = False  # PPO trained the smaller pools; the largest kept the starting agent's
     held: dict | None = None  # testbed.train.distill.HoldStats of this checkpoint's fitting
+    like_testbed: float = 0.0  # share of episodes with the local testbed's clients (TESTBED_OPTIONS)
 
 
 def git_commit() -> str:

@@ -67,7 +67,7 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
     `like_testbed`: the testbed's replicas do not forward) the chains are routed and their figures
     appended to `chains`."""
     from testbed.scaler.policies import make_policy
-    from testbed.sim.cluster import DEFAULT_OPTIONS, SimOptions
+    from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS
     from testbed.train.evaluate import evaluate
 
     traces, ratios = cell_traces(scn, base_dir)
@@ -80,8 +80,7 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
                                     model=str(base_dir / s.model) if s.model else None)
                 for s in services}
     steps = max(1, int(scn.duration_s // scn.scaler_period_s))
-    options = (SimOptions(rounding="carry", util_counts_starting=False, spacing="even")
-               if like_testbed else DEFAULT_OPTIONS)
+    options = TESTBED_OPTIONS if like_testbed else DEFAULT_OPTIONS
     cluster = _routed_cluster(scn, profiles, traces, ratios, seed) if routed else None
     results = evaluate(policies, traces, ratios, total_units=scn.total_units, seed=seed,
                        max_steps=steps, profiles=profiles, options=options, cluster=cluster)

@@ -17,7 +17,7 @@ from testbed.scaler.actions import ACTIONS, action_mask, adjust_action, next_coo
 from testbed.scaler.loop import ScalerLoop
 from testbed.scaler.policies import Policy, RuleV2
 from testbed.scaler.state import N_METRICS, StateBuilder
-from testbed.sim.cluster import SimCluster
+from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS, SimCluster
 
 
 class ScalingEnv(gym.Env):
@@ -46,6 +46,12 @@ class ScalingEnv(gym.Env):
     `partners` (service -> policy) replaces rule v2 for those services in a shared episode, e.g.
     the shipped agents of the other two, so that the agent learns beside the neighbours it will
     share the pool with in the tables.
+
+    `like_testbed`: the share of episodes whose clients and balancer run as on the local testbed
+    (testbed.sim.cluster.TESTBED_OPTIONS: each second's requests from its start rather than one gap
+    into it, utilization over ready replicas, counts carried), so that an agent does not learn the
+    published simulator's utilization samples, which always catch the request that arrived 1 ms
+    before them, as the only reading there is (docs/table-5.4.md).
     """
 
     metadata = {"render_modes": []}  # noqa: RUF012 (gymnasium's convention)
@@ -64,8 +70,11 @@ class ScalingEnv(gym.Env):
         shared: bool = False,
         pool_reward: bool = False,
         partners: Mapping[str, Policy] | None = None,
+        like_testbed: float = 0.0,
     ):
         super().__init__()
+        self.like_testbed = like_testbed
+        self.options = DEFAULT_OPTIONS
         self.service = service
         self.traces = list(traces)
         self.ratio = ratio
@@ -100,6 +109,9 @@ class ScalingEnv(gym.Env):
             self.load = float(self.loads[int(self.np_random.integers(len(self.loads)))])
         ratio = self.ratio * self.load * self.total_units / self.base_units
         seed = int(self.np_random.integers(2**31))
+        if self.like_testbed:  # no draw at 0: runs without it keep their random streams
+            testbed = self.like_testbed >= 1 or self.np_random.random() < self.like_testbed
+            self.options = TESTBED_OPTIONS if testbed else DEFAULT_OPTIONS
         self._neighbours, self._before, self._after = None, [], []
         if self.shared and self.total_units == self.base_units:
             services = list(TEST_SHIFT_HOURS)
@@ -111,6 +123,7 @@ class ScalingEnv(gym.Env):
                 {s: ratio if s == self.service else DEFAULT_RATIOS[s] * self.load for s in services},
                 total_units=self.total_units,
                 seed=seed,
+                options=self.options,
             )
             cluster = self._cluster
             self._neighbours = ScalerLoop(
@@ -128,6 +141,7 @@ class ScalingEnv(gym.Env):
                 {self.service: ratio},
                 total_units=self.total_units,
                 seed=seed,
+                options=self.options,
             )
         self._state.reset()
         self._cooldown = 0

@@ -32,6 +32,7 @@ def validation_reward(
     shared: bool = False,
     pool_reward: bool = False,
     partners: Mapping[str, Policy] | None = None,
+    like_testbed: bool = False,
 ) -> float:
     """Mean total episode reward of the deterministic agent (no free-unit randomisation).
 
@@ -40,26 +41,37 @@ def validation_reward(
     setup of its own at `total_units` (the largest scale stays at load 1); with `shared`, the
     `total_units` setups run the three services sharing the pool as Tables 5.1-5.2 do (ScalingEnv),
     the agent's own reward counted (the pool's, the three services', with `pool_reward`), the
-    other services deciding with `partners` where given (rule v2 otherwise)."""
-    if scales or loads:
-        setups = [(total_units, load) for load in (loads or [1.0])]
+    other services deciding with `partners` where given (rule v2 otherwise). With `like_testbed`,
+    one more setup: `total_units` at load 1 with the clients and balancer of the local testbed
+    (ScalingEnv's `like_testbed`), shared the same way."""
+    if scales or loads or like_testbed:
+        setups = [(total_units, load, False) for load in (loads or [1.0])]
+        if like_testbed:
+            setups.append((total_units, 1.0, True))
         if scales and max(scales) != total_units:
-            setups.append((max(scales), 1.0))
+            setups.append((max(scales), 1.0, False))
         return float(
             np.mean(
                 [
-                    validation_reward(
+                    _episodes_reward(
                         model, service, traces, ratio * load * u / total_units, u, episodes,
-                        shared=shared and u == total_units, pool_reward=pool_reward,
-                        partners=partners,
+                        shared and u == total_units, pool_reward, partners, testbed,
                     )
-                    for u, load in setups
+                    for u, load, testbed in setups
                 ]
             )
         )
+    return _episodes_reward(
+        model, service, traces, ratio, total_units, episodes, shared, pool_reward, partners, False
+    )
+
+
+def _episodes_reward(
+    model, service, traces, ratio, total_units, episodes, shared, pool_reward, partners, testbed,
+) -> float:
     env = ScalingEnv(
         service, traces, ratio, total_units=total_units, randomize_free_units=False, shared=shared,
-        pool_reward=pool_reward, partners=partners,
+        pool_reward=pool_reward, partners=partners, like_testbed=1.0 if testbed else 0.0,
     )
     totals = []
     for ep in range(episodes):
@@ -104,6 +116,7 @@ def train(
     checkpoints: str | Path | None = None,
     release_below: float | None = None,
     hold_largest: bool = False,
+    like_testbed: float = 0.0,
 ) -> ModelMeta:
     """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`.
 
@@ -130,7 +143,9 @@ def train(
     sizes only, and each validated checkpoint is a copy of the trained model fitted to act at the
     largest size as the starting agent does (testbed.train.distill.HeldScale) and to keep its own
     decisions at the others; the copy is validated at every size and saved, PPO goes on from the
-    unfitted model. (Updates learnt at 8 units otherwise move the 128-unit behaviour too.)"""
+    unfitted model. (Updates learnt at 8 units otherwise move the 128-unit behaviour too.)
+    `like_testbed`: the share of training episodes run with the local testbed's clients and
+    balancer (ScalingEnv); validation then adds that setup at `total_units`, load 1."""
     require_drl()
     import torch
     from sb3_contrib import MaskablePPO
@@ -149,13 +164,16 @@ def train(
     if hold_largest and not (init_from and scales and len(set(scales)) >= 2):
         why = "holding the largest pool size needs a starting agent and two sizes: --init-from, --scales"
         raise ConfigError([ConfigProblem("--hold-largest", None, "hold_largest", why)])
+    if not 0 <= like_testbed <= 1:
+        why = f"{like_testbed:g}: a share of episodes, between 0 and 1"
+        raise ConfigError([ConfigProblem("--like-testbed", None, "like_testbed", why)])
     train_scales = [u for u in scales if u != max(scales)] if hold_largest else scales
     ratio = paper.DEFAULT_RATIOS[service] if ratio is None else ratio
     partner_policies = load_partners(partners, service)
     torch.set_num_threads(1)
     env = ScalingEnv(
         service, train_traces, ratio, total_units=total_units, scales=train_scales, loads=loads,
-        shared=shared, pool_reward=pool_reward, partners=partner_policies,
+        shared=shared, pool_reward=pool_reward, partners=partner_policies, like_testbed=like_testbed,
     )
     lr = learning_rate
 
@@ -221,6 +239,7 @@ def train(
         own_env = ScalingEnv(
             service, train_traces, ratio, total_units=total_units, randomize_free_units=False,
             scales=train_scales, loads=loads, shared=shared, partners=partner_policies,
+            like_testbed=like_testbed,
         )
         fitted = new_model()
     out = Path(out)
@@ -246,6 +265,7 @@ def train(
         release_below=release_below,
         distilled=distilled,
         hold_largest=hold_largest,
+        like_testbed=like_testbed,
     )
     if checkpoints is not None:
         checkpoints = Path(checkpoints)
@@ -254,7 +274,7 @@ def train(
     def validate(m) -> float:
         return validation_reward(
             m, service, val_traces, ratio, total_units, val_episodes, scales, loads, shared,
-            pool_reward or validate_pool, partner_policies,
+            pool_reward or validate_pool, partner_policies, like_testbed > 0,
         )
 
     if init_from:  # the starting model is the one to beat

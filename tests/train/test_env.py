@@ -323,3 +323,52 @@ def test_load_partners_names_a_missing_agent(tmp_path):
     assert load_partners(None, "chatbot") == {}
     with pytest.raises(ConfigError, match=r"imgcls\.zip"):
         load_partners(tmp_path, "chatbot")
+
+
+def test_like_testbed_draws_the_testbed_clients_per_episode():
+    """like_testbed=0.5: some episodes send each second's requests from its start (the local
+    testbed's client), the others one gap later (the published simulator's); at 0 every episode is
+    the published simulator's and the episodes are the ones an env without the option draws."""
+    import numpy as np
+
+    from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS
+
+    trace = Trace("flat", np.ones(600), np.full(600, 8.0))  # 4 requests a second at ratio 0.5
+    env = ScalingEnv("chatbot", [trace], 0.5, like_testbed=0.5)
+    seen = set()
+    for seed in range(16):
+        env.reset(seed=seed)
+        first = env._cluster.sims["chatbot"].arrivals[:4]
+        seen.add(env.options)
+        if env.options is TESTBED_OPTIONS:  # from the start of each second
+            assert first == pytest.approx([0.0, 0.25, 0.5, 0.75])
+        else:  # a gap before each, the last on the next second (the published client)
+            assert first == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert seen == {DEFAULT_OPTIONS, TESTBED_OPTIONS}
+    plain, zero = ScalingEnv("chatbot", [trace], 0.5), ScalingEnv("chatbot", [trace], 0.5, like_testbed=0)
+    for a, b in ((plain.reset(seed=3)[0], zero.reset(seed=3)[0]), (plain.step(3)[0], zero.step(3)[0])):
+        assert np.array_equal(a, b)
+
+
+def test_like_testbed_validation_adds_the_testbed_setup(tmp_path):
+    """With like_testbed the validation is the mean over the usual setups and one more with the
+    testbed's clients; out of range is refused before anything is written."""
+    pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
+    from testbed.errors import ConfigError
+    from testbed.scaler.ppo import MaskablePpoPolicy
+    from testbed.train.ppo import _episodes_reward, train, validation_reward
+
+    tr = [_day(3600)]
+    kw = {"val_episodes": 1, "validate_every": 64, "ppo_params": {"n_steps": 64, "batch_size": 64}}
+    meta = train("chatbot", tr, tr, tmp_path / "a.zip", steps=64, ratio=0.6, like_testbed=0.5, **kw)
+    assert meta.like_testbed == 0.5
+    model = MaskablePpoPolicy.load(tmp_path / "a.zip").model
+    usual = _episodes_reward(model, "chatbot", tr, 0.6, 8, 1, False, False, None, False)
+    testbed = _episodes_reward(model, "chatbot", tr, 0.6, 8, 1, False, False, None, True)
+    assert usual != testbed
+    both = validation_reward(model, "chatbot", tr, 0.6, 8, 1, like_testbed=True)
+    assert both == pytest.approx((usual + testbed) / 2)
+    assert meta.validations[-1][1] == pytest.approx(both)
+    with pytest.raises(ConfigError, match="--like-testbed"):
+        train("chatbot", tr, tr, tmp_path / "c.zip", steps=64, like_testbed=1.5, **kw)
+    assert not (tmp_path / "c.zip").exists()
