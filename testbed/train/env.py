@@ -50,7 +50,7 @@ class ScalingEnv(gym.Env):
     `like_testbed`: the share of episodes whose clients and balancer run as on the local testbed
     (testbed.sim.cluster.TESTBED_OPTIONS: each second's requests from its start rather than one gap
     into it, utilization over ready replicas, counts carried), so that an agent does not learn the
-    published simulator's utilization samples, which always catch the request that arrived 1 ms
+    published simulator's utilization samples, which always catch the request that arrived just
     before them, as the only reading there is (docs/table-5.4.md).
     """
 
