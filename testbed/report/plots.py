@@ -46,6 +46,7 @@ def slicing_bars(rows: list[dict[str, Any]], out: Path) -> list[Path]:
             ax.set_xticks(range(len(flows)), [str(f) for f in flows])
             ax.set_xlabel("iperf3 flows")
             ax.set_ylabel(label)
+            ax.set_ylim(bottom=0)  # all-zero bars otherwise get an axis centred on 0
             ax.grid(axis="y", alpha=0.3)
         axes[0].legend()
         fig.suptitle(f"{TITLES.get(service, service)}: with and without a dedicated slice")
@@ -76,6 +77,7 @@ def service_bars(rows: list[dict[str, Any]], out: Path) -> Path | None:
         ax.set_xticks(range(len(cells)), [c.split("-", 1)[1] for c in cells], rotation=20,
                       ha="right", fontsize=8)
         ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend()
     fig.tight_layout()
