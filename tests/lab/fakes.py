@@ -8,13 +8,13 @@ from pathlib import Path
 
 from testbed.lab.hosts import CommandResult, HostFailed
 
-RECORDS = Path(__file__).parent / "fixtures" / "recordings" / "imgcls-client.jsonl"
+RECORDS = Path(__file__).parent / "fixtures" / "samples" / "imgcls-client.jsonl"
 
 
 class FakeHosts:
     """A `HostRunner` that records each call. UE host `ran1` has the PDU sessions given as
     (tun, address); units are active from `systemd-run` until `systemctl stop`; `fetch` of a
-    client's records copies a recording of a real client's records (local profile)."""
+    client's records copies a sample of a real local-profile client's records."""
 
     def __init__(self, sessions: Sequence[tuple[str, str]] = (("uesimtun0", "10.45.0.2"),
                                                               ("uesimtun1", "10.45.0.3"),

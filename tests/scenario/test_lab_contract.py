@@ -1,9 +1,9 @@
-"""One scenario code path, two profiles: the local backends and a recorded lab produce the same
+"""One scenario code path, two profiles: the local backends and a fixture lab produce the same
 run directory shape; and the lab's bad input (unreachable API server or Prometheus, no UE hosts,
 a UE without a PDU session, a host lost mid-run) is one line, and the run stops what it started.
 
-The recorded lab is tests/lab/recorded.py: the official kubernetes client and PrometheusMetrics
-over real HTTP against recorded answers; the UE hosts are tests/lab/fakes.FakeHosts.
+The fixture lab is tests/lab/fixture_lab.py: the official kubernetes client and PrometheusMetrics
+over real HTTP against hand-written answers; the UE hosts are tests/lab/fakes.FakeHosts.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from testbed.scenario.load import load_scenario
 from testbed.scenario.results import run_rows
 from testbed.scenario.runner import RunOptions, ScenarioRun, run_scenario
 from tests.lab.fakes import FakeHosts
-from tests.lab.recorded import RecordedLab
+from tests.lab.fixture_lab import FixtureLab
 
 SCENARIO = """\
 name: contract
@@ -112,29 +112,29 @@ def _shape(run_dir: Path) -> dict:
 
 
 @pytest.mark.needs_root
-def test_same_scenario_code_path_on_local_backends_and_a_recorded_lab(tmp_path: Path):
+def test_same_scenario_code_path_on_local_backends_and_a_fixture_lab(tmp_path: Path):
     scn, inv = _files(tmp_path)
     local = run_scenario(load_scenario(scn), RunOptions(out_root=tmp_path / "local",
                                                         progress=False))
-    with RecordedLab(replicas=2) as lab:  # the cell scales it to 1 first
+    with FixtureLab(replicas=2) as lab:  # the cell scales it to 1 first
         hosts = FakeHosts()
-        recorded = run_scenario(load_scenario(scn), RunOptions(
+        fixture = run_scenario(load_scenario(scn), RunOptions(
             out_root=tmp_path / "lab", profile="lab", progress=False,
             profile_factory=_lab_factory(inv, hosts, lab.url, lab.url)))
         patches = [r for r in lab.requests if r[0] == "PATCH"]
-    assert local.problems == [] and recorded.problems == []
-    assert _shape(local.run_dir) == _shape(recorded.run_dir)
-    assert _shape(recorded.run_dir)["status"] == "ok"
+    assert local.problems == [] and fixture.problems == []
+    assert _shape(local.run_dir) == _shape(fixture.run_dir)
+    assert _shape(fixture.run_dir)["status"] == "ok"
     assert (_cell(local.run_dir) / "replicas.jsonl").is_file()
-    assert not (_cell(recorded.run_dir) / "replicas.jsonl").exists()
+    assert not (_cell(fixture.run_dir) / "replicas.jsonl").exists()
     # the lab run used the scale subresource, and stopped every unit it started on the UE host
     assert patches and all(p[1].endswith("/deployments/imgcls/scale") for p in patches)
     assert not hosts.active
 
 
-def test_recorded_lab_scaler_decisions_reach_the_deployment(tmp_path: Path):
+def test_fixture_lab_scaler_decisions_reach_the_deployment(tmp_path: Path):
     scn, inv = _files(tmp_path)
-    with RecordedLab(replicas=2) as lab:
+    with FixtureLab(replicas=2) as lab:
         hosts = FakeHosts()
         result = run_scenario(load_scenario(scn), RunOptions(
             out_root=tmp_path, profile="lab", progress=False,
@@ -152,7 +152,7 @@ def test_recorded_lab_scaler_decisions_reach_the_deployment(tmp_path: Path):
 def test_unreachable_api_server_is_one_line_and_starts_nothing(tmp_path: Path):
     scn, inv = _files(tmp_path)
     hosts = FakeHosts()
-    with RecordedLab() as lab, pytest.raises(MissingRequirement) as err:
+    with FixtureLab() as lab, pytest.raises(MissingRequirement) as err:
         ScenarioRun(load_scenario(scn), RunOptions(
             out_root=tmp_path, profile="lab", progress=False,
             profile_factory=_lab_factory(inv, hosts, "http://127.0.0.1:1", lab.url)))
@@ -164,7 +164,7 @@ def test_unreachable_api_server_is_one_line_and_starts_nothing(tmp_path: Path):
 def test_unreachable_prometheus_is_one_line_and_starts_nothing(tmp_path: Path):
     scn, inv = _files(tmp_path)
     hosts = FakeHosts()
-    with RecordedLab() as lab, pytest.raises(MissingRequirement) as err:
+    with FixtureLab() as lab, pytest.raises(MissingRequirement) as err:
         ScenarioRun(load_scenario(scn), RunOptions(
             out_root=tmp_path, profile="lab", progress=False,
             profile_factory=_lab_factory(inv, hosts, lab.url, "http://127.0.0.1:1")))
@@ -176,7 +176,7 @@ def test_unreachable_prometheus_is_one_line_and_starts_nothing(tmp_path: Path):
 def test_ue_without_pdu_session(tmp_path: Path):
     scn, inv = _files(tmp_path)
     hosts = FakeHosts(sessions=[("uesimtun0", "10.46.0.2")])
-    with RecordedLab() as lab, pytest.raises(StateError, match=r"^ran1: UE group 'ai' has no PDU "
+    with FixtureLab() as lab, pytest.raises(StateError, match=r"^ran1: UE group 'ai' has no PDU "
                                              r"session for 2 of 2 UEs of slice 'ai'"):
         ScenarioRun(load_scenario(scn), RunOptions(
             out_root=tmp_path, profile="lab", progress=False,
@@ -185,7 +185,7 @@ def test_ue_without_pdu_session(tmp_path: Path):
 
 def test_inventory_without_ue_hosts(tmp_path: Path):
     scn, inv = _files(tmp_path, INVENTORY.replace("    ran: {hosts: {ran1: {}}}\n", ""))
-    with RecordedLab() as lab, pytest.raises(MissingRequirement, match="no UE hosts"):
+    with FixtureLab() as lab, pytest.raises(MissingRequirement, match="no UE hosts"):
         ScenarioRun(load_scenario(scn), RunOptions(
             out_root=tmp_path, profile="lab", progress=False,
             profile_factory=_lab_factory(inv, FakeHosts(), lab.url, lab.url)))
@@ -204,7 +204,7 @@ def test_host_lost_mid_run_stops_what_was_started_and_restores_replicas(tmp_path
             return super().run(host, argv, what=what, check=check)
 
     hosts = LosesRanWhenClientsStart()
-    with RecordedLab(replicas=3) as lab:
+    with FixtureLab(replicas=3) as lab:
         with pytest.raises(HostFailed, match=r"^ran1: start client 0 \(imgcls\) on uesimtun0 "
                            r"10.45.0.2: unreachable"):
             run_scenario(load_scenario(scn), RunOptions(

@@ -1,7 +1,7 @@
-"""A recorded lab: an HTTP server that replays recorded Kubernetes API and Prometheus answers.
+"""A fixture lab: an HTTP server that answers with hand-written Kubernetes API and Prometheus documents.
 
-The recordings are in tests/lab/fixtures/recordings (kubernetes.json, prometheus.json; their
-`_about` says where they come from). The official kubernetes client and PrometheusMetrics talk to
+The fixtures are in tests/lab/fixtures/api (kubernetes.json, prometheus.json; their `_about` says
+they were written from the API references, not captured from a live peer). The official kubernetes client and PrometheusMetrics talk to
 it over real HTTP; the only state kept is each Deployment's replica count, which a PATCH of the
 scale subresource changes and later answers report (`$replicas`). Every request is recorded in
 `requests` as (method, path, query or body).
@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-RECORDINGS = Path(__file__).parent / "fixtures" / "recordings"
+FIXTURES = Path(__file__).parent / "fixtures" / "api"
 
 
 def _fill(doc: Any, values: dict[str, Any]) -> Any:
@@ -30,10 +30,10 @@ def _fill(doc: Any, values: dict[str, Any]) -> Any:
     return doc
 
 
-class RecordedLab:
+class FixtureLab:
     def __init__(self, replicas: int = 1, down: bool = False):
-        self.kube = json.loads((RECORDINGS / "kubernetes.json").read_text())
-        self.prom = json.loads((RECORDINGS / "prometheus.json").read_text())
+        self.kube = json.loads((FIXTURES / "kubernetes.json").read_text())
+        self.prom = json.loads((FIXTURES / "prometheus.json").read_text())
         self.replicas = {"imgcls": replicas}
         self.requests: list[tuple[str, str, Any]] = []
         lab = self
@@ -73,7 +73,7 @@ class RecordedLab:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> RecordedLab:
+    def __enter__(self) -> FixtureLab:
         self._thread.start()
         return self
 
