@@ -1,5 +1,5 @@
-import sys
+"""`python3 -m testbed` runs the `testbed` command (a checkout without the installed script)."""
 
 from testbed.cli import main
 
-sys.exit(main())
+main()

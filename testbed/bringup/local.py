@@ -29,6 +29,7 @@ from testbed.net.state import (
     create_state,
     load_state,
     process_start_time,
+    prometheus_dir,
     recorded_names,
     remove_state,
     save_state,
@@ -230,6 +231,8 @@ def teardown(name: str, runner: Runner | None = None, missing_ok: bool = True) -
             runner.run(["ip", "netns", "del", ns], check=False)
         if state:
             _stop_core(state)
+        # a run's Prometheus (killed above with its namespace's processes) leaves its data
+        shutil.rmtree(prometheus_dir(name), ignore_errors=True)
         remove_state(name)
         return doomed
 

@@ -81,6 +81,11 @@ def run(
                                                     "else runs/*-lab-up/kubeconfig.")] = None,
     prometheus: Annotated[str | None, typer.Option(help="Lab profile: Prometheus URL (default "
                                                    "http://<cluster_server>:30090).")] = None,
+    metrics: Annotated[str | None, typer.Option(
+        "--metrics", help="Local profile: where the scaler and samples read metrics: in-process "
+        "(the load balancer) or prometheus (a Prometheus server of the run's own, queried as "
+        "the lab's; each cell then prints both sources side by side). Default: the scenario's "
+        "`metrics:`, else in-process.")] = None,
 ) -> None:
     """Run a scenario end to end into a run directory and write its report; exits 1 when an
     `expect:` check fails.
@@ -93,6 +98,7 @@ def run(
     like_field("--time-scale", Scenario, "time_scale", time_scale)
     like_field("--duration", Scenario, "duration_s", duration)
     like_field("--repetitions", Scenario, "repetitions", repetitions)
+    like_field("--metrics", Scenario, "metrics", metrics)
     if from_manifest is not None:
         loaded = _from_manifest(from_manifest)
     elif scenario is not None:
@@ -114,7 +120,7 @@ def run(
         raise typer.BadParameter("-i and --check belong to the lab profile (--profile lab)")
     result = run_scenario(loaded, RunOptions(out_root=out, profile=profile, time_scale=time_scale,
                                              duration_s=duration, repetitions=repetitions,
-                                             progress=not no_progress and not check,
+                                             metrics=metrics, progress=not no_progress and not check,
                                              console=console, lab=lab))
     if check:
         console.print(f"check mode: nothing was changed on the lab; run directory (no "

@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from testbed.metrics.collector import ServiceCollector
 from testbed.metrics.exposition import BalancerMetrics
+from testbed.metrics.mesh import MeshMetrics, Workload
 from testbed.metrics.window import WindowMetrics
 from testbed.profiles import ServiceProfile
 
@@ -36,6 +37,7 @@ _HOP_BY_HOP = {
 }
 
 
+MESH_NAMESPACE = "local"  # the `namespace` label of the local replicas' mesh-shaped series
 HEADER_TIMEOUT_S = 60.0  # aiohttp's keep-alive timer: idle or slow-header connections close
 
 
@@ -60,8 +62,11 @@ class ServiceBalancer:
         session_factory: Callable[[], aiohttp.ClientSession],
         upstream_timeout_s: float,
         time_scale: float = 1.0,
+        mesh: MeshMetrics | None = None,
     ):
         self.service = service
+        self.mesh = mesh
+        self.workload = Workload(service, MESH_NAMESPACE)
         self.profile = profile
         self.metrics = metrics
         # latencies are measured in wall time; the SLO threshold shrinks with the time scale
@@ -86,6 +91,8 @@ class ServiceBalancer:
 
     def add(self, replica: str, url: str) -> None:
         self.backends[replica] = Backend(replica, url.rstrip("/"))
+        if self.mesh is not None:
+            self.mesh.replica(self.workload, replica, self.profile.capacity)
         self._busy_changed()
         self.metrics.in_flight.labels(self.service, replica).set(0)
         self.metrics.ready.labels(self.service).set(len(self.rotation()))
@@ -102,6 +109,8 @@ class ServiceBalancer:
     def _forget_if_idle(self, b: Backend) -> None:
         if not b.in_rotation and b.in_flight == 0 and self.backends.get(b.replica) is b:
             del self.backends[b.replica]
+            if self.mesh is not None:
+                self.mesh.forget(self.service, b.replica)
             with contextlib.suppress(KeyError):
                 self.metrics.in_flight.remove(self.service, b.replica)
 
@@ -144,12 +153,13 @@ class ServiceBalancer:
             return web.Response(status=499)  # never sent: the connection is gone
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         status, reason = 0, ""
+        served_by = ""  # the replica that answered; none for "no replica" (the mesh's pod label)
         response: web.StreamResponse
         tried: set[str] = set()
         while True:
             b = self._pick()
             if b is None or b.replica in tried:
-                status, reason = 503, "no_replica"
+                status, reason, served_by = 503, "no_replica", ""
                 response = web.json_response({"error": f"no ready replica of {self.service}"}, status=503)
                 break
             tried.add(b.replica)
@@ -157,6 +167,10 @@ class ServiceBalancer:
             self._busy_changed()
             gauge = self.metrics.in_flight.labels(self.service, b.replica)
             gauge.inc()
+            meter = (self.mesh.replica(self.workload, b.replica, self.profile.capacity)
+                     if self.mesh is not None else None)
+            if meter is not None:
+                meter.started()
             try:
                 async with self._session().request(
                     request.method,
@@ -188,6 +202,9 @@ class ServiceBalancer:
                 b.in_flight -= 1
                 self._busy_changed()
                 gauge.dec()
+                if meter is not None:
+                    meter.finished()
+                    served_by = b.replica
                 self._forget_if_idle(b)
         latency_ms = (time.monotonic() - start) * 1000.0
         if request.transport is None or request.transport.is_closing():
@@ -197,6 +214,8 @@ class ServiceBalancer:
             self.metrics.violations.labels(self.service, reason or "slow").inc()
         self.metrics.requests.labels(self.service, str(status)).inc()
         self.metrics.duration.labels(self.service).observe(latency_ms / 1000.0)
+        if self.mesh is not None:
+            self.mesh.finished(self.workload, served_by, status, latency_ms)
         return response
 
     def _lost(self, when: str) -> None:
@@ -238,9 +257,13 @@ class LoadBalancer:
         self.advertise_host = advertise_host or ("127.0.0.1" if host in ("0.0.0.0", "") else host)
         self.sample_interval_s = sample_interval_s
         self.metrics = BalancerMetrics([profiles[s].slo_ms / 1000.0 for s in names])
+        # the lab mesh's series, read by `--metrics prometheus`; latencies are wall time, so the
+        # SLO bucket is the time-scaled threshold the collector uses
+        self.mesh = MeshMetrics([profiles[s].slo_ms / time_scale for s in names])
         self._client: aiohttp.ClientSession | None = None
         self.services = {
-            s: ServiceBalancer(s, profiles[s], self.metrics, self._session, upstream_timeout_s, time_scale)
+            s: ServiceBalancer(s, profiles[s], self.metrics, self._session, upstream_timeout_s, time_scale,
+                               self.mesh)
             for s in names
         }
         self._ports = dict(ports or {})
@@ -326,7 +349,8 @@ class LoadBalancer:
         return out
 
     async def _prometheus(self, request: web.Request) -> web.Response:
-        resp = web.Response(body=generate_latest(self.metrics.registry))
+        resp = web.Response(body=generate_latest(self.metrics.registry)
+                            + generate_latest(self.mesh.registry))
         resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return resp
 

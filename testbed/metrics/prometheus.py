@@ -1,18 +1,25 @@
-"""A scaler period's `WindowMetrics` from Istio/Envoy metrics in Prometheus, by PromQL over HTTP.
+"""A scaler period's `WindowMetrics` from the mesh's metrics in Prometheus, by PromQL over HTTP.
 
-The lab's metrics backend, measuring what the local profile's in-process load balancer measures:
+The lab's metrics backend, and the local profile's with `--metrics prometheus` (the local load
+balancer exports the same series, `testbed.metrics.mesh`). It measures what the local profile's
+in-process load balancer measures:
 
 - completed requests and failures: Istio's `istio_requests_total` (reporter="destination");
 - SLO violations: failures plus successes above the SLO bucket of
   `istio_request_duration_milliseconds_bucket` (the bucket boundary must equal the SLO, set per pod
-  with the `sidecar.istio.io/statsHistogramBuckets` annotation);
-- mean processing time: the same histogram's `_sum / _count`;
-- in flight per replica: Envoy's `envoy_cluster_upstream_rq_active` of each pod's inbound cluster
-  (enabled by the mesh's `proxyStatsMatcher`), scraped every second, so the dissertation's
-  instance utilization -- the mean over the window, sampled each second, of the mean over
-  replicas of min(in_flight, capacity) / capacity -- is a `[Ns:1s]` subquery;
+  with the `sidecar.istio.io/statsHistogramBuckets` annotation on the lab);
+- mean processing time: the same histogram's `_sum / _count` over every completion, failures
+  included, as the in-process source counts it;
+- instance utilization: each replica's busy-seconds counter (`testbed_replica_busy_seconds_total`,
+  the integral of min(in_flight, capacity)/capacity) over the window, divided by the window and
+  the mean number of replicas; no reading of the in-flight gauge, whose once-a-second samples
+  alias with evenly spaced requests;
 - arrivals: completions plus the change of requests in flight over the window (conservation;
   Istio counts a request only when it completes).
+
+Counter increases are the last value in the window minus the last value before it, per series
+(`_increase`): exact to the scrape, where `increase()` extrapolates to the window's edges (a few
+per cent on a 15 s window) and cannot see a series' first count.
 """
 
 from __future__ import annotations
@@ -61,7 +68,18 @@ def _le(value: float) -> str:
 
 
 def _dur(seconds: float) -> str:
-    return f"{max(round(seconds), 1)}s"
+    return f"{max(round(seconds * 1000), 1)}ms"
+
+
+LOOKBACK = "1h"  # how far before a window a series' last value is looked for
+
+
+def _increase(selector: str, w: str) -> str:
+    """Sum over series of (last value in the last `w`) - (last value before it; 0 for a series
+    that is new in the window)."""
+    now = f"last_over_time({selector}[{w}])"
+    before = f"last_over_time({selector}[{LOOKBACK}] offset {w})"
+    return f"(sum({now}) - (sum({before} and {now}) or vector(0)))"
 
 
 @dataclass(frozen=True)
@@ -73,29 +91,29 @@ class WindowQueries:
     within_slo: str
     latency_sum_ms: str
     latency_count: str
-    utilization: str
+    busy_s: str
+    mean_instances: str
     in_flight_now: str
     in_flight_before: str
     instances: str
 
     @classmethod
-    def build(cls, svc: PromService, seconds: float) -> WindowQueries:
+    def build(cls, svc: PromService, seconds: float, step_s: float = 1.0) -> WindowQueries:
         w = _dur(seconds)
         req = (f'reporter="destination",destination_workload_namespace="{svc.namespace}",'
                f'destination_service_name="{svc.name}"')
-        pod = (f'namespace="{svc.namespace}",app="{svc.app or svc.name}",'
-               f'cluster_name=~"inbound\\\\|.*"')
-        active = f"sum by (pod) (envoy_cluster_upstream_rq_active{{{pod}}})"
+        pod = f'namespace="{svc.namespace}",app="{svc.app or svc.name}"'
+        active = f'envoy_cluster_upstream_rq_active{{{pod},cluster_name=~"inbound\\\\|.*"}}'
         ok = f'{req},response_code=~"2.."'
         return cls(
-            completed=f"sum(increase(istio_requests_total{{{req}}}[{w}]))",
-            failed=f'sum(increase(istio_requests_total{{{req},response_code!~"2.."}}[{w}]))',
-            within_slo=(f"sum(increase(istio_request_duration_milliseconds_bucket"
-                        f'{{{ok},le=~"{_le(svc.slo_ms)}"}}[{w}]))'),
-            latency_sum_ms=f"sum(increase(istio_request_duration_milliseconds_sum{{{ok}}}[{w}]))",
-            latency_count=f"sum(increase(istio_request_duration_milliseconds_count{{{ok}}}[{w}]))",
-            utilization=(f"avg_over_time((avg(clamp_max({active} / {svc.capacity}, 1)))"
-                         f"[{w}:1s])"),
+            completed=_increase(f"istio_requests_total{{{req}}}", w),
+            failed=_increase(f'istio_requests_total{{{req},response_code!~"2.."}}', w),
+            within_slo=_increase(f'istio_request_duration_milliseconds_bucket{{{ok},'
+                                 f'le=~"{_le(svc.slo_ms)}"}}', w),
+            latency_sum_ms=_increase(f"istio_request_duration_milliseconds_sum{{{req}}}", w),
+            latency_count=_increase(f"istio_request_duration_milliseconds_count{{{req}}}", w),
+            busy_s=_increase(f"testbed_replica_busy_seconds_total{{{pod}}}", w),
+            mean_instances=f"avg_over_time(count({active})[{w}:{_dur(step_s)}])",
             in_flight_now=f"sum({active})",
             in_flight_before=f"sum({active} offset {w})",
             instances=f"count({active})",
@@ -157,12 +175,18 @@ class PrometheusMetrics:
     """`window(service, seconds)` → WindowMetrics from the lab's Prometheus HTTP API."""
 
     def __init__(self, base_url: str, services: Iterable[PromService], *, timeout_s: float = 10.0,
-                 fetch: Fetch = _urllib_fetch, clock: Callable[[], float] = time.time):
+                 fetch: Fetch = _urllib_fetch, clock: Callable[[], float] = time.time,
+                 time_scale: float = 1.0, step_s: float = 1.0):
+        """`time_scale`: scenario seconds per wall second (the local profile's runs; the lab's is
+        1): windows are asked for in scenario seconds and answered in them, latencies too, while
+        Prometheus and the exporters live in wall time. `step_s`: the scrape interval (wall)."""
         self.base_url = base_url.rstrip("/")
         self._services = {s.name: s for s in services}
         self.timeout_s = timeout_s
         self._fetch = fetch
         self._clock = clock
+        self.time_scale = time_scale
+        self.step_s = step_s
         self.started = clock()  # `totals` count from here (see `restart`)
 
     def check(self) -> str:
@@ -180,7 +204,8 @@ class PrometheusMetrics:
         keep = set(names)
         return PrometheusMetrics(self.base_url, [s for s in self._services.values()
                                                  if s.name in keep],
-                                 timeout_s=self.timeout_s, fetch=self._fetch, clock=self._clock)
+                                 timeout_s=self.timeout_s, fetch=self._fetch, clock=self._clock,
+                                 time_scale=self.time_scale, step_s=self.step_s)
 
     # --- MetricsSource ------------------------------------------------------------------------
 
@@ -196,7 +221,7 @@ class PrometheusMetrics:
     def totals(self, service: str) -> tuple[int, int]:
         """(arrivals, SLO violations) since `started`: one window over that span."""
         at = self._clock()
-        w = self.window(service, max(at - self.started, 1.0), end=at)
+        w = self.window(service, max(at - self.started, 1.0) * self.time_scale, end=at)
         return w.arrivals, w.violations
 
     def query(self, promql: str, at: float | None = None) -> float | None:
@@ -206,14 +231,16 @@ class PrometheusMetrics:
         return parse_response(self._fetch(url, self.timeout_s), promql)
 
     def window(self, service: str, seconds: float, *, end: float | None = None) -> WindowMetrics:
-        """The window of `seconds` ending at `end` (default now), all queries at the same instant."""
+        """The window of `seconds` (scenario time) ending at `end` (default now), all queries at
+        the same instant."""
         try:
             svc = self._services[service]
         except KeyError:
             raise StateError(f"no metrics configured for service {service!r} "
                              f"(known: {', '.join(self._services)})") from None
         at = self._clock() if end is None else end
-        q = WindowQueries.build(svc, seconds)
+        wall = seconds / self.time_scale
+        q = WindowQueries.build(svc, wall, self.step_s)
         v = {name: self.query(promql, at) for name, promql in q.items()}
         completed = round(v["completed"] or 0)
         failed = round(v["failed"] or 0)
@@ -222,16 +249,26 @@ class PrometheusMetrics:
         slow = max(successes - within, 0)
         change = (v["in_flight_now"] or 0) - (v["in_flight_before"] or 0)
         count = v["latency_count"] or 0
+        replicas = v["mean_instances"] or 0
+        busy = (v["busy_s"] or 0) / (wall * replicas) if replicas > 0 else 0.0
         return WindowMetrics(
             service=service,
             seconds=float(seconds),
             arrivals=max(round(completed + change), 0),
             completed=completed,
             violations=min(failed + slow, completed),
-            utilization=min(max(v["utilization"] or 0.0, 0.0), 1.0),
+            utilization=min(max(busy, 0.0), 1.0),
             instances=round(v["instances"] or 0),
-            mean_proc_time_ms=(v["latency_sum_ms"] or 0) / count if count > 0 else None,
+            mean_proc_time_ms=((v["latency_sum_ms"] or 0) / count * self.time_scale
+                               if count > 0 else None),
         )
+
+    async def windows_async(self, seconds: float) -> dict[str, WindowMetrics]:
+        """`windows` off the event loop: a local run's balancer shares the loop with the runner."""
+        return await asyncio.to_thread(self.windows, seconds)
+
+    async def totals_async(self, service: str) -> tuple[int, int]:
+        return await asyncio.to_thread(self.totals, service)
 
     async def window_async(self, service: str, seconds: float, *,
                            end: float | None = None) -> WindowMetrics:

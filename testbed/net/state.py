@@ -30,6 +30,11 @@ def state_dir() -> Path:
 _NAME = re.compile(NAME_PATTERN)
 
 
+def prometheus_dir(name: str) -> Path:
+    """The config and data of the Prometheus server a run started for testbed `name`."""
+    return state_dir() / f"{check_name(name)}.prometheus"
+
+
 def check_name(name: str) -> str:
     """`name` if it is a testbed name (the `name:` pattern of the testbed file), else a
     StateError: every path and namespace prefix derived from a name goes through here, so

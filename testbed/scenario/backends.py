@@ -14,7 +14,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 from testbed.cluster.base import ClusterBackend
@@ -131,11 +131,55 @@ class LocalProfile:
             host=str(tb.topology.dn_addr), log_dir=runner.dir.logs, seed=scn.seed + runner.rep,
             on_event=on_event, interference=scn.interference)
         async with cluster:
-            await main(CellBackends(
+            backends = CellBackends(
                 cluster=cluster, metrics=BalancerMetrics(cluster.lb),
                 traffic=LocalTraffic(tb.topology, runner.dir.logs),
                 wait_ready=lambda timeout_s: cluster.wait_ready(timeout_s=timeout_s),
-                clock=Clock(), probe=cluster.probe))
+                clock=Clock(), probe=cluster.probe)
+            if scn.metrics == "prometheus":
+                await self._with_prometheus(runner, tb, cluster, backends, main)
+            else:
+                await main(backends)
+
+    async def _with_prometheus(self, runner: CellRunner, tb: Any, cluster: Any,
+                               backends: CellBackends, main: CellMain) -> None:
+        """The cell reads a Prometheus server of its own (inside the data-network namespace, where
+        `down` finds it after a crash) scraping the balancer's mesh series, as the lab reads its
+        mesh; at the end both sources' counts of the measured span are compared."""
+        from testbed.metrics.agreement import compare
+        from testbed.metrics.balancer import MESH_NAMESPACE
+        from testbed.metrics.prometheus import PrometheusMetrics, PromService
+        from testbed.metrics.server import PrometheusServer
+        from testbed.net.state import prometheus_dir
+
+        scn = runner.scn
+        ts = scn.time_scale
+        scrape_s = max(min(1.0, 1.0 / ts), 0.05)
+        profiles = runner.profiles()
+        async with PrometheusServer(prometheus_dir(tb.name),
+                                    [cluster.lb.metrics_url.removeprefix("http://")],
+                                    scrape_interval_s=scrape_s,
+                                    log=runner.dir.logs / "prometheus.log") as prom:
+            runner.info["prometheus"] = {"url": prom.url, "scrape_interval": prom.interval}
+            metrics = PrometheusMetrics(
+                prom.url, [PromService(s.name, profiles[s.name].slo_ms / ts, profiles[s.name].capacity,
+                                       MESH_NAMESPACE) for s in scn.services],
+                time_scale=ts, step_s=scrape_s)
+            await main(replace(backends, metrics=metrics, poll_s=scrape_s))
+            started = runner.info.get("measure_started")
+            if started is None:
+                return
+            await asyncio.sleep(3 * scrape_s)  # the last counts scraped
+            # both sides from a little before the first request (nothing came earlier) to now
+            span = (time.time() - started + 2.0) * ts
+            local = backends.metrics.windows(span)
+            remote = await metrics.windows_async(span)
+            checks = [compare(local[s.name], remote[s.name]) for s in scn.services]
+            runner.info["metrics_agreement"] = [c.row() for c in checks]
+            for c in checks:
+                runner.view.log(f"metrics {c.line()}")
+                if not c.agrees:
+                    runner.problem(f"metrics sources disagree on {c.service}: {'; '.join(c.misses)}")
 
     def close(self) -> list[str]:
         return []  # every cell brought its own testbed down

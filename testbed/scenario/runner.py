@@ -39,6 +39,7 @@ class RunOptions:
     time_scale: float | None = None  # overrides the scenario's
     duration_s: float | None = None  # overrides the scenario's (a shorter window for CI)
     repetitions: int | None = None
+    metrics: str | None = None  # overrides the scenario's `metrics:` (in-process or prometheus)
     progress: bool = True
     console: Console | None = None
     run_dir: Path | None = None
@@ -69,6 +70,8 @@ def effective(loaded: LoadedScenario, options: RunOptions) -> Scenario:
         update["duration_s"] = options.duration_s
     if options.repetitions is not None:
         update["repetitions"] = options.repetitions
+    if options.metrics is not None:
+        update["metrics"] = options.metrics
     return loaded.scenario.model_copy(update=update) if update else loaded.scenario
 
 
@@ -94,6 +97,10 @@ class ScenarioRun:
             from testbed.bringup.local import require_root
 
             require_root("a testbed scenario")
+            if self.scenario.metrics == "prometheus":
+                from testbed.metrics.server import find_prometheus
+
+                find_prometheus()  # before the run directory and the first testbed
         self.console = self.options.console or Console(stderr=True)
         self.run_dir = self.options.run_dir or new_run_dir(self.options.out_root, self.scenario.name)
         o = self.options
@@ -336,14 +343,14 @@ class CellRunner:
                 now = clock.monotonic()
                 if now >= next_sample:
                     next_sample += step
-                    self._sample(b, now - t0)
+                    await self._sample(b, now - t0)
                 if now >= next_decision:
                     next_decision += period
                     if b.probe is not None:  # what the replicas run, before the next change
                         t = (now - t0) * ts
                         for row in await b.probe():
                             append_jsonl(self.dir.replicas, {"t": t, **row})
-                    latest.update(b.metrics.windows(scn.scaler_period_s))
+                    latest.update(await _windows(b.metrics, scn.scaler_period_s))
                     for d in loop.decide_all():  # a shared target policy plans its services together
                         append_jsonl(self.dir.decisions, {**asdict(d), "t": (now - t0) * ts})
                 self.view.tick(now - t0)
@@ -396,7 +403,7 @@ class CellRunner:
             return
         deadline = b.clock.monotonic() + timeout_s
         while b.clock.monotonic() < deadline:
-            if any(b.metrics.totals(s.name)[0] for s in self.scn.services):
+            if any([(await _totals(b.metrics, s.name))[0] for s in self.scn.services]):
                 return
             if not b.traffic.clients_running():
                 self.problem("every client exited before sending a request (see logs/)")
@@ -404,15 +411,15 @@ class CellRunner:
             await b.clock.sleep(b.poll_s)
         self.problem(f"no request reached the services within {timeout_s:g} s")
 
-    def _sample(self, b: CellBackends, elapsed: float) -> None:
+    async def _sample(self, b: CellBackends, elapsed: float) -> None:
         """Per sample (every scenario second locally): replicas and cumulative counters (rates
         are their differences)."""
-        win = b.metrics.windows(5.0)
+        win = await _windows(b.metrics, 5.0)
         ts = self.scn.time_scale
         rows = []
         for s in self.scn.services:
             w = win.get(s.name)
-            arrivals, violations = b.metrics.totals(s.name)
+            arrivals, violations = await _totals(b.metrics, s.name)
             ready, desired = b.cluster.ready_replicas(s.name), b.cluster.desired_replicas(s.name)
             append_jsonl(self.dir.samples, {
                 "t": elapsed * ts, "service": s.name, "ready": ready,
@@ -422,3 +429,17 @@ class CellRunner:
                 "mean_latency_ms": w.mean_proc_time_ms if w else None})
             rows.append((s.name, w, ready, desired))
         self.view.update(rows, elapsed)
+
+
+async def _windows(metrics: Any, seconds: float) -> dict[str, Any]:
+    """A source that asks a server (Prometheus) does so off the loop: on the local profile the
+    loop also runs the load balancer, which a blocking query would stall."""
+    if hasattr(metrics, "windows_async"):
+        return await metrics.windows_async(seconds)
+    return metrics.windows(seconds)
+
+
+async def _totals(metrics: Any, service: str) -> tuple[int, int]:
+    if hasattr(metrics, "totals_async"):
+        return await metrics.totals_async(service)
+    return metrics.totals(service)

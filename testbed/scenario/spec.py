@@ -106,6 +106,11 @@ class Scenario(Strict):
     # the emulated GPU (as `testbed sim compare` does); off = DRAFAS's configuration. On the lab
     # the GPUs interfere by themselves.
     interference: bool = False
+    # where the scaler and the results read the cell's metrics on the local profile: the load
+    # balancer in process, or a Prometheus server of the run's own scraping the mesh-shaped series
+    # it exports (the lab's queries, and the comparison of both sources per cell); the lab always
+    # reads its Prometheus
+    metrics: Literal["in-process", "prometheus"] = "in-process"
 
     def service(self, name: str) -> ServiceSpec:
         return next(s for s in self.services if s.name == name)

@@ -1,0 +1,143 @@
+"""The series the lab's service mesh exports to Prometheus, in the same names, labels and buckets,
+for whatever stands where Istio's sidecar stands (the local load balancer, the lab's busy meter).
+
+- `istio_requests_total{reporter="destination", destination_workload_namespace,
+  destination_service_name, response_code, namespace, pod, app}`: one count per finished request;
+- `istio_request_duration_milliseconds_{bucket,sum,count}` with the same labels, Istio's default
+  buckets plus one at each service's SLO threshold;
+- `envoy_cluster_upstream_rq_active{cluster_name="inbound|<port>||", namespace, pod, app}`: the
+  requests in flight to one replica;
+- `testbed_replica_busy_seconds_total{namespace, pod, app}`: the integral over time of
+  min(in_flight, capacity) / capacity, so `increase()` of it over a window divided by the window is
+  the dissertation's instance utilization of that replica without sampling the in-flight gauge
+  (a once-a-second reading aliases with evenly spaced requests).
+
+On the lab, `namespace`, `pod` and `app` come from Prometheus's pod relabelling; here they are
+written by the exporter so that one set of queries (`testbed.metrics.prometheus`) reads both.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+REQUESTS = "istio_requests_total"
+DURATION_MS = "istio_request_duration_milliseconds"
+IN_FLIGHT = "envoy_cluster_upstream_rq_active"
+BUSY = "testbed_replica_busy_seconds_total"
+
+# Istio's default buckets of istio_request_duration_milliseconds (ms)
+ISTIO_BUCKETS_MS = (0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
+                    300000, 600000, 1800000, 3600000)
+
+_REQUEST_LABELS = ("reporter", "destination_workload_namespace", "destination_service_name",
+                   "response_code", "namespace", "pod", "app")
+
+
+def duration_buckets_ms(slo_ms: list[float]) -> tuple[float, ...]:
+    """Istio's buckets plus one at each SLO, so `le="<slo>"` counts the requests within it."""
+    return tuple(sorted(set(ISTIO_BUCKETS_MS) | {round(s, 3) for s in slo_ms}))
+
+
+@dataclass
+class BusyMeter:
+    """One replica's in-flight count and the running integral of min(in_flight, capacity)/capacity."""
+
+    capacity: int
+    clock: Callable[[], float] = time.monotonic
+    in_flight: int = 0
+    _busy_s: float = 0.0
+    _since: float = field(default=-1.0)
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {self.capacity}")
+        self._since = self.clock()
+
+    def _advance(self) -> float:
+        now = self.clock()
+        self._busy_s += min(self.in_flight, self.capacity) / self.capacity * (now - self._since)
+        self._since = now
+        return now
+
+    def started(self) -> None:
+        self._advance()
+        self.in_flight += 1
+
+    def finished(self) -> None:
+        self._advance()
+        self.in_flight = max(self.in_flight - 1, 0)
+
+    def busy_seconds(self) -> float:
+        """Busy seconds up to now (the open stretch included), ever increasing."""
+        self._advance()
+        return self._busy_s
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Where a replica's series say they come from (the labels the lab's relabelling adds)."""
+
+    service: str
+    namespace: str
+    port: int = 80  # the inbound cluster's port: `inbound|<port>||`
+
+
+class MeshMetrics:
+    """The mesh-shaped series of any number of replicas, in their own registry."""
+
+    def __init__(self, slo_ms: list[float], registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        # prometheus-client appends _total to counters itself
+        self._requests = Counter(REQUESTS.removesuffix("_total"), "Requests finished (mesh-shaped)",
+                                 _REQUEST_LABELS, registry=self.registry)
+        self._duration = Histogram(DURATION_MS, "Request duration in ms (mesh-shaped)",
+                                   _REQUEST_LABELS, buckets=duration_buckets_ms(slo_ms),
+                                   registry=self.registry)
+        self._replicas: dict[tuple[str, str], tuple[Workload, BusyMeter]] = {}
+        self.registry.register(_ReplicaCollector(self))
+
+    def replica(self, workload: Workload, pod: str, capacity: int) -> BusyMeter:
+        """The meter of replica `pod` (created on first use; its series appear from then on)."""
+        key = (workload.service, pod)
+        if key not in self._replicas:
+            self._replicas[key] = (workload, BusyMeter(capacity))
+        return self._replicas[key][1]
+
+    def forget(self, service: str, pod: str) -> None:
+        """The replica is gone: its series disappear, as a deleted pod's do."""
+        self._replicas.pop((service, pod), None)
+
+    def finished(self, workload: Workload, pod: str, code: int, duration_ms: float) -> None:
+        labels = ("destination", workload.namespace, workload.service, str(code), workload.namespace,
+                  pod, workload.service)
+        self._requests.labels(*labels).inc()
+        self._duration.labels(*labels).observe(duration_ms)
+
+    def replicas(self) -> Iterator[tuple[Workload, str, BusyMeter]]:
+        for (_, pod), (workload, meter) in list(self._replicas.items()):
+            yield workload, pod, meter
+
+
+class _ReplicaCollector(Collector):
+    """In-flight and busy seconds read at scrape time, so the counter is exact to the scrape."""
+
+    def __init__(self, mesh: MeshMetrics):
+        self.mesh = mesh
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        active = GaugeMetricFamily(IN_FLIGHT, "Requests in flight to one replica",
+                                   labels=["cluster_name", "namespace", "pod", "app"])
+        busy = CounterMetricFamily(BUSY.removesuffix("_total"), "Seconds of min(in_flight, "
+                                   "capacity)/capacity of one replica", labels=["namespace", "pod", "app"])
+        for workload, pod, meter in self.mesh.replicas():
+            active.add_metric([f"inbound|{workload.port}||", workload.namespace, pod, workload.service],
+                              meter.in_flight)
+            busy.add_metric([workload.namespace, pod, workload.service], meter.busy_seconds())
+        yield active
+        yield busy

@@ -1,0 +1,131 @@
+"""A real Prometheus server scraping the local load balancer's mesh-shaped series, read back through
+`PrometheusMetrics`: the lab's queries against the real thing, and the two metrics sources of one
+service agreeing on the same requests."""
+
+import asyncio
+import shutil
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from testbed.cluster.replica import EmulatedReplica
+from testbed.errors import StateError
+from testbed.load.api import build_request
+from testbed.load.content import ContentSet
+from testbed.metrics.balancer import MESH_NAMESPACE, LoadBalancer
+from testbed.metrics.prometheus import PrometheusMetrics, PromService, WindowQueries
+from testbed.metrics.server import PrometheusServer
+from testbed.profiles import ServiceProfile, default_profiles
+
+pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
+                                reason="no prometheus server on PATH (scripts/setup installs it)")
+
+# 100 ms of work against a 250 ms SLO, 2 replicas of capacity 1: bursts of 6 queue up to 300 ms
+PROFILE = ServiceProfile(capacity=1, queue_limit=20, proc_time_ms=(100, 100), startup_ms=0, slo_ms=250)
+
+
+async def _burst(session: aiohttp.ClientSession, base: str, n: int) -> list[int]:
+    req = build_request("chatbot", ContentSet())
+
+    async def one() -> int:
+        async with session.request(req.method, base + req.target, data=req.body,
+                                   headers=req.headers) as r:
+            await r.read()
+            return r.status
+    return await asyncio.gather(*(one() for _ in range(n)))
+
+
+async def _measured(tmp: Path, bursts: list[int]):
+    profiles = default_profiles() | {"chatbot": PROFILE}
+    replicas = [EmulatedReplica("chatbot", PROFILE, seed=i) for i in range(2)]
+    servers = [TestServer(r.app(), host="127.0.0.1") for r in replicas]
+    for s in servers:
+        await s.start_server()
+    try:
+        async with LoadBalancer(profiles, ["chatbot"], sample_interval_s=0.2) as lb, \
+                aiohttp.ClientSession() as session:
+            for i, s in enumerate(servers):
+                lb.services["chatbot"].add(f"chatbot-{i}", str(s.make_url("")))
+            target = lb.metrics_url.removeprefix("http://")
+            async with PrometheusServer(tmp / "prom", [target], scrape_interval_s=0.2) as prom:
+                prom_metrics = PrometheusMetrics(
+                    prom.url, [PromService("chatbot", PROFILE.slo_ms, PROFILE.capacity, MESH_NAMESPACE)],
+                    step_s=0.2)
+                t0 = time.monotonic()
+                statuses = []
+                for n in bursts:
+                    statuses += await _burst(session, lb.endpoint("chatbot"), n)
+                    await asyncio.sleep(0.25)
+                await asyncio.sleep(0.6)  # the last counts scraped
+                span = time.monotonic() - t0
+                local = lb.window(span)["chatbot"]
+                remote = await asyncio.to_thread(prom_metrics.window, "chatbot", span)
+                version = await asyncio.to_thread(prom_metrics.check)
+                return statuses, local, remote, version
+    finally:
+        for s in servers:
+            await s.close()
+
+
+@pytest.mark.slow
+def test_prometheus_reads_what_the_balancer_counted(tmp_path: Path):
+    statuses, local, remote, version = asyncio.run(_measured(tmp_path, [6, 2, 6, 1, 4]))
+    assert version.startswith("2.") or version.startswith("3.")
+    assert statuses == [200] * 19
+    assert remote.completed == local.completed == 19
+    assert remote.arrivals == 19
+    assert remote.violations == local.violations and local.violations > 0  # the queued tails
+    assert remote.mean_proc_time_ms == pytest.approx(local.mean_proc_time_ms, rel=0.05)
+    assert remote.utilization == pytest.approx(local.utilization, abs=0.05)
+    assert remote.instances == 2
+    assert not (tmp_path / "prom").exists()  # stopped and removed
+
+
+def test_every_window_query_is_accepted_by_the_real_server(tmp_path: Path):
+    """Each query of both profiles' windows, at a short and a long window, sent to a real server
+    with no data: Prometheus parses and evaluates it (an empty answer), or says why not."""
+
+    async def main():
+        async with LoadBalancer(default_profiles(), ["imgcls"]) as lb, \
+                PrometheusServer(tmp_path / "p", [lb.metrics_url.removeprefix("http://")]) as prom:
+            m = PrometheusMetrics(prom.url, [])
+            out = []
+            for svc in (PromService("imgcls", 500, 1, "drafas"), PromService("tts", 2.5, 4, "local")):
+                for seconds in (7.6, 30):
+                    for name, q in WindowQueries.build(svc, seconds).items():
+                        out.append((name, await asyncio.to_thread(m.query, q)))
+            return out
+
+    answers = asyncio.run(main())
+    assert len(answers) == 2 * 2 * 10
+    assert {v for _, v in answers} <= {None, 0.0}
+
+
+def test_the_real_server_rejects_an_invalid_query_with_its_reason(tmp_path: Path):
+    """The query the lab used to send: an offset after an aggregation."""
+
+    async def main():
+        async with LoadBalancer(default_profiles(), ["imgcls"]) as lb, \
+                PrometheusServer(tmp_path / "p", [lb.metrics_url.removeprefix("http://")]) as prom:
+            m = PrometheusMetrics(prom.url, [])
+            return await asyncio.to_thread(
+                m.query, "sum(sum by (pod) (envoy_cluster_upstream_rq_active) offset 30s)")
+
+    with pytest.raises(StateError, match="offset modifier must be preceded by"):
+        asyncio.run(main())
+
+
+def test_a_server_that_cannot_start_is_one_line(tmp_path: Path):
+    fake = tmp_path / "prometheus"
+    fake.write_text("#!/bin/sh\necho 'bad flag' >&2\nexit 3\n")
+    fake.chmod(0o755)
+
+    async def main():
+        await PrometheusServer(tmp_path / "p", ["127.0.0.1:9"], binary=str(fake)).start()
+
+    with pytest.raises(StateError, match=r"prometheus exited with status 3 at start .*bad flag"):
+        asyncio.run(main())
+    assert not (tmp_path / "p").exists()
