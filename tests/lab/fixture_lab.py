@@ -1,8 +1,9 @@
 """A fixture lab: an HTTP server that answers with hand-written Kubernetes API and Prometheus documents.
 
 The fixtures are in tests/lab/fixtures/api (kubernetes.json, prometheus.json; their `_about` says
-they were written from the API references, not captured from a live peer). The official kubernetes client and PrometheusMetrics talk to
-it over real HTTP; the only state kept is each Deployment's replica count, which a PATCH of the
+they were written from the API references, not captured from a live peer). The official
+kubernetes client and PrometheusMetrics talk to it over real HTTP; Prometheus queries are parsed
+by a real PromQL parser and answered by what they read; the only state kept is each Deployment's replica count, which a PATCH of the
 scale subresource changes and later answers report (`$replicas`). Every request is recorded in
 `requests` as (method, path, query or body).
 """
@@ -16,6 +17,8 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+import promql_parser
 
 FIXTURES = Path(__file__).parent / "fixtures" / "api"
 
@@ -87,25 +90,66 @@ class FixtureLab:
         if path == "/api/v1/status/buildinfo":
             return 200, self.prom["buildinfo"]
         if path == "/api/v1/query":
-            return 200, self._query(query["query"][0], values)
+            return self._query(query["query"][0], values)
         doc = self.kube.get(f"{method} {path}")
         if doc is None:
             return 404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                          "reason": "NotFound", "code": 404}
         return 200, _fill(doc, values)
 
-    def _query(self, promql: str, values: dict[str, Any]) -> Any:
-        if 'response_code!~"2.."' in promql:
-            return _fill(self.prom["istio_requests_total,failed"], values)
-        for key, doc in self.prom.items():
-            if key.startswith("_") or key in ("buildinfo", "istio_requests_total,failed"):
-                continue
-            if key in promql.split("{")[0] + promql[:40]:
-                if isinstance(doc, str) and doc.startswith("rate:"):
-                    m = re.search(r"\[(\d+)s\]", promql)
-                    seconds = int(m.group(1)) if m else 1
-                    v = float(doc[5:]) * seconds
-                    return {"status": "success", "data": {"resultType": "vector", "result": [
-                        {"metric": {}, "value": [1795000000.0, f"{v:g}"]}]}}
-                return _fill(doc, values)
-        return {"status": "success", "data": {"resultType": "vector", "result": []}}
+    def _query(self, promql: str, values: dict[str, Any]) -> tuple[int, Any]:
+        try:
+            expr = promql_parser.parse(promql)
+        except Exception as exc:  # the parser's own error type; Prometheus answers 400 bad_data
+            return 400, {"status": "error", "errorType": "bad_data", "error": str(exc)}
+        selectors, windows = _walk(expr)
+        names = {s.name for s in selectors}
+        seconds = windows[0].total_seconds() if windows else 0.0
+        replicas = values["replicas"]
+        rates = self.prom["per_second"]
+        if names == {"envoy_cluster_upstream_rq_active"}:
+            # avg_over_time(count(...)[w:step]) and count(...): replicas; sum(...): in flight
+            if isinstance(expr, promql_parser.Call) or str(expr.op) == "count":
+                value = replicas
+            else:
+                value = self.prom["in_flight"]
+        elif names == {"testbed_replica_busy_seconds_total"}:
+            value = self.prom["utilization"] * seconds * replicas
+        else:
+            matchers = {str(m) for s in selectors for m in s.matchers.matchers}
+            measure = {"istio_request_duration_milliseconds_bucket": "within_slo",
+                       "istio_request_duration_milliseconds_sum": "latency_sum_ms",
+                       "istio_request_duration_milliseconds_count": "latency_count"}.get(
+                next(iter(names)), "failed" if 'response_code!~"2.."' in matchers else "completed")
+            if len(names) != 1 or not seconds:
+                return 400, {"status": "error", "errorType": "bad_data",
+                             "error": f"fixture lab: no answer for {promql}"}
+            value = rates[measure] * seconds
+        return 200, {"status": "success", "data": {"resultType": "vector", "result": [
+            {"metric": {}, "value": [1795000000.0, f"{value:g}"]}]}}
+
+
+def _walk(expr: Any) -> tuple[list[Any], list[Any]]:
+    """The vector selectors a parsed query reads, and its ranges (matrix and subquery), in order."""
+    selectors: list[Any] = []
+    windows: list[Any] = []
+
+    def visit(e: Any) -> None:
+        if isinstance(e, promql_parser.VectorSelector):
+            selectors.append(e)
+        elif isinstance(e, promql_parser.MatrixSelector):
+            windows.append(e.range)
+            visit(e.vector_selector)
+        elif isinstance(e, promql_parser.SubqueryExpr):
+            windows.append(e.range)
+            visit(e.expr)
+        elif isinstance(e, promql_parser.BinaryExpr):
+            visit(e.lhs)
+            visit(e.rhs)
+        elif isinstance(e, promql_parser.Call):
+            for arg in e.args:
+                visit(arg)
+        elif isinstance(e, (promql_parser.AggregateExpr, promql_parser.ParenExpr)):
+            visit(e.expr)
+    visit(expr)
+    return selectors, windows

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import re
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import promql_parser
 import pytest
 
 from testbed.errors import MissingRequirement, StateError
@@ -39,19 +39,50 @@ def test_parse_documented_shapes() -> None:
         parse_response(b"<html>502 Bad Gateway</html>")
 
 
-def test_queries_use_istio_names_slo_bucket_and_per_second_subquery() -> None:
-    q = WindowQueries.build(PromService("resnet", slo_ms=1000, capacity=4), 30)
-    assert q.completed == ('sum(increase(istio_requests_total{reporter="destination",'
-                           'destination_workload_namespace="drafas",destination_service_name="resnet"}[30s]))')
-    assert 'response_code!~"2.."' in q.failed
-    assert 'istio_request_duration_milliseconds_bucket{' in q.within_slo
-    assert 'le=~"1000(\\\\.0)?"' in q.within_slo
-    assert q.utilization == (
-        'avg_over_time((avg(clamp_max(sum by (pod) (envoy_cluster_upstream_rq_active{namespace="drafas",'
-        'app="resnet",cluster_name=~"inbound\\\\|.*"}) / 4, 1)))[30s:1s])')
-    assert q.in_flight_before.endswith("offset 30s)")
+def _selectors(expr) -> list:
+    """The vector selectors of a parsed query, walking the real parser's tree."""
+    out = []
+    for attr in ("lhs", "rhs", "expr", "vector_selector"):
+        child = getattr(expr, attr, None)
+        if child is not None:
+            out += _selectors(child)
+    for arg in getattr(expr, "args", None) or []:
+        out += _selectors(arg)
+    if isinstance(expr, promql_parser.VectorSelector):
+        out.append(expr)
+    return out
+
+
+@pytest.mark.parametrize("seconds", [7.6, 30, 3600])
+def test_every_query_parses_and_reads_the_mesh_series(seconds: float) -> None:
+    svc = PromService("resnet", slo_ms=1000, capacity=4)
+    q = WindowQueries.build(svc, seconds)
+    names = {}
+    for field, promql in q.items():
+        expr = promql_parser.parse(promql)  # raises on what Prometheus would reject
+        sel = _selectors(expr)
+        assert sel, field
+        names[field] = {s.name for s in sel}
+        for s in sel:  # every selector is scoped to this service
+            text = str(s.matchers)
+            assert 'destination_service_name="resnet"' in text or 'app="resnet"' in text, (field, text)
+    assert names["completed"] == names["failed"] == {"istio_requests_total"}
+    assert names["within_slo"] == {"istio_request_duration_milliseconds_bucket"}
+    assert names["busy_s"] == {"testbed_replica_busy_seconds_total"}
+    assert names["in_flight_before"] == names["instances"] == {"envoy_cluster_upstream_rq_active"}
+    assert r'le=~"1000(\\.0)?"' in q.within_slo
+    assert 'response_code!~"2.."' in q.failed and "response_code" not in q.latency_sum_ms
+
+
+def test_the_old_offset_after_an_aggregation_does_not_parse() -> None:
+    """What the lab sent before (Prometheus answered 400): the parser catches it without a server."""
+    with pytest.raises(Exception, match="offset modifier must be preceded by"):
+        promql_parser.parse("sum(sum by (pod) (envoy_cluster_upstream_rq_active{app=\"x\"}) offset 30s)")
+
+
+def test_slo_bucket_and_labels_follow_the_service() -> None:
     q2 = WindowQueries.build(PromService("tts", slo_ms=2.5, app="coqui", namespace="ai"), 7.6)
-    assert 'le=~"2\\\\.5(\\\\.0)?"' in q2.within_slo and "[8s:1s]" in q2.utilization
+    assert r'le=~"2\\.5(\\.0)?"' in q2.within_slo and "[7600ms:1000ms]" in q2.mean_instances
     assert 'app="coqui"' in q2.instances and 'namespace="ai"' in q2.instances
     with pytest.raises(ValueError, match="capacity"):
         PromService("x", slo_ms=100, capacity=0)
@@ -70,8 +101,9 @@ def _answers(values: dict[str, str | None]) -> dict[str, bytes]:
 
 def test_window_combines_the_answers() -> None:
     answers = _answers({"completed": "59.8", "failed": "2", "within_slo": "50.2",
-                        "latency_sum_ms": "29000", "latency_count": "58", "utilization": "0.6",
-                        "in_flight_now": "3", "in_flight_before": "1", "instances": "2"})
+                        "latency_sum_ms": "29000", "latency_count": "58", "busy_s": "36",
+                        "mean_instances": "2", "in_flight_now": "3", "in_flight_before": "1",
+                        "instances": "2"})
     urls: list[str] = []
 
     def fetch(url: str, timeout_s: float) -> bytes:
@@ -85,7 +117,7 @@ def test_window_combines_the_answers() -> None:
     assert all(u.startswith("http://prom:9090/api/v1/query?") for u in urls)
     assert (w.completed, w.arrivals, w.instances) == (60, 62, 2)
     assert w.violations == 2 + (58 - 50)  # failures + successes slower than the SLO
-    assert w.utilization == pytest.approx(0.6)
+    assert w.utilization == pytest.approx(36 / (30 * 2))  # busy seconds / (window x replicas)
     assert w.mean_proc_time_ms == pytest.approx(500.0)
     assert w.slo_violation_rate == pytest.approx(10 / 60)
 
@@ -103,20 +135,13 @@ def test_idle_service_gives_zeros_not_errors() -> None:
         PrometheusMetrics("http://p", [PromService("resnet", 1000)], fetch=fetch).window("chatbot", 30)
 
 
-class _PromApi(BaseHTTPRequestHandler):
-    """A tiny HTTP server answering /api/v1/query like Prometheus does (used over real HTTP)."""
+class _FakePromApi(BaseHTTPRequestHandler):
+    """A fake that answers every query with Prometheus's 400 error document (real answers come
+    from a real server: tests/metrics/test_prometheus_server.py)."""
 
     def do_GET(self) -> None:
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)["query"][0]
-        if not re.search(r"\)\)?$", query):
-            status, body = 400, ERROR
-        elif "utilization" in self.path or "clamp_max" in query:
-            status, body = 200, {"status": "success", "data": {"resultType": "vector", "result": [
-                {"metric": {}, "value": [1.0, "0.25"]}]}}
-        else:
-            status, body = 200, EMPTY
-        data = json.dumps(body).encode()
-        self.send_response(status)
+        data = json.dumps(ERROR).encode()
+        self.send_response(400)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -126,14 +151,13 @@ class _PromApi(BaseHTTPRequestHandler):
         pass
 
 
-def test_over_real_http_including_error_status_and_unreachable() -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _PromApi)
+def test_error_status_and_unreachable_over_real_http() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakePromApi)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         prom = PrometheusMetrics(f"http://127.0.0.1:{server.server_address[1]}",
                                  [PromService("resnet", 1000)])
-        assert prom.window("resnet", 30).utilization == pytest.approx(0.25)
         with pytest.raises(StateError, match="bad_data"):
             prom.query("sum(x")  # a 400 answer still carries Prometheus's error document
     finally:
