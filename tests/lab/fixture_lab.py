@@ -3,8 +3,9 @@
 The fixtures are in tests/lab/fixtures/api (kubernetes.json, prometheus.json; their `_about` says
 they were written from the API references, not captured from a live peer). The official
 kubernetes client and PrometheusMetrics talk to it over real HTTP; Prometheus queries are parsed
-by a real PromQL parser and answered by what they read; the only state kept is each Deployment's replica count, which a PATCH of the
-scale subresource changes and later answers report (`$replicas`). Every request is recorded in
+by a real PromQL parser and answered by what they read; the only state kept is each
+Deployment's replica count, which a PATCH of the scale subresource changes and later answers
+report (`$replicas`). Every request is recorded in
 `requests` as (method, path, query or body).
 """
 
