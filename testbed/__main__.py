@@ -1,5 +1,5 @@
-"""`python3 -m testbed` runs the `testbed` command (a checkout without the installed script)."""
+import sys
 
 from testbed.cli import main
 
-main()
+sys.exit(main())

@@ -210,7 +210,9 @@ class PlanKube:
 
 
 def plan_fetch(log: ActionLog) -> Callable[[str, float], bytes]:
-    """Prometheus HTTP stand-in: logs each query, answers "no data" (an empty vector)."""
+    """Prometheus HTTP stand-in: logs each query, answers "no data" (an empty vector). A query is
+    printed whole the first time its shape is asked, as its window (e.g. "[30000ms]") after."""
+    seen: set[str] = set()
 
     def fetch(url: str, timeout_s: float) -> bytes:
         parsed = urllib.parse.urlsplit(url)
@@ -218,14 +220,22 @@ def plan_fetch(log: ActionLog) -> Callable[[str, float], bytes]:
             log(f"prometheus GET {parsed.path}")
             return json.dumps({"status": "success", "data": {"version": "(check mode)"}}).encode()
         query = urllib.parse.parse_qs(parsed.query).get("query", [""])[0]
-        log(_short(query), group="prometheus queries")  # one line per window read
+        shape = _WINDOW.sub("[W]", query).replace("offset ", "")
+        if shape in seen:
+            log(_short(query), group="prometheus queries")  # one line per window read
+        else:
+            seen.add(shape)
+            log(f"prometheus query: {query}")
         return json.dumps({"status": "success",
                            "data": {"resultType": "vector", "result": []}}).encode()
 
     return fetch
 
 
+_WINDOW = re.compile(r"\[\d+ms(?=[]:])|(?<=offset )\d+ms")
+
+
 def _short(promql: str) -> str:
-    """What a window query reads, by its range: "[30s]" (the PromQL is in `WindowQueries`)."""
-    m = re.search(r"\[(\d+s)", promql)
+    """What a window query reads, by its range: "[30000ms]" (the PromQL is in `WindowQueries`)."""
+    m = re.search(r"\[(\d+ms)", promql)
     return f"[{m.group(1)}]" if m else re.sub(r"\{[^{}]*\}", "{…}", promql)
