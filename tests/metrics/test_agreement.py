@@ -21,7 +21,7 @@ def test_equal_sources_agree_and_say_so():
 @pytest.mark.parametrize(("other", "what"), [
     (_w(completed=round(500 * (1 + COUNT_REL)) + 2), "completed"),
     (_w(violations=100 - 4), "violations"),  # 4 of 100 > 2 %
-    (_w(ms=200.0 * (1 + LATENCY_REL) + 0.5), "mean latency"),
+    (_w(ms=200.0 * (1 + LATENCY_REL) + 1.0), "mean latency"),  # 5 % of the larger
     (_w(util=0.5 + UTILIZATION_ABS + 0.01), "utilization"),
     (_w(ms=None), "mean latency"),
 ])
