@@ -49,7 +49,10 @@ class PrometheusServer:
     """`async with PrometheusServer(workdir, ["127.0.0.1:9100"]) as prom: prom.url`"""
 
     def __init__(self, workdir: Path, targets: list[str], *, scrape_interval_s: float = 1.0,
-                 binary: str | None = None, log: Path | None = None):
+                 binary: str | None = None, log: Path | None = None,
+                 labels: dict[str, str] | None = None):
+        """`labels`: added to every scraped series, as the lab's pod relabelling adds
+        `namespace`, `pod` and `app`."""
         if not targets:
             raise ValueError("a Prometheus server needs at least one target")
         self.workdir = workdir
@@ -57,6 +60,7 @@ class PrometheusServer:
         self.scrape_interval_s = scrape_interval_s
         self.binary = binary or find_prometheus()
         self.log = log or workdir / "prometheus.log"
+        self.labels = dict(labels or {})
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -73,7 +77,8 @@ class PrometheusServer:
             "global": {"scrape_interval": self.interval, "scrape_timeout": self.interval,
                        "evaluation_interval": "15s"},
             "scrape_configs": [{"job_name": "testbed", "metrics_path": "/metrics",
-                                "static_configs": [{"targets": self.targets}]}],
+                                "static_configs": [{"targets": self.targets,
+                                                    "labels": self.labels}]}],
         }
 
     async def __aenter__(self) -> PrometheusServer:

@@ -129,3 +129,41 @@ def test_a_server_that_cannot_start_is_one_line(tmp_path: Path):
     with pytest.raises(StateError, match=r"prometheus exited with status 3 at start .*bad flag"):
         asyncio.run(main())
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.slow
+def test_the_lab_busy_meter_is_read_by_the_lab_query(tmp_path: Path):
+    """The busy meter in front of a replica, scraped by a real Prometheus that adds the pod's labels
+    as the lab's relabelling does: the lab's busy-seconds query reads what the meter integrated."""
+    from testbed.metrics.meter import Meter
+
+    async def main():
+        replica = EmulatedReplica("chatbot", PROFILE, seed=1)
+        upstream = TestServer(replica.app(), host="127.0.0.1")
+        await upstream.start_server()
+        meter = Meter(str(upstream.make_url("")), capacity=1)
+        front = TestServer(meter.app(), host="127.0.0.1")
+        await front.start_server()
+        try:
+            target = f"127.0.0.1:{front.port}"
+            async with PrometheusServer(tmp_path / "prom", [target], scrape_interval_s=0.2,
+                                        labels={"namespace": "drafas", "app": "chatbot",
+                                                "pod": "chatbot-0"}) as prom, \
+                    aiohttp.ClientSession() as session:
+                t0 = time.monotonic()
+                statuses = await _burst(session, str(front.make_url("")).rstrip("/"), 4)
+                await asyncio.sleep(0.3)
+                statuses += await _burst(session, str(front.make_url("")).rstrip("/"), 2)
+                await asyncio.sleep(0.6)
+                span = time.monotonic() - t0 + 0.5
+                q = WindowQueries.build(PromService("chatbot", PROFILE.slo_ms, 1, "drafas"), span)
+                read = await asyncio.to_thread(PrometheusMetrics(prom.url, []).query, q.busy_s)
+                return statuses, read, meter.busy.busy_seconds()
+        finally:
+            await front.close()
+            await upstream.close()
+
+    statuses, read, integrated = asyncio.run(main())
+    assert statuses == [200] * 6
+    assert integrated == pytest.approx(0.6, abs=0.1)  # 6 requests of 100 ms, one at a time
+    assert read == pytest.approx(integrated, abs=0.02)
