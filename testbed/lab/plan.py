@@ -220,6 +220,11 @@ def plan_fetch(log: ActionLog) -> Callable[[str, float], bytes]:
             log(f"prometheus GET {parsed.path}")
             return json.dumps({"status": "success", "data": {"version": "(check mode)"}}).encode()
         query = urllib.parse.parse_qs(parsed.query).get("query", [""])[0]
+        if query.startswith("count(") and "[" not in query:  # a series presence check
+            log(f"prometheus query: {query} (a plan cannot know: taken as present)",
+                group="prometheus series checks")
+            return json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+                {"metric": {}, "value": [0, "1"]}]}}).encode()
         shape = _WINDOW.sub("[W]", query).replace("offset ", "")
         if shape in seen:
             log(_short(query), group="prometheus queries")  # one line per window read

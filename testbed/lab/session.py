@@ -108,6 +108,7 @@ class LabSession:
                 url, [PromService(s.name, s.slo_ms, s.capacity, self.config.namespace)
                       for s in self.services])
         self.metrics.check()
+        self.metrics.check_series()
         self.sessions = discover_sessions(self.hosts, ue_hosts, self.spec, groups)
 
     def close(self) -> list[str]:

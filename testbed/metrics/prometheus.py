@@ -123,6 +123,15 @@ class WindowQueries:
         return list(self.__dict__.items())
 
 
+def series_checks(svc: PromService) -> list[tuple[str, str]]:
+    """(selector, what exports it) of the series a window cannot do without."""
+    pod = f'namespace="{svc.namespace}",app="{svc.app or svc.name}"'
+    return [(f"envoy_cluster_upstream_rq_active{{{pod}}}",
+             "are its pods running with the Istio sidecar, and scraped?"),
+            (f"testbed_replica_busy_seconds_total{{{pod}}}",
+             "is the busy meter running in its pods (workloads/*/k8s.yaml), and scraped?")]
+
+
 def parse_response(body: bytes | str, query: str = "") -> float | None:
     """The single number of an instant-query answer; None when the result is empty.
 
@@ -198,6 +207,17 @@ class PrometheusMetrics:
         except (ValueError, TypeError, KeyError) as exc:
             raise StateError(f"{self.base_url} does not answer like Prometheus's HTTP API "
                              f"(/api/v1/status/buildinfo: {exc})") from None
+
+    def check_series(self) -> None:
+        """Every service's replicas are in Prometheus with the series the windows read: their
+        in-flight gauge (the mesh's proxy) and busy seconds (the busy meter); one line naming
+        the first that is missing, before a run starts."""
+        for svc in self._services.values():
+            for series, who in series_checks(svc):
+                if not self.query(f"count({series})"):
+                    raise StateError(
+                        f"Prometheus at {self.base_url} has no {series.split('{')[0]} series "
+                        f"for {svc.name} (namespace {svc.namespace}): {who}")
 
     def for_services(self, names: Iterable[str]) -> PrometheusMetrics:
         """The same Prometheus for a subset of the services (a cell's), counting from now."""

@@ -108,9 +108,11 @@ class FixtureLab:
         seconds = windows[0].total_seconds() if windows else 0.0
         replicas = values["replicas"]
         rates = self.prom["per_second"]
-        if names == {"envoy_cluster_upstream_rq_active"}:
-            # avg_over_time(count(...)[w:step]) and count(...): replicas; sum(...): in flight
-            if isinstance(expr, promql_parser.Call) or str(expr.op) == "count":
+        if isinstance(expr, promql_parser.AggregateExpr) and str(expr.op) == "count":
+            value = replicas  # count(...): one series per replica, whichever series it reads
+        elif names == {"envoy_cluster_upstream_rq_active"}:
+            # avg_over_time(count(...)[w:step]): replicas; sum(...): in flight
+            if isinstance(expr, promql_parser.Call):
                 value = replicas
             else:
                 value = self.prom["in_flight"]

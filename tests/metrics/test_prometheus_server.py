@@ -167,3 +167,17 @@ def test_the_lab_busy_meter_is_read_by_the_lab_query(tmp_path: Path):
     assert statuses == [200] * 6
     assert integrated == pytest.approx(0.6, abs=0.1)  # 6 requests of 100 ms, one at a time
     assert read == pytest.approx(integrated, abs=0.02)
+
+
+def test_a_prometheus_without_the_mesh_series_is_one_line_before_a_run(tmp_path: Path):
+    """A reachable Prometheus that has no series for a service (no sidecar or meter scraped)."""
+
+    async def main():
+        async with LoadBalancer(default_profiles(), ["imgcls"]) as lb, \
+                PrometheusServer(tmp_path / "p", [lb.metrics_url.removeprefix("http://")]) as prom:
+            m = PrometheusMetrics(prom.url, [PromService("imgcls", 500, 1, MESH_NAMESPACE)])
+            await asyncio.to_thread(m.check_series)
+
+    with pytest.raises(StateError, match=r"^Prometheus at http://127\.0\.0\.1:\d+ has no "
+                       r"envoy_cluster_upstream_rq_active series for imgcls \(namespace local\)"):
+        asyncio.run(main())
