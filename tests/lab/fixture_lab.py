@@ -112,10 +112,7 @@ class FixtureLab:
             value = replicas  # count(...): one series per replica, whichever series it reads
         elif names == {"envoy_cluster_upstream_rq_active"}:
             # avg_over_time(count(...)[w:step]): replicas; sum(...): in flight
-            if isinstance(expr, promql_parser.Call):
-                value = replicas
-            else:
-                value = self.prom["in_flight"]
+            value = replicas if isinstance(expr, promql_parser.Call) else self.prom["in_flight"]
         elif names == {"testbed_replica_busy_seconds_total"}:
             value = self.prom["utilization"] * seconds * replicas
         else:
