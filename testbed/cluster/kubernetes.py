@@ -28,6 +28,7 @@ BATCH_ENV = "TESTBED_BATCH_SIZE"  # the service's batcher (workloads/*/server.py
 # playbooks/roles/gpu_operator/defaults gpu_operator_mps_replicas); also the most SMs a pod gets.
 UNIT_PCT = 25.0
 POD_UNITS = 1  # under MPS sharing the device plugin refuses requests for more than one unit
+MPS_REPLICAS = round(100 / UNIT_PCT)
 # Pods in these phases hold no resources; the API server filters them out for us.
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -72,6 +73,16 @@ def parse_quantity(value: str | int | float | None) -> float:
         return float(text)
     except ValueError:
         raise ValueError(f"not a Kubernetes quantity: {value!r}") from None
+
+
+def mps_unit_pct(replicas: Any, source: str = "<inventory>") -> float:
+    """The unit (and the largest share a pod gets) for the device plugin's MPS `replicas` per GPU:
+    100 / replicas %. The plugin refuses fewer than 2 replicas."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 2:
+        raise ConfigError([ConfigProblem(source, None, "gpu_operator_mps_replicas",
+                                         f"must be a whole number >= 2 (MPS replicas per GPU), "
+                                         f"got {replicas!r}")])
+    return 100.0 / replicas
 
 
 def _resource(resources: Any, name: str) -> float:

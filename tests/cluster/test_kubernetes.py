@@ -332,3 +332,19 @@ def test_the_unit_is_the_gpu_operators_mps_replica() -> None:
     defaults = Path(__file__).resolve().parents[2] / "playbooks/roles/gpu_operator/defaults/main.yml"
     replicas = yaml.safe_load(defaults.read_text())["gpu_operator_mps_replicas"]
     assert UNIT_PCT * replicas == 100.0
+
+
+def test_the_unit_follows_the_inventorys_mps_replicas() -> None:
+    """gpu_operator_mps_replicas: 2 gives pods up to half a GPU, two to a GPU."""
+    from testbed.cluster.base import ServiceTarget
+    from testbed.cluster.kubernetes import mps_unit_pct
+
+    assert (mps_unit_pct(4), mps_unit_pct(2)) == (25.0, 50.0)
+    for bad in (1, "4", True, None):
+        with pytest.raises(ConfigError, match=r"inv.yml: gpu_operator_mps_replicas: must be a whole"):
+            mps_unit_pct(bad, "inv.yml")
+    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 1)})
+    apps.patch_namespaced_deployment = lambda name, ns, body: None  # type: ignore[attr-defined]
+    cluster = _cluster(apps, FakeCoreApi({"gpu1": "2", "gpu2": "2"}, [1]), unit_pct=50.0)
+    assert cluster.gpu_free_pct() == [100.0, 50.0]  # 3 of 4 units free, 2 a GPU
+    assert cluster.configure("resnet", ServiceTarget(2, 60.0, 1)) == ServiceTarget(2, 50.0, 1)
