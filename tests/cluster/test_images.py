@@ -123,6 +123,7 @@ def test_an_image_nobody_builds_is_one_line_with_file_line_and_field(tmp_path: P
     ("testbed/x:v1", "Always", "x", "Always: the image 'testbed/x:v1' is built on the nodes"),
     ("testbed/x:v1", None, "x", "unset: the image"),
     ("docker.io/library/nginx:latest", None, None, "pin a tag or digest"),
+    ('""', None, None, "Deployment/x: no image"),
 ])
 def test_images_a_pod_would_pull_or_nobody_builds_are_refused(tmp_path, image, policy, dockerfile,
                                                               message):
@@ -158,3 +159,20 @@ def test_lab_up_with_an_unknown_image_prints_one_line_and_creates_nothing(tmp_pa
     assert len(lines) == 1, lines
     assert f"{manifests}/x/k8s.yaml:11: spec.template.spec.containers[0].image" in lines[0]
     assert list(work.iterdir()) == [], "no run directory"
+
+
+def test_a_manifest_that_is_not_yaml_is_one_line_with_its_line(tmp_path: Path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "k8s.yaml").write_text("kind: Deployment\nspec: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"x/k8s.yaml:3: invalid YAML"):
+        image_builds(tmp_path)
+
+
+def test_services_registries_must_be_a_list_of_hosts(tmp_path: Path):
+    from testbed.lab.bringup import manifest_images
+
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text("all:\n  vars: {services_registries: docker.io}\n"
+                         "  children: {cluster_server: {hosts: {gpu1: {}}}}\n")
+    with pytest.raises(ConfigError, match=r"inv.yml: services_registries: must be a list"):
+        manifest_images(inventory, WORKLOADS)

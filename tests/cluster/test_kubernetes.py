@@ -348,3 +348,9 @@ def test_the_unit_follows_the_inventorys_mps_replicas() -> None:
     cluster = _cluster(apps, FakeCoreApi({"gpu1": "2", "gpu2": "2"}, [1]), unit_pct=50.0)
     assert cluster.gpu_free_pct() == [100.0, 50.0]  # 3 of 4 units free, 2 a GPU
     assert cluster.configure("resnet", ServiceTarget(2, 60.0, 1)) == ServiceTarget(2, 50.0, 1)
+
+
+def test_a_unit_outside_0_to_100_percent_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"unit_pct: must be in \(0, 100\], got 0"):
+        KubernetesCluster([KubeService("tts")], "drafas", apps_api=FakeAppsApi({}),
+                          core_api=FakeCoreApi({}, []), unit_pct=0.0)
