@@ -3,13 +3,15 @@
 The lab profile's `ClusterBackend`. Each service is one Deployment in one namespace; the scaler
 patches `spec.replicas` of its scale subresource (the same call `kubectl scale` makes) and sees
 readiness from the Deployment's status. Resource units are the extended resource the NVIDIA
-device plugin advertises (`nvidia.com/gpu`): with MPS sharing of 4 partitions, one physical GPU
-shows as 4 allocatable units, and a replica requesting 1 unit gets one MPS partition.
+device plugin advertises (`nvidia.com/gpu`): with MPS sharing of 4 replicas, one physical GPU
+shows as 4 allocatable units, and every pod requests exactly one of them, because the device
+plugin refuses a request for more than one shared unit. A pod's MPS share is its
+CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, which can only lower the 100/replicas % that the plugin's
+MPS control daemon gives each client (docs/lab.md, "GPU shares").
 """
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -22,7 +24,11 @@ from testbed.errors import ConfigError, ConfigProblem, MissingRequirement, State
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARE_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"  # MPS caps the pod's SMs at this % of the GPU
 BATCH_ENV = "TESTBED_BATCH_SIZE"  # the service's batcher (workloads/*/server.py) reads it
-UNIT_PCT = 25.0  # one nvidia.com/gpu unit = one of the GPU operator's 4 MPS partitions
+# One nvidia.com/gpu unit = one of the device plugin's MPS replicas of a GPU (100 / replicas %,
+# playbooks/roles/gpu_operator/defaults gpu_operator_mps_replicas); also the most SMs a pod gets.
+UNIT_PCT = 25.0
+POD_UNITS = 1  # under MPS sharing the device plugin refuses requests for more than one unit
+MPS_REPLICAS = round(100 / UNIT_PCT)
 # Pods in these phases hold no resources; the API server filters them out for us.
 LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -31,7 +37,8 @@ LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 class KubeService:
     """How one service maps onto the cluster.
 
-    `units_per_replica=None` reads the GPU request from the Deployment's pod template;
+    `units_per_replica=None` reads the GPU request from the Deployment's pod template (under MPS
+    sharing it can only be 1);
     `endpoint=None` derives `http://<service>.<namespace>.svc.cluster.local:<port>` from the
     Kubernetes Service of the same name (clients outside the cluster should set it explicitly,
     e.g. to the Istio ingress gateway).
@@ -68,6 +75,16 @@ def parse_quantity(value: str | int | float | None) -> float:
         raise ValueError(f"not a Kubernetes quantity: {value!r}") from None
 
 
+def mps_unit_pct(replicas: Any, source: str = "<inventory>") -> float:
+    """The unit (and the largest share a pod gets) for the device plugin's MPS `replicas` per GPU:
+    100 / replicas %. The plugin refuses fewer than 2 replicas."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 2:
+        raise ConfigError([ConfigProblem(source, None, "gpu_operator_mps_replicas",
+                                         f"must be a whole number >= 2 (MPS replicas per GPU), "
+                                         f"got {replicas!r}")])
+    return 100.0 / replicas
+
+
 def _resource(resources: Any, name: str) -> float:
     """A container's request for `name`; extended resources may set only limits (requests = limits)."""
     if resources is None:
@@ -94,14 +111,26 @@ class KubernetesCluster:
                  core_api: Any, resource: str = GPU_RESOURCE,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, max_units: int | None = None,
-                 node_address: str | None = None):
+                 node_address: str | None = None, unit_pct: float = UNIT_PCT):
         """`max_units` caps `total_units` (a scenario's pool on a bigger cluster);
         `node_address` makes `endpoint` answer `http://<node_address>:<nodePort>` for NodePort
-        Services, the address clients outside the cluster (the lab's UEs) reach."""
+        Services, the address clients outside the cluster (the lab's UEs) reach; `unit_pct` is
+        100 / the device plugin's MPS replicas per GPU."""
         self._services = {s.name: s for s in services}
         if not self._services:
             raise ConfigError([ConfigProblem("<kubernetes cluster>", None, "services",
                                              "at least one service is needed")])
+        too_many = [ConfigProblem("<kubernetes cluster>", None, f"{s.name}.units_per_replica",
+                                  f"{s.units_per_replica} {resource} units per pod: the device "
+                                  f"plugin's MPS sharing accepts at most {POD_UNITS}")
+                    for s in self._services.values()
+                    if s.units_per_replica is not None and s.units_per_replica > POD_UNITS]
+        if too_many:
+            raise ConfigError(too_many)
+        if not 0 < unit_pct <= 100:
+            raise ConfigError([ConfigProblem("<kubernetes cluster>", None, "unit_pct",
+                                             f"must be in (0, 100], got {unit_pct:g}")])
+        self.unit_pct = unit_pct
         self.namespace = namespace
         self.apps = apps_api
         self.core = core_api
@@ -110,7 +139,7 @@ class KubernetesCluster:
         self._sleep = sleep
         self.max_units = max_units
         self.node_address = node_address
-        self._units: dict[str, int] = {}  # units per pod that `configure` set (share / 25 %)
+        self._units: dict[str, int] = {}  # units per pod that `configure` set (always POD_UNITS)
         config = getattr(getattr(apps_api, "api_client", None), "configuration", None)
         self.api_host = getattr(config, "host", None) or "the Kubernetes API server"
 
@@ -219,20 +248,28 @@ class KubernetesCluster:
     # --- GpuClusterBackend --------------------------------------------------------------------
 
     def target(self, service: str) -> ServiceTarget:
+        """Replicas, share and batch of the pod template; the share is what MPS lets a pod use:
+        its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (default: all) capped at `unit_pct`."""
         dep = self._call("read", self._deployment(service), self.apps.read_namespaced_deployment)
         env = _env(dep.spec.template.spec)
-        share = float(env.get(SHARE_ENV, UNIT_PCT * max(self.units_per_replica(service), 1)))
+        share = min(float(env.get(SHARE_ENV, 100.0)), self.unit_pct)
         return ServiceTarget(max(int(dep.spec.replicas or 0), 1), share, int(env.get(BATCH_ENV, 1)))
 
+    @property
+    def units_per_gpu(self) -> int:
+        return round(100.0 / self.unit_pct)
+
     def gpu_free_pct(self) -> list[float]:
-        """Free share per GPU, GPUs taken as 4 units each (the lab's MPS partitions); where pods sit
-        is not asked of the scheduler, so free units are packed into as few GPUs as they fill."""
+        """Free share per GPU: its free units times `unit_pct` (a share up to `unit_pct` fits
+        wherever a unit is free, and no pod gets more). Which GPU the device plugin gave a pod is
+        not in the API, so free units are packed into as few GPUs as they fill."""
         total, free = self.total_units(), self.free_units()
-        gpus = max(1, -(-total // 4))
+        per_gpu = self.units_per_gpu
+        gpus = max(1, -(-total // per_gpu))
         out = [0.0] * gpus
         for k in range(gpus):
-            take = min(4, free)
-            out[k] = take * UNIT_PCT
+            take = min(per_gpu, free)
+            out[k] = take * self.unit_pct
             free -= take
         return out
 
@@ -242,17 +279,18 @@ class KubernetesCluster:
 
     def configure(self, service: str, target: ServiceTarget) -> ServiceTarget:
         """One patch of the Deployment: replicas, the container's MPS share and batch size (env),
-        and ceil(share / 25 %) GPU units. A changed pod template rolls the Deployment: new pods
-        start while the old ones serve (maxSurge), as InSS's shadow replicas do. Placement
+        and one GPU unit per pod. A share above `unit_pct` is applied as `unit_pct`: the MPS
+        control daemon caps every client there. A changed pod template rolls the Deployment: new
+        pods start while the old ones serve (maxSurge), as InSS's shadow replicas do. Placement
         (`gpus`) is left to the scheduler. Applies as many replicas as the free units and the
-        ones the service holds can take (none fit: nothing changes)."""
+        ones the service holds can take (none fit: nothing changes); returns what it applied."""
         current = self.target(service)
-        units = max(1, math.ceil(target.share_pct / UNIT_PCT - 1e-9))
+        share = min(target.share_pct, self.unit_pct)
         held = self.desired_replicas(service) * self.units_per_replica(service)
-        replicas = min(target.replicas, (self.free_units() + held) // units)
+        replicas = min(target.replicas, (self.free_units() + held) // POD_UNITS)
         if replicas < 1:
             return current
-        if (target.share_pct, target.batch) == (current.share_pct, current.batch):
+        if (share, target.batch) == (current.share_pct, current.batch):
             self.scale(service, replicas)
             return ServiceTarget(replicas, current.share_pct, current.batch)
         dep = self._call("read", self._deployment(service), self.apps.read_namespaced_deployment)
@@ -260,17 +298,17 @@ class KubernetesCluster:
         if not containers:
             raise StateError(f"{service}: the Deployment has no container to configure")
         c = containers[0]
-        values = {SHARE_ENV: f"{target.share_pct:g}", BATCH_ENV: str(target.batch)}
+        values = {SHARE_ENV: f"{share:g}", BATCH_ENV: str(target.batch)}
         # in place: a later variable may use $(TESTBED_BATCH_SIZE) (the chatbot's OLLAMA_NUM_PARALLEL)
         env = [{**e, "value": values.pop(e["name"], e["value"])} for e in _env_list(c)]
         env += [{"name": k, "value": v} for k, v in values.items()]
-        amount = {self.resource: str(units)}
+        amount = {self.resource: str(POD_UNITS)}
         body = {"spec": {"replicas": int(replicas), "template": {"spec": {"containers": [
             {"name": c.name, "env": env, "resources": {"requests": amount, "limits": amount}}]}}}}
         self._call("configure", self._deployment(service), self.apps.patch_namespaced_deployment,
                    body=body)
-        self._units[service] = units
-        return ServiceTarget(replicas, target.share_pct, target.batch)
+        self._units[service] = POD_UNITS
+        return ServiceTarget(replicas, share, target.batch)
 
     # --- beyond the protocol ----------------------------------------------------------------
 

@@ -18,8 +18,10 @@ from typing import Any
 
 from rich.console import Console
 
+from testbed.cluster.images import ImageBuild, image_builds
 from testbed.config import TestbedSpec, load_yaml_file
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
+from testbed.lab.inventory import LabInventory
 from testbed.lab.runner import PLAYBOOKS_DIR, PlaybookResult, run_playbook
 from testbed.lab.shaping_script import shaping_script
 
@@ -96,12 +98,25 @@ def prepare_rendered(spec: TestbedSpec, run_dir: Path, rendered_dir: Path | None
     return dest
 
 
+def manifest_images(inventory: Path, manifests_dir: Path) -> list[ImageBuild]:
+    """The images the services role must build; a ConfigError for any image the manifests name
+    that nobody builds or that no registry in the inventory's `services_registries` serves."""
+    inv = LabInventory.load(inventory)
+    server = (inv.hosts("cluster_server") or [""])[0]
+    registries = inv.var(server, "services_registries", [])
+    if not isinstance(registries, list) or not all(isinstance(r, str) for r in registries):
+        raise ConfigError([ConfigProblem(str(inventory), None, "services_registries",
+                                         "must be a list of registry hosts, e.g. [docker.io]")])
+    return image_builds(manifests_dir, registries)
+
+
 def lab_extravars(spec: TestbedSpec, run_dir: Path, rendered: Path,
-                  manifests_dir: Path) -> dict[str, Any]:
+                  manifests_dir: Path, images: list[ImageBuild] | None = None) -> dict[str, Any]:
     return {
         "testbed_spec": spec.model_dump(mode="json"),
         "testbed_rendered_dir": str(rendered.resolve()),
         "testbed_manifests_dir": str(manifests_dir.resolve()),
+        "testbed_images": [{"image": b.image, "context": b.context} for b in images or []],
         "testbed_upf_instances": upf_instances(rendered),
         "testbed_run_dir": str(run_dir.resolve()),
     }
@@ -115,10 +130,11 @@ def lab_up(spec: TestbedSpec, inventory: Path, check: bool = False, run_dir: Pat
     if not manifests_dir.is_dir():
         raise MissingRequirement(f"service manifests not found: {manifests_dir} "
                                  "(pass --manifests DIR)")
+    images = manifest_images(inventory, manifests_dir)  # before anything is written
     run_dir = run_dir or new_run_dir("check" if check else "up")
     run_dir.mkdir(parents=True, exist_ok=True)
     rendered = prepare_rendered(spec, run_dir, rendered_dir)
-    extravars = lab_extravars(spec, run_dir, rendered, manifests_dir)
+    extravars = lab_extravars(spec, run_dir, rendered, manifests_dir, images)
     (run_dir / "lab.json").write_text(json.dumps(
         {"inventory": str(Path(inventory).resolve()), "check": check, "extravars": extravars},
         indent=2))

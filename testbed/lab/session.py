@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.cluster.kubernetes import KubernetesCluster, KubeService
+from testbed.cluster.kubernetes import MPS_REPLICAS, KubernetesCluster, KubeService, mps_unit_pct
 from testbed.config import TestbedSpec
 from testbed.errors import MissingRequirement, StateError
 from testbed.lab.hosts import AnsibleHosts, HostRunner
@@ -98,7 +98,9 @@ class LabSession:
             self.cluster = KubernetesCluster.connect(
                 [KubeService(s.name, units_per_replica=s.units) for s in self.services],
                 self.config.namespace, kubeconfig=str(kubeconfig) if kubeconfig else None,
-                max_units=self.total_units, node_address=node_address)
+                max_units=self.total_units, node_address=node_address,
+                unit_pct=mps_unit_pct(inv.var(server, "gpu_operator_mps_replicas", MPS_REPLICAS),
+                                      str(inv.path)))
         for s in self.services:  # reachable, and every Deployment exists
             self._original[s.name] = self.cluster.desired_replicas(s.name)
         if self.metrics is None:

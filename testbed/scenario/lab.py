@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.cluster.kubernetes import KubernetesCluster, KubeService
+from testbed.cluster.kubernetes import MPS_REPLICAS, KubernetesCluster, KubeService, mps_unit_pct
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.lab.inventory import LabInventory
 from testbed.lab.plan import ActionLog, PlanHosts, PlanKube, VirtualTime, plan_fetch
@@ -68,7 +68,9 @@ class LabProfile:
             cluster = KubernetesCluster(
                 [KubeService(s.name, units_per_replica=s.units) for s in services],
                 options.namespace, apps_api=kube, core_api=kube, max_units=scenario.total_units,
-                node_address=node_address, clock=vt.monotonic, sleep=vt.advance)
+                node_address=node_address, clock=vt.monotonic, sleep=vt.advance,
+                unit_pct=mps_unit_pct(inv.var(server, "gpu_operator_mps_replicas", MPS_REPLICAS),
+                                      str(inv.path)))
             metrics = PrometheusMetrics(
                 prometheus,
                 [PromService(s.name, s.slo_ms, s.capacity, options.namespace) for s in services],

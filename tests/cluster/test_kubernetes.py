@@ -16,7 +16,7 @@ from testbed.cluster.kubernetes import (  # noqa: E402
     parse_quantity,
     pod_units,
 )
-from testbed.errors import MissingRequirement, StateError  # noqa: E402
+from testbed.errors import ConfigError, MissingRequirement, StateError  # noqa: E402
 
 
 def _pod_spec(gpu_per_container: list[str | None], init_gpu: str | None = None) -> client.V1PodSpec:
@@ -38,6 +38,7 @@ class FakeAppsApi:
     def __init__(self, deployments: dict[str, tuple[int, int, int]]):
         # name -> (desired, ready, gpu units per pod)
         self.state = {k: list(v) for k, v in deployments.items()}
+        self.env: dict[str, dict[str, str]] = {}  # name -> the pod template's env
         self.calls: list[tuple[str, str, str, object]] = []
 
     def _get(self, name: str, namespace: str) -> list[int]:
@@ -67,11 +68,14 @@ class FakeAppsApi:
 
     def _deployment(self, name: str, namespace: str) -> client.V1Deployment:
         desired, ready, units = self._get(name, namespace)
+        spec = _pod_spec([str(units)])
+        spec.containers[0].env = [client.V1EnvVar(name=k, value=v)
+                                  for k, v in self.env.get(name, {}).items()]
         return client.V1Deployment(
             metadata=client.V1ObjectMeta(name=name, namespace=namespace),
             spec=client.V1DeploymentSpec(
                 replicas=desired, selector=client.V1LabelSelector(match_labels={"app": name}),
-                template=client.V1PodTemplateSpec(spec=_pod_spec([str(units)]))),
+                template=client.V1PodTemplateSpec(spec=spec)),
             status=client.V1DeploymentStatus(replicas=desired, ready_replicas=ready or None))
 
 
@@ -104,7 +108,7 @@ class FakeCoreApi:
 
 def _cluster(apps: FakeAppsApi, core: FakeCoreApi, **kw: object) -> KubernetesCluster:
     services = [KubeService("chatbot", deployment="chatbot-ollama"), KubeService("resnet"),
-                KubeService("tts", units_per_replica=2, endpoint="http://10.0.0.5:31080/")]
+                KubeService("tts", units_per_replica=1, endpoint="http://10.0.0.5:31080/")]
     return KubernetesCluster(services, "drafas", apps_api=apps, core_api=core, **kw)  # type: ignore[arg-type]
 
 
@@ -124,8 +128,8 @@ def test_pod_units_uses_limits_and_init_max() -> None:
 
 
 def test_scale_patches_the_scale_subresource_with_replicas_only() -> None:
-    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 2)})
-    core = FakeCoreApi({"gpu1": "4", "gpu2": "4", "cpu1": None}, [1, 1, 2])
+    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 1)})
+    core = FakeCoreApi({"gpu1": "4", "gpu2": "4", "cpu1": None}, [1, 1, 1])
     cluster = _cluster(apps, core)
     assert isinstance(cluster, ClusterBackend)
     cluster.scale("chatbot", 3)
@@ -135,23 +139,23 @@ def test_scale_patches_the_scale_subresource_with_replicas_only() -> None:
 
 
 def test_units_come_from_node_allocatable_and_live_pod_requests() -> None:
-    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (2, 2, 1), "tts": (1, 1, 2)})
-    core = FakeCoreApi({"gpu1": "4", "gpu2": "4", "cpu1": None}, [1, 1, 1, 2])
+    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (2, 2, 1), "tts": (1, 1, 1)})
+    core = FakeCoreApi({"gpu1": "4", "gpu2": "4", "cpu1": None}, [1, 1, 1, 2])  # 2: not ours
     cluster = _cluster(apps, core)
     assert cluster.total_units() == 8
     assert cluster.free_units() == 3
     assert cluster.gpu_nodes() == {"gpu1": 4, "gpu2": 4}
     assert core.field_selectors[-1] == "status.phase!=Succeeded,status.phase!=Failed"
     assert cluster.units_per_replica("resnet") == 1  # from the pod template
-    assert cluster.units_per_replica("tts") == 2  # configured, no API call
+    assert cluster.units_per_replica("tts") == 1  # configured, no API call
     assert ("read", "tts", "drafas", None) not in apps.calls
 
 
 def test_scale_up_beyond_free_units_is_refused_without_patching() -> None:
-    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 2)})
-    core = FakeCoreApi({"gpu1": "4"}, [1, 1, 2])
+    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 1)})
+    core = FakeCoreApi({"gpu1": "4"}, [1, 1, 1, 1])
     cluster = _cluster(apps, core)
-    with pytest.raises(StateError, match=r"needs 2 nvidia.com/gpu units, 0 free"):
+    with pytest.raises(StateError, match=r"needs 1 nvidia.com/gpu units, 0 free"):
         cluster.scale("tts", 2)
     assert not [c for c in apps.calls if c[0] == "patch_scale"]
     cluster.scale("tts", 0)  # scaling down never needs free units
@@ -159,7 +163,7 @@ def test_scale_up_beyond_free_units_is_refused_without_patching() -> None:
 
 
 def test_ready_replicas_and_wait_ready_timeout() -> None:
-    apps = FakeAppsApi({"chatbot-ollama": (3, 1, 1), "resnet": (0, 0, 1), "tts": (1, 1, 2)})
+    apps = FakeAppsApi({"chatbot-ollama": (3, 1, 1), "resnet": (0, 0, 1), "tts": (1, 1, 1)})
     core = FakeCoreApi({"gpu1": "4"}, [])
     now = [0.0]
 
@@ -235,51 +239,118 @@ def test_real_api_server_scale_roundtrip() -> None:
         core.delete_namespace(ns)  # type: ignore[attr-defined]
 
 
-def test_configure_sets_share_and_batch_in_the_pod_template_and_units_by_share() -> None:
+def test_configure_sets_share_and_batch_in_the_pod_template_with_one_unit_per_pod() -> None:
     from testbed.cluster.base import GpuClusterBackend, ServiceTarget
 
-    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 2)})
+    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 1)})
     patched: list[object] = []
     apps.patch_namespaced_deployment = lambda name, ns, body: patched.append((name, body))  # type: ignore[attr-defined]
-    core = FakeCoreApi({"gpu1": "4", "gpu2": "4"}, [1, 1, 2])
+    core = FakeCoreApi({"gpu1": "4", "gpu2": "4"}, [1, 1, 1])
     cluster = _cluster(apps, core)
     assert isinstance(cluster, GpuClusterBackend)
     assert cluster.target("resnet") == ServiceTarget(1, 25.0, 1)
-    assert cluster.gpu_free_pct() == [100.0, 0.0]  # 8 units, 4 held by the pods
-    applied = cluster.configure("resnet", ServiceTarget(2, 50.0, 8))
-    assert applied == ServiceTarget(2, 50.0, 8)
+    assert cluster.gpu_free_pct() == [100.0, 25.0]  # 8 units, 3 held by the pods
+    applied = cluster.configure("resnet", ServiceTarget(2, 15.0, 8))
+    assert applied == ServiceTarget(2, 15.0, 8)
     ((name, body),) = patched
     (container,) = body["spec"]["template"]["spec"]["containers"]  # type: ignore[index]
     assert name == "resnet" and body["spec"]["replicas"] == 2  # type: ignore[index]
-    assert {"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "50"} in container["env"]
+    assert {"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "15"} in container["env"]
     assert {"name": "TESTBED_BATCH_SIZE", "value": "8"} in container["env"]
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "2"}
-    assert cluster.units_per_replica("resnet") == 2  # what the patched pods request now
+    assert container["resources"] == {"requests": {"nvidia.com/gpu": "1"},
+                                      "limits": {"nvidia.com/gpu": "1"}}
+    assert cluster.units_per_replica("resnet") == 1
 
 
-def test_configure_applies_what_fits_and_counts_units_by_the_share_it_set() -> None:
-    """inss/ddpg hand out shares that are not 25 % and more replicas than may fit: the lab takes
-    as many as the free units and the service's own hold, and counts them at the new size."""
+@pytest.mark.parametrize("share", [5.0, 25.0, 26.0, 35.0, 50.0, 75.0, 100.0])
+def test_every_configure_patch_requests_one_unit_and_applies_at_most_the_mps_cap(share: float) -> None:
+    """The device plugin's rule (internal/rm/rm.go ValidateRequest, MPS: "maximum request size for
+    shared resources is 1"): a pod asks for one nvidia.com/gpu, whatever its share. Its MPS control
+    daemon caps every client at 100 / replicas %, and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE can only
+    lower that, so a larger share is applied (and reported) as the cap."""
     from testbed.cluster.base import ServiceTarget
 
-    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 2)})
-    patched: list[object] = []
+    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 1)})
+    patched: list[dict] = []
 
     def patch(name: str, ns: str, body: dict) -> None:
         patched.append(body)
-        apps.state[name][0] = body["spec"]["replicas"]  # the Deployment takes the replica count
+        apps.state[name][0] = body["spec"]["replicas"]
+        (container,) = body["spec"]["template"]["spec"]["containers"]
+        apps.env[name] = {e["name"]: e["value"] for e in container["env"]}
 
     apps.patch_namespaced_deployment = patch  # type: ignore[attr-defined]
-    core = FakeCoreApi({"gpu1": "4", "gpu2": "4"}, [1, 1, 2])  # 4 of 8 units free
-    cluster = _cluster(apps, core, max_units=8)
-    # 4 x 35 % = 4 pods of 2 units; 4 free + 1 held = 5 units: 2 pods fit
-    assert cluster.configure("resnet", ServiceTarget(4, 35.0, 3)) == ServiceTarget(2, 35.0, 3)
-    (container,) = patched[-1]["spec"]["template"]["spec"]["containers"]  # type: ignore[index]
-    assert {"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "35"} in container["env"]
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "2"}
-    assert cluster.units_per_replica("resnet") == 2
-    assert cluster.free_units() == 8 - (1 + 2 * 2 + 2)  # counted at 2 units a pod, not 1
-    # nothing fits a full GPU per pod beside that: the service keeps what it has, no patch
-    before = len(patched)
-    assert cluster.configure("chatbot", ServiceTarget(2, 100.0, 1)) == cluster.target("chatbot")
-    assert len(patched) == before
+    cluster = _cluster(apps, FakeCoreApi({"gpu1": "4", "gpu2": "4"}, [1, 1, 1]), max_units=8)
+    applied = cluster.configure("resnet", ServiceTarget(3, share, 2))
+    (body,) = patched
+    (container,) = body["spec"]["template"]["spec"]["containers"]
+    for kind in ("requests", "limits"):
+        assert int(container["resources"][kind]["nvidia.com/gpu"]) == 1
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert float(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]) == min(share, 25.0)
+    assert applied == ServiceTarget(3, min(share, 25.0), 2)
+    assert cluster.free_units() == 8 - 3 - 2  # three pods of one unit, beside the other two
+    assert cluster.share_used_pct("resnet") == 3 * min(share, 25.0)
+
+
+def test_configure_applies_what_fits_and_reports_free_share_per_gpu() -> None:
+    """inss/ddpg ask for more replicas than may fit: the lab takes as many as the free units and
+    the service's own hold; each GPU's free share is its free units of 25 %."""
+    from testbed.cluster.base import ServiceTarget
+
+    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 1)})
+
+    def patch(name: str, ns: str, body: dict) -> None:
+        apps.state[name][0] = body["spec"]["replicas"]
+        core.pod_units = [1] * sum(d[0] for d in apps.state.values())
+
+    apps.patch_namespaced_deployment = patch  # type: ignore[attr-defined]
+    core = FakeCoreApi({"gpu1": "4", "gpu2": "4"}, [1, 1, 1])  # 5 of 8 units free
+    cluster = _cluster(apps, core)
+    assert cluster.configure("resnet", ServiceTarget(9, 20.0, 3)) == ServiceTarget(6, 20.0, 3)
+    assert cluster.free_units() == 0 and cluster.gpu_free_pct() == [0.0, 0.0]
+    # nothing is free: another service gets only the unit it holds, at its new share
+    assert cluster.configure("chatbot", ServiceTarget(2, 10.0, 1)) == ServiceTarget(1, 10.0, 1)
+    assert apps.state["chatbot-ollama"][0] == 1 and cluster.free_units() == 0
+
+
+def test_more_than_one_unit_per_pod_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"tts.units_per_replica: 2 nvidia.com/gpu units per pod"):
+        KubernetesCluster([KubeService("tts", units_per_replica=2)], "drafas",
+                          apps_api=FakeAppsApi({}), core_api=FakeCoreApi({}, []))
+
+
+def test_the_unit_is_the_gpu_operators_mps_replica() -> None:
+    """One home for the MPS replicas per GPU (the gpu_operator role's default): the backend's unit
+    and its share cap are 100 % divided by it."""
+    from pathlib import Path
+
+    import yaml
+
+    from testbed.cluster.kubernetes import UNIT_PCT
+
+    defaults = Path(__file__).resolve().parents[2] / "playbooks/roles/gpu_operator/defaults/main.yml"
+    replicas = yaml.safe_load(defaults.read_text())["gpu_operator_mps_replicas"]
+    assert UNIT_PCT * replicas == 100.0
+
+
+def test_the_unit_follows_the_inventorys_mps_replicas() -> None:
+    """gpu_operator_mps_replicas: 2 gives pods up to half a GPU, two to a GPU."""
+    from testbed.cluster.base import ServiceTarget
+    from testbed.cluster.kubernetes import mps_unit_pct
+
+    assert (mps_unit_pct(4), mps_unit_pct(2)) == (25.0, 50.0)
+    for bad in (1, "4", True, None):
+        with pytest.raises(ConfigError, match=r"inv.yml: gpu_operator_mps_replicas: must be a whole"):
+            mps_unit_pct(bad, "inv.yml")
+    apps = FakeAppsApi({"chatbot-ollama": (1, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 1)})
+    apps.patch_namespaced_deployment = lambda name, ns, body: None  # type: ignore[attr-defined]
+    cluster = _cluster(apps, FakeCoreApi({"gpu1": "2", "gpu2": "2"}, [1]), unit_pct=50.0)
+    assert cluster.gpu_free_pct() == [100.0, 50.0]  # 3 of 4 units free, 2 a GPU
+    assert cluster.configure("resnet", ServiceTarget(2, 60.0, 1)) == ServiceTarget(2, 50.0, 1)
+
+
+def test_a_unit_outside_0_to_100_percent_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"unit_pct: must be in \(0, 100\], got 0"):
+        KubernetesCluster([KubeService("tts")], "drafas", apps_api=FakeAppsApi({}),
+                          core_api=FakeCoreApi({}, []), unit_pct=0.0)

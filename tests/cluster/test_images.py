@@ -1,0 +1,178 @@
+"""Every image the service manifests name is built and imported by the services role (or served by
+a registry the inventory names); an image nobody provides is one line with file, line and field."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testbed.cluster.images import ImageRef, image_builds, image_uses, manifest_files
+from testbed.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKLOADS = ROOT / "workloads"
+PLAYBOOKS = ROOT / "playbooks"
+INVENTORY = PLAYBOOKS / "inventory.example.yml"
+
+DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: x}}
+spec:
+  selector: {{matchLabels: {{app: x}}}}
+  template:
+    metadata: {{labels: {{app: x}}}}
+    spec:
+      containers:
+        - name: x
+          image: {image}
+{policy}"""
+
+
+def _manifests(tmp_path: Path, image: str, policy: str | None = "Never",
+               dockerfile: str | None = None) -> Path:
+    (tmp_path / "x").mkdir()
+    line = f"          imagePullPolicy: {policy}\n" if policy else ""
+    (tmp_path / "x" / "k8s.yaml").write_text(DEPLOYMENT.format(image=image, policy=line))
+    if dockerfile:
+        (tmp_path / dockerfile).mkdir(exist_ok=True)
+        (tmp_path / dockerfile / "Dockerfile").write_text("FROM scratch\n")
+    return tmp_path
+
+
+def _registries() -> list[str]:
+    """The example inventory's services_registries (the role's default where it names none)."""
+    doc = yaml.safe_load(INVENTORY.read_text())
+    defaults = yaml.safe_load((PLAYBOOKS / "roles/services/defaults/main.yml").read_text())
+    return doc["all"].get("vars", {}).get("services_registries", defaults["services_registries"])
+
+
+def test_every_manifest_image_is_built_by_the_services_role_or_pulled_from_a_named_registry():
+    uses = [u for f in manifest_files(WORKLOADS) for u in image_uses(f)]
+    assert {u.owner for u in uses} == {"Deployment/chatbot", "Deployment/imgcls", "Deployment/tts"}
+    builds = {b.image: b for b in image_builds(WORKLOADS, _registries())}
+    for use in uses:
+        if use.image in builds:
+            assert (WORKLOADS / builds[use.image].context / "Dockerfile").is_file()
+            assert use.pull_policy in ("Never", "IfNotPresent"), use
+        else:
+            assert ImageRef.parse(use.image).registry in _registries(), use
+        assert ImageRef.parse(use.image).pinned, f"{use.image}: a version, not latest"
+
+
+def _task(tasks: list[dict], argv_head: list[str]) -> dict:
+    (task,) = [t for t in tasks
+               if t.get("ansible.builtin.command", {}).get("argv", [])[:len(argv_head)] == argv_head]
+    return task
+
+
+def test_the_services_role_builds_and_imports_what_lab_up_lists_on_every_k3s_node():
+    """The chain from the manifests to the nodes: `lab up` passes image_builds() as testbed_images;
+    images.yml builds each with Docker and imports it with `k3s ctr images import`; site.yml runs
+    it on every K3s node after installing Docker."""
+    from testbed.lab.bringup import lab_extravars, manifest_images
+
+    images = manifest_images(INVENTORY, WORKLOADS)
+    extra = lab_extravars(_spec(), ROOT, ROOT, WORKLOADS, images)["testbed_images"]
+    assert extra == [{"image": b.image, "context": b.context} for b in image_builds(WORKLOADS)]
+    tasks = yaml.safe_load((PLAYBOOKS / "roles/services/tasks/images.yml").read_text())
+    build = _task(tasks, ["docker", "build"])
+    assert build["loop"] == "{{ testbed_images }}"
+    assert "{{ item.image }}" in build["ansible.builtin.command"]["argv"]
+    imported = _task(tasks, ["k3s", "ctr", "images", "import"])
+    assert imported["loop"].startswith("{{ testbed_images")
+    plays = yaml.safe_load((PLAYBOOKS / "site.yml").read_text())
+    (play,) = [p for p in plays if any(t.get("ansible.builtin.include_role", {}) ==
+                                       {"name": "services", "tasks_from": "images"}
+                                       for t in p.get("tasks", []))]
+    assert set(play["hosts"].split(":")) == {"cluster_server", "cluster_agents"}
+    assert "docker" in play["roles"]
+    services_play = next(i for i, p in enumerate(plays) if "services" in p.get("roles", []))
+    assert plays.index(play) < services_play, "images before the manifests are applied"
+
+
+def _spec():
+    from testbed.config import load_testbed
+
+    return load_testbed()
+
+
+def test_an_image_nobody_builds_is_one_line_with_file_line_and_field(tmp_path: Path):
+    manifests = _manifests(tmp_path, "acme/unknown:1.2", policy=None)
+    with pytest.raises(ConfigError) as err:
+        image_builds(manifests, ["registry.lab.example:5000"])
+    (problem,) = err.value.problems
+    assert (problem.file, problem.line, problem.field) == (
+        str(manifests / "x" / "k8s.yaml"), 11, "spec.template.spec.containers[0].image")
+    assert str(problem).startswith(f"{manifests}/x/k8s.yaml:11: spec.template.spec.containers[0]"
+                                   ".image: Deployment/x: image 'acme/unknown:1.2': no role builds")
+    assert "docker.io is not in the inventory's services_registries" in str(problem)
+    # the same image is fine once the inventory names its registry
+    assert image_builds(manifests, ["docker.io"]) == []
+
+
+@pytest.mark.parametrize("image, policy, dockerfile, message", [
+    ("testbed/x:v1", "Never", None, "no role builds it"),  # no x/Dockerfile
+    ("testbed/x:latest", "Never", "x", "version tag"),
+    ("testbed/x", "Never", "x", "version tag"),
+    ("testbed/x:v1", "Always", "x", "Always: the image 'testbed/x:v1' is built on the nodes"),
+    ("testbed/x:v1", None, "x", "unset: the image"),
+    ("docker.io/library/nginx:latest", None, None, "pin a tag or digest"),
+    ('""', None, None, "Deployment/x: no image"),
+])
+def test_images_a_pod_would_pull_or_nobody_builds_are_refused(tmp_path, image, policy, dockerfile,
+                                                              message):
+    manifests = _manifests(tmp_path, image, policy, dockerfile)
+    with pytest.raises(ConfigError, match=message):
+        image_builds(manifests, ["docker.io"])
+
+
+def test_a_built_image_with_a_version_and_never_pull_is_listed(tmp_path: Path):
+    manifests = _manifests(tmp_path, "testbed/x:v2", "IfNotPresent", "x")
+    (build,) = image_builds(manifests)
+    assert (build.image, build.context) == ("testbed/x:v2", "x")
+
+
+def test_image_references_parse_like_docker():
+    assert ImageRef.parse("testbed/imgcls:v1") == ImageRef("docker.io", "testbed/imgcls", "v1", None)
+    assert ImageRef.parse("registry.lab:5000/a/b") == ImageRef("registry.lab:5000", "a/b", None, None)
+    assert ImageRef.parse("localhost/a:1@sha256:ab").digest == "sha256:ab"
+    assert not ImageRef.parse("ollama/ollama").pinned and ImageRef.parse("ollama/ollama:0.5.7").pinned
+
+
+def test_lab_up_with_an_unknown_image_prints_one_line_and_creates_nothing(tmp_path: Path):
+    (tmp_path / "m").mkdir()
+    manifests = _manifests(tmp_path / "m", "acme/unknown:1.2")
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "testbed", "lab", "up", "-i", str(INVENTORY),
+                           "--manifests", str(manifests), "--check"], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert f"{manifests}/x/k8s.yaml:11: spec.template.spec.containers[0].image" in lines[0]
+    assert list(work.iterdir()) == [], "no run directory"
+
+
+def test_a_manifest_that_is_not_yaml_is_one_line_with_its_line(tmp_path: Path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "k8s.yaml").write_text("kind: Deployment\nspec: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"x/k8s.yaml:3: invalid YAML"):
+        image_builds(tmp_path)
+
+
+def test_services_registries_must_be_a_list_of_hosts(tmp_path: Path):
+    from testbed.lab.bringup import manifest_images
+
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text("all:\n  vars: {services_registries: docker.io}\n"
+                         "  children: {cluster_server: {hosts: {gpu1: {}}}}\n")
+    with pytest.raises(ConfigError, match=r"inv.yml: services_registries: must be a list"):
+        manifest_images(inventory, WORKLOADS)
