@@ -18,18 +18,18 @@ written by the exporter so that one set of queries (`testbed.metrics.prometheus`
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from testbed.metrics.meter import BUSY, BusyMeter
+
 REQUESTS = "istio_requests_total"
 DURATION_MS = "istio_request_duration_milliseconds"
 IN_FLIGHT = "envoy_cluster_upstream_rq_active"
-BUSY = "testbed_replica_busy_seconds_total"
 
 # Istio's default buckets of istio_request_duration_milliseconds (ms)
 ISTIO_BUCKETS_MS = (0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
@@ -42,41 +42,6 @@ _REQUEST_LABELS = ("reporter", "destination_workload_namespace", "destination_se
 def duration_buckets_ms(slo_ms: list[float]) -> tuple[float, ...]:
     """Istio's buckets plus one at each SLO, so `le="<slo>"` counts the requests within it."""
     return tuple(sorted(set(ISTIO_BUCKETS_MS) | {round(s, 3) for s in slo_ms}))
-
-
-@dataclass
-class BusyMeter:
-    """One replica's in-flight count and the running integral of min(in_flight, capacity)/capacity."""
-
-    capacity: int
-    clock: Callable[[], float] = time.monotonic
-    in_flight: int = 0
-    _busy_s: float = 0.0
-    _since: float = field(default=-1.0)
-
-    def __post_init__(self) -> None:
-        if self.capacity < 1:
-            raise ValueError(f"capacity must be at least 1, got {self.capacity}")
-        self._since = self.clock()
-
-    def _advance(self) -> float:
-        now = self.clock()
-        self._busy_s += min(self.in_flight, self.capacity) / self.capacity * (now - self._since)
-        self._since = now
-        return now
-
-    def started(self) -> None:
-        self._advance()
-        self.in_flight += 1
-
-    def finished(self) -> None:
-        self._advance()
-        self.in_flight = max(self.in_flight - 1, 0)
-
-    def busy_seconds(self) -> float:
-        """Busy seconds up to now (the open stretch included), ever increasing."""
-        self._advance()
-        return self._busy_s
 
 
 @dataclass(frozen=True)

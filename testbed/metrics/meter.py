@@ -3,6 +3,9 @@ ResNet152 server, Coqui TTS), that counts the requests in flight to it and expor
 busy seconds (`testbed_replica_busy_seconds_total`, the integral of min(in_flight, capacity) /
 capacity) on /metrics, as the local load balancer does per replica.
 
+This module imports nothing of the harness (aiohttp and prometheus-client only), so its image
+needs this one file (workloads/meter/). The local load balancer uses its `BusyMeter` too.
+
 The series carries no `namespace`/`pod`/`app` labels: on the lab, Prometheus's pod relabelling adds
 them (and would rename labels the target set itself). Istio's agent merges the series into the
 sidecar's scrape through the pod's `prometheus.io/*` annotations.
@@ -17,7 +20,9 @@ import argparse
 import asyncio
 import contextlib
 import signal
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
@@ -25,7 +30,43 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from testbed.metrics.mesh import BUSY, BusyMeter
+BUSY = "testbed_replica_busy_seconds_total"
+
+
+@dataclass
+class BusyMeter:
+    """One replica's in-flight count and the running integral of min(in_flight, capacity)/capacity."""
+
+    capacity: int
+    clock: Callable[[], float] = time.monotonic
+    in_flight: int = 0
+    _busy_s: float = 0.0
+    _since: float = field(default=-1.0)
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {self.capacity}")
+        self._since = self.clock()
+
+    def _advance(self) -> float:
+        now = self.clock()
+        self._busy_s += min(self.in_flight, self.capacity) / self.capacity * (now - self._since)
+        self._since = now
+        return now
+
+    def started(self) -> None:
+        self._advance()
+        self.in_flight += 1
+
+    def finished(self) -> None:
+        self._advance()
+        self.in_flight = max(self.in_flight - 1, 0)
+
+    def busy_seconds(self) -> float:
+        """Busy seconds up to now (the open stretch included), ever increasing."""
+        self._advance()
+        return self._busy_s
+
 
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
                "trailers", "transfer-encoding", "upgrade", "host", "content-length"}

@@ -1,0 +1,1 @@
+../../testbed/metrics/meter.py
