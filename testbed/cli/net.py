@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from testbed.bringup.local import LocalTestbed, class_counters, recorded_testbeds, require_root, teardown
@@ -21,7 +22,7 @@ from testbed.config import load_testbed
 from testbed.errors import StateError, TestbedError
 from testbed.net.cmd import require_binaries
 from testbed.net.iperf import IperfResult, IperfSession, save_json
-from testbed.net.state import TestbedState, check_name, load_state
+from testbed.net.state import TestbedState, check_name, live_owner, load_state
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Testbed file (YAML); "
                                                 "the built-in default when omitted.")]
@@ -139,9 +140,12 @@ def up(config: ConfigOpt = None,
 @app.command()
 def down(name: NameOpt = None,
          all_: Annotated[bool, typer.Option("--all", help="Every recorded testbed.")] = False,
+         force: Annotated[bool, typer.Option("--force", help="Also a testbed whose owning "
+                                             "process (e.g. a running scenario) is alive.")] = False,
          profile: ProfileOpt = None, inventory: InventoryOpt = None,
          run_dir: RunDirOpt = None) -> None:
     """Remove a testbed and everything it started; works after a crash from its state file.
+    Without --name it leaves alone a testbed whose owning process still runs (--force takes it).
     On the lab profile, undo `up` on the servers (playbooks/reset.yml).
 
     Example: [bold]testbed down[/]   or   [bold]testbed down --all[/]
@@ -166,11 +170,27 @@ def down(name: NameOpt = None,
     if not names:
         console.print("nothing to remove: no testbed is recorded as up")
         return
+    in_use: list[str] = []
     for n in names:
+        owner = _owner(n)
+        if owner and name is None and not force:
+            in_use.append(f"testbed {n!r} is in use by {owner}")
+            continue
         t0 = time.monotonic()
         removed = teardown(n, missing_ok=name is None)  # a name asked for must exist
+        whose = f"; it belonged to {escape(owner)}, still running" if owner else ""
         console.print(f"[green]down[/] testbed [bold]{n}[/] in {time.monotonic() - t0:.2f} s "
-                      f"({len(removed)} namespaces removed)")
+                      f"({len(removed)} namespaces removed){whose}", highlight=False)
+    if in_use:
+        raise StateError(f"{'; '.join(in_use)}: not removed (`testbed down --force` removes it "
+                         "anyway, and that run loses its testbed)")
+
+
+def _owner(name: str) -> str | None:
+    try:
+        return live_owner(load_state(name))
+    except StateError:  # no or unreadable state file: nobody to protect
+        return None
 
 
 @app.command()

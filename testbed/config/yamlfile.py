@@ -81,7 +81,12 @@ def parse_yaml(text: str, source: str = "<string>") -> LocatedYaml:
     if len(text) > MAX_YAML_BYTES:
         raise ConfigError([ConfigProblem(source, None, "", f"file too large ({len(text):,} "
                                          f"characters; the limit is {MAX_YAML_BYTES:,})")])
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # the reader refuses NUL and other control characters here
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise ConfigError([ConfigProblem(source, line, "", f"invalid YAML: control character "
+                                         f"U+{exc.character:04X} is not allowed")]) from None
     try:
         node = loader.get_single_node()
     except yaml.YAMLError as exc:
@@ -110,6 +115,12 @@ def parse_yaml(text: str, source: str = "<string>") -> LocatedYaml:
             return constructor.construct_object(n, deep=True)
         except yaml.YAMLError as exc:
             raise fail(n, path, f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+            # PyYAML's constructors fail this way on an explicit tag over text that is not of
+            # that type: `!!int "abc"` (ValueError), `!!bool x` (KeyError), `!!timestamp x`
+            kind = n.tag.rsplit(":", 1)[-1]
+            raise fail(n, path, f"invalid YAML: {n.value!r} is not a valid {kind} "
+                       f"(tag !!{kind})") from None
 
     def convert(n: yaml.Node, path: FieldPath, depth: int) -> Any:
         nonlocal seen

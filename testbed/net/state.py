@@ -64,6 +64,8 @@ class TestbedState:
     namespaces: list[str]
     spec: dict[str, Any]
     owner_pid: int = field(default_factory=os.getpid)
+    # with the pid, tells the owner from a later process that reuses its pid (None: not recorded)
+    owner_start_time: float | None = field(default_factory=lambda: process_start_time(os.getpid()))
     created_at: float = field(default_factory=time.time)
     processes: list[ProcessRecord] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -83,6 +85,7 @@ class TestbedState:
     def from_json(cls, text: str) -> TestbedState:
         raw = json.loads(text)
         raw["processes"] = [ProcessRecord(**p) for p in raw.get("processes", [])]
+        raw.setdefault("owner_start_time", None)  # a state file written before it was recorded
         return cls(**raw)
 
 
@@ -141,3 +144,23 @@ def process_start_time(pid: int) -> float | None:
     # the command name may contain spaces and parentheses: split after the last ')'
     fields = stat.rsplit(")", 1)[1].split()
     return float(fields[19])
+
+
+def live_owner(state: TestbedState) -> str | None:
+    """The process that created `state` and still runs (e.g. a scenario run using the testbed),
+    as "pid N (command line)"; None when it has exited, its pid now belongs to another process,
+    or it is this process."""
+    pid = state.owner_pid
+    if pid == os.getpid():
+        return None
+    started = process_start_time(pid)
+    if started is None or (state.owner_start_time is not None and started != state.owner_start_time):
+        return None
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    # one line whatever the arguments hold (a `python -c` script has newlines)
+    words = " ".join(a.decode(errors="replace") for a in argv if a).split()
+    command = " ".join("".join(c for c in w if c.isprintable()) for w in words)[:200]
+    return f"pid {pid} ({command})" if command else f"pid {pid}"

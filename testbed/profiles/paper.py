@@ -166,9 +166,6 @@ TABLE_4_11 = PaperTable(
 )
 PAPER_TABLES = {"5.1": TABLE_5_1, "5.2": TABLE_5_2, "5.3": TABLE_5_3, "4.11": TABLE_4_11}
 
-# Section 4.1 / issue text: a per-request-process SimPy simulator's speed on this machine kind.
-SIMPY_BASELINE_STEPS_PER_S = {"chatbot": 540.0, "imgcls": 220.0}
-
 # Chapter V, the testbed experiments. Table 5.4 (real testbed, DRL vs rule-based; processing
 # time in seconds). Figs 5.7/5.8 give no numbers in the text, only the qualitative result stated in
 # Section 5.3, kept here in substance as checks the report shows next to our figures.

@@ -10,6 +10,9 @@ from typing import Any
 from testbed.scenario.rundir import read_jsonl
 
 SLO_MS = {"chatbot": 2500.0, "imgcls": 500.0, "tts": 2500.0}
+# Error kinds of requests the service never answered through no fault of its own: the harness
+# gave them up (client stopped, testbed going down) or nothing listened at the endpoint.
+LOST_ERRORS = ("cancelled", "unreachable")
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -52,6 +55,25 @@ def service_row(records: list[dict[str, Any]], service: str, *, time_scale: floa
     }
 
 
+def lost_requests(records: list[dict[str, Any]], planned: int | None) -> int | None:
+    """Requests of a client schedule (`planned`) that the service never got to answer: never
+    recorded (the client died, was killed with its namespace, or stopped early) or recorded as
+    one of LOST_ERRORS. A slow, failing or dropping service loses none: those are its answers.
+    None when the plan was not recorded (runs before it was)."""
+    if planned is None:
+        return None
+    return max(0, planned - len(records)) + sum(1 for r in records if r.get("error") in LOST_ERRORS)
+
+
+def read_records(cell_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """The cell's request records by service, from every client's requests/*.jsonl."""
+    records: dict[str, list[dict[str, Any]]] = {}
+    for f in sorted((cell_dir / "requests").glob("*.jsonl")):
+        for r in read_jsonl(f):
+            records.setdefault(r["service"], []).append(r)
+    return records
+
+
 def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
     """Rows for one repetition of one cell, from its files."""
     info = json.loads((cell_dir / "cell.json").read_text())
@@ -62,10 +84,8 @@ def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
         return sim_rows(cell_dir, info, base)
     time_scale = info.get("time_scale", 1.0)
     duration_s = info.get("measured_s") or info.get("duration_s") or 0.0
-    records: dict[str, list[dict[str, Any]]] = {}
-    for f in sorted((cell_dir / "requests").glob("*.jsonl")):
-        for r in read_jsonl(f):
-            records.setdefault(r["service"], []).append(r)
+    records = read_records(cell_dir)
+    planned = info.get("planned_requests", {})
     samples = read_jsonl(cell_dir / "samples.jsonl")
     decisions = read_jsonl(cell_dir / "decisions.jsonl")
     probes = read_jsonl(cell_dir / "replicas.jsonl")
@@ -74,6 +94,8 @@ def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
         row = {**base, **service_row(records.get(service, []), service, time_scale=time_scale,
                                      duration_s=duration_s,
                                      slo_ms=info.get("slo_ms", {}).get(service, SLO_MS[service]))}
+        row["planned_requests"] = planned.get(service)
+        row["lost_requests"] = lost_requests(records.get(service, []), planned.get(service))
         ready = [s["ready"] for s in samples if s.get("service") == service]
         row["mean_replicas"] = sum(ready) / len(ready) if ready else None
         rewards = [d["reward"] for d in decisions if d.get("service") == service]

@@ -27,7 +27,7 @@ from testbed.scenario.expect import Outcome, evaluate_all
 from testbed.scenario.live import LiveView
 from testbed.scenario.load import LoadedScenario
 from testbed.scenario.matrix import Cell, expand
-from testbed.scenario.results import SLO_MS, run_rows
+from testbed.scenario.results import LOST_ERRORS, SLO_MS, lost_requests, read_records, run_rows
 from testbed.scenario.rundir import CellDir, append_jsonl, new_run_dir, write_manifest
 from testbed.scenario.spec import Scenario, trace_dir
 
@@ -253,6 +253,8 @@ class CellRunner:
         try:
             self.profile.run_cell(self, self._main)
             status = "ok"
+            if self._lost_requests():
+                status = "failed"
             if self.scn.compare_sim:
                 self._compare_sim()
         except KeyboardInterrupt:
@@ -265,6 +267,20 @@ class CellRunner:
             self.info.update(status=status, ended=time.time())
             self._write_info()
         return self.problems
+
+    def _lost_requests(self) -> int:
+        """Requests the cell planned but the services never got to answer (the testbed gone,
+        a client dead or cancelled): recorded per service in the cell's info, each a problem."""
+        planned = self.info.get("planned_requests", {})
+        records = read_records(self.dir.path)
+        lost = {s: lost_requests(records.get(s, []), n) or 0 for s, n in planned.items()}
+        self.info["lost_requests"] = lost
+        for service, n in lost.items():
+            if n:
+                self.problem(f"{service}: {n} of {planned[service]} planned requests lost "
+                             f"(never recorded, or {' or '.join(LOST_ERRORS)}; "
+                             f"{len(records.get(service, []))} recorded): the cell failed")
+        return sum(lost.values())
 
     def _compare_sim(self) -> None:
         """The same cell through the simulator, with the replicas' own profiles."""
@@ -291,9 +307,18 @@ class CellRunner:
                 for x in self.scn.cross_traffic if x.flows > 0]
 
     def client_jobs(self, cluster: ClusterBackend) -> list[ClientJob]:
+        """The clients' command lines; records in the cell's info how many requests each
+        service's schedules plan, from the same numbers the clients are given."""
+        from testbed.load.trace import constant_schedule, load_trace, schedule_from_trace
+
         scn = self.scn
         ts = scn.time_scale
         jobs = []
+        planned = self.info.setdefault("planned_requests", {s.name: 0 for s in scn.services})
+
+        def given(x: float) -> float:  # the value a client parses from its argument
+            return float(f"{x:g}")
+
         for i, c in enumerate(scn.clients):
             args = ["--timeout", f"{4.0 / ts:g}", "--seed", str(scn.seed + 1000 * self.rep + i)]
             trace = None
@@ -302,8 +327,12 @@ class CellRunner:
                 args += ["--ratio", f"{c.ratio:g}", "--shift", f"{c.shift_hours:g}",
                          "--start", f"{c.start_s:g}", "--duration", f"{scn.duration_s:g}",
                          "--speedup", f"{ts:g}"]
+                plan = schedule_from_trace(load_trace(trace), given(c.ratio), given(c.shift_hours),
+                                           given(c.start_s), given(scn.duration_s), given(ts))
             else:
                 args += ["--rate", f"{c.rate * ts:g}", "--duration", f"{scn.duration_s / ts:g}"]
+                plan = constant_schedule(given(c.rate * ts), given(scn.duration_s / ts))
+            planned[c.service] = planned.get(c.service, 0) + sum(1 for _ in plan)
             jobs.append(ClientJob(
                 index=i, service=c.service, ue_group=c.ue_group, url=cluster.endpoint(c.service),
                 out=self.dir.requests / f"{c.service}-{c.ue_group}-{i}.jsonl", args=tuple(args),

@@ -17,6 +17,7 @@ from testbed.profiles import paper
 from testbed.scaler.policies import Policy
 from testbed.scaler.ppo import META_MEMBER, MaskablePpoPolicy, ModelMeta, git_commit, require_drl
 from testbed.scaler.state import OBSERVATION
+from testbed.train.command import rerunnable_command
 from testbed.train.env import ScalingEnv
 
 
@@ -255,7 +256,7 @@ def train(
         steps=0,
         commit=git_commit(),
         observation=OBSERVATION,
-        command=command,
+        command=rerunnable_command(command) if command else command,
         scales=sorted(set(scales)) if scales else None,
         loads=sorted(set(loads)) if loads else None,
         shared=shared,

@@ -28,6 +28,7 @@ from testbed.scaler.ppo import git_commit, require_drl
 from testbed.scaler.share import META_MEMBER, ShareMapper, ShareMeta
 from testbed.scaler.target import cluster_view
 from testbed.sim.gpu import UNIT_PCT, GpuSimCluster
+from testbed.train.command import rerunnable_command
 
 ALGORITHMS = {"ddpg": "DDPG", "inss": "TD3"}
 
@@ -184,7 +185,7 @@ def train_share(
         gpus=gpus,
         ratios=dict(ratios),
         algorithm=ALGORITHMS[kind],
-        command=command,
+        command=rerunnable_command(command) if command else command,
         seed=seed,
         steps=0,
         commit=git_commit(),

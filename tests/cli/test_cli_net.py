@@ -148,3 +148,36 @@ def test_down_of_a_name_with_no_state_fails_and_empty_name_takes_nothing_down(tm
         down = testbed("down", "--name", tb_name)
     assert down.returncode == 0, down.stderr
     assert namespaces_with_prefix(f"tb-{tb_name}-") == []
+
+
+@pytest.mark.needs_root
+def test_plain_down_leaves_a_testbed_whose_owner_runs_and_force_says_whose(tmp_path, tb_name):
+    """A scenario run owns its testbed; `testbed down` from another terminal once took it away
+    mid-cell. Without --name (or with --all) it is refused while the owner runs; --force removes it
+    and names the owner; a testbed whose `up` has exited goes down as before."""
+    cfg = _file(tmp_path, tb_name)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom testbed.bringup.local import LocalTestbed\n"
+         "from testbed.config import load_testbed\n"
+         f"LocalTestbed(load_testbed({str(cfg)!r})).up()\nprint('up', flush=True)\nsys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout.readline().strip() == "up"
+        for args in (("down",), ("down", "--all")):
+            refused = testbed(*args)
+            assert refused.returncode == 4, (args, refused.stdout + refused.stderr)
+            assert f"testbed '{tb_name}' is in use by pid {owner.pid} (" in refused.stderr
+            assert "--force" in refused.stderr and refused.stderr.count("\n") == 1
+            assert len(namespaces_with_prefix(f"tb-{tb_name}-")) == 4
+        forced = testbed("down", "--force")
+        assert forced.returncode == 0, forced.stderr
+        assert f"down testbed {tb_name}" in forced.stdout
+        assert f"it belonged to pid {owner.pid} (" in forced.stdout
+        assert namespaces_with_prefix(f"tb-{tb_name}-") == []
+    finally:
+        owner.communicate("")
+        testbed("down", "--name", tb_name)
+    testbed("up", "-c", str(cfg), check=True)  # its owner, the `up` command, has exited
+    plain = testbed("down")
+    assert plain.returncode == 0 and "belonged" not in plain.stdout, plain.stderr
+    assert namespaces_with_prefix(f"tb-{tb_name}-") == []

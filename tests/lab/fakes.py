@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.lab.hosts import CommandResult, HostFailed
+from testbed.load.trace import constant_schedule
 
 RECORDS = Path(__file__).parent / "fixtures" / "samples" / "imgcls-client.jsonl"
 
@@ -14,7 +15,8 @@ RECORDS = Path(__file__).parent / "fixtures" / "samples" / "imgcls-client.jsonl"
 class FakeHosts:
     """A `HostRunner` that records each call. UE host `ran1` has the PDU sessions given as
     (tun, address); units are active from `systemd-run` until `systemctl stop`; `fetch` of a
-    client's records copies a sample of a real local-profile client's records."""
+    client's records writes its planned number of records from a sample of a real local-profile
+    client's records."""
 
     def __init__(self, sessions: Sequence[tuple[str, str]] = (("uesimtun0", "10.45.0.2"),
                                                               ("uesimtun1", "10.45.0.3"),
@@ -54,11 +56,24 @@ class FakeHosts:
         self.calls.append(("fetch", host, (src, str(dest))))
         dest.parent.mkdir(parents=True, exist_ok=True)
         if src.endswith(".jsonl"):
-            shutil.copy(RECORDS, dest)
+            dest.write_text(self._client_records(src))
         elif src.endswith(".json"):
             dest.write_text("{}")
         else:
             dest.write_text("")
+
+    def _client_records(self, src: str) -> str:
+        """As many records as the client started with `--out src` planned (a client that sent its
+        whole schedule), cycling through the sample; the sample as it is for any other client."""
+        sample = RECORDS.read_text().splitlines()
+        for argv in self.commands():
+            if argv[0] == "systemd-run" and "--out" in argv and argv[argv.index("--out") + 1] == src \
+                    and "--rate" in argv and "--duration" in argv:
+                rate, duration = (float(argv[argv.index(o) + 1]) for o in ("--rate", "--duration"))
+                planned = sum(1 for _ in constant_schedule(rate, duration))
+                rows = [json.loads(sample[i % len(sample)]) | {"seq": i} for i in range(planned)]
+                return "".join(json.dumps(r) + "\n" for r in rows)
+        return "".join(line + "\n" for line in sample)
 
     def commands(self, host: str | None = None) -> list[tuple[str, ...]]:
         return [argv for kind, h, argv in self.calls if kind == "run" and host in (None, h)]

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -9,6 +12,7 @@ from testbed.net.state import (
     ProcessRecord,
     TestbedState,
     create_state,
+    live_owner,
     load_state,
     process_start_time,
     recorded_names,
@@ -35,6 +39,32 @@ def test_create_is_exclusive_and_round_trips():
     assert recorded_names() == ["x1"]
     remove_state("x1")
     assert recorded_names() == []
+
+
+def test_the_owner_is_recorded_and_live_only_while_its_own_process_runs():
+    me = _state()
+    assert me.owner_pid == os.getpid() and me.owner_start_time == process_start_time(os.getpid())
+    assert live_owner(me) is None  # this process's own testbed: nobody else's
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        theirs = _state()
+        theirs.owner_pid, theirs.owner_start_time = child.pid, process_start_time(child.pid)
+        owner = live_owner(theirs)
+        assert owner is not None and owner.startswith(f"pid {child.pid} (") and "sys.stdin" in owner
+        theirs.owner_start_time += 1  # the pid reused by another process
+        assert live_owner(theirs) is None
+    finally:
+        child.communicate(b"")
+    theirs.owner_start_time -= 1
+    assert live_owner(theirs) is None  # it exited
+
+
+def test_a_state_file_without_the_owner_start_time_still_loads(state_dir):
+    raw = json.loads(_state().to_json())
+    del raw["owner_start_time"]
+    (state_dir / "x1.json").write_text(json.dumps(raw))
+    assert load_state("x1").owner_start_time is None
 
 
 def test_missing_state_is_a_clear_error():

@@ -48,6 +48,7 @@ def test_distilled_agent_follows_the_teacher_and_keeps_its_value_network(tmp_pat
     stats = distill_release(model, env, 0.5, episodes=2, epochs=40)
     assert stats.states == 2 * (3600 // 30 - 1)  # reset consumes the first period
     assert stats.released > 0
+    # was all-state agreement >= 0.95; 2520967 split kept/released, no figure for 0.9 (this seed: 1.0)
     assert stats.released_after == 1.0 and stats.kept_after >= 0.9
     for k, v in model.policy.state_dict().items():
         if "value" in k:

@@ -62,8 +62,11 @@ def test_a_shipped_model_plans_valid_targets(kind):
 
 def test_a_tiny_training_run_writes_the_model_and_its_manifest_entry(tmp_path):
     out = tmp_path / "models" / "ddpg.zip"
+    scratch = tmp_path.parent / "elsewhere" / "ddpg.zip"  # outside the repository and beside it
     meta = train_share("ddpg", PROFILES, [_day()], [_day(seconds=600)], paper.TABLE_5_1.ratios, out,
-                       steps=600, validate_every=10_000, command="test")
+                       steps=600, validate_every=10_000, command=f"testbed train --out {scratch}")
     assert out.exists() and meta.steps == 600 and np.isfinite(meta.best_validation_reward)
-    assert json.loads((out.parent / "manifest.json").read_text())["ddpg.zip"]["command"] == "test"
+    # the manifest's command names the option, not this machine's folder
+    recorded = json.loads((out.parent / "manifest.json").read_text())["ddpg.zip"]["command"]
+    assert recorded == read_share_meta(out).command == "testbed train --out OUT"
     assert read_share_meta(out).algorithm == "DDPG"

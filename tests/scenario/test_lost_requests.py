@@ -1,0 +1,104 @@
+"""A cell knows what it lost: the requests its clients planned against the ones the services got to
+answer (testbed.scenario.results), in the rows of results.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.scenario.results import cell_rows, lost_requests
+from testbed.scenario.rundir import CellDir
+from tests.conftest import namespaces_with_prefix
+
+
+def _record(seq: int, error: str | None = None) -> dict:
+    return {"service": "chatbot", "slice": "ai", "seq": seq, "scheduled": 1.0, "sent": 1.0,
+            "latency_ms": 300.0, "latency_sched_ms": 301.0, "status": 0 if error else 200,
+            "bytes_up": 10, "bytes_down": 10, "error": error}
+
+
+def test_missing_and_cancelled_requests_are_lost_the_services_own_failures_are_not():
+    served = [_record(i) for i in range(6)]
+    own = [_record(6, "timeout"), _record(7, "http_5xx"), _record(8, "reset")]
+    assert lost_requests(served + own, 9) == 0  # slow, failing or dropping: the service's answers
+    assert lost_requests(served, 9) == 3  # never recorded
+    assert lost_requests([*served, _record(6, "cancelled"), _record(7, "unreachable")], 9) == 3
+    assert lost_requests(served, None) is None  # a run from before plans were recorded
+
+
+def test_rows_carry_the_plan_and_the_loss_the_issues_cell_45_of_150_with_4_cancelled(tmp_path: Path):
+    cell = CellDir.create(tmp_path, "00-chatbot", 0)
+    cell.info.write_text(json.dumps({
+        "slug": "00-chatbot", "label": "x", "rep": 0, "status": "failed", "params": {},
+        "services": ["chatbot"], "time_scale": 1.0, "duration_s": 15,
+        "planned_requests": {"chatbot": 150}}))
+    records = [_record(i) for i in range(41)] + [_record(41 + i, "cancelled") for i in range(4)]
+    (cell.requests / "chatbot-ai-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    [row] = cell_rows(cell.path)
+    assert (row["requests"], row["planned_requests"], row["lost_requests"]) == (45, 150, 109)
+
+
+SCENARIO = """\
+name: lost
+duration_s: 20
+services:
+  - {name: imgcls, replicas: 1}
+clients:
+  - {service: imgcls, ue_group: ai, rate: 5}
+"""
+
+
+def _testbed(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "testbed", *args], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, COLUMNS="200"))
+
+
+@pytest.mark.needs_root
+@pytest.mark.slow
+def test_a_cell_whose_testbed_is_taken_away_is_failed_with_its_count(tmp_path: Path, state_dir: Path):
+    """The issue's incident, on purpose: a plain `testbed down` from another terminal is refused
+    while the run owns the testbed; `--force` takes it mid-cell, and the cell says what it lost."""
+    scn = tmp_path / "lost.yaml"
+    scn.write_text(SCENARIO)
+    out = tmp_path / "runs"
+    run = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(scn), "--out", str(out),
+                            "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, env=dict(os.environ, COLUMNS="200"))
+    try:
+        deadline = time.monotonic() + 90
+        records: list[Path] = []
+        while time.monotonic() < deadline and run.poll() is None:
+            records = [p for p in out.glob("*/cells/*/rep-0/requests/*.jsonl") if p.stat().st_size]
+            if records and len(records[0].read_text().splitlines()) >= 10:
+                break
+            time.sleep(0.2)
+        assert records, "no request records appeared"
+        [name] = [p.stem for p in state_dir.glob("*.json")]
+        refused = _testbed("down")
+        assert refused.returncode == 4 and f"in use by pid {run.pid} (" in refused.stderr
+        forced = _testbed("down", "--force")
+        assert forced.returncode == 0 and f"it belonged to pid {run.pid}" in forced.stdout
+        output, _ = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert namespaces_with_prefix(f"tb-{name}-") == []
+    [cell_json] = out.glob("*/cells/*/rep-0/cell.json")
+    info = json.loads(cell_json.read_text())
+    planned = info["planned_requests"]["imgcls"]
+    assert planned == 100  # 5 req/s for 20 s
+    assert info["status"] == "failed", output
+    assert 0 < info["lost_requests"]["imgcls"] < planned
+    assert any(p.startswith(f"imgcls: {info['lost_requests']['imgcls']} of 100 planned requests lost")
+               for p in info["problems"])
+    [row] = [r for r in json.loads(next(out.glob("*/results.json")).read_text())["rows"]
+             if r.get("service") == "imgcls"]
+    assert (row["status"], row["planned_requests"]) == ("failed", 100)
+    assert row["lost_requests"] == info["lost_requests"]["imgcls"]
