@@ -1,9 +1,10 @@
 """`testbed up/down/status --profile lab`: prepare the run directory, run the playbooks, read the state back.
 
-`lab_up` copies the rendered Open5GS/UERANSIM configs into the run directory (so a run is
-self-contained), adds the slice shaping script, and runs site.yml with the spec as extra
-variables; `lab_down` runs reset.yml; `lab_status` reads units and PDU sessions from the hosts
-(status.yml), nodes, GPU units and replicas from the cluster, and targets from Prometheus.
+`lab_up` renders the Open5GS/UERANSIM configs from the spec and the inventory's addresses into
+the run directory (or copies a `testbed render` output there, so a run is self-contained), adds
+the slice shaping script, and runs site.yml with the spec as extra variables; `lab_down` runs
+reset.yml; `lab_status` reads units and PDU sessions from the hosts (status.yml), nodes, GPU
+units and replicas from the cluster, and targets from Prometheus.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from rich.console import Console
 
 from testbed.config import TestbedSpec, load_yaml_file
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
+from testbed.lab.inventory import LabInventory
+from testbed.lab.render import peer_addresses, render_lab
 from testbed.lab.runner import PLAYBOOKS_DIR, PlaybookResult, run_playbook
 from testbed.lab.shaping_script import shaping_script
 
@@ -56,32 +59,27 @@ def upf_instances(rendered: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _render(spec: TestbedSpec, dest: Path) -> None:
-    """Render with the core/RAN renderers when this checkout has them."""
-    try:
-        from testbed.core import render as core_render  # type: ignore[attr-defined]
-        from testbed.ran import render as ran_render  # type: ignore[attr-defined]
-    except ImportError:
-        raise MissingRequirement(
-            "no rendered configs: run `testbed render open5gs -o DIR` and "
-            "`testbed render ueransim -o DIR`, then pass --rendered DIR"
-        ) from None
-    core_render.render_open5gs(spec, dest / "open5gs")
-    ran_render.render_ueransim(spec, dest / "ueransim")
-
-
-def prepare_rendered(spec: TestbedSpec, run_dir: Path, rendered_dir: Path | None) -> Path:
-    """run_dir/rendered: open5gs/, ueransim/ and shaping/tb-slice-shaping.sh."""
+def prepare_rendered(spec: TestbedSpec, run_dir: Path, rendered_dir: Path | None,
+                     inventory: LabInventory | None = None) -> Path:
+    """run_dir/rendered: open5gs/, ueransim/ and shaping/tb-slice-shaping.sh. Without
+    `rendered_dir` the configs are rendered from `spec` and `inventory` (its addresses)."""
     dest = run_dir / "rendered"
-    if dest.exists():
-        shutil.rmtree(dest)
     if rendered_dir is None:
-        _render(spec, dest)
+        if inventory is None:
+            raise MissingRequirement("rendering the lab's configs needs its inventory "
+                                     "(the addresses hosts reach each other on)")
+        peer_addresses(spec, inventory)  # a bad address fails here, before anything is removed
+        if dest.exists():
+            shutil.rmtree(dest)
+        render_lab(spec, inventory, dest)
     else:
         for part in ("open5gs", "ueransim"):
             if not (rendered_dir / part).is_dir():
                 raise MissingRequirement(f"{rendered_dir / part} is missing: render it with "
-                                         f"`testbed render {part} -o {rendered_dir}`")
+                                         f"`testbed render {part} -i INVENTORY -o "
+                                         f"{rendered_dir / part}`")
+        if dest.exists():
+            shutil.rmtree(dest)
         shutil.copytree(rendered_dir, dest)
     for group in spec.ue_groups:
         if not (dest / "ueransim" / f"ue-{group.name}.yaml").is_file():
@@ -115,9 +113,12 @@ def lab_up(spec: TestbedSpec, inventory: Path, check: bool = False, run_dir: Pat
     if not manifests_dir.is_dir():
         raise MissingRequirement(f"service manifests not found: {manifests_dir} "
                                  "(pass --manifests DIR)")
+    lab_inventory = LabInventory.load(inventory)
+    if rendered_dir is None:  # bad addresses stop here, before the run directory exists
+        peer_addresses(spec, lab_inventory)
     run_dir = run_dir or new_run_dir("check" if check else "up")
     run_dir.mkdir(parents=True, exist_ok=True)
-    rendered = prepare_rendered(spec, run_dir, rendered_dir)
+    rendered = prepare_rendered(spec, run_dir, rendered_dir, lab_inventory)
     extravars = lab_extravars(spec, run_dir, rendered, manifests_dir)
     (run_dir / "lab.json").write_text(json.dumps(
         {"inventory": str(Path(inventory).resolve()), "check": check, "extravars": extravars},
