@@ -12,9 +12,19 @@ from rich.console import Console
 from testbed.config import load_testbed
 from testbed.errors import MissingRequirement
 from testbed.lab.bringup import LabStatus, lab_up, parse_status_events, prepare_rendered, upf_instances
+from testbed.lab.inventory import LabInventory
+from testbed.lab.render import render_lab
 from testbed.lab.runner import EventRecorder, PlaybookFailed, failure_message, run_playbook
 
-FIXTURES = Path(__file__).parent / "fixtures" / "rendered"
+EXAMPLE_INVENTORY = Path(__file__).resolve().parents[2] / "playbooks" / "inventory.example.yml"
+
+
+def _rendered(tmp_path: Path) -> Path:
+    """What `testbed render -i` writes for the default testbed and the example inventory."""
+    out = tmp_path / "rendered"
+    render_lab(load_testbed(), LabInventory.load(EXAMPLE_INVENTORY), out)
+    return out
+
 
 def _runner_or_skip() -> None:
     pytest.importorskip("ansible_runner", reason="the lab extra (ansible-runner) is not installed")
@@ -111,7 +121,7 @@ def test_site_playbook_runs_in_check_mode_with_prepared_run_dir(tmp_path: Path) 
     manifests = tmp_path / "workloads"
     manifests.mkdir()
     result = lab_up(spec, _local_inventory(tmp_path), check=True, run_dir=tmp_path / "run",
-                    rendered_dir=FIXTURES, manifests_dir=manifests,
+                    rendered_dir=_rendered(tmp_path), manifests_dir=manifests,
                     console=Console(file=open("/dev/null", "w")))  # noqa: SIM115
     assert result.status == "successful" and result.total_changed == 0
     lab = json.loads((tmp_path / "run" / "lab.json").read_text())
@@ -125,8 +135,7 @@ def test_site_playbook_runs_in_check_mode_with_prepared_run_dir(tmp_path: Path) 
 
 def test_prepare_rendered_reports_missing_parts(tmp_path: Path) -> None:
     spec = load_testbed()
-    broken = tmp_path / "rendered"
-    shutil.copytree(FIXTURES, broken)
+    broken = _rendered(tmp_path)
     (broken / "ueransim" / "ue-be.yaml").unlink()
     with pytest.raises(MissingRequirement, match=r"no ue-be\.yaml for UE group 'be'"):
         prepare_rendered(spec, tmp_path / "run", broken)
