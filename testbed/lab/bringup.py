@@ -38,11 +38,13 @@ def new_run_dir(kind: str, base: Path = Path("runs")) -> Path:
 
 
 def upf_instances(rendered: Path) -> list[dict[str, Any]]:
-    """Each rendered `open5gs/upf*.yaml` with its sessions (subnet, gateway, TUN device)."""
+    """Each rendered `open5gs/upf*.yaml` with its sessions (subnet, gateway, TUN device) and the
+    N3 addresses its GTP-U binds (which the upf role checks the core host has)."""
     out = []
     for path in sorted((rendered / "open5gs").glob("upf*.yaml")):
         doc = load_yaml_file(path)
-        sessions = ((doc.data or {}).get("upf") or {}).get("session") or []
+        upf = (doc.data or {}).get("upf") or {}
+        sessions = upf.get("session") or []
         if not sessions:
             raise ConfigError([ConfigProblem(str(path), doc.line_of(("upf",)), "upf.session",
                                              "a UPF needs at least one session subnet")])
@@ -55,8 +57,22 @@ def upf_instances(rendered: Path) -> list[dict[str, Any]]:
             octets = head.split(".")
             gateway = s.get("gateway") or ".".join([*octets[:3], str(int(octets[3]) + 1)])
             norm.append({"subnet": net, "gateway": str(gateway), "dev": s.get("dev", "ogstun")})
-        out.append({"stem": path.stem, "sessions": norm})
+        n3: list[str] = []
+        for server in (upf.get("gtpu") or {}).get("server") or []:
+            address = server.get("address")
+            n3 += [str(a) for a in (address if isinstance(address, list) else [address]) if a]
+        out.append({"stem": path.stem, "sessions": norm, "n3": n3})
     return out
+
+
+def gnb_address(rendered: Path) -> str:
+    """The rendered gNB's GTP-U address (also its NGAP and radio-link address)."""
+    path = rendered / "ueransim" / "gnb.yaml"
+    doc = load_yaml_file(path)
+    value = (doc.data or {}).get("gtpIp") if isinstance(doc.data, dict) else None
+    if not value:
+        raise ConfigError([doc.problem(("gtpIp",), "the gNB needs its GTP-U address")])
+    return str(value)
 
 
 def prepare_rendered(spec: TestbedSpec, run_dir: Path, rendered_dir: Path | None,
@@ -101,6 +117,7 @@ def lab_extravars(spec: TestbedSpec, run_dir: Path, rendered: Path,
         "testbed_rendered_dir": str(rendered.resolve()),
         "testbed_manifests_dir": str(manifests_dir.resolve()),
         "testbed_upf_instances": upf_instances(rendered),
+        "testbed_gnb_address": gnb_address(rendered),
         "testbed_run_dir": str(run_dir.resolve()),
     }
 

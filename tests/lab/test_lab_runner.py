@@ -126,7 +126,10 @@ def test_site_playbook_runs_in_check_mode_with_prepared_run_dir(tmp_path: Path) 
     assert result.status == "successful" and result.total_changed == 0
     lab = json.loads((tmp_path / "run" / "lab.json").read_text())
     assert lab["check"] is True
-    assert [u["stem"] for u in lab["extravars"]["testbed_upf_instances"]] == ["upf-ai", "upf-be"]
+    upfs = lab["extravars"]["testbed_upf_instances"]
+    assert [(u["stem"], u["n3"]) for u in upfs] == [("upf-ai", ["192.168.10.11"]),
+                                                    ("upf-be", ["192.168.10.12"])]
+    assert lab["extravars"]["testbed_gnb_address"] == "192.168.10.20"  # the inventory's
     script = tmp_path / "run" / "rendered" / "shaping" / "tb-slice-shaping.sh"
     assert "match ip src 10.45.0.0/24" in script.read_text()
     events = result.events_file.read_text()
@@ -147,7 +150,8 @@ def test_upf_instances_default_gateway_and_device(tmp_path: Path) -> None:
     (tmp_path / "open5gs").mkdir()
     (tmp_path / "open5gs" / "upf-x.yaml").write_text("upf:\n  session:\n    - subnet: 10.9.0.0/16\n")
     assert upf_instances(tmp_path) == [
-        {"stem": "upf-x", "sessions": [{"subnet": "10.9.0.0/16", "gateway": "10.9.0.1", "dev": "ogstun"}]}]
+        {"stem": "upf-x", "sessions": [{"subnet": "10.9.0.0/16", "gateway": "10.9.0.1", "dev": "ogstun"}],
+         "n3": []}]
     (tmp_path / "open5gs" / "upf-y.yaml").write_text("upf:\n  pfcp: {}\n")
     with pytest.raises(Exception, match=r"upf-y.yaml.*upf.session"):
         upf_instances(tmp_path)
