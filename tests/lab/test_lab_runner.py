@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from rich.console import Console
 
 from testbed.config import load_testbed
@@ -14,7 +17,7 @@ from testbed.errors import MissingRequirement
 from testbed.lab.bringup import LabStatus, lab_up, parse_status_events, prepare_rendered, upf_instances
 from testbed.lab.inventory import LabInventory
 from testbed.lab.render import render_lab
-from testbed.lab.runner import EventRecorder, PlaybookFailed, failure_message, run_playbook
+from testbed.lab.runner import PLAYBOOKS_DIR, EventRecorder, PlaybookFailed, failure_message, run_playbook
 
 EXAMPLE_INVENTORY = Path(__file__).resolve().parents[2] / "playbooks" / "inventory.example.yml"
 
@@ -184,3 +187,47 @@ def test_recorder_and_status_parsing(tmp_path: Path) -> None:
     assert failure_message({"stderr": "a\n  b", "stdout": "x"}) == "a b: x"
     assert failure_message({"msg": "non-zero return code", "stderr": "ls: no such file"}) == \
         "non-zero return code: ls: no such file"
+
+
+def _role_task(role: str, name_start: str) -> dict:
+    tasks = yaml.safe_load((PLAYBOOKS_DIR / "roles" / role / "tasks" / "main.yml").read_text())
+    (task,) = [t for t in tasks if t["name"].startswith(name_start)]
+    return task
+
+
+def _host_address() -> str:
+    ip = shutil.which("ip")
+    out = subprocess.run([ip, "-o", "-4", "addr", "show", "scope", "global"], capture_output=True,
+                         text=True, check=True).stdout if ip else ""
+    found = re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", out)
+    if not found:
+        pytest.skip("this host has no global IPv4 address to stand for an N3/gNB address")
+    return found[0]
+
+
+@pytest.mark.parametrize(("role", "task", "extravars", "group"), [
+    ("upf", "Check that this host has every UPF's N3 address",
+     lambda a: {"testbed_upf_instances": [{"stem": "upf-ai", "n3": [a], "sessions": []}]}, "core"),
+    ("ueransim", "Check that this host has the gNB's address",
+     lambda a: {"testbed_gnb_address": a}, "ran"),
+])
+def test_roles_stop_when_the_host_lacks_a_rendered_address(tmp_path: Path, role: str, task: str,
+                                                            extravars, group: str) -> None:
+    """The real role task against localhost: passes with an address the host has, and stops
+    naming the address when the host lacks it (192.0.2.250 is TEST-NET-1, never assigned here)."""
+    _runner_or_skip()
+    mine = _host_address()
+    play = [{"name": "Address check", "hosts": group, "gather_facts": True,
+             "tasks": [_role_task(role, task)]}]
+    pb = _playbooks(tmp_path, yaml.safe_dump(play, sort_keys=False))
+    inv = _local_inventory(tmp_path, {group: ["labhost"]})
+    quiet = Console(file=open("/dev/null", "w"))  # noqa: SIM115
+    ok = run_playbook("site.yml", inventory=inv, run_dir=tmp_path / "ok", extravars=extravars(mine),
+                      playbooks_dir=pb, console=quiet)
+    assert ok.status == "successful"
+    absent = "192.0.2.250" if mine != "192.0.2.250" else "192.0.2.251"
+    with pytest.raises(PlaybookFailed) as err:
+        run_playbook("site.yml", inventory=inv, run_dir=tmp_path / "bad",
+                     extravars=extravars(absent), playbooks_dir=pb, console=quiet)
+    f = err.value.failure
+    assert f is not None and f.task.startswith(task) and absent in f.message, f
