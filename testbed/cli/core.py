@@ -13,13 +13,13 @@ from testbed.cli import app, checks, console
 from testbed.config import TestbedSpec, load_testbed
 from testbed.core.backend import open_store, state_dir
 from testbed.core.provision import desired_ues
-from testbed.core.render import OPEN5GS_RELEASE, render_open5gs
+from testbed.core.render import OPEN5GS_RELEASE
 from testbed.core.store import ApplyPlan
 from testbed.core.subscriber import Subscriber
 from testbed.errors import ConfigError, ConfigProblem, StateError
 from testbed.lab.inventory import LabInventory
-from testbed.lab.render import peer_addresses, render_lab_part
-from testbed.ran.render import UERANSIM_RELEASE, render_ueransim
+from testbed.lab.render import peer_addresses, render_part
+from testbed.ran.render import UERANSIM_RELEASE
 from testbed.ran.ue import ue_status, ue_up
 
 slice_app = typer.Typer(help="Slices and their subscribers in the Open5GS store.", no_args_is_help=True)
@@ -216,17 +216,12 @@ def subscriber_delete(imsis: list[str] = typer.Argument(..., help="IMSIs to dele
 
 def _render(kind: str, outdir: Path, testbed: Path | None, inventory: Path | None) -> None:
     spec = _spec(testbed)
-    lab = LabInventory.load(inventory) if inventory is not None else None
-    if lab is not None:
-        peer_addresses(spec, lab)  # a bad address stops here, before the output folder exists
+    # a bad address stops here, before the output folder exists
+    addresses = (peer_addresses(spec, LabInventory.load(inventory)) if inventory is not None
+                 else None)
     checks.writable_dir("--output", outdir)  # before the first file: no half-rendered folder
     release = f"Open5GS {OPEN5GS_RELEASE}" if kind == "open5gs" else f"UERANSIM {UERANSIM_RELEASE}"
-    if lab is not None:
-        written = render_lab_part(kind, spec, lab, outdir)
-    elif kind == "open5gs":
-        written = render_open5gs(spec, outdir)
-    else:
-        written = render_ueransim(spec, outdir)
+    written = render_part(kind, spec, addresses, outdir)
     for path in written:
         console.print(f"wrote {path}", highlight=False)
     where = f", addresses from {inventory}" if inventory is not None else ", on one host"

@@ -22,7 +22,7 @@ from rich.console import Console
 from testbed.config import TestbedSpec, load_yaml_file
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.lab.inventory import LabInventory
-from testbed.lab.render import peer_addresses, render_lab
+from testbed.lab.render import CORE_GROUP, RAN_GROUP, check_rendered, peer_addresses, render_lab
 from testbed.lab.runner import PLAYBOOKS_DIR, PlaybookResult, run_playbook
 from testbed.lab.shaping_script import shaping_script
 
@@ -131,8 +131,13 @@ def lab_up(spec: TestbedSpec, inventory: Path, check: bool = False, run_dir: Pat
         raise MissingRequirement(f"service manifests not found: {manifests_dir} "
                                  "(pass --manifests DIR)")
     lab_inventory = LabInventory.load(inventory)
-    if rendered_dir is None:  # bad addresses stop here, before the run directory exists
+    # bad addresses stop here, before the run directory exists
+    if rendered_dir is None:
         peer_addresses(spec, lab_inventory)
+    elif lab_inventory.hosts(CORE_GROUP) and lab_inventory.hosts(RAN_GROUP):
+        # a render from another inventory, or from none, would leave the gNB unable to reach
+        # the core (without core and RAN hosts no address is used)
+        check_rendered(rendered_dir, peer_addresses(spec, lab_inventory))
     run_dir = run_dir or new_run_dir("check" if check else "up")
     run_dir.mkdir(parents=True, exist_ok=True)
     rendered = prepare_rendered(spec, run_dir, rendered_dir, lab_inventory)

@@ -18,9 +18,10 @@ import ipaddress
 from pathlib import Path
 from typing import Any
 
-from testbed.config import TestbedSpec
+from testbed.config import TestbedSpec, load_yaml_file
+from testbed.config.yamlfile import FieldPath
 from testbed.core.render import GTPU_PORT, PeerAddresses, render_open5gs
-from testbed.errors import ConfigError
+from testbed.errors import ConfigError, MissingRequirement
 from testbed.lab.inventory import LabInventory
 from testbed.ran.render import render_ueransim
 
@@ -105,17 +106,50 @@ def _error(inventory: LabInventory, host: str, var: str, message: str, *key: str
     return ConfigError([inventory.problem(host, var, message, *key)])
 
 
-def render_lab_part(part: str, spec: TestbedSpec, inventory: LabInventory,
-                    outdir: Path) -> list[Path]:
-    """Write one part ("open5gs" or "ueransim") of the lab's configs into `outdir`."""
-    addresses = peer_addresses(spec, inventory)
-    if part == "open5gs":
-        return render_open5gs(spec, outdir, addresses)
-    return render_ueransim(spec, outdir, addresses)
+RENDERERS = {"open5gs": render_open5gs, "ueransim": render_ueransim}
+
+
+def render_part(part: str, spec: TestbedSpec, addresses: PeerAddresses | None,
+                outdir: Path) -> list[Path]:
+    """Write one part ("open5gs" or "ueransim") into `outdir`; `addresses` None: one host."""
+    return RENDERERS[part](spec, outdir, addresses)
 
 
 def render_lab(spec: TestbedSpec, inventory: LabInventory, dest: Path) -> list[Path]:
-    """Write `dest`/open5gs and `dest`/ueransim, as `lab up` uses them."""
+    """Write `dest`/open5gs and `dest`/ueransim with `inventory`'s addresses, as `lab up` uses them."""
     addresses = peer_addresses(spec, inventory)
-    return [*render_open5gs(spec, dest / "open5gs", addresses),
-            *render_ueransim(spec, dest / "ueransim", addresses)]
+    return [path for part in RENDERERS for path in render_part(part, spec, addresses, dest / part)]
+
+
+def check_rendered(rendered: Path, addresses: PeerAddresses) -> None:
+    """A ConfigError at the first peer address in a `testbed render` output (`rendered`/open5gs,
+    `rendered`/ueransim) that is not the inventory's: a render from another inventory or from
+    none (one host, loopback) would leave the gNB unable to reach the core."""
+    expected: list[tuple[str, FieldPath, ipaddress.IPv4Address, str]] = [
+        ("open5gs/amf.yaml", ("amf", "ngap", "server", 0, "address"), addresses.amf_ngap,
+         "amf_ngap_address"),
+        *[(f"open5gs/upf-{name}.yaml", ("upf", "gtpu", "server", 0, "address"), address,
+           f"upf_n3_address of slice {name!r}") for name, address in addresses.upf_n3.items()],
+        ("ueransim/gnb.yaml", ("amfConfigs", 0, "address"), addresses.amf_ngap, "amf_ngap_address"),
+        ("ueransim/gnb.yaml", ("ngapIp",), addresses.gnb, "gnb_address"),
+        ("ueransim/gnb.yaml", ("gtpIp",), addresses.gnb, "gnb_address"),
+    ]
+    for name, path, want, var in expected:
+        file = rendered / name
+        if not file.is_file():
+            raise MissingRequirement(f"{file} is missing: render it with `testbed render "
+                                     f"{name.split('/')[0]} -i INVENTORY -o {file.parent}`")
+        doc = load_yaml_file(file)
+        got: Any = doc.data
+        for key in path:
+            got = got[key] if isinstance(got, dict | list) and _has(got, key) else None
+        if str(got) != str(want):
+            raise ConfigError([doc.problem(path, f"{got} is not the inventory's {var} ({want}): "
+                                           "render again with `testbed render "
+                                           f"{name.split('/')[0]} -i INVENTORY`")])
+
+
+def _has(container: dict[Any, Any] | list[Any], key: str | int) -> bool:
+    if isinstance(container, dict):
+        return key in container
+    return isinstance(key, int) and 0 <= key < len(container)

@@ -16,6 +16,7 @@ from testbed.config import load_testbed
 from testbed.errors import ConfigError
 from testbed.lab.bringup import lab_up
 from testbed.lab.inventory import LabInventory
+from testbed.lab.render import check_rendered, peer_addresses
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "playbooks" / "inventory.example.yml"
@@ -233,3 +234,30 @@ def test_single_slice_takes_one_n3_address(tmp_path: Path) -> None:
     upf = yaml.safe_load((rendered / "open5gs" / "upf-ai.yaml").read_text())["upf"]
     assert upf["gtpu"]["server"] == [{"address": "192.168.10.11", "port": 2152}]
     assert peer_problems(rendered, role_hosts(LabInventory.load(inv))) == []
+
+
+def test_lab_up_refuses_a_render_whose_addresses_are_not_the_inventorys(tmp_path: Path) -> None:
+    """`lab up --rendered DIR`: a one-host render (loopback N2/N3) or a hand-edited N3 address
+    stops before the run directory exists, naming the rendered file, line and key."""
+    spec, inventory = load_testbed(), LabInventory.load(EXAMPLE)
+    good = _render(tmp_path / "good", "-i", str(EXAMPLE))
+    check_rendered(good, peer_addresses(spec, inventory))  # the inventory's own render passes
+    quiet = Console(file=open("/dev/null", "w"))  # noqa: SIM115
+    one_host = _render(tmp_path / "one-host")
+    with pytest.raises(ConfigError) as err:
+        lab_up(spec, EXAMPLE, check=True, run_dir=tmp_path / "run", rendered_dir=one_host,
+               console=quiet)
+    (problem,) = err.value.problems
+    amf_lines = (one_host / "open5gs" / "amf.yaml").read_text().splitlines()
+    ngap = amf_lines.index("  ngap:")
+    address_line = next(i + 1 for i in range(ngap, len(amf_lines)) if "address:" in amf_lines[i])
+    assert (problem.file, problem.line, problem.field) == \
+        (str(one_host / "open5gs" / "amf.yaml"), address_line, "amf.ngap.server[0].address")
+    assert "127.0.0.5 is not the inventory's amf_ngap_address (192.168.10.10)" in problem.message
+    upf = good / "open5gs" / "upf-be.yaml"
+    upf.write_text(upf.read_text().replace("address: 192.168.10.12", "address: 192.168.10.11"))
+    with pytest.raises(ConfigError, match=r"upf-be\.yaml:\d+: upf\.gtpu\.server\[0\]\.address: "
+                       r"192\.168\.10\.11 is not the inventory's upf_n3_address of slice 'be'"):
+        lab_up(spec, EXAMPLE, check=True, run_dir=tmp_path / "run", rendered_dir=good,
+               console=quiet)
+    assert not (tmp_path / "run").exists()
