@@ -84,7 +84,6 @@ def prepare_rendered(spec: TestbedSpec, run_dir: Path, rendered_dir: Path | None
         if inventory is None:
             raise MissingRequirement("rendering the lab's configs needs its inventory "
                                      "(the addresses hosts reach each other on)")
-        peer_addresses(spec, inventory)  # a bad address fails here, before anything is removed
         if dest.exists():
             shutil.rmtree(dest)
         render_lab(spec, inventory, dest)

@@ -13,8 +13,15 @@ import yaml
 from rich.console import Console
 
 from testbed.config import load_testbed
-from testbed.errors import MissingRequirement
-from testbed.lab.bringup import LabStatus, lab_up, parse_status_events, prepare_rendered, upf_instances
+from testbed.errors import ConfigError, MissingRequirement
+from testbed.lab.bringup import (
+    LabStatus,
+    gnb_address,
+    lab_up,
+    parse_status_events,
+    prepare_rendered,
+    upf_instances,
+)
 from testbed.lab.inventory import LabInventory
 from testbed.lab.render import render_lab
 from testbed.lab.runner import PLAYBOOKS_DIR, EventRecorder, PlaybookFailed, failure_message, run_playbook
@@ -147,6 +154,9 @@ def test_prepare_rendered_reports_missing_parts(tmp_path: Path) -> None:
         prepare_rendered(spec, tmp_path / "run", broken)
     with pytest.raises(MissingRequirement, match="open5gs is missing"):
         prepare_rendered(spec, tmp_path / "run2", tmp_path / "nothing")
+    with pytest.raises(MissingRequirement, match="needs its inventory"):
+        prepare_rendered(spec, tmp_path / "run3", None)  # nothing to render the addresses from
+    assert not (tmp_path / "run3").exists()
 
 
 def test_upf_instances_default_gateway_and_device(tmp_path: Path) -> None:
@@ -155,6 +165,12 @@ def test_upf_instances_default_gateway_and_device(tmp_path: Path) -> None:
     assert upf_instances(tmp_path) == [
         {"stem": "upf-x", "sessions": [{"subnet": "10.9.0.0/16", "gateway": "10.9.0.1", "dev": "ogstun"}],
          "n3": []}]
+    (tmp_path / "ueransim").mkdir()
+    (tmp_path / "ueransim" / "gnb.yaml").write_text("mcc: '001'\nngapIp: 192.0.2.9\n")
+    with pytest.raises(ConfigError, match=r"gnb\.yaml:1: gtpIp: the gNB needs its GTP-U address"):
+        gnb_address(tmp_path)
+    (tmp_path / "ueransim" / "gnb.yaml").write_text("mcc: '001'\ngtpIp: 192.0.2.9\n")
+    assert gnb_address(tmp_path) == "192.0.2.9"
     (tmp_path / "open5gs" / "upf-y.yaml").write_text("upf:\n  pfcp: {}\n")
     with pytest.raises(Exception, match=r"upf-y.yaml.*upf.session"):
         upf_instances(tmp_path)
