@@ -55,12 +55,13 @@ def _n3_addresses(spec: TestbedSpec, inventory: LabInventory, core: str,
     names = [s.name for s in spec.slices]
     what = f"the GTP-U (N3) address the gNB on {ran} sends a slice's user plane to"
     if not isinstance(value, dict):
-        if value is not None and len(names) > 1:
+        address = _address(inventory, core, var, what)
+        if len(names) > 1:
             raise _error(inventory, core, var, f"one address for {len(names)} UPFs (slices "
                          f"{', '.join(names)}): the gNB sends GTP-U to port {GTPU_PORT} of each "
                          "UPF's address, so each UPF needs its own; give one per slice, e.g. "
                          f"{{{names[0]}: 192.168.10.10, {names[1]}: 192.168.10.11}}")
-        return {names[0]: _address(inventory, core, var, what)}
+        return {names[0]: address}
     unknown = [k for k in value if k not in names]
     if unknown:
         raise _error(inventory, core, var, f"no slice {unknown[0]!r} in testbed {spec.name!r} "

@@ -156,6 +156,8 @@ BAD: list[tuple[str, tuple[str, str], str, str]] = [
      "all.children.core.hosts.core1.upf_n3_address", "missing: the GTP-U (N3) address"),
     ("loopback n3", ("ai: 192.168.10.11", "ai: 127.0.0.1"),
      "all.children.core.hosts.core1.upf_n3_address.ai", "127.0.0.1 is loopback"),
+    ("one loopback n3", (N3, "          upf_n3_address: 127.0.0.1\n"),
+     "all.children.core.hosts.core1.upf_n3_address", "127.0.0.1 is loopback"),
     ("one n3 for two upfs", (N3, "          upf_n3_address: 192.168.10.11\n"),
      "all.children.core.hosts.core1.upf_n3_address", "one address for 2 UPFs"),
     ("two upfs share one n3", ("be: 192.168.10.12", "be: 192.168.10.11"),
