@@ -13,16 +13,19 @@ from testbed.cli import app, checks, console
 from testbed.config import TestbedSpec, load_testbed
 from testbed.core.backend import open_store, state_dir
 from testbed.core.provision import desired_ues
-from testbed.core.render import OPEN5GS_RELEASE, render_open5gs
+from testbed.core.render import OPEN5GS_RELEASE
 from testbed.core.store import ApplyPlan
 from testbed.core.subscriber import Subscriber
 from testbed.errors import ConfigError, ConfigProblem, StateError
-from testbed.ran.render import UERANSIM_RELEASE, render_ueransim
+from testbed.lab.inventory import LabInventory
+from testbed.lab.render import peer_addresses, render_part
+from testbed.ran.render import UERANSIM_RELEASE
 from testbed.ran.ue import ue_status, ue_up
 
 slice_app = typer.Typer(help="Slices and their subscribers in the Open5GS store.", no_args_is_help=True)
 subscriber_app = typer.Typer(help="Subscriber documents in the Open5GS store.", no_args_is_help=True)
-render_app = typer.Typer(help="Render Open5GS or UERANSIM configs from a testbed file.",
+render_app = typer.Typer(help="Render Open5GS or UERANSIM configs from a testbed file "
+                              "(and a lab inventory's addresses).",
                          no_args_is_help=True)
 ue_app = typer.Typer(help="UE groups: bring up, list.", no_args_is_help=True)
 app.add_typer(slice_app, name="slice")
@@ -37,6 +40,9 @@ MongoOpt = typer.Option(None, "--mongo-uri", envvar="TESTBED_MONGO_URI",
                              "(default: core.mongo_uri, else a local mongod or the embedded store).")
 JsonOpt = typer.Option(False, "--json", help="Print JSON instead of a table.")
 SecretsOpt = typer.Option(False, "--show-secrets", help="Print K/OPc in clear (never logged).")
+InventoryOpt = typer.Option(None, "--inventory", "-i", dir_okay=False,
+                            help="Lab inventory: the addresses hosts reach each other on "
+                                 "(see playbooks/inventory.example.yml).")
 
 
 def _spec(path: Path | None) -> TestbedSpec:
@@ -208,36 +214,44 @@ def subscriber_delete(imsis: list[str] = typer.Argument(..., help="IMSIs to dele
     console.print(f"{n} deleted")
 
 
-def _render(kind: str, outdir: Path, testbed: Path | None) -> None:
+def _render(kind: str, outdir: Path, testbed: Path | None, inventory: Path | None) -> None:
     spec = _spec(testbed)
+    # a bad address stops here, before the output folder exists
+    addresses = (peer_addresses(spec, LabInventory.load(inventory)) if inventory is not None
+                 else None)
     checks.writable_dir("--output", outdir)  # before the first file: no half-rendered folder
-    if kind == "open5gs":
-        written, release = render_open5gs(spec, outdir), f"Open5GS {OPEN5GS_RELEASE}"
-    else:
-        written, release = render_ueransim(spec, outdir), f"UERANSIM {UERANSIM_RELEASE}"
+    release = f"Open5GS {OPEN5GS_RELEASE}" if kind == "open5gs" else f"UERANSIM {UERANSIM_RELEASE}"
+    written = render_part(kind, spec, addresses, outdir)
     for path in written:
         console.print(f"wrote {path}", highlight=False)
-    console.print(f"{len(written)} {release} files for testbed {spec.name}")
+    where = f", addresses from {inventory}" if inventory is not None else ", on one host"
+    console.print(f"{len(written)} {release} files for testbed {spec.name}{where}")
 
 
 @render_app.command("open5gs")
 def render_open5gs_cmd(outdir: Path = typer.Option(..., "--output", "-o", help="Directory to write."),
-                       testbed: Path | None = TestbedOpt) -> None:
+                       testbed: Path | None = TestbedOpt, inventory: Path | None = InventoryOpt) -> None:
     """Open5GS v2.7.x configs: AMF, NSSF, one SMF + UPF per slice, other NFs, compose.yaml.
 
-    Example: testbed render open5gs -t testbed.yaml -o out/open5gs
+    With -i, what `testbed lab up` uses: the AMF's NGAP on the core host's `amf_ngap_address`,
+    each UPF's GTP-U on its `upf_n3_address`. Without, a core and gNB on one host.
+
+    Example: testbed render open5gs -i inventory.yml -o rendered/open5gs
     """
-    _render("open5gs", outdir, testbed)
+    _render("open5gs", outdir, testbed, inventory)
 
 
 @render_app.command("ueransim")
 def render_ueransim_cmd(outdir: Path = typer.Option(..., "--output", "-o", help="Directory to write."),
-                        testbed: Path | None = TestbedOpt) -> None:
+                        testbed: Path | None = TestbedOpt, inventory: Path | None = InventoryOpt) -> None:
     """UERANSIM v3.3.0 configs: gnb.yaml and ue-<group>.yaml (mode 0600: they hold K/OPc).
 
-    Example: testbed render ueransim -o out/ueransim
+    With -i, what `testbed lab up` uses: the gNB on the ran host's `gnb_address`, the AMF at the
+    core host's `amf_ngap_address`. Without, a core and gNB on one host.
+
+    Example: testbed render ueransim -i inventory.yml -o rendered/ueransim
     """
-    _render("ueransim", outdir, testbed)
+    _render("ueransim", outdir, testbed, inventory)
 
 
 @ue_app.command("up")

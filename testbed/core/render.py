@@ -1,10 +1,12 @@
 """Open5GS v2.7.x network-function configs for a testbed spec: AMF, NSSF, one SMF and one UPF
 per slice, the other NFs, the TUN setup script and a docker compose file for the lab profile.
 
-Addresses follow Open5GS's own loopback plan (NRF 127.0.0.10, SCP 127.0.1.10, AUSF .11, UDM .12,
-PCF .13, NSSF .14, BSF .15, UDR .20); slice i gets SMF 127.0.4.(i+1) and UPF 127.0.7.(i+1), so a
-single host runs the whole core with `network_mode: host`. The AMF's NGAP address is
-`core.amf_address` (where the gNB connects).
+The functions that only talk to each other on the core host follow Open5GS's own loopback plan
+(NRF 127.0.0.10, SCP 127.0.1.10, AUSF .11, UDM .12, PCF .13, NSSF .14, BSF .15, UDR .20); slice i
+gets SMF 127.0.4.(i+1) and UPF 127.0.7.(i+1) for SBI, PFCP and metrics. What another host reaches
+comes from `PeerAddresses`: the AMF's NGAP (N2) and each UPF's GTP-U (N3) address, which the UPF
+binds. Without a lab inventory these are the spec's `core.amf_address` and 127.0.7.(i+1), a core
+and gNB on one host.
 """
 
 from __future__ import annotations
@@ -26,6 +28,26 @@ NSSF = "127.0.0.14"
 DEFAULT_DB_URI = "mongodb://127.0.0.1/open5gs"
 
 
+GTPU_PORT = 2152  # the gNB sends GTP-U to this port of the address the UPF advertises
+
+
+@dataclass(frozen=True)
+class PeerAddresses:
+    """The addresses one host reaches on another: the AMF's NGAP (N2, from the gNB), each slice
+    UPF's GTP-U (N3, from the gNB) and the gNB's own (NGAP source, downlink GTP-U, radio link)."""
+
+    amf_ngap: ipaddress.IPv4Address
+    gnb: ipaddress.IPv4Address
+    upf_n3: dict[str, ipaddress.IPv4Address]  # slice name -> address
+
+    @classmethod
+    def single_host(cls, spec: TestbedSpec) -> PeerAddresses:
+        """Core and gNB on one host: the spec's `core.amf_address`/`gnb_address`, UPFs on loopback."""
+        return cls(amf_ngap=spec.core.amf_address, gnb=spec.core.gnb_address,
+                   upf_n3={s.name: ipaddress.IPv4Address(f"127.0.7.{i + 1}")
+                           for i, s in enumerate(spec.slices)})
+
+
 @dataclass(frozen=True)
 class SlicePlane:
     """One slice's SMF + UPF pair and the TUN device its UPF serves."""
@@ -37,34 +59,36 @@ class SlicePlane:
     subnet: ipaddress.IPv4Network
     gateway: ipaddress.IPv4Address
     prefixlen: int
-    smf: str
-    upf: str
+    smf: str  # the SMF's SBI, PFCP and metrics address (core host only)
+    upf: str  # the UPF's PFCP and metrics address (core host only: its SMF's peer)
+    n3: str  # the UPF's GTP-U address, which the gNB reaches
     dev: str
 
 
-def slice_planes(spec: TestbedSpec) -> list[SlicePlane]:
+def slice_planes(spec: TestbedSpec, addresses: PeerAddresses | None = None) -> list[SlicePlane]:
+    addresses = addresses or PeerAddresses.single_host(spec)
     out = []
     for i, s in enumerate(spec.slices):
         out.append(SlicePlane(
             name=s.name, sst=s.sst, sd=s.sd, dnn=s.dnn, subnet=s.subnet, gateway=s.gateway,
             prefixlen=s.subnet.prefixlen, smf=f"127.0.4.{i + 1}", upf=f"127.0.7.{i + 1}",
-            dev="ogstun" if i == 0 else f"ogstun{i + 1}"))
+            n3=str(addresses.upf_n3[s.name]), dev="ogstun" if i == 0 else f"ogstun{i + 1}"))
     return out
 
 
-def _context(spec: TestbedSpec) -> dict[str, Any]:
+def _context(spec: TestbedSpec, addresses: PeerAddresses) -> dict[str, Any]:
     return {
         "name": spec.name, "mcc": spec.core.mcc, "mnc": spec.core.mnc, "tac": spec.core.tac,
-        "nrf": NRF, "scp": SCP, "nssf": NSSF,
-        "amf": {"sbi": AMF_SBI, "ngap": str(spec.core.amf_address)},
-        "slices": slice_planes(spec),
+        "nrf": NRF, "scp": SCP, "nssf": NSSF, "gtpu_port": GTPU_PORT,
+        "amf": {"sbi": AMF_SBI, "ngap": str(addresses.amf_ngap)},
+        "slices": slice_planes(spec, addresses),
     }
 
 
-def open5gs_files(spec: TestbedSpec) -> dict[str, str]:
-    """File name -> rendered text, without writing anything."""
+def open5gs_files(spec: TestbedSpec, addresses: PeerAddresses | None = None) -> dict[str, str]:
+    """File name -> rendered text, without writing anything; `addresses` default to one host."""
     env = environment("open5gs")
-    ctx = _context(spec)
+    ctx = _context(spec, addresses or PeerAddresses.single_host(spec))
     db_uri = spec.core.mongo_uri or DEFAULT_DB_URI
     files = {
         "nrf.yaml": render(env, "nrf.yaml.j2", **ctx),
@@ -102,8 +126,9 @@ def _compose_services(spec: TestbedSpec, ctx: dict[str, Any]) -> list[dict[str, 
     return nfs
 
 
-def render_open5gs(spec: TestbedSpec, outdir: Path) -> list[Path]:
+def render_open5gs(spec: TestbedSpec, outdir: Path,
+                   addresses: PeerAddresses | None = None) -> list[Path]:
     """Write the Open5GS configs and compose file for `spec` into `outdir`."""
     # udr and pcf carry the database URI, which may hold credentials
-    return write_files(open5gs_files(spec), outdir, private={"udr.yaml", "pcf.yaml"},
+    return write_files(open5gs_files(spec, addresses), outdir, private={"udr.yaml", "pcf.yaml"},
                        executable={"tun-setup.sh"})

@@ -1,9 +1,10 @@
 """`testbed up/down/status --profile lab`: prepare the run directory, run the playbooks, read the state back.
 
-`lab_up` copies the rendered Open5GS/UERANSIM configs into the run directory (so a run is
-self-contained), adds the slice shaping script, and runs site.yml with the spec as extra
-variables; `lab_down` runs reset.yml; `lab_status` reads units and PDU sessions from the hosts
-(status.yml), nodes, GPU units and replicas from the cluster, and targets from Prometheus.
+`lab_up` renders the Open5GS/UERANSIM configs from the spec and the inventory's addresses into
+the run directory (or copies a `testbed render` output there, so a run is self-contained), adds
+the slice shaping script, and runs site.yml with the spec as extra variables; `lab_down` runs
+reset.yml; `lab_status` reads units and PDU sessions from the hosts (status.yml), nodes, GPU
+units and replicas from the cluster, and targets from Prometheus.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from testbed.cluster.images import ImageBuild, image_builds
 from testbed.config import TestbedSpec, load_yaml_file
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.lab.inventory import LabInventory
+from testbed.lab.render import CORE_GROUP, RAN_GROUP, check_rendered, peer_addresses, render_lab
 from testbed.lab.runner import PLAYBOOKS_DIR, PlaybookResult, run_playbook
 from testbed.lab.shaping_script import shaping_script
 
@@ -37,11 +39,13 @@ def new_run_dir(kind: str, base: Path = Path("runs")) -> Path:
 
 
 def upf_instances(rendered: Path) -> list[dict[str, Any]]:
-    """Each rendered `open5gs/upf*.yaml` with its sessions (subnet, gateway, TUN device)."""
+    """Each rendered `open5gs/upf*.yaml` with its sessions (subnet, gateway, TUN device) and the
+    N3 addresses its GTP-U binds (which the upf role checks the core host has)."""
     out = []
     for path in sorted((rendered / "open5gs").glob("upf*.yaml")):
         doc = load_yaml_file(path)
-        sessions = ((doc.data or {}).get("upf") or {}).get("session") or []
+        upf = (doc.data or {}).get("upf") or {}
+        sessions = upf.get("session") or []
         if not sessions:
             raise ConfigError([ConfigProblem(str(path), doc.line_of(("upf",)), "upf.session",
                                              "a UPF needs at least one session subnet")])
@@ -54,36 +58,44 @@ def upf_instances(rendered: Path) -> list[dict[str, Any]]:
             octets = head.split(".")
             gateway = s.get("gateway") or ".".join([*octets[:3], str(int(octets[3]) + 1)])
             norm.append({"subnet": net, "gateway": str(gateway), "dev": s.get("dev", "ogstun")})
-        out.append({"stem": path.stem, "sessions": norm})
+        n3: list[str] = []
+        for server in (upf.get("gtpu") or {}).get("server") or []:
+            address = server.get("address")
+            n3 += [str(a) for a in (address if isinstance(address, list) else [address]) if a]
+        out.append({"stem": path.stem, "sessions": norm, "n3": n3})
     return out
 
 
-def _render(spec: TestbedSpec, dest: Path) -> None:
-    """Render with the core/RAN renderers when this checkout has them."""
-    try:
-        from testbed.core import render as core_render  # type: ignore[attr-defined]
-        from testbed.ran import render as ran_render  # type: ignore[attr-defined]
-    except ImportError:
-        raise MissingRequirement(
-            "no rendered configs: run `testbed render open5gs -o DIR` and "
-            "`testbed render ueransim -o DIR`, then pass --rendered DIR"
-        ) from None
-    core_render.render_open5gs(spec, dest / "open5gs")
-    ran_render.render_ueransim(spec, dest / "ueransim")
+def gnb_address(rendered: Path) -> str:
+    """The rendered gNB's GTP-U address (also its NGAP and radio-link address)."""
+    path = rendered / "ueransim" / "gnb.yaml"
+    doc = load_yaml_file(path)
+    value = (doc.data or {}).get("gtpIp") if isinstance(doc.data, dict) else None
+    if not value:
+        raise ConfigError([doc.problem(("gtpIp",), "the gNB needs its GTP-U address")])
+    return str(value)
 
 
-def prepare_rendered(spec: TestbedSpec, run_dir: Path, rendered_dir: Path | None) -> Path:
-    """run_dir/rendered: open5gs/, ueransim/ and shaping/tb-slice-shaping.sh."""
+def prepare_rendered(spec: TestbedSpec, run_dir: Path, rendered_dir: Path | None,
+                     inventory: LabInventory | None = None) -> Path:
+    """run_dir/rendered: open5gs/, ueransim/ and shaping/tb-slice-shaping.sh. Without
+    `rendered_dir` the configs are rendered from `spec` and `inventory` (its addresses)."""
     dest = run_dir / "rendered"
-    if dest.exists():
-        shutil.rmtree(dest)
     if rendered_dir is None:
-        _render(spec, dest)
+        if inventory is None:
+            raise MissingRequirement("rendering the lab's configs needs its inventory "
+                                     "(the addresses hosts reach each other on)")
+        if dest.exists():
+            shutil.rmtree(dest)
+        render_lab(spec, inventory, dest)
     else:
         for part in ("open5gs", "ueransim"):
             if not (rendered_dir / part).is_dir():
                 raise MissingRequirement(f"{rendered_dir / part} is missing: render it with "
-                                         f"`testbed render {part} -o {rendered_dir}`")
+                                         f"`testbed render {part} -i INVENTORY -o "
+                                         f"{rendered_dir / part}`")
+        if dest.exists():
+            shutil.rmtree(dest)
         shutil.copytree(rendered_dir, dest)
     for group in spec.ue_groups:
         if not (dest / "ueransim" / f"ue-{group.name}.yaml").is_file():
@@ -118,6 +130,7 @@ def lab_extravars(spec: TestbedSpec, run_dir: Path, rendered: Path,
         "testbed_manifests_dir": str(manifests_dir.resolve()),
         "testbed_images": [{"image": b.image, "context": b.context} for b in images or []],
         "testbed_upf_instances": upf_instances(rendered),
+        "testbed_gnb_address": gnb_address(rendered),
         "testbed_run_dir": str(run_dir.resolve()),
     }
 
@@ -131,9 +144,17 @@ def lab_up(spec: TestbedSpec, inventory: Path, check: bool = False, run_dir: Pat
         raise MissingRequirement(f"service manifests not found: {manifests_dir} "
                                  "(pass --manifests DIR)")
     images = manifest_images(inventory, manifests_dir)  # before anything is written
+    lab_inventory = LabInventory.load(inventory)
+    # bad addresses stop here, before the run directory exists
+    if rendered_dir is None:
+        peer_addresses(spec, lab_inventory)
+    elif lab_inventory.hosts(CORE_GROUP) and lab_inventory.hosts(RAN_GROUP):
+        # a render from another inventory, or from none, would leave the gNB unable to reach
+        # the core (without core and RAN hosts no address is used)
+        check_rendered(rendered_dir, peer_addresses(spec, lab_inventory))
     run_dir = run_dir or new_run_dir("check" if check else "up")
     run_dir.mkdir(parents=True, exist_ok=True)
-    rendered = prepare_rendered(spec, run_dir, rendered_dir)
+    rendered = prepare_rendered(spec, run_dir, rendered_dir, lab_inventory)
     extravars = lab_extravars(spec, run_dir, rendered, manifests_dir, images)
     (run_dir / "lab.json").write_text(json.dumps(
         {"inventory": str(Path(inventory).resolve()), "check": check, "extravars": extravars},

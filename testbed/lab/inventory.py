@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.config import load_yaml_file
+from testbed.config.yamlfile import FieldPath, LocatedYaml, format_path
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 
 UE_GROUP = "ran"
@@ -23,6 +24,10 @@ class LabInventory:
     path: Path
     groups: dict[str, list[str]] = field(default_factory=dict)
     hostvars: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # where each host's variables were set, for errors that point at the line
+    doc: LocatedYaml | None = None
+    origins: dict[str, dict[str, FieldPath]] = field(default_factory=dict)
+    host_paths: dict[str, FieldPath] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> LabInventory:
@@ -35,20 +40,29 @@ class LabInventory:
             raise ConfigError([ConfigProblem(str(path), 1, "all", "a YAML inventory with an "
                                              "`all:` group is needed (see "
                                              "playbooks/inventory.example.yml)")])
-        inv = cls(path.resolve())
-        inv._walk("all", data["all"], {})
+        inv = cls(path.resolve(), doc=doc)
+        inv._walk("all", data["all"], {}, {}, ("all",))
         return inv
 
-    def _walk(self, name: str, group: dict[str, Any], inherited: dict[str, Any]) -> list[str]:
+    def _walk(self, name: str, group: dict[str, Any], inherited: dict[str, Any],
+              inherited_origins: dict[str, FieldPath], path: FieldPath) -> list[str]:
         group = group or {}
-        gvars = {**inherited, **(group.get("vars") or {})}
+        own = group.get("vars") or {}
+        gvars = {**inherited, **own}
+        gorigins = {**inherited_origins, **{k: (*path, "vars", k) for k in own}}
         members: list[str] = []
         for host, hvars in (group.get("hosts") or {}).items():
-            merged = {**gvars, **self.hostvars.get(host, {}), **(hvars or {})}
-            self.hostvars[host] = merged
+            hvars = hvars or {}
+            hpath = (*path, "hosts", host)
+            self.hostvars[host] = {**gvars, **self.hostvars.get(host, {}), **hvars}
+            self.origins[host] = {**gorigins, **self.origins.get(host, {}),
+                                  **{k: (*hpath, k) for k in hvars}}
+            if hvars or host not in self.host_paths:
+                self.host_paths[host] = hpath
             members.append(str(host))
         for child, body in (group.get("children") or {}).items():
-            members += self._walk(str(child), body or {}, gvars)
+            members += self._walk(str(child), body or {}, gvars, gorigins,
+                                  (*path, "children", child))
         self.groups.setdefault(name, [])
         self.groups[name] = list(dict.fromkeys([*self.groups[name], *members]))
         return members
@@ -58,6 +72,17 @@ class LabInventory:
 
     def var(self, host: str, name: str, default: Any = None) -> Any:
         return self.hostvars.get(host, {}).get(name, default)
+
+    def var_path(self, host: str, name: str) -> FieldPath:
+        """Where `name` of `host` is set in the file, or where it belongs when it is not set."""
+        return self.origins.get(host, {}).get(name) or (*self.host_paths.get(host, ("all",)), name)
+
+    def problem(self, host: str, name: str, message: str, *key: str | int) -> ConfigProblem:
+        """A ConfigProblem at the line of `name` (or of `name`'s entry `key`) of `host`."""
+        path = (*self.var_path(host, name), *key)
+        line = self.doc.line_of(path) if self.doc is not None else None
+        return ConfigProblem(str(self.doc.source if self.doc else self.path), line,
+                             format_path(path), message)
 
     def address(self, host: str) -> str:
         """How the controller reaches `host` (its ansible_host, else its name)."""

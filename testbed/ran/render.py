@@ -12,6 +12,7 @@ from pathlib import Path
 
 from testbed.config import TestbedSpec
 from testbed.core.provision import desired_ues
+from testbed.core.render import PeerAddresses
 from testbed.core.templates import environment, render, write_files
 
 UERANSIM_RELEASE = "v3.3.0"
@@ -55,18 +56,20 @@ def ue_configs(spec: TestbedSpec) -> list[UEConfig]:
     return out
 
 
-def ueransim_files(spec: TestbedSpec) -> dict[str, str]:
+def ueransim_files(spec: TestbedSpec, addresses: PeerAddresses | None = None) -> dict[str, str]:
+    """File name -> rendered text; `addresses` (the AMF's NGAP, the gNB's) default to one host."""
+    addresses = addresses or PeerAddresses.single_host(spec)
     env = environment("ueransim")
     ctx = {"name": spec.name, "mcc": spec.core.mcc, "mnc": spec.core.mnc, "tac": spec.core.tac,
-           "gnb": str(spec.core.gnb_address), "amf": str(spec.core.amf_address),
-           "slices": spec.slices}
+           "gnb": str(addresses.gnb), "amf": str(addresses.amf_ngap), "slices": spec.slices}
     files = {"gnb.yaml": render(env, "gnb.yaml.j2", **ctx)}
     for cfg in ue_configs(spec):
         files[f"ue-{cfg.name}.yaml"] = render(env, "ue.yaml.j2", g=cfg, **ctx)
     return files
 
 
-def render_ueransim(spec: TestbedSpec, outdir: Path) -> list[Path]:
+def render_ueransim(spec: TestbedSpec, outdir: Path,
+                    addresses: PeerAddresses | None = None) -> list[Path]:
     """Write gnb.yaml and ue-<group>.yaml; UE files hold K/OPc, so they are mode 0600."""
-    files = ueransim_files(spec)
+    files = ueransim_files(spec, addresses)
     return write_files(files, outdir, private={n for n in files if n.startswith("ue-")})

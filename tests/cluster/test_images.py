@@ -71,14 +71,16 @@ def _task(tasks: list[dict], argv_head: list[str]) -> dict:
     return task
 
 
-def test_the_services_role_builds_and_imports_what_lab_up_lists_on_every_k3s_node():
+def test_the_services_role_builds_and_imports_what_lab_up_lists_on_every_k3s_node(tmp_path: Path):
     """The chain from the manifests to the nodes: `lab up` passes image_builds() as testbed_images;
     images.yml builds each with Docker and imports it with `k3s ctr images import`; site.yml runs
     it on every K3s node after installing Docker."""
-    from testbed.lab.bringup import lab_extravars, manifest_images
+    from testbed.lab.bringup import lab_extravars, manifest_images, prepare_rendered
+    from testbed.lab.inventory import LabInventory
 
     images = manifest_images(INVENTORY, WORKLOADS)
-    extra = lab_extravars(_spec(), ROOT, ROOT, WORKLOADS, images)["testbed_images"]
+    rendered = prepare_rendered(_spec(), tmp_path, None, LabInventory.load(INVENTORY))
+    extra = lab_extravars(_spec(), tmp_path, rendered, WORKLOADS, images)["testbed_images"]
     assert extra == [{"image": b.image, "context": b.context} for b in image_builds(WORKLOADS)]
     tasks = yaml.safe_load((PLAYBOOKS / "roles/services/tasks/images.yml").read_text())
     build = _task(tasks, ["docker", "build"])

@@ -3,18 +3,38 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from rich.console import Console
 
 from testbed.config import load_testbed
-from testbed.errors import MissingRequirement
-from testbed.lab.bringup import LabStatus, lab_up, parse_status_events, prepare_rendered, upf_instances
-from testbed.lab.runner import EventRecorder, PlaybookFailed, failure_message, run_playbook
+from testbed.errors import ConfigError, MissingRequirement
+from testbed.lab.bringup import (
+    LabStatus,
+    gnb_address,
+    lab_up,
+    parse_status_events,
+    prepare_rendered,
+    upf_instances,
+)
+from testbed.lab.inventory import LabInventory
+from testbed.lab.render import render_lab
+from testbed.lab.runner import PLAYBOOKS_DIR, EventRecorder, PlaybookFailed, failure_message, run_playbook
 
-FIXTURES = Path(__file__).parent / "fixtures" / "rendered"
+EXAMPLE_INVENTORY = Path(__file__).resolve().parents[2] / "playbooks" / "inventory.example.yml"
+
+
+def _rendered(tmp_path: Path) -> Path:
+    """What `testbed render -i` writes for the default testbed and the example inventory."""
+    out = tmp_path / "rendered"
+    render_lab(load_testbed(), LabInventory.load(EXAMPLE_INVENTORY), out)
+    return out
+
 
 def _runner_or_skip() -> None:
     pytest.importorskip("ansible_runner", reason="the lab extra (ansible-runner) is not installed")
@@ -111,12 +131,15 @@ def test_site_playbook_runs_in_check_mode_with_prepared_run_dir(tmp_path: Path) 
     manifests = tmp_path / "workloads"
     manifests.mkdir()
     result = lab_up(spec, _local_inventory(tmp_path), check=True, run_dir=tmp_path / "run",
-                    rendered_dir=FIXTURES, manifests_dir=manifests,
+                    rendered_dir=_rendered(tmp_path), manifests_dir=manifests,
                     console=Console(file=open("/dev/null", "w")))  # noqa: SIM115
     assert result.status == "successful" and result.total_changed == 0
     lab = json.loads((tmp_path / "run" / "lab.json").read_text())
     assert lab["check"] is True
-    assert [u["stem"] for u in lab["extravars"]["testbed_upf_instances"]] == ["upf-ai", "upf-be"]
+    upfs = lab["extravars"]["testbed_upf_instances"]
+    assert [(u["stem"], u["n3"]) for u in upfs] == [("upf-ai", ["192.168.10.11"]),
+                                                    ("upf-be", ["192.168.10.12"])]
+    assert lab["extravars"]["testbed_gnb_address"] == "192.168.10.20"  # the inventory's
     script = tmp_path / "run" / "rendered" / "shaping" / "tb-slice-shaping.sh"
     assert "match ip src 10.45.0.0/24" in script.read_text()
     events = result.events_file.read_text()
@@ -125,20 +148,29 @@ def test_site_playbook_runs_in_check_mode_with_prepared_run_dir(tmp_path: Path) 
 
 def test_prepare_rendered_reports_missing_parts(tmp_path: Path) -> None:
     spec = load_testbed()
-    broken = tmp_path / "rendered"
-    shutil.copytree(FIXTURES, broken)
+    broken = _rendered(tmp_path)
     (broken / "ueransim" / "ue-be.yaml").unlink()
     with pytest.raises(MissingRequirement, match=r"no ue-be\.yaml for UE group 'be'"):
         prepare_rendered(spec, tmp_path / "run", broken)
     with pytest.raises(MissingRequirement, match="open5gs is missing"):
         prepare_rendered(spec, tmp_path / "run2", tmp_path / "nothing")
+    with pytest.raises(MissingRequirement, match="needs its inventory"):
+        prepare_rendered(spec, tmp_path / "run3", None)  # nothing to render the addresses from
+    assert not (tmp_path / "run3").exists()
 
 
 def test_upf_instances_default_gateway_and_device(tmp_path: Path) -> None:
     (tmp_path / "open5gs").mkdir()
     (tmp_path / "open5gs" / "upf-x.yaml").write_text("upf:\n  session:\n    - subnet: 10.9.0.0/16\n")
     assert upf_instances(tmp_path) == [
-        {"stem": "upf-x", "sessions": [{"subnet": "10.9.0.0/16", "gateway": "10.9.0.1", "dev": "ogstun"}]}]
+        {"stem": "upf-x", "sessions": [{"subnet": "10.9.0.0/16", "gateway": "10.9.0.1", "dev": "ogstun"}],
+         "n3": []}]
+    (tmp_path / "ueransim").mkdir()
+    (tmp_path / "ueransim" / "gnb.yaml").write_text("mcc: '001'\nngapIp: 192.0.2.9\n")
+    with pytest.raises(ConfigError, match=r"gnb\.yaml:1: gtpIp: the gNB needs its GTP-U address"):
+        gnb_address(tmp_path)
+    (tmp_path / "ueransim" / "gnb.yaml").write_text("mcc: '001'\ngtpIp: 192.0.2.9\n")
+    assert gnb_address(tmp_path) == "192.0.2.9"
     (tmp_path / "open5gs" / "upf-y.yaml").write_text("upf:\n  pfcp: {}\n")
     with pytest.raises(Exception, match=r"upf-y.yaml.*upf.session"):
         upf_instances(tmp_path)
@@ -171,3 +203,47 @@ def test_recorder_and_status_parsing(tmp_path: Path) -> None:
     assert failure_message({"stderr": "a\n  b", "stdout": "x"}) == "a b: x"
     assert failure_message({"msg": "non-zero return code", "stderr": "ls: no such file"}) == \
         "non-zero return code: ls: no such file"
+
+
+def _role_task(role: str, name_start: str) -> dict:
+    tasks = yaml.safe_load((PLAYBOOKS_DIR / "roles" / role / "tasks" / "main.yml").read_text())
+    (task,) = [t for t in tasks if t["name"].startswith(name_start)]
+    return task
+
+
+def _host_address() -> str:
+    ip = shutil.which("ip")
+    out = subprocess.run([ip, "-o", "-4", "addr", "show", "scope", "global"], capture_output=True,
+                         text=True, check=True).stdout if ip else ""
+    found = re.findall(r"inet (\d+\.\d+\.\d+\.\d+)/", out)
+    if not found:
+        pytest.skip("this host has no global IPv4 address to stand for an N3/gNB address")
+    return found[0]
+
+
+@pytest.mark.parametrize(("role", "task", "extravars", "group"), [
+    ("upf", "Check that this host has every UPF's N3 address",
+     lambda a: {"testbed_upf_instances": [{"stem": "upf-ai", "n3": [a], "sessions": []}]}, "core"),
+    ("ueransim", "Check that this host has the gNB's address",
+     lambda a: {"testbed_gnb_address": a}, "ran"),
+])
+def test_roles_stop_when_the_host_lacks_a_rendered_address(tmp_path: Path, role: str, task: str,
+                                                            extravars, group: str) -> None:
+    """The real role task against localhost: passes with an address the host has, and stops
+    naming the address when the host lacks it (192.0.2.250 is TEST-NET-1, never assigned here)."""
+    _runner_or_skip()
+    mine = _host_address()
+    play = [{"name": "Address check", "hosts": group, "gather_facts": True,
+             "tasks": [_role_task(role, task)]}]
+    pb = _playbooks(tmp_path, yaml.safe_dump(play, sort_keys=False))
+    inv = _local_inventory(tmp_path, {group: ["labhost"]})
+    quiet = Console(file=open("/dev/null", "w"))  # noqa: SIM115
+    ok = run_playbook("site.yml", inventory=inv, run_dir=tmp_path / "ok", extravars=extravars(mine),
+                      playbooks_dir=pb, console=quiet)
+    assert ok.status == "successful"
+    absent = "192.0.2.250" if mine != "192.0.2.250" else "192.0.2.251"
+    with pytest.raises(PlaybookFailed) as err:
+        run_playbook("site.yml", inventory=inv, run_dir=tmp_path / "bad",
+                     extravars=extravars(absent), playbooks_dir=pb, console=quiet)
+    f = err.value.failure
+    assert f is not None and f.task.startswith(task) and absent in f.message, f
