@@ -37,7 +37,7 @@ def _verdict(v: Verdict) -> str:
 
 
 def _decided_by(v: Verdict) -> str:
-    return f" Not decided at this size; decided by: {v.decided_by}." if v.decided_by else ""
+    return f" Decided by: {v.decided_by}." if v.decided_by else ""
 
 
 def build(result: ReproResult, base: Path, options: Options) -> Document:
@@ -51,7 +51,7 @@ def build(result: ReproResult, base: Path, options: Options) -> Document:
         + ("none (--rule-only)" if options.rule_only else f"`{options.models_dir}`"),
     ]
     head.tables.append(TableData(["artefact", "result", "summary", "minutes"], [
-        [v.artefact, _verdict(v), v.summary + _decided_by(v), f"{v.seconds / 60:.1f}"]
+        [v.artefact, _verdict(v), v.summary + "." + _decided_by(v), f"{v.seconds / 60:.1f}"]
         for v in result.verdicts]))
     head.bullets.append("PASS and FAIL are decided; UNDECIDED is 'not decided at this size' (the "
                         "row names the size that decides it) and is not a failure")

@@ -218,7 +218,7 @@ def testbed_table(rows: list[dict[str, Any]], *, window: str, duration_s: float,
     if short and duration_s < T54_DECIDES_PAPER_S:
         order = (f"a window of at least {T54_DECIDES_ORDER_S} s, {T54_DECIDES_ORDER_REPS} "
                  f"repetitions (`testbed reproduce table5.4`); this run: {duration_s:g} s, "
-                 f"{repetitions}")
+                 f"{repetitions} repetition(s)")
     _ordering(table, order)
     return table
 
