@@ -165,6 +165,10 @@ class ServiceVerdict:
     outcomes: list[Outcome]
 
     @property
+    def passed(self) -> bool:
+        return self.verdict == PASS
+
+    @property
     def why(self) -> str:
         return "; ".join(f"{o.verdict} {o.text}: {o.explain()}" for o in self.outcomes
                          if not o.passed)
