@@ -84,7 +84,8 @@ def run(
                                                    "http://<cluster_server>:30090).")] = None,
 ) -> None:
     """Run a scenario end to end into a run directory and write its report; exits 1 when an
-    `expect:` check fails.
+    `expect:` check FAILs or reads a cell that lost requests or got none (UNDECIDED); a check
+    this size cannot decide is UNDECIDED with what would decide it, and does not fail the run.
 
     Example: [bold]testbed run scenarios/smoke.yaml[/]   or   [bold]testbed run --from runs/X/manifest.json[/]
     Lab: [bold]testbed run --profile lab -i inventory.yml scenarios/slicing.yaml [--check][/]
