@@ -17,6 +17,7 @@ from testbed.config.secrets import unredact_scenario, unredact_testbed
 from testbed.config.yamlfile import LocatedYaml, validate
 from testbed.errors import StateError
 from testbed.report import write_report
+from testbed.scenario.expect import Outcome
 from testbed.scenario.load import LoadedScenario, load_scenario
 from testbed.scenario.runner import RunOptions, run_scenario
 from testbed.scenario.spec import Scenario
@@ -88,7 +89,8 @@ def run(
         "`metrics:`, else in-process.")] = None,
 ) -> None:
     """Run a scenario end to end into a run directory and write its report; exits 1 when an
-    `expect:` check fails.
+    `expect:` check FAILs or reads a cell that lost requests or got none (UNDECIDED); a check
+    this size cannot decide is UNDECIDED with what would decide it, and does not fail the run.
 
     Example: [bold]testbed run scenarios/smoke.yaml[/]   or   [bold]testbed run --from runs/X/manifest.json[/]
     Lab: [bold]testbed run --profile lab -i inventory.yml scenarios/slicing.yaml [--check][/]
@@ -136,17 +138,21 @@ def run(
     if result.interrupted:
         console.print("[yellow]interrupted: the report covers what was collected[/]")
         raise typer.Exit(130)
-    if not result.passed:
+    # FAIL fails the run, and so does UNDECIDED for a lost cell or one without requests; a check
+    # the run is too small to decide does not
+    if any(o.fails_run for o in result.outcomes):
         raise typer.Exit(1)
 
 
-def print_outcomes(outcomes: list) -> None:
+VERDICT_STYLE = {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]", "UNDECIDED": "[yellow]UNDECIDED[/]"}
+
+
+def print_outcomes(outcomes: list[Outcome]) -> None:
     if not outcomes:
         return
     table = Table("expect", "result", "value", title="Expectations")
     for o in outcomes:
-        table.add_row(escape(o.text), "[green]PASS[/]" if o.passed else "[red]FAIL[/]",
-                      o.detail or (f"{o.left:.4g} vs {o.right:.4g}" if o.left is not None else ""))
+        table.add_row(escape(o.text), VERDICT_STYLE[o.verdict], escape(o.explain()))
     console.print(table)
 
 

@@ -55,9 +55,10 @@ def build_document(run_dir: Path) -> Document:
 
     if outcomes:
         sec = Section("Expectations")
-        sec.tables.append(TableData(["check", "result", "left", "right"], [
-            [f"`{o.text}`", "**PASS**" if o.passed else "**FAIL**", _f(o.left, 4),
-             _f(o.right, 4) + (f" ({o.detail})" if o.detail else "")] for o in outcomes]))
+        sec.tables.append(TableData(["check", "result", "left", "right", "why"], [
+            [f"`{o.text}`", f"**{o.verdict}**", _f(o.left, 4), _f(o.right, 4),
+             o.detail + (f"; decided by: {o.decided_by}" if o.decided_by else "")]
+            for o in outcomes]))
         doc.sections.append(sec)
 
     problems = _problems(run_dir)

@@ -60,7 +60,8 @@ class Document:
             "th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}",
             "th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}",
             "img{max-width:100%;border:1px solid #eee;margin:0.5em 0}",
-            ".pass{color:#1a7f37;font-weight:bold}.fail{color:#c62828;font-weight:bold}",
+            ".pass{color:#1a7f37;font-weight:bold}.fail{color:#c62828;font-weight:bold}"
+            ".undecided{color:#9a6700;font-weight:bold}",
             "caption{caption-side:top;text-align:left;font-style:italic;padding:4px 0}",
             "</style></head><body>",
             f"<h1>{html.escape(self.title)}</h1>",
@@ -92,6 +93,7 @@ def _inline(text: str) -> str:
     t = html.escape(text)
     t = t.replace("**PASS**", "<span class='pass'>PASS</span>")
     t = t.replace("**FAIL**", "<span class='fail'>FAIL</span>")
+    t = t.replace("**UNDECIDED**", "<span class='undecided'>UNDECIDED</span>")
     while "`" in t and t.count("`") >= 2:
         t = t.replace("`", "<code>", 1).replace("`", "</code>", 1)
     return t

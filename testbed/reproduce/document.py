@@ -25,6 +25,21 @@ def _pf(ok: bool | None) -> str:
     return "–" if ok is None else ("**PASS**" if ok else "**FAIL**")
 
 
+def _cell(ok: bool | None, undecided: str) -> str:
+    """A table cell's mark: PASS/FAIL, or within/outside when this size cannot decide it."""
+    if undecided and ok is not None:
+        return "within (undecided)" if ok else "outside (undecided)"
+    return _pf(ok)
+
+
+def _verdict(v: Verdict) -> str:
+    return f"**{v.verdict}**"
+
+
+def _decided_by(v: Verdict) -> str:
+    return f" Decided by: {v.decided_by}." if v.decided_by else ""
+
+
 def build(result: ReproResult, base: Path, options: Options) -> Document:
     doc = Document("Reproduction of the DRAFAS dissertation's artefacts")
     head = Section("Summary")
@@ -36,7 +51,10 @@ def build(result: ReproResult, base: Path, options: Options) -> Document:
         + ("none (--rule-only)" if options.rule_only else f"`{options.models_dir}`"),
     ]
     head.tables.append(TableData(["artefact", "result", "summary", "minutes"], [
-        [v.artefact, _pf(v.passed), v.summary, f"{v.seconds / 60:.1f}"] for v in result.verdicts]))
+        [v.artefact, _verdict(v), v.summary + "." + _decided_by(v), f"{v.seconds / 60:.1f}"]
+        for v in result.verdicts]))
+    head.bullets.append("PASS and FAIL are decided; UNDECIDED is 'not decided at this size' (the "
+                        "row names the size that decides it) and is not a failure")
     doc.sections.append(head)
     plots = base / "plots"
     plots.mkdir(exist_ok=True)
@@ -59,9 +77,17 @@ def _slicing(v: Verdict, result: ReproResult, plots: Path) -> Section:
     sec.paragraphs.append(f"Paper setup: {SLICING_SETUP}. The paper prints no values for these "
                           "figures; its stated result:")
     sec.bullets += FIG_5_7_5_8
+    outcomes = []
     for w in result.verdicts:
         if w.slicing is not None:
-            sec.paragraphs.append(f"{w.artefact}: {_pf(w.passed)} — {w.summary}")
+            sec.paragraphs.append(f"{w.artefact}: {_verdict(w)} — {w.summary}.{_decided_by(w)}")
+            outcomes += w.outcomes
+    if outcomes:
+        # the same checks, verdicts and words as the scenario run's `expect:` (its report.md)
+        sec.tables.append(TableData(["check", "result", "left", "right", "why"], [
+            [f"`{o.text}`", f"**{o.verdict}**", _f(o.left), _f(o.right),
+             o.detail + (f"; decided by: {o.decided_by}" if o.decided_by else "")]
+            for o in outcomes], "The judge's checks (testbed.reproduce.slicing.expectations)"))
     cells = v.slicing["cells"] if v.slicing else {}
     rows = []
     for key in sorted(cells, key=lambda k: (k.split("|")[0], int(k.split("|")[1]), k)):
@@ -115,7 +141,7 @@ def _slicing_plot(cells: dict[str, dict[str, float]], path: Path) -> Path | None
 def _table(v: Verdict, plots: Path) -> Section:
     t = v.table
     sec = Section(v.title)
-    sec.paragraphs.append(f"{_pf(v.passed)} — {v.summary}.")
+    sec.paragraphs.append(f"{_verdict(v)} — {v.summary}.{_decided_by(v)}")
     if t is None:
         return sec
     sec.paragraphs.append(t.title)
@@ -129,7 +155,7 @@ def _table(v: Verdict, plots: Path) -> Section:
             sd = c.sd.get(m)
             rows.append([c.service, "DRL (ppo)" if c.policy == "ppo" else "rule v2",
                          METRIC_TITLES[m], _f(ours), _f(sd) if c.runs > 1 else "–", _f(paper),
-                         diff, _pf(c.passed) if m == "reward" else ""])
+                         diff, _cell(c.passed, t.decided_by) if m == "reward" else ""])
         if t.oracle and c.policy == "rule_v2":
             rows.append([c.service, "oracle bound", "reward", _f(t.oracle[c.service]), "–", "–",
                          "–", ""])
@@ -137,7 +163,9 @@ def _table(v: Verdict, plots: Path) -> Section:
                                  "ours − paper", "cell"], rows))
     if t.checks:
         sec.tables.append(TableData(["check", "result", "detail"],
-                                    [[c, _pf(ok), d] for c, ok, d in t.checks]))
+                                    [[c.text, "**UNDECIDED**" if c.decided_by else _pf(c.passed),
+                                      c.detail + (f"; decided by: {c.decided_by}"
+                                                  if c.decided_by else "")] for c in t.checks]))
     sec.bullets += t.notes + [d for d in v.details]
     if v.run_dir:
         sec.bullets.append(f"scenario run: `{v.run_dir}` (its own report.html has the time series)")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.reproduce.tables import TableResult
+from testbed.scenario.expect import FAIL, PASS, Outcome
 
 
 @dataclass
@@ -29,13 +30,19 @@ class Options:
 class Verdict:
     artefact: str
     title: str
-    passed: bool
+    verdict: str  # PASS, FAIL or UNDECIDED: not decided at this size (not a failure)
     summary: str
     details: list[str] = field(default_factory=list)
     table: TableResult | None = None
     slicing: dict[str, Any] | None = None
     run_dir: str | None = None
     seconds: float = 0.0
+    decided_by: str = ""  # UNDECIDED: the size that decides it
+    outcomes: list[Outcome] = field(default_factory=list)  # Figs 5.7/5.8: the judge's checks
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == PASS
 
 
 @dataclass
@@ -45,7 +52,8 @@ class ReproResult:
     seconds: float
 
     @property
-    def passed(self) -> bool:
-        return all(v.passed for v in self.verdicts)
+    def failed(self) -> bool:
+        """Some artefact FAILed; one not decided at this size is not a failure."""
+        return any(v.verdict == FAIL for v in self.verdicts)
 
 

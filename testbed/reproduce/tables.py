@@ -11,6 +11,7 @@ from typing import Any
 
 from testbed.profiles.paper import PAPER_TABLES, TABLE_5_4
 from testbed.reproduce.artefacts import SERVICES, model_files, trace_files
+from testbed.scenario.expect import FAIL, PASS, UNDECIDED
 
 # Tolerances (stated in every report): issue 11's fidelity floors for the simulator. Table 5.1's
 # rule-based cells, the text's baseline, within 3 % of the paper's reward and 5 % of its
@@ -23,6 +24,14 @@ SIM_REWARD_REL = 0.15
 # within this absolute reward / SLO distance, whichever is wider.
 TB_REWARD_ABS = 0.005
 TB_SLO_ABS = 0.005
+# What a Table 5.4 run must cover to decide (docs/table-5.4.md). Beside the paper: the whole test
+# day, as the dissertation ran it (windows of even 8 h stay 0.010-0.014 away from the day's
+# reward). DRL against rule v2: the day, or 20 minutes (from 13:30 the simulator puts them
+# 0.02-0.04 apart, 20 times the run-to-run noise) with 2 repetitions (to measure that noise); a
+# 2-minute window measures the replicas' start-up, where both policies give the same reward.
+T54_DECIDES_PAPER_S = 86400
+T54_DECIDES_ORDER_S = 1200
+T54_DECIDES_ORDER_REPS = 2
 METRICS = ("slo_violation_rate", "instances", "proc_time_s", "reward")
 
 
@@ -41,17 +50,41 @@ class Cell:
 
 
 @dataclass
+class Check:
+    """A check across cells (the oracle bound, DRL against rule v2)."""
+
+    text: str
+    passed: bool
+    detail: str
+    decided_by: str = ""  # non-empty: this run is too small to decide it; what would
+
+
+@dataclass
 class TableResult:
     key: str  # "5.1" ... "5.4"
     title: str
     cells: list[Cell]
     oracle: dict[str, float] = field(default_factory=dict)  # service -> oracle reward
     notes: list[str] = field(default_factory=list)
-    checks: list[tuple[str, bool, str]] = field(default_factory=list)  # (check, passed, detail)
+    checks: list[Check] = field(default_factory=list)
+    # non-empty: the run is too small to compare its cells with the paper's; what would
+    decided_by: str = ""
 
     @property
-    def passed(self) -> bool:
-        return all(c.passed is not False for c in self.cells) and all(p for _, p, _ in self.checks)
+    def verdict(self) -> str:
+        """FAIL on a cell without figures or a failed check this size decides; UNDECIDED when
+        this size cannot decide the cells or a check; else PASS when every cell and check does."""
+        if any(c.ours.get("reward") is None for c in self.cells) or any(
+                not c.passed and not c.decided_by for c in self.checks):
+            return FAIL
+        if self.decided_by or any(c.decided_by for c in self.checks):
+            return UNDECIDED
+        return PASS if all(c.passed is not False for c in self.cells) else FAIL
+
+    def undecided_by(self) -> list[str]:
+        """What would decide what this run leaves undecided."""
+        out = [f"the cells beside the paper: {self.decided_by}"] if self.decided_by else []
+        return out + [f"{c.text}: {c.decided_by}" for c in self.checks if c.decided_by]
 
 
 def _paper_cell(key: str, policy: str, service: str) -> dict[str, float]:
@@ -105,8 +138,8 @@ def sim_table(key: str, *, traces_dir: Path, models_dir: Path | None, seed: int 
         for c in cells:
             b = table.oracle[c.service]
             ok = (c.ours["reward"] or 0) <= b + 1e-9
-            table.checks.append((f"{c.service} {c.policy} reward <= oracle bound", ok,
-                                 f"{c.ours['reward']:.4f} vs {b:.4f}"))
+            table.checks.append(Check(f"{c.service} {c.policy} reward <= oracle bound", ok,
+                                      f"{c.ours['reward']:.4f} vs {b:.4f}"))
     _ordering(table)
     return table
 
@@ -125,8 +158,9 @@ def _judged_sim_cell(key: str, policy: str, service: str, ours: dict[str, float 
     return Cell(service, policy, ours, paper, passed=not why, why="; ".join(why))
 
 
-def _ordering(table: TableResult) -> None:
-    """Where the paper's DRL beat its rule by more than 5 %, ours should not be worse (a check)."""
+def _ordering(table: TableResult, decided_by: str = "") -> None:
+    """Where the paper's DRL beat its rule by more than 5 %, ours should not be worse (a check;
+    `decided_by`: this run is too small to decide it)."""
     for s in SERVICES:
         d = next((c for c in table.cells if c.service == s and c.policy == "ppo"), None)
         r = next((c for c in table.cells if c.service == s and c.policy == "rule_v2"), None)
@@ -137,13 +171,15 @@ def _ordering(table: TableResult) -> None:
             continue
         margin = 2 * max(d.sd.get("reward") or 0.0, r.sd.get("reward") or 0.0)
         ok = d.ours["reward"] >= r.ours["reward"] - margin
-        table.checks.append((f"{s}: DRL reward >= rule v2 (paper: {gain:+.1%})", ok,
-                             f"{d.ours['reward']:.4f} vs {r.ours['reward']:.4f}"
-                             + (f" (2 sd = {margin:.4f})" if margin else "")))
+        table.checks.append(Check(f"{s}: DRL reward >= rule v2 (paper: {gain:+.1%})", ok,
+                                  f"{d.ours['reward']:.4f} vs {r.ours['reward']:.4f}"
+                                  + (f" (2 sd = {margin:.4f})" if margin else ""), decided_by))
 
 
-def testbed_table(rows: list[dict[str, Any]], *, window: str) -> TableResult:
-    """Table 5.4 from a testbed run's result rows (matrix `policy`, any repetitions)."""
+def testbed_table(rows: list[dict[str, Any]], *, window: str, duration_s: float,
+                  repetitions: int) -> TableResult:
+    """Table 5.4 from a testbed run's result rows (matrix `policy`, any repetitions), judged as far
+    as a window of `duration_s` seconds run `repetitions` times can decide."""
     cells = []
     for s in SERVICES:
         for policy in ("ppo", "rule_v2"):
@@ -174,7 +210,16 @@ def testbed_table(rows: list[dict[str, Any]], *, window: str) -> TableResult:
             cell.passed, cell.why = not why, "; ".join(why)
             cells.append(cell)
     table = TableResult("5.4", f"Table 5.4: local testbed, {window}", cells)
-    _ordering(table)
+    if duration_s < T54_DECIDES_PAPER_S:
+        table.decided_by = (f"the whole test day (--t54-duration {T54_DECIDES_PAPER_S}); this run "
+                            f"covers {duration_s:g} s")
+    order = ""
+    short = duration_s < T54_DECIDES_ORDER_S or repetitions < T54_DECIDES_ORDER_REPS
+    if short and duration_s < T54_DECIDES_PAPER_S:
+        order = (f"a window of at least {T54_DECIDES_ORDER_S} s, {T54_DECIDES_ORDER_REPS} "
+                 f"repetitions (`testbed reproduce table5.4`); this run: {duration_s:g} s, "
+                 f"{repetitions} repetition(s)")
+    _ordering(table, order)
     return table
 
 
@@ -187,7 +232,11 @@ def rule_text() -> list[str]:
         "docs/sim.md); every policy's reward must stay at or below the oracle bound",
         f"Table 5.4 (local testbed): a cell passes when reward and SLO violation rate are within "
         f"2 run-to-run standard deviations of the paper's, or within {TB_REWARD_ABS:g} "
-        f"(reward) / {TB_SLO_ABS:g} (SLO rate) when that is wider",
+        f"(reward) / {TB_SLO_ABS:g} (SLO rate) when that is wider; decided only on the whole "
+        f"test day ({T54_DECIDES_PAPER_S} s), 'not decided at this size' on a shorter window",
         "all tables: where the paper's DRL beat rule v2 by more than 5 %, ours must not be worse "
-        "by more than 2 standard deviations",
+        "by more than 2 standard deviations (Table 5.4: decided on the whole day or on windows of "
+        f"at least {T54_DECIDES_ORDER_S} s with {T54_DECIDES_ORDER_REPS} repetitions)",
+        "verdicts: PASS, FAIL, or UNDECIDED ('not decided at this size', with the size that "
+        "decides it; not a failure)",
     ]

@@ -7,10 +7,20 @@
 A term `metric[key=value, ...]` is the mean of that metric over the result rows that match
 every selector (service, slice, rep, or any matrix key); numbers, + - * / and parentheses
 combine terms; one comparison (<, <=, >, >=, ==, !=) ends the check.
+
+A check's verdict is PASS, FAIL or UNDECIDED. UNDECIDED: a term covers a cell that got no
+requests or whose status is not ok (both fail the run), or a claim that one violation rate is
+above another (`slo_violation_rate[A] > slo_violation_rate[B]`) has too few violations to tell:
+that comparison is a count test (one-sided binomial test on the violations of the two sides, at
+ALPHA), PASS only when significant, FAIL when A's rate is not above B's and the counts could
+have shown it, else "not decided at this size" (which does not fail the run) with the count that
+would decide it.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import operator
 import re
 from dataclasses import dataclass
@@ -47,6 +57,12 @@ METRICS = {
     "on_time_rps": "routed pipeline: requests per second completed within its SLA",
 }
 FIXED_KEYS = {"service", "slice", "rep"}
+# metrics of the rows that are not per service (testbed.scenario.results): slice rows and the
+# simulator's pipeline rows
+SLICE_METRICS = {"iperf_goodput_mbit"}
+CHAIN_METRICS = {"chain_violation_rate", "mean_e2e_ms", "p99_e2e_ms", "on_time_rps", "requests"}
+PASS, FAIL, UNDECIDED = "PASS", "FAIL", "UNDECIDED"
+ALPHA = 0.05  # the count test's significance level (one-sided)
 _CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
         "==": operator.eq, "!=": operator.ne}
 _TOKEN = re.compile(r"\s*(?:(?P<num>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
@@ -257,25 +273,156 @@ def _show(node: Any) -> str:
     return f"({_show(node[1])} {node[0]} {_show(node[2])})"
 
 
+def skeleton_rows(cells: list[Any], repetitions: int, engine: str) -> list[dict[str, Any]]:
+    """The keys of every result row a run of these matrix cells (testbed.scenario.matrix.Cell)
+    will have, without values: what a selector can match."""
+    rows = []
+    for cell, rep in itertools.product(cells, range(repetitions)):
+        base = {k: v for k, v in cell.params.items() if k not in ("service", "slice")}
+        base["rep"] = rep
+        rows += [{**base, "service": s.name, "_kind": "service"} for s in cell.scenario.services]
+        if engine == "sim":
+            rows += [{**base, "pipeline": "->".join(p.services), "_kind": "chain"}
+                     for p in cell.scenario.pipelines]
+        else:
+            rows += [{**base, "slice": c.slice, "_kind": "slice"} for c in cell.scenario.cross_traffic]
+    return rows
+
+
+def _row_has(row: dict[str, Any], metric: str) -> bool:
+    kind = row["_kind"]
+    if metric in SLICE_METRICS:
+        return kind == "slice"
+    if kind == "chain":
+        return metric in CHAIN_METRICS
+    return kind == "service" and metric not in CHAIN_METRICS - {"requests"}
+
+
+def check_selectors_match(scn: Scenario, cells: list[Any]) -> list[tuple[tuple, str]]:
+    """A term whose selectors match no row any cell of the matrix will have (a combination of
+    valid values that never occurs together, a slice metric asked of a service, ...)."""
+    skeleton = skeleton_rows(cells, scn.repetitions, scn.engine)
+    problems = []
+    for i, text in enumerate(scn.expect):
+        for term in parse(text).terms():
+            if not any(_row_has(r, term.metric) and _matches(r, term.selectors) for r in skeleton):
+                problems.append((("expect", i), f"{term} matches no cell of the matrix (cells: "
+                                 + "; ".join(c.label for c in cells) + ")"))
+    return problems
+
+
 @dataclass(frozen=True)
 class Outcome:
     text: str
-    passed: bool
+    verdict: str  # PASS, FAIL or UNDECIDED
     left: float | None
     right: float | None
     detail: str = ""
+    # UNDECIDED because the run is too small to tell: what would decide it (does not fail a run)
+    decided_by: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == PASS
+
+    @property
+    def fails_run(self) -> bool:
+        """FAIL, or UNDECIDED for a reason other than the run's size (no requests, failed cell)."""
+        return self.verdict == FAIL or (self.verdict == UNDECIDED and not self.decided_by)
+
+    def explain(self) -> str:
+        """The figures and the reason, as the terminal, pytest and the reports show them."""
+        values = (f"{self.left:.4g} vs {self.right:.4g}"
+                  if self.left is not None and self.right is not None else "")
+        parts = [p for p in (values, self.detail) if p]
+        if self.decided_by:
+            parts.append(f"decided by: {self.decided_by}")
+        return "; ".join(parts)
 
 
 def evaluate(check: Check, rows: list[dict[str, Any]]) -> Outcome:
+    unusable = _unusable_cells(check, rows)
+    if unusable:
+        return Outcome(check.text, UNDECIDED, None, None, unusable)
     try:
         left, right = _value(check.left, rows), _value(check.right, rows)
     except LookupError as exc:
-        return Outcome(check.text, False, None, None, str(exc))
-    return Outcome(check.text, bool(_CMP[check.op](left, right)), left, right)
+        return Outcome(check.text, FAIL, None, None, str(exc))
+    counted = _count_test(check, rows, left, right)
+    if counted is not None:
+        return counted
+    return Outcome(check.text, PASS if _CMP[check.op](left, right) else FAIL, left, right)
 
 
 def evaluate_all(texts: list[str], rows: list[dict[str, Any]]) -> list[Outcome]:
     return [evaluate(parse(t), rows) for t in texts]
+
+
+def _unusable_cells(check: Check, rows: list[dict[str, Any]]) -> str:
+    """Why the rows a check reads cannot decide it: a cell whose status is not ok (it lost
+    requests to something other than the service), or a service that got no requests."""
+    why: list[str] = []
+    for term in check.terms():
+        for r in rows:
+            if term.metric not in r or not _matches(r, term.selectors):
+                continue
+            where = f"cell {r.get('cell', '?')} rep {r.get('rep', '?')}"
+            if r.get("status") not in (None, "ok"):
+                lost = f", lost {r['lost']} requests" if r.get("lost") else ""
+                why.append(f"{where} {r['status']}{lost}: its results cannot decide")
+            elif "service" in r and r.get("requests") == 0:
+                why.append(f"{where}: no {r['service']} requests")
+    return "; ".join(dict.fromkeys(why))
+
+
+def _count_test(check: Check, rows: list[dict[str, Any]], left: float, right: float
+                ) -> Outcome | None:
+    """`slo_violation_rate[A] > slo_violation_rate[B]` (or <) as a one-sided binomial test on the
+    violation counts; None for any other check (or rows without counts)."""
+    if check.op not in (">", "<") or not all(
+            isinstance(t, Term) and t.metric == "slo_violation_rate"
+            for t in (check.left, check.right)):
+        return None
+    hi, lo = (check.left, check.right) if check.op == ">" else (check.right, check.left)
+    counts = []
+    for term in (hi, lo):
+        matched = [r for r in rows if _matches(r, term.selectors)
+                   and isinstance(r.get("violations"), int) and r.get("requests")]
+        if not matched:
+            return None
+        counts.append((sum(r["violations"] for r in matched), sum(r["requests"] for r in matched)))
+    (k_hi, n_hi), (k_lo, n_lo) = counts
+    verdict, detail, decided_by = judge_counts(k_hi, n_hi, k_lo, n_lo)
+    return Outcome(check.text, verdict, left, right, detail, decided_by)
+
+
+def min_violations(n_hi: int, n_lo: int, alpha: float = ALPHA) -> int:
+    """The fewest violations, in the two sides together, at which the count test can reject
+    "same rate": all of them on the higher side has probability p0^k under the null."""
+    p0 = n_hi / (n_hi + n_lo)
+    return math.floor(math.log(alpha) / math.log(p0)) + 1
+
+
+def judge_counts(k_hi: int, n_hi: int, k_lo: int, n_lo: int, alpha: float = ALPHA
+                 ) -> tuple[str, str, str]:
+    """(verdict, detail, what decides it) for the claim "the rate k_hi/n_hi is above k_lo/n_lo".
+    Under "same rate", given k = k_hi + k_lo violations, k_hi is Binomial(k, n_hi / (n_hi +
+    n_lo)); the claim PASSes when P(X >= k_hi) < alpha."""
+    k = k_hi + k_lo
+    need = min_violations(n_hi, n_lo, alpha)
+    shown = f"{k_hi}/{n_hi} vs {k_lo}/{n_lo} violations"
+    if k < need:
+        return (UNDECIDED, f"{shown}: not decided at this size",
+                f"at least {need} violations in the two cells together (one-sided binomial test "
+                f"at {alpha:g}); these have {k}")
+    if k_hi / n_hi <= k_lo / n_lo:
+        return FAIL, f"{shown}: not above", ""
+    p0 = n_hi / (n_hi + n_lo)
+    p = sum(math.comb(k, j) * p0 ** j * (1 - p0) ** (k - j) for j in range(k_hi, k + 1))
+    if p < alpha:
+        return PASS, f"{shown} (p = {p:.2g})", ""
+    return (UNDECIDED, f"{shown}: above but p = {p:.2g} >= {alpha:g}: not decided at this size",
+            "more requests per cell (a longer or repeated cell)")
 
 
 def _value(node: Any, rows: list[dict[str, Any]]) -> float:

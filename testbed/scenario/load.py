@@ -10,7 +10,7 @@ from testbed.config import TestbedSpec, check_testbed
 from testbed.config.yamlfile import LocatedYaml, format_path, load_yaml_file, parse_yaml, validate
 from testbed.errors import ConfigError
 from testbed.load.trace import load_trace
-from testbed.scenario.expect import check_expectations
+from testbed.scenario.expect import check_expectations, check_selectors_match
 from testbed.scenario.matrix import check_matrix, expand
 from testbed.scenario.spec import (
     Scenario,
@@ -81,10 +81,12 @@ def parse_scenario(text: str, source: str = "<string>", base_dir: Path | None = 
 
 def _check_cells(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[tuple[tuple, str]]:
     """Rules that hold per matrix cell: the initial replicas fit the resource units, inss/ddpg
-    models fit the services that use them."""
+    models fit the services that use them, each `expect:` term matches some cell's results."""
     problems: list[tuple[tuple, str]] = []
     seen: set[tuple[tuple, str]] = set()
-    for cell in expand(scn, testbed):
+    cells = expand(scn, testbed)
+    problems += check_selectors_match(scn, cells)
+    for cell in cells:
         for path, msg in check_share_models(cell.scenario, base_dir, cell.params):
             if (path, msg) not in seen:
                 seen.add((path, msg))

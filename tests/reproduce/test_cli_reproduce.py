@@ -106,3 +106,24 @@ def test_a_bad_table54_start_is_a_usage_error(tmp_path, capsys, start):
     assert rc != 0
     assert "--t54-start" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("verdicts", "rc"), [
+    (["PASS", "UNDECIDED"], 0),  # not decided at this size is not a failure
+    (["PASS", "FAIL"], 1),
+    (["UNDECIDED", "FAIL"], 1),
+])
+def test_the_exit_status_fails_only_on_fail(tmp_path, monkeypatch, capsys, verdicts, rc):
+    from testbed.reproduce import run
+    from testbed.reproduce.model import ReproResult, Verdict
+
+    def fake_reproduce(artefacts, options):
+        return ReproResult(tmp_path, [
+            Verdict(a.name, a.title, v, "s", decided_by="a bigger run" if v == "UNDECIDED" else "")
+            for a, v in zip(artefacts, verdicts, strict=True)], 1.0)
+
+    monkeypatch.setattr(run, "reproduce", fake_reproduce)
+    assert main(["reproduce", "fig5.8", "table5.1"]) == rc
+    out = capsys.readouterr().out
+    assert all(v in out for v in verdicts)
+    assert ("decided by: a bigger run" in out) == ("UNDECIDED" in verdicts)

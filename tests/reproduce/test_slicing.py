@@ -1,74 +1,116 @@
-"""The Section 5.3 judge: which measured patterns count as the text's statement."""
+"""The Section 5.3 judge: which measured patterns count as the text's statement, and the one rule
+behind the slicing scenarios' `expect:` lines, `testbed reproduce` and the reports."""
 
 from __future__ import annotations
 
-from testbed.reproduce.slicing import SETUPS, judge_slicing, slicing_scenario
+from pathlib import Path
+
+import pytest
+
+from testbed.reproduce.slicing import (
+    SETUPS,
+    expectations,
+    judge_slicing,
+    scenario_expect,
+    slicing_scenario,
+)
+from testbed.scenario.expect import FAIL, PASS, UNDECIDED
+from testbed.scenario.load import load_scenario, parse_scenario
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+FLOWS = [10, 20, 40]
 
 
-def _cells(service, on, off, slo_on=None, slo_off=None):
-    flows = [10, 20, 40]
-    slo_on = slo_on or [0.0] * 3
-    slo_off = slo_off or [0.0] * 3
-    out = {}
+def _rows(service, on, off, slo_on=None, slo_off=None, flows=FLOWS, requests=1200):
+    """Result rows as testbed.scenario.results writes them, one per (flows, slicing)."""
+    out = []
     for i, f in enumerate(flows):
-        out[(service, f, True)] = {"mean_ms": on[i], "slo": slo_on[i]}
-        out[(service, f, False)] = {"mean_ms": off[i], "slo": slo_off[i]}
+        for sl, mean, slo in ((True, on, slo_on), (False, off, slo_off)):
+            violations = round((slo or [0.0] * len(flows))[i] * requests)
+            out.append({"service": service, "iperf_flows": f, "slicing": sl, "rep": 0,
+                        "cell": f"{service}-{f}-{sl}", "status": "ok", "requests": requests,
+                        "violations": violations, "slo_violation_rate": violations / requests,
+                        "mean_latency_ms": float(mean[i])})
     return out
 
 
 def test_imgcls_pattern_holds_when_unsliced_grows_and_sliced_stays_flat():
-    cells = _cells("imgcls", [80, 81, 83], [120, 200, 400], slo_off=[0.01, 0.05, 0.2])
-    assert judge_slicing(cells, [10, 20, 40])["imgcls"] == (True, "")
+    rows = _rows("imgcls", [80, 81, 83], [120, 200, 400], slo_off=[0.01, 0.05, 0.2])
+    v = judge_slicing(rows, FLOWS)["imgcls"]
+    assert v.verdict == PASS and v.why == ""
 
 
 def test_imgcls_fails_when_the_slice_does_not_protect_it():
-    cells = _cells("imgcls", [80, 100, 140], [120, 200, 400], slo_off=[0.01, 0.05, 0.2])
-    ok, why = judge_slicing(cells, [10, 20, 40])["imgcls"]
-    assert not ok and "slice on: mean grows" in why
+    rows = _rows("imgcls", [80, 100, 140], [120, 200, 400], slo_off=[0.01, 0.05, 0.2])
+    v = judge_slicing(rows, FLOWS)["imgcls"]
+    assert v.verdict == FAIL and "slicing=on, iperf_flows=40] / mean_latency_ms" in v.why
 
 
 def test_imgcls_fails_when_unsliced_is_unaffected():
-    ok, why = judge_slicing(_cells("imgcls", [80, 80, 80], [82, 83, 83]), [10, 20, 40])["imgcls"]
-    assert not ok and "SLO violations do not grow" in why
+    # the no-slice arm equal to the slice arm, with violations enough to see a gap
+    rows = _rows("imgcls", [80, 80, 80], [80, 80, 80], slo_on=[0.005] * 3, slo_off=[0.005] * 3)
+    v = judge_slicing(rows, FLOWS)["imgcls"]
+    assert v.verdict == FAIL and "not above" in v.why
+
+
+def test_imgcls_without_violations_in_either_arm_is_not_decided_never_passed():
+    rows = _rows("imgcls", [90], [300], flows=[40], requests=450)
+    v = judge_slicing(rows, [40])["imgcls"]
+    assert v.verdict == UNDECIDED
+    (o,) = [o for o in v.outcomes if not o.passed]
+    assert "0/450 vs 0/450" in o.detail and "at least 5 violations" in o.decided_by
 
 
 def test_tts_small_difference_at_40_flows_only():
-    assert judge_slicing(_cells("tts", [330, 330, 335], [333, 340, 390]), [10, 20, 40])["tts"][0]
-    ok, why = judge_slicing(_cells("tts", [374, 374, 374], [400, 600, 1029]), [10, 20, 40])["tts"]
-    assert not ok and "40 flows" in why
+    assert judge_slicing(_rows("tts", [330, 330, 335], [333, 340, 390]), FLOWS)["tts"].verdict == PASS
+    v = judge_slicing(_rows("tts", [374, 374, 374], [400, 600, 1029]), FLOWS)["tts"]
+    assert v.verdict == FAIL and "iperf_flows=40" in v.why
 
 
 def test_chatbot_no_difference_and_slo_difference_counts():
-    assert judge_slicing(_cells("chatbot", [280] * 3, [290] * 3), [10, 20, 40])["chatbot"][0]
-    ok, why = judge_slicing(_cells("chatbot", [280] * 3, [290] * 3, slo_off=[0, 0, 0.05]),
-                            [10, 20, 40])["chatbot"]
-    assert not ok and "SLO" in why
+    assert judge_slicing(_rows("chatbot", [280] * 3, [290] * 3), FLOWS)["chatbot"].verdict == PASS
+    v = judge_slicing(_rows("chatbot", [280] * 3, [290] * 3, slo_off=[0, 0, 0.05]),
+                      FLOWS)["chatbot"]
+    assert v.verdict == FAIL and "slo_violation_rate[service=chatbot, slicing=off, iperf_flows=40]" in v.why
+
+
+def test_a_failed_cell_makes_its_service_fail_the_judge():
+    rows = _rows("chatbot", [280] * 3, [280] * 3)
+    rows[-1]["status"] = "failed"
+    v = judge_slicing(rows, FLOWS)["chatbot"]
+    assert v.verdict == FAIL and "failed: its results cannot decide" in v.why
 
 
 def test_incomplete_services_are_left_out():
-    cells = _cells("tts", [330] * 3, [330] * 3)
-    del cells[("tts", 40, False)]
-    assert judge_slicing(cells, [10, 20, 40]) == {}
+    rows = [r for r in _rows("tts", [330] * 3, [330] * 3)
+            if not (r["iperf_flows"] == 40 and r["slicing"] is False)]
+    assert judge_slicing(rows, FLOWS) == {}
 
 
-def test_every_setup_makes_a_valid_scenario(tmp_path):
-    from pathlib import Path
-
-    from testbed.scenario.load import parse_scenario
-
-    scenarios = Path(__file__).resolve().parents[2] / "scenarios"
+def test_every_setup_makes_a_valid_scenario_with_the_judges_checks():
     for name, setup in SETUPS.items():
         text = slicing_scenario(setup, name=f"s-{name}", duration_s=10, services=["tts"],
                                 flows=[10], slicing=[True, False])
-        loaded = parse_scenario(text, name, scenarios)
+        loaded = parse_scenario(text, name, SCENARIOS)
         assert loaded.testbed.link.queue_packets == setup.queue_packets
         assert [x.direction for x in loaded.scenario.cross_traffic] == list(setup.directions)
+        assert loaded.scenario.expect == expectations([10])["tts"]
+
+
+@pytest.mark.parametrize("name", ["slicing-ci.yaml", "slicing.yaml"])
+def test_the_shipped_slicing_scenarios_check_exactly_the_judges_rule(name):
+    """Figs 5.7/5.8's `testbed run` and `testbed reproduce` may not drift apart: the scenario's
+    `expect:` lines are the judge's, word for word and in order."""
+    scn = load_scenario(SCENARIOS / name).scenario
+    flows = [int(f) for f in scn.matrix["iperf_flows"]]
+    assert scn.expect == scenario_expect(flows, [str(s) for s in scn.matrix["service"]])
 
 
 def test_one_flow_count_judges_the_gap_only():
-    cells = {("imgcls", 40, True): {"mean_ms": 90, "slo": 0.0},
-             ("imgcls", 40, False): {"mean_ms": 300, "slo": 0.05}}
-    assert judge_slicing(cells, [40])["imgcls"] == (True, "")
-    cells[("imgcls", 40, False)] = {"mean_ms": 95, "slo": 0.0}
-    ok, why = judge_slicing(cells, [40])["imgcls"]
-    assert not ok and "no more SLO violations" in why
+    checks = expectations([40])["imgcls"]
+    assert len(checks) == 3 and all("iperf_flows=40" in c for c in checks)
+    rows = _rows("imgcls", [90], [300], slo_off=[0.05], flows=[40])
+    assert judge_slicing(rows, [40])["imgcls"].verdict == PASS
+    rows = _rows("imgcls", [90], [95], slo_off=[0.05], flows=[40])
+    v = judge_slicing(rows, [40])["imgcls"]
+    assert v.verdict == FAIL and ">= 1.2 * mean_latency_ms" in v.why

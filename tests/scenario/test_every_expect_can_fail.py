@@ -1,0 +1,137 @@
+"""Every `expect:` line of every shipped scenario can FAIL (and can PASS): for each line, collected
+from scenarios/*.yaml so that a new line gets its case, results are built for every row the
+scenario's matrix will produce, and the check is fed values until it says FAIL.
+
+The values tried: first the arms equal (every metric the same in every row, as when the slice or
+the policy makes no difference), then the rows one side of the check (or one of its terms) reads
+at one value and all other rows at another. Each row is a cell that ran (status ok, 1000
+requests) so that FAIL, not UNDECIDED, is the only way to not pass."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from testbed.scenario.expect import (
+    FAIL,
+    METRICS,
+    PASS,
+    Check,
+    Term,
+    _matches,
+    _row_has,
+    evaluate,
+    parse,
+    skeleton_rows,
+)
+from testbed.scenario.load import load_scenario
+from testbed.scenario.matrix import expand
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = sorted((ROOT / "scenarios").glob("*.yaml"))
+VALUES = [0.0, 0.004, 0.02, 0.5, 1.0, 1.5, 3.0, 500.0, 5000.0]
+REQUESTS = 1000
+
+
+def _cases() -> list[Any]:
+    out = []
+    for path in SHIPPED:
+        raw = yaml.safe_load(path.read_text()) or {}
+        for i, text in enumerate(raw.get("expect") or []):
+            out.append(pytest.param(path, i, text, id=f"{path.stem}-{i}"))
+    return out
+
+
+CASES = _cases()
+
+
+def test_the_shipped_scenarios_have_expectations_to_check():
+    assert len(SHIPPED) >= 8 and len(CASES) >= 40
+
+
+def _rows(skeleton: list[dict[str, Any]], metrics: set[str], value: Any) -> list[dict[str, Any]]:
+    """Result rows: the check's metrics set by value(row, metric), every other one fixed (a cell
+    that ran: 1000 requests); violations match the rate."""
+    rows = []
+    for i, r in enumerate(skeleton):
+        row = {k: v for k, v in r.items() if k != "_kind"}
+        row.update(cell=f"cell-{i}", status="ok")
+        for metric in METRICS:
+            if _row_has(r, metric):
+                row[metric] = (_fix(metric, value(r, metric)) if metric in metrics
+                               else REQUESTS if metric == "requests" else 1.0)
+        if "slo_violation_rate" in row:
+            row["violations"] = round(row["slo_violation_rate"] * row["requests"])
+        rows.append(row)
+    return rows
+
+
+def _candidates(check: Check, skeleton: list[dict[str, Any]]):
+    """Rows for each way of setting the arms: equal first, then one side's, then one term's rows
+    apart from the rest."""
+    metrics = {t.metric for t in check.terms()}
+    groups = [("the left side", _side_terms(check.left)), ("the right side", _side_terms(check.right))]
+    groups += [(str(t), [t]) for t in check.terms()]
+
+    for v in VALUES:
+        yield f"every metric {v:g} in every row", _rows(skeleton, metrics, lambda r, m, v=v: v)
+    for (name, terms), (a, b) in itertools.product(groups, itertools.permutations(VALUES, 2)):
+        def value(r: dict[str, Any], m: str, terms=terms, a=a, b=b) -> float:
+            return a if any(t.metric == m and _matches(r, t.selectors) for t in terms) else b
+        yield f"{name}'s rows at {a:g}, the rest at {b:g}", _rows(skeleton, metrics, value)
+
+
+def _fix(metric: str, v: float) -> float | int:
+    """A value a row of this metric can hold: a count is whole and a cell that ran has requests;
+    a rate is at most 1."""
+    if metric == "requests":
+        return max(1, round(v))
+    if metric in ("slo_violation_rate", "chain_violation_rate"):
+        return min(v, 1.0)
+    return v
+
+
+def _side_terms(node: Any) -> list[Term]:
+    if isinstance(node, Term):
+        return [node]
+    if isinstance(node, tuple):
+        return [t for n in node[1:] for t in _side_terms(n)]
+    return []
+
+
+@pytest.mark.parametrize(("path", "index", "text"), CASES)
+def test_every_shipped_expectation_can_fail_and_can_pass(path, index, text):
+    raw = yaml.safe_load(path.read_text())
+    traces = raw.get("traces_dir")
+    if traces and not (path.parent / traces).is_dir():
+        pytest.skip(f"{path.name} reads traces from {traces}, not here")
+    loaded = load_scenario(path)
+    scn = loaded.scenario
+    assert scn.expect[index] == text
+    skeleton = skeleton_rows(expand(scn, loaded.testbed), scn.repetitions, scn.engine)
+    check = parse(text)
+    verdicts = {}
+    for label, rows in _candidates(check, skeleton):
+        verdicts.setdefault(evaluate(check, rows).verdict, label)
+        if FAIL in verdicts and PASS in verdicts:
+            break
+    assert FAIL in verdicts, f"no data makes {text!r} fail"
+    assert PASS in verdicts, f"no data makes {text!r} pass"
+
+
+def _found(text: str) -> set[str]:
+    loaded = load_scenario(ROOT / "scenarios" / "slicing-ci.yaml")
+    skeleton = skeleton_rows(expand(loaded.scenario, loaded.testbed), 1, "testbed")
+    check = parse(text)
+    return {evaluate(check, rows).verdict for _, rows in _candidates(check, skeleton)}
+
+
+def test_a_check_that_cannot_fail_is_caught():
+    # a violation rate is never negative: this line would pass on any run
+    assert FAIL not in _found("slo_violation_rate[service=imgcls, slicing=off] >= 0")
+    assert PASS not in _found("slo_violation_rate[service=imgcls, slicing=off] < 0")
+    assert {PASS, FAIL} <= _found("slo_violation_rate[service=imgcls, slicing=off] >= 0.01")
