@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from testbed.lab.runner import PLAYBOOKS_DIR, PlaybookFailed, run_playbook
+from tests.interpreters import python310
 
 FAKE_MODPROBE = f"""#!{sys.executable}
 # FAKE modprobe for the common role's tests: logs its arguments and answers as
@@ -116,3 +118,61 @@ def test_a_module_that_does_not_load_installs_the_extra_modules_package_then_loa
     calls = {h: (tmp_path / f"{h}.log").read_text().splitlines() for h in hosts}
     first = ["--first-time sctp", "--first-time tun", "--first-time ifb"]
     assert calls == {"loads": first, "ubuntu": [*first, "sctp"], "other_os": [*first, "sctp"]}
+
+
+LOAD_CLIENT_PLAY = """---
+- name: The load_client role's install
+  hosts: ran
+  gather_facts: false
+  tasks:
+    - name: Install
+      ansible.builtin.include_role:
+        name: load_client
+        tasks_from: install
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # pip fetches numpy, matplotlib & co. on a machine with an empty cache
+def test_load_client_role_installs_into_a_python310_venv_and_again_only_on_change(tmp_path: Path) -> None:
+    _runner_or_skip()
+    if os.geteuid() != 0:
+        pytest.skip("the role makes its files root's (owner: root)")
+    py310 = python310()
+    checkout = tmp_path / "checkout"  # a copy, so that the test can change a file in it
+    shutil.copytree(PLAYBOOKS_DIR.parent / "testbed", checkout / "testbed",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(PLAYBOOKS_DIR.parent / name, checkout / name)
+    opt = tmp_path / "opt"
+    where = {"load_client_dir": str(opt), "load_client_venv": str(opt / "venv"),
+             "load_client_runs_dir": str(tmp_path / "runs"), "load_client_python": py310,
+             "load_client_source": str(checkout)}
+    pb, inv = _project(tmp_path, LOAD_CLIENT_PLAY, {"ue_host": {}})
+    checked = run_playbook("play.yml", inventory=inv, run_dir=tmp_path / "check", extravars=where,
+                           playbooks_dir=pb, console=Console(quiet=True), check=True)
+    assert checked.changed == {"ue_host": 1} and not opt.exists()  # would make the directories
+    first = run_playbook("play.yml", inventory=inv, run_dir=tmp_path / "run1", extravars=where,
+                         playbooks_dir=pb, console=Console(quiet=True))
+    assert _results(first.events_file, "Install the load client into its virtual environment") == \
+        {"ue_host": "changed"}
+    probe = "import sys, testbed.load.client; print(sys.version_info[:2] == (3, 10), testbed.__file__)"
+    which = subprocess.run([str(opt / "venv" / "bin" / "python"), "-c", probe], capture_output=True,
+                           text=True, cwd=tmp_path, check=True)
+    is_310, imported = which.stdout.split()
+    assert is_310 == "True" and Path(imported).is_relative_to(opt / "venv"), which.stdout
+    assert (tmp_path / "runs").is_dir()
+
+    again = run_playbook("play.yml", inventory=inv, run_dir=tmp_path / "run2", extravars=where,
+                         playbooks_dir=pb, console=Console(quiet=True))
+    assert again.total_changed == 0
+    assert _results(again.events_file, "Install the load client into its virtual environment") == {}
+
+    changed = checkout / "testbed" / "load" / "__init__.py"
+    changed.write_text(changed.read_text() + "# changed by the test\n")
+    third = run_playbook("play.yml", inventory=inv, run_dir=tmp_path / "run3", extravars=where,
+                         playbooks_dir=pb, console=Console(quiet=True))
+    assert _results(third.events_file, "Install the load client into its virtual environment") == \
+        {"ue_host": "changed"}
+    installed = Path(imported).parent / "load" / "__init__.py"
+    assert installed.read_text().endswith("# changed by the test\n")

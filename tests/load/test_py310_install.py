@@ -4,9 +4,7 @@ of that copy (no extras), then `python -m testbed load` against a real local rep
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,24 +14,13 @@ import jinja2
 import pytest
 import yaml
 
-from testbed.lab.traffic import REMOTE_LOAD
+from testbed.lab.traffic import REMOTE_LOAD, REMOTE_ROOT
 from testbed.profiles import ServiceProfile
+from tests.interpreters import python310
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "playbooks" / "roles" / "load_client"
 PROFILE = ServiceProfile(capacity=4, queue_limit=100, proc_time_ms=(5, 10), startup_ms=0, slo_ms=500)
-
-
-def python310() -> str:
-    """A Python 3.10 interpreter on PATH or under pyenv; skips the test when there is none."""
-    pyenv = os.environ.get("PYENV_ROOT", str(Path.home() / ".pyenv"))
-    candidates = [shutil.which("python3.10"), *sorted(glob.glob(f"{pyenv}/versions/3.10*/bin/python3.10"))]
-    for exe in filter(None, candidates):
-        probe = subprocess.run([exe, "-c", "import sys, venv; print(sys.version_info[:2])"],
-                               capture_output=True, text=True)
-        if probe.returncode == 0 and probe.stdout.strip() == "(3, 10)":
-            return exe
-    pytest.skip("no Python 3.10 interpreter with venv (python3.10 on PATH or under pyenv)")
 
 
 def _yaml(name: str) -> list[dict]:
@@ -41,18 +28,22 @@ def _yaml(name: str) -> list[dict]:
 
 
 def role_install_steps() -> tuple[list[str], dict, dict]:
-    """What the role copies, its pip task's arguments, and its defaults."""
-    copy = next(t for t in _yaml("tasks/main.yml") if "ansible.builtin.copy" in t)
-    assert copy["ansible.builtin.copy"]["src"] == "{{ load_client_source }}/{{ item }}"
+    """What the role copies to the host, its pip task's arguments, and its defaults."""
+    block = next(t for t in _yaml("tasks/install.yml") if "block" in t)["block"]
+    pack = next(t for t in block if "ansible.builtin.command" in t)["ansible.builtin.command"]
+    assert pack["argv"].rstrip(" }").endswith("+ load_client_files")
+    unpack = next(t for t in block if "ansible.builtin.unarchive" in t)
+    assert unpack["ansible.builtin.unarchive"]["dest"] == "{{ load_client_dir }}/src"
     pip = next(h for h in _yaml("handlers/main.yml") if "ansible.builtin.pip" in h)
-    assert copy["notify"] == pip["name"]
+    assert unpack["notify"] == pip["name"]
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    return copy["loop"], pip["ansible.builtin.pip"], defaults
+    return defaults["load_client_files"], pip["ansible.builtin.pip"], defaults
 
 
 def test_the_role_installs_what_the_lab_runs() -> None:
     items, pip, defaults = role_install_steps()
     assert REMOTE_LOAD[0] == f"{defaults['load_client_venv']}/bin/python"
+    assert defaults["load_client_runs_dir"] == REMOTE_ROOT
     assert pip["virtualenv"] == "{{ load_client_venv }}"
     # Ubuntu's own python3 (22.04: 3.10), installed from no other source, with no extras
     assert defaults["load_client_python"] == "python3"
