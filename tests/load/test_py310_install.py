@@ -20,6 +20,7 @@ from tests.interpreters import python310
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "playbooks" / "roles" / "load_client"
+JAMMY_PIP = "22.0.2"  # Ubuntu 22.04's python3-pip
 PROFILE = ServiceProfile(capacity=4, queue_limit=100, proc_time_ms=(5, 10), startup_ms=0, slo_ms=500)
 
 
@@ -73,6 +74,9 @@ def test_load_client_installs_and_runs_on_python310(tmp_path: Path) -> None:
             shutil.copy2(path, src / item)
     venv = Path(render(pip["virtualenv"]))
     subprocess.run([*render(pip["virtualenv_command"]).split(), str(venv)], check=True, timeout=120)
+    # the pip that `python3 -m venv` puts into a venv on Ubuntu 22.04 (python3-pip-whl)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"pip=={JAMMY_PIP}"],
+                   check=True, timeout=300)
     installed = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(src)],
                                capture_output=True, text=True, timeout=840)
     assert installed.returncode == 0, installed.stderr[-3000:]
