@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated
 
@@ -284,7 +284,7 @@ def _fmt(v: float | int | None) -> str:
 
 
 def _run_dir(out: Path | None, label: str) -> Path:
-    return out or Path("runs") / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{label}"
+    return out or Path("runs") / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{label}"
 
 
 @traffic_app.command("iperf")

@@ -322,7 +322,7 @@ class LocalCluster:
                 await resp.read()
                 if resp.status != 200:
                     raise RuntimeError(f"HTTP {resp.status}")
-        except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+        except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, RuntimeError) as exc:
             if r.state == "ready":  # a replica that went away meanwhile needs nothing
                 r.told = None  # the next change tries again
                 self._event(r, "config_failed", f"batch {batch}, stretch {stretch:.4f}: {exc}")
@@ -342,7 +342,7 @@ class LocalCluster:
                 async with self._http.get(r.url + "/healthz") as resp:  # type: ignore[union-attr]
                     doc = await resp.json(content_type=None)
                 row.update(share=doc.get("share_pct"), batch=doc.get("batch"), stretch=doc.get("stretch"))
-            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, ValueError) as exc:
                 row["error"] = str(exc) or type(exc).__name__
             return row
 
@@ -420,7 +420,7 @@ class LocalCluster:
             await self.wait_for(
                 lambda: all(self.ready_replicas(s) == self._desired[s] for s in self._names), timeout_s
             )
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):
             raise StateError(f"replicas not ready after {timeout_s:.0f} s: {self._brief()}") from None
 
     async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> None:
@@ -430,7 +430,7 @@ class LocalCluster:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                 await asyncio.wait_for(self._change.wait(), left)
 
     # ---- replica processes -------------------------------------------------------------------------
@@ -529,7 +529,7 @@ class LocalCluster:
                         self._retire_replaced(r.service)
                         self._notify()
                         return
-            except (aiohttp.ClientError, TimeoutError):
+            except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError):
                 pass
             await asyncio.wait({watcher}, timeout=0.05)
 

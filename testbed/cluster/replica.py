@@ -223,7 +223,7 @@ class EmulatedReplica:
             first = self._queue[0][0]
             while len(self._queue) < self.batch and time.monotonic() < first + wait_s:
                 self._kick.clear()
-                with contextlib.suppress(TimeoutError):
+                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                     await asyncio.wait_for(self._kick.wait(), first + wait_s - time.monotonic())
             take, self._queue = self._queue[: self.batch], self._queue[self.batch :]
             self.waiting -= len(take)
