@@ -18,6 +18,7 @@ import os
 import secrets
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -143,6 +144,7 @@ class LocalCluster:
         self._closing = False
         self._change = asyncio.Event()
         self._logs: list[IO[bytes]] = []
+        self._profile_files: tempfile.TemporaryDirectory[str] | None = None
 
     # ---- lifetime -------------------------------------------------------------------------
     async def __aenter__(self) -> LocalCluster:
@@ -190,6 +192,19 @@ class LocalCluster:
             self._http = None
         for fh in self._logs:
             fh.close()
+        if self._profile_files is not None:
+            self._profile_files.cleanup()
+            self._profile_files = None
+
+    def _profile_file(self, service: str) -> str:
+        """The service's profile as a file a replica reads (a command line of kilobytes of JSON
+        is what `ps` would show otherwise); numbers only: sources stay in the profiles file."""
+        if self._profile_files is None:
+            self._profile_files = tempfile.TemporaryDirectory(prefix="testbed-profiles-")
+        path = Path(self._profile_files.name) / f"{service}.json"
+        if not path.exists():
+            path.write_text(json.dumps(self.profiles[service].model_dump(exclude={"sources"})))
+        return str(path)
 
     # ---- ClusterBackend ---------------------------------------------------------------------
     def services(self) -> list[str]:
@@ -444,15 +459,14 @@ class LocalCluster:
         r.task = asyncio.get_running_loop().create_task(self._run_replica(r, replaces))
 
     async def _run_replica(self, r: ReplicaProcess, replaces: str | None) -> None:
-        profile = self.profiles[r.service]
         args = [
             sys.executable,
             "-m",
             "testbed.cluster.replica",
             "--service",
             r.service,
-            "--profile",
-            json.dumps(profile.model_dump(exclude={"sources"})),  # numbers only: sources stay in the file
+            "--profile-file",
+            self._profile_file(r.service),
             "--host",
             self.replica_host,
             "--time-scale",
