@@ -4,6 +4,7 @@ graceful scale-down, and a SIGKILLed replica detected and replaced."""
 import asyncio
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -184,7 +185,7 @@ def test_replicas_read_their_profile_from_a_file_not_their_command_line():
         async with LocalCluster(services=["imgcls"], time_scale=20, initial=1) as c:
             await c.wait_ready(15)
             pid = c.replicas("imgcls")[0].proc.pid
-            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             path = argv[argv.index(b"--profile-file") + 1].decode()
             return argv, os.path.exists(path), path
 
