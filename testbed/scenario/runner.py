@@ -28,7 +28,7 @@ from testbed.scenario.live import LiveView
 from testbed.scenario.load import LoadedScenario
 from testbed.scenario.matrix import Cell, expand
 from testbed.scenario.results import LOST_ERRORS, SLO_MS, lost_requests, read_records, run_rows
-from testbed.scenario.rundir import CellDir, append_jsonl, new_run_dir, write_manifest
+from testbed.scenario.rundir import CellDir, append_jsonl, new_run_dir, read_jsonl, write_manifest
 from testbed.scenario.spec import Scenario, trace_dir
 
 
@@ -285,14 +285,16 @@ class CellRunner:
         return sum(lost.values())
 
     def _compare_sim(self) -> None:
-        """The same cell through the simulator, with the replicas' own profiles."""
+        """The same cell through the simulator, with the replicas' own profiles: the measured
+        window, from the replicas the warm-up left (the simulator does not run the warm-up)."""
         from testbed.profiles import load_profiles
         from testbed.scenario.simcell import run_sim_cell
 
         try:
             profiles = load_profiles(self.base_dir / self.scn.service_profiles
                                      if self.scn.service_profiles else None)
-            results = run_sim_cell(self.scn, self.base_dir, seed=self.scn.seed + self.rep,
+            scn = after_warmup(self.scn, read_jsonl(self.dir.samples))
+            results = run_sim_cell(scn, self.base_dir, seed=self.scn.seed + self.rep,
                                    cluster_profiles=profiles, like_testbed=True)
         except (ValueError, TestbedError) as exc:
             self.problem(f"simulator comparison skipped: {exc}")
@@ -300,7 +302,8 @@ class CellRunner:
         out = self.dir.path.parents[2] / "sim"
         out.mkdir(exist_ok=True)
         (out / f"{self.cell.slug}-rep-{self.rep}.json").write_text(json.dumps(
-            {"cell": self.cell.slug, "rep": self.rep, "services": results}, indent=1))
+            {"cell": self.cell.slug, "rep": self.rep, "services": results,
+             "initial_replicas": {s.name: s.replicas for s in scn.services}}, indent=1))
 
     def iperf_jobs(self, wall: float) -> list[IperfJob]:
         return [IperfJob(slice=x.slice, flows=x.flows, duration_s=max(1.0, wall + 1),
@@ -476,6 +479,17 @@ class CellRunner:
                 "mean_latency_ms": w.mean_proc_time_ms if w else None})
             rows.append((s.name, w, ready, desired))
         self.view.update(rows, elapsed)
+
+
+def after_warmup(scn: Scenario, samples: list[dict[str, Any]]) -> Scenario:
+    """The scenario with each service's initial replicas set to those the cell's warm-up left
+    (its last warm-up sample's desired replicas, which hold the units); unchanged without one."""
+    left = {s["service"]: s["desired"] for s in samples if s.get("warmup")}
+    if not scn.warmup_s or not left:
+        return scn
+    services = [s.model_copy(update={"replicas": max(1, int(left.get(s.name, s.replicas)))})
+                for s in scn.services]
+    return scn.model_copy(update={"services": services})
 
 
 def _warmup_mark(due_s: float, warmup_s: float) -> dict[str, bool]:

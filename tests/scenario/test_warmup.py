@@ -15,6 +15,7 @@ from testbed.errors import ConfigError
 from testbed.scenario.load import parse_scenario
 from testbed.scenario.results import cell_rows
 from testbed.scenario.rundir import CellDir
+from testbed.scenario.runner import after_warmup
 
 SCENARIO = """\
 name: warm
@@ -124,3 +125,14 @@ def test_a_real_run_measures_the_trace_window_after_its_warmup(tmp_path: Path):
              if r.get("service") == "imgcls"]
     assert (row["requests"], row["warmup_requests"], row["lost_requests"]) == (80, 40, 0)
     assert row["decisions"] == sum(1 for d in decisions if not d.get("warmup")) >= 1
+
+
+def test_the_simulator_beside_a_cell_starts_from_the_replicas_its_warmup_left(tmp_path: Path):
+    (tmp_path / "steps.txt").write_text("10 40\n10 80\n")
+    scn = parse_scenario(SCENARIO, "warm.yaml", tmp_path).scenario
+    samples = [{"t": -1.0, "warmup": True, "service": "imgcls", "ready": 2, "desired": 2},
+               {"t": 0.0, "warmup": True, "service": "imgcls", "ready": 2, "desired": 3},
+               {"t": 1.0, "service": "imgcls", "ready": 3, "desired": 4}]
+    assert after_warmup(scn, samples).service("imgcls").replicas == 3
+    cold = scn.model_copy(update={"warmup_s": 0.0})
+    assert after_warmup(cold, samples).service("imgcls").replicas == 1
