@@ -15,7 +15,7 @@ from testbed.errors import ConfigError
 from testbed.scenario.load import parse_scenario
 from testbed.scenario.results import cell_rows
 from testbed.scenario.rundir import CellDir
-from testbed.scenario.runner import after_warmup
+from testbed.scenario.runner import _end_decision_due, after_warmup
 
 SCENARIO = """\
 name: warm
@@ -91,9 +91,10 @@ def test_rows_leave_out_what_the_cell_marked_warmup(tmp_path: Path):
 @pytest.mark.slow
 def test_a_real_run_measures_the_trace_window_after_its_warmup(tmp_path: Path):
     """On the local testbed: the client replays 10 s of trace before start_s (4 req/s) and the 10 s
-    window from it (8 req/s); the results hold the window's requests only, the run directory
-    keeps and marks the warm-up's."""
-    (tmp_path / "steps.txt").write_text("10 40\n10 80\n")  # two 10 s lines: 4, then 8 req/s
+    window from it (8 req/s, then 2 quiet seconds); the results hold the window's requests only,
+    the run directory keeps and marks the warm-up's, and the window's last decision is taken
+    although the client has finished before it."""
+    (tmp_path / "steps.txt").write_text("10 40\n8 64\n2 0\n")
     scn = tmp_path / "warm.yaml"
     scn.write_text(SCENARIO)
     out = tmp_path / "runs"
@@ -104,15 +105,15 @@ def test_a_real_run_measures_the_trace_window_after_its_warmup(tmp_path: Path):
     [cell] = out.glob("*/cells/*/rep-0")
     info = json.loads((cell / "cell.json").read_text())
     assert info["status"] == "ok", info["problems"]
-    assert info["planned_requests"] == {"imgcls": 120}
+    assert info["planned_requests"] == {"imgcls": 104}
     assert info["warmup_requests"] == {"imgcls-ai-0.jsonl": 40}
     sent = [json.loads(line) for line in (cell / "requests/imgcls-ai-0.jsonl").read_text().split()]
-    assert len(sent) == 120  # the warm-up's requests are kept
+    assert len(sent) == 104  # the warm-up's requests are kept
     warm = sorted(r["scheduled"] for r in sent if r["seq"] <= 40)
     measured = sorted(r["scheduled"] for r in sent if r["seq"] > 40)
     # 4 req/s before the window, 8 req/s in it: the window starts at the boundary of the two
     assert warm[-1] - warm[0] == pytest.approx(9.75, abs=0.05)
-    assert measured[-1] - measured[0] == pytest.approx(9.875, abs=0.05)
+    assert measured[-1] - measured[0] == pytest.approx(7.875, abs=0.05)
     assert measured[0] - warm[0] == pytest.approx(10.0, abs=0.05)
     assert abs(measured[0] - info["measure_started"]) < 1.0  # the runner's clock agrees
     samples = [json.loads(line) for line in (cell / "samples.jsonl").read_text().split()]
@@ -120,11 +121,12 @@ def test_a_real_run_measures_the_trace_window_after_its_warmup(tmp_path: Path):
     assert [s.get("warmup", False) for s in samples][:11] == [True] * 10 + [False]
     assert max(s["t"] for s in samples[:10]) < 0.5 and min(s["t"] for s in samples[10:]) > 0
     decisions = [json.loads(line) for line in (cell / "decisions.jsonl").read_text().split()]
-    assert [d.get("warmup", False) for d in decisions][:2] == [True, True]
+    # one imgcls decision every 5 s: 2 in the warm-up, then 2 in the window, the last at its end
+    assert [d.get("warmup", False) for d in decisions] == [True, True, False, False]
     [row] = [r for r in json.loads(next(out.glob("*/results.json")).read_text())["rows"]
              if r.get("service") == "imgcls"]
-    assert (row["requests"], row["warmup_requests"], row["lost_requests"]) == (80, 40, 0)
-    assert row["decisions"] == sum(1 for d in decisions if not d.get("warmup")) >= 1
+    assert (row["requests"], row["warmup_requests"], row["lost_requests"]) == (64, 40, 0)
+    assert row["decisions"] == 2
 
 
 def test_the_simulator_beside_a_cell_starts_from_the_replicas_its_warmup_left(tmp_path: Path):
@@ -136,3 +138,12 @@ def test_the_simulator_beside_a_cell_starts_from_the_replicas_its_warmup_left(tm
     assert after_warmup(scn, samples).service("imgcls").replicas == 3
     cold = scn.model_copy(update={"warmup_s": 0.0})
     assert after_warmup(cold, samples).service("imgcls").replicas == 1
+
+
+def test_the_decision_due_at_the_windows_end_waits_for_nothing_but_its_time():
+    # clients done 1.5 s before the end of a 120 s window: its last decision (due at 120) is
+    # still taken; once taken (the next is due at 150) nothing more is; clients gone in the first
+    # minutes end the cell at once, as before
+    assert _end_decision_due(118.5, 120.0, 120.0, 30.0)
+    assert not _end_decision_due(120.1, 150.0, 120.0, 30.0)
+    assert not _end_decision_due(40.0, 60.0, 120.0, 30.0)
