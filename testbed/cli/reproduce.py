@@ -18,7 +18,8 @@ def reproduce_cmd(
     artefacts: Annotated[list[str] | None, typer.Argument(
         help="fig5.7 fig5.8 table5.1 table5.2 table5.3 table5.4 (default: all).")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="CI size: slicing-ci, 2-minute Table 5.4 "
-                                        "window, Table 5.3 without the oracle bound.")] = False,
+                                        "window after a 2-minute warm-up, Table 5.3 without the "
+                                        "oracle bound.")] = False,
     out: Annotated[Path | None, typer.Option(help="Report folder (default runs/<time>-reproduce)."
                                              )] = None,
     traces: Annotated[Path, typer.Option(help="The dissertation's traces (test/day7-shift*h.txt)."

@@ -181,7 +181,7 @@ _ROW_FIELDS = {"cell", "rep", "status", "service", "slice", "direction", "iperf_
                "mean_sched_latency_ms", "throughput_rps", "bytes_up", "bytes_down",
                "planned_requests", "lost_requests", "mean_replicas", "reward", "decisions",
                "replica_probes", "config_mismatches", "target_mismatches", "mean_share_pct",
-               "mean_batch", "mean_stretch", "max_stretch"}
+               "mean_batch", "mean_stretch", "max_stretch", "warmup_requests"}
 
 
 def run_banner(outcomes: list[Outcome], *, interrupted: bool) -> str:

@@ -153,7 +153,15 @@ def timeseries(cell_dir: Path, out: Path, name: str, title: str | None = None) -
     top = min(100.0, max(10.0, 115 * worst))  # small rates stay visible, 100 % still fits
     axes[3].set_ylim(-top * 0.03, top)
     _note_if_all_zero(axes[3], [v for b in buckets.values() for v in b["violation_rate"]])
-    axes[3].set_xlabel("scenario time (s), from the first request")
+    info = json.loads((cell_dir / "cell.json").read_text()) if (cell_dir / "cell.json").exists() \
+        else {}
+    if info.get("warmup_s"):
+        for ax in axes:
+            ax.axvspan(-info["warmup_s"], 0, color="0.9", zorder=0)
+        axes[3].set_xlabel("scenario time (s), from the measured window's start (shaded: the "
+                           "warm-up, not in the results)")
+    else:
+        axes[3].set_xlabel("scenario time (s), from the first request")
     for ax in axes:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -169,8 +177,9 @@ def timeseries(cell_dir: Path, out: Path, name: str, title: str | None = None) -
 
 def latency_buckets(cell_dir: Path, n_buckets: int = 40) -> dict[str, dict[str, Any]]:
     """Per service, the request records in time buckets of scenario time (by send time, from
-    the cell's first request): p50/p99 latency of the answered requests and the share that
-    violated the SLO (an error, or slower than the SLO), both in scenario time."""
+    the measured window's start, the cell's first request without a warm-up; a warm-up's buckets
+    come before 0): p50/p99 latency of the answered requests and the share that violated the SLO
+    (an error, or slower than the SLO), both in scenario time."""
     info_path = cell_dir / "cell.json"
     if not info_path.exists():
         return {}
@@ -180,13 +189,14 @@ def latency_buckets(cell_dir: Path, n_buckets: int = 40) -> dict[str, dict[str, 
     if not records:
         return {}
     t0 = info.get("measure_started") or min(r["sent"] for r in records)
+    lo = -float(info.get("warmup_s") or 0.0)
     duration = float(info.get("measured_s") or info.get("duration_s") or 0.0)
-    span = max(duration, max((r["sent"] - t0) * ts for r in records), 1.0)
+    span = max(duration, max((r["sent"] - t0) * ts for r in records), 1.0) - lo
     bucket_s = _nice(span / n_buckets)
     slo = info.get("slo_ms") or {}
     grouped: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
-        t = (r["sent"] - t0) * ts
+        t = (r["sent"] - t0) * ts - lo
         if t >= 0:
             grouped[r["service"]][int(t // bucket_s)].append(r)
     out = {}
@@ -199,7 +209,7 @@ def latency_buckets(cell_dir: Path, n_buckets: int = 40) -> dict[str, dict[str, 
             lat = [r["latency_ms"] * ts for r in rows if r.get("error") is None]
             bad = sum(1 for r in rows if r.get("error") is not None
                       or (slo_ms is not None and r["latency_ms"] * ts > slo_ms))
-            series["t"].append((i + 0.5) * bucket_s)
+            series["t"].append(lo + (i + 0.5) * bucket_s)
             series["p50"].append(percentile(lat, 0.5) if lat else float("nan"))
             series["p99"].append(percentile(lat, 0.99) if lat else float("nan"))
             series["violation_rate"].append(bad / len(rows))

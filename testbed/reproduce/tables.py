@@ -27,8 +27,8 @@ TB_SLO_ABS = 0.005
 # What a Table 5.4 run must cover to decide (docs/table-5.4.md). Beside the paper: the whole test
 # day, as the dissertation ran it (windows of even 8 h stay 0.010-0.014 away from the day's
 # reward). DRL against rule v2: the day, or 20 minutes (from 13:30 the simulator puts them
-# 0.02-0.04 apart, 20 times the run-to-run noise) with 2 repetitions (to measure that noise); a
-# 2-minute window measures the replicas' start-up, where both policies give the same reward.
+# 0.02-0.04 apart, 20 times the run-to-run noise) with 2 repetitions (to measure that noise);
+# --quick's 2 minutes after a warm-up hold no decision in which the two policies differ.
 T54_DECIDES_PAPER_S = 86400
 T54_DECIDES_ORDER_S = 1200
 T54_DECIDES_ORDER_REPS = 2

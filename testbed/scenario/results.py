@@ -65,12 +65,17 @@ def lost_requests(records: list[dict[str, Any]], planned: int | None) -> int | N
     return max(0, planned - len(records)) + sum(1 for r in records if r.get("error") in LOST_ERRORS)
 
 
-def read_records(cell_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    """The cell's request records by service, from every client's requests/*.jsonl."""
+def read_records(cell_dir: Path, warmup: dict[str, int] | None = None
+                 ) -> dict[str, list[dict[str, Any]]]:
+    """The cell's request records by service, from every client's requests/*.jsonl; with
+    `warmup` (client file name -> its first requests that fell in the warm-up, the cell's
+    `warmup_requests`) only the measured ones."""
     records: dict[str, list[dict[str, Any]]] = {}
     for f in sorted((cell_dir / "requests").glob("*.jsonl")):
+        first = (warmup or {}).get(f.name, 0)
         for r in read_jsonl(f):
-            records.setdefault(r["service"], []).append(r)
+            if not first or r["seq"] > first:  # the client numbers them from 1 in schedule order
+                records.setdefault(r["service"], []).append(r)
     return records
 
 
@@ -84,25 +89,31 @@ def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
         return sim_rows(cell_dir, info, base)
     time_scale = info.get("time_scale", 1.0)
     duration_s = info.get("measured_s") or info.get("duration_s") or 0.0
-    records = read_records(cell_dir)
+    # the whole cell's requests say what it lost; the measured ones (after the scenario's
+    # `warmup_s`) are its results, as are the samples, decisions and probes not marked warm-up
+    every = read_records(cell_dir)
+    records = read_records(cell_dir, info.get("warmup_requests", {}))
     planned = info.get("planned_requests", {})
-    samples = read_jsonl(cell_dir / "samples.jsonl")
-    decisions = read_jsonl(cell_dir / "decisions.jsonl")
-    probes = read_jsonl(cell_dir / "replicas.jsonl")
+    samples = _measured(read_jsonl(cell_dir / "samples.jsonl"))
+    every_decision = read_jsonl(cell_dir / "decisions.jsonl")
+    decisions = _measured(every_decision)
+    probes = _measured(read_jsonl(cell_dir / "replicas.jsonl"))
     rows = []
-    for service in info.get("services", sorted(records)):
+    for service in info.get("services", sorted(every)):
         row = {**base, **service_row(records.get(service, []), service, time_scale=time_scale,
                                      duration_s=duration_s,
                                      slo_ms=info.get("slo_ms", {}).get(service, SLO_MS[service]))}
+        row["warmup_requests"] = len(every.get(service, [])) - row["requests"]
         row["planned_requests"] = planned.get(service)
-        row["lost_requests"] = lost_requests(records.get(service, []), planned.get(service))
+        row["lost_requests"] = lost_requests(every.get(service, []), planned.get(service))
         ready = [s["ready"] for s in samples if s.get("service") == service]
         row["mean_replicas"] = sum(ready) / len(ready) if ready else None
         rewards = [d["reward"] for d in decisions if d.get("service") == service]
         row["reward"] = sum(rewards) / len(rewards) if rewards else None
         row["decisions"] = len(rewards)
         row.update(replica_row([p for p in probes if p.get("service") == service],
-                               [d for d in decisions if d.get("service") == service]))
+                               # a target set in the warm-up is what the replicas then run
+                               [d for d in every_decision if d.get("service") == service]))
         rows.append(row)
     for f in sorted((cell_dir / "iperf").glob("*.json")):
         try:
@@ -115,6 +126,10 @@ def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
                      "iperf_goodput_mbit": mbit / 1e6 if mbit is not None else None,
                      "iperf_error": raw.get("error")})
     return rows
+
+
+def _measured(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if not r.get("warmup")]
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -28,7 +28,7 @@ from testbed.scenario.live import LiveView
 from testbed.scenario.load import LoadedScenario
 from testbed.scenario.matrix import Cell, expand
 from testbed.scenario.results import LOST_ERRORS, SLO_MS, lost_requests, read_records, run_rows
-from testbed.scenario.rundir import CellDir, append_jsonl, new_run_dir, write_manifest
+from testbed.scenario.rundir import CellDir, append_jsonl, new_run_dir, read_jsonl, write_manifest
 from testbed.scenario.spec import Scenario, trace_dir
 
 
@@ -223,7 +223,8 @@ class CellRunner:
         self.info: dict[str, Any] = {
             "slug": cell.slug, "label": cell.label, "params": cell.params, "rep": rep,
             "services": [s.name for s in self.scn.services], "time_scale": self.scn.time_scale,
-            "duration_s": self.scn.duration_s, "slo_ms": SLO_MS, "status": "running",
+            "duration_s": self.scn.duration_s, "warmup_s": self.scn.warmup_s, "slo_ms": SLO_MS,
+            "status": "running",
             "profile": self.profile.name, "started": time.time(), "problems": self.problems,
         }
         self._write_info()
@@ -284,14 +285,16 @@ class CellRunner:
         return sum(lost.values())
 
     def _compare_sim(self) -> None:
-        """The same cell through the simulator, with the replicas' own profiles."""
+        """The same cell through the simulator, with the replicas' own profiles: the measured
+        window, from the replicas the warm-up left (the simulator does not run the warm-up)."""
         from testbed.profiles import load_profiles
         from testbed.scenario.simcell import run_sim_cell
 
         try:
             profiles = load_profiles(self.base_dir / self.scn.service_profiles
                                      if self.scn.service_profiles else None)
-            results = run_sim_cell(self.scn, self.base_dir, seed=self.scn.seed + self.rep,
+            scn = after_warmup(self.scn, read_jsonl(self.dir.samples))
+            results = run_sim_cell(scn, self.base_dir, seed=self.scn.seed + self.rep,
                                    cluster_profiles=profiles, like_testbed=True)
         except (ValueError, TestbedError) as exc:
             self.problem(f"simulator comparison skipped: {exc}")
@@ -299,7 +302,8 @@ class CellRunner:
         out = self.dir.path.parents[2] / "sim"
         out.mkdir(exist_ok=True)
         (out / f"{self.cell.slug}-rep-{self.rep}.json").write_text(json.dumps(
-            {"cell": self.cell.slug, "rep": self.rep, "services": results}, indent=1))
+            {"cell": self.cell.slug, "rep": self.rep, "services": results,
+             "initial_replicas": {s.name: s.replicas for s in scn.services}}, indent=1))
 
     def iperf_jobs(self, wall: float) -> list[IperfJob]:
         return [IperfJob(slice=x.slice, flows=x.flows, duration_s=max(1.0, wall + 1),
@@ -308,14 +312,18 @@ class CellRunner:
                 for x in self.scn.cross_traffic if x.flows > 0]
 
     def client_jobs(self, cluster: ClusterBackend) -> list[ClientJob]:
-        """The clients' command lines; records in the cell's info how many requests each
-        service's schedules plan, from the same numbers the clients are given."""
+        """The clients' command lines (the warm-up first, then the measured window); records in
+        the cell's info how many requests each service's schedules plan and how many of each
+        client's first requests fall in the warm-up, from the same numbers the clients are given."""
         from testbed.load.trace import constant_schedule, load_trace, schedule_from_trace
 
         scn = self.scn
         ts = scn.time_scale
+        warm = scn.warmup_s
+        seconds = scn.duration_s + warm
         jobs = []
         planned = self.info.setdefault("planned_requests", {s.name: 0 for s in scn.services})
+        warmup = self.info.setdefault("warmup_requests", {})
 
         def given(x: float) -> float:  # the value a client parses from its argument
             return float(f"{x:g}")
@@ -327,19 +335,23 @@ class CellRunner:
             trace = None
             if c.trace:
                 trace = trace_dir(scn, self.base_dir) / c.trace
+                start = c.start_s - warm  # the warm-up replays the trace before the window
                 args += ["--ratio", f"{c.ratio:g}", "--shift", f"{c.shift_hours:g}",
-                         "--start", f"{c.start_s:g}", "--duration", f"{scn.duration_s:g}",
+                         "--start", f"{start:g}", "--duration", f"{seconds:g}",
                          "--speedup", f"{ts:g}"]
                 plan = schedule_from_trace(load_trace(trace), given(c.ratio), given(c.shift_hours),
-                                           given(c.start_s), given(scn.duration_s), given(ts))
+                                           given(start), given(seconds), given(ts))
             else:
-                args += ["--rate", f"{c.rate * ts:g}", "--duration", f"{scn.duration_s / ts:g}"]
-                plan = constant_schedule(given(c.rate * ts), given(scn.duration_s / ts))
-            planned[c.service] = planned.get(c.service, 0) + sum(1 for _ in plan)
+                args += ["--rate", f"{c.rate * ts:g}", "--duration", f"{seconds / ts:g}"]
+                plan = constant_schedule(given(c.rate * ts), given(seconds / ts))
+            offsets = list(plan)
+            planned[c.service] = planned.get(c.service, 0) + len(offsets)
+            out = self.dir.requests / f"{c.service}-{c.ue_group}-{i}.jsonl"
+            # the client numbers its requests from 1 in schedule order: these first ones are warm-up
+            warmup[out.name] = sum(1 for t in offsets if t < warm / ts - 1e-9)
             jobs.append(ClientJob(
                 index=i, service=c.service, ue_group=c.ue_group, url=cluster.endpoint(c.service),
-                out=self.dir.requests / f"{c.service}-{c.ue_group}-{i}.jsonl", args=tuple(args),
-                trace=trace))
+                out=out, args=tuple(args), trace=trace))
         return jobs
 
     async def _main(self, b: CellBackends) -> None:
@@ -351,7 +363,8 @@ class CellRunner:
         clock = b.clock
         self.view.set_phase(self.cell, self.rep, "starting replicas")
         await b.wait_ready(300)
-        wall = scn.duration_s / ts
+        warm = scn.warmup_s
+        wall = (scn.duration_s + warm) / ts
         traffic = b.traffic
         try:
             for p in await traffic.start_iperf(self.iperf_jobs(wall)):
@@ -362,29 +375,38 @@ class CellRunner:
             period = scn.scaler_period_s / ts
             latest: dict[str, Any] = {}
             loop = ScalerLoop(b.cluster, policies, lambda s: latest[s], clock=clock.time)
-            # clients take a moment to start (Python, imports): the measured window, the
-            # samples and the scaler periods begin with the first request
+            # clients take a moment to start (Python, imports): the warm-up, the samples and the
+            # scaler periods begin with the first request, the measured window after the warm-up
             await self._first_arrival(b, timeout_s=60)
             t0 = clock.monotonic()
-            self.info["measure_started"] = clock.time()
+            self.info["load_started"] = clock.time()
+            self.info["measure_started"] = self.info["load_started"] + warm / ts
             step = b.sample_every_s / ts
             next_sample, next_decision = t0 + step, t0 + period
-            self.view.set_phase(self.cell, self.rep, "running", wall)
-            while clock.monotonic() - t0 < wall + 5 and traffic.clients_running():
+            self.view.set_phase(self.cell, self.rep,
+                                f"running ({warm:g} s warm-up first)" if warm else "running", wall)
+            while clock.monotonic() - t0 < wall + 5 and (
+                    traffic.clients_running()
+                    or _end_decision_due(clock.monotonic() - t0, next_decision - t0, wall, period)):
                 await clock.sleep(min(0.1, 0.5 / ts))
                 now = clock.monotonic()
+                # rows carry t from the measured window's start (negative in the warm-up) and are
+                # marked warm-up by when they were due: a decision due at the warm-up's end
+                # rewards a period of the warm-up
+                t = (now - t0) * ts - warm
                 if now >= next_sample:
+                    mark = _warmup_mark((next_sample - t0) * ts, warm)
                     next_sample += step
-                    await self._sample(b, now - t0)
+                    await self._sample(b, now - t0, t, mark)
                 if now >= next_decision:
+                    mark = _warmup_mark((next_decision - t0) * ts, warm)
                     next_decision += period
                     if b.probe is not None:  # what the replicas run, before the next change
-                        t = (now - t0) * ts
                         for row in await b.probe():
-                            append_jsonl(self.dir.replicas, {"t": t, **row})
+                            append_jsonl(self.dir.replicas, {"t": t, **row, **mark})
                     latest.update(await _windows(b.metrics, scn.scaler_period_s))
                     for d in loop.decide_all():  # a shared target policy plans its services together
-                        append_jsonl(self.dir.decisions, {**asdict(d), "t": (now - t0) * ts})
+                        append_jsonl(self.dir.decisions, {**asdict(d), "t": t, **mark})
                 self.view.tick(now - t0)
         finally:
             self.info["measured_s"] = scn.duration_s
@@ -443,24 +465,49 @@ class CellRunner:
             await b.clock.sleep(b.poll_s)
         self.problem(f"no request reached the services within {timeout_s:g} s")
 
-    async def _sample(self, b: CellBackends, elapsed: float) -> None:
+    async def _sample(self, b: CellBackends, elapsed: float, t: float,
+                      mark: dict[str, bool]) -> None:
         """Per sample (every scenario second locally): replicas and cumulative counters (rates
-        are their differences)."""
+        are their differences); `t` in scenario seconds from the measured window's start."""
         win = await _windows(b.metrics, 5.0)
-        ts = self.scn.time_scale
         rows = []
         for s in self.scn.services:
             w = win.get(s.name)
             arrivals, violations = await _totals(b.metrics, s.name)
             ready, desired = b.cluster.ready_replicas(s.name), b.cluster.desired_replicas(s.name)
             append_jsonl(self.dir.samples, {
-                "t": elapsed * ts, "service": s.name, "ready": ready,
+                "t": t, **mark, "service": s.name, "ready": ready,
                 "desired": desired, "arrivals_total": arrivals,
                 "violations_total": violations,
                 "utilization": w.utilization if w else 0.0,
                 "mean_latency_ms": w.mean_proc_time_ms if w else None})
             rows.append((s.name, w, ready, desired))
         self.view.update(rows, elapsed)
+
+
+def after_warmup(scn: Scenario, samples: list[dict[str, Any]]) -> Scenario:
+    """The scenario with each service's initial replicas set to those the cell's warm-up left
+    (its last warm-up sample's desired replicas, which hold the units); unchanged without one."""
+    left = {s["service"]: s["desired"] for s in samples if s.get("warmup")}
+    if not scn.warmup_s or not left:
+        return scn
+    services = [s.model_copy(update={"replicas": max(1, int(left.get(s.name, s.replicas)))})
+                for s in scn.services]
+    return scn.model_copy(update={"services": services})
+
+
+def _end_decision_due(elapsed: float, next_due: float, wall: float, period: float) -> bool:
+    """The decision due at the window's end (it rewards the window's last period) is still to
+    come: the clients, started a moment before the runner's clock, may finish just before it.
+    Without this a cell kept or lost its last reward period by that race (3 or 4 decisions in
+    2 minutes)."""
+    return elapsed > wall - period and next_due <= wall + 1e-6
+
+
+def _warmup_mark(due_s: float, warmup_s: float) -> dict[str, bool]:
+    """`{"warmup": True}` for a row due (scenario seconds from the load's start) within the
+    warm-up; nothing for a measured one, as rows were before warm-ups existed."""
+    return {"warmup": True} if warmup_s and due_s <= warmup_s + 1e-6 else {}
 
 
 async def _windows(metrics: Any, seconds: float) -> dict[str, Any]:

@@ -88,6 +88,10 @@ class Scenario(Strict):
     markers: list[Literal["slow", "needs_root"]] = Field(default_factory=list)  # for pytest
     testbed: str | InlineTestbed | None = None  # a testbed file, inline, or the built-in default
     duration_s: float = Field(gt=0, le=31 * 86400)  # per cell, in scenario time (wall time = / time_scale)
+    # testbed engine: seconds of load and scaling before the measured window (the trace before each
+    # client's start_s), so that replica start-up is not what the window measures; its samples,
+    # decisions and requests are kept, marked, and left out of the results
+    warmup_s: float = Field(0.0, ge=0, le=86400)
     time_scale: float = Field(1.0, gt=0, le=1000)
     scaler_period_s: float = Field(30.0, gt=0, le=86400)
     total_units: int = Field(8, ge=1, le=1024)
@@ -181,6 +185,7 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
                              f"profile file {scn.service_profiles!r} not found"))
         else:
             load_profiles(base_dir / scn.service_profiles)  # its own errors name its lines
+    problems += _check_warmup(scn)
     groups = {g.name for g in testbed.ue_groups}
     slices = {s.name for s in testbed.slices}
     traces = trace_dir(scn, base_dir)
@@ -200,6 +205,29 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
             problems.append((("cross_traffic", i, "slice"),
                              f"no slice {x.slice!r} (slices: {', '.join(sorted(slices))})"))
     problems += [(("testbed", *p), m) for p, m in check_testbed(testbed)]
+    return problems
+
+
+def _check_warmup(scn: Scenario) -> list[tuple[tuple, str]]:
+    """A warm-up is whole scaler periods (each reward period is warm-up or measured, never both)
+    of the trace before each client's window, on the engine that has replicas to start."""
+    if not scn.warmup_s:
+        return []
+    problems: list[tuple[tuple, str]] = []
+    if scn.engine == "sim":
+        problems.append((("warmup_s",), "a warm-up is for the testbed engine: the simulator's "
+                                        "cells run the measured window only"))
+    periods = scn.warmup_s / scn.scaler_period_s
+    if abs(periods - round(periods)) > 1e-9:
+        problems.append((("warmup_s",), f"{scn.warmup_s:g} s is not a whole number of scaler "
+                                        f"periods ({scn.scaler_period_s:g} s): a decision's reward "
+                                        "period would be part warm-up, part measured"))
+    for i, c in enumerate(scn.clients):
+        if c.trace and c.start_s < scn.warmup_s:
+            problems.append((("clients", i, "start_s"),
+                             f"the warm-up replays the {scn.warmup_s:g} s of the trace before "
+                             f"start_s: start_s must be at least {scn.warmup_s:g} (here "
+                             f"{c.start_s:g})"))
     return problems
 
 

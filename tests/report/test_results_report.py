@@ -147,3 +147,29 @@ def test_report_shows_what_the_replicas_ran_only_when_they_were_asked(tmp_path):
     text = md.read_text()
     assert "## Replicas as they ran" in text
     assert "| 00-slicing-on | 0 | imgcls | 2 | 35.0 | 4.00 | 1.125 | 1.125 | 1 | – |" in text
+
+
+def test_over_time_buckets_of_a_warmup_come_before_the_measured_window(tmp_path):
+    """A cell with `warmup_s`: its warm-up's requests are plotted before 0 (and shaded), the
+    measured window from 0, as the rows count them."""
+    from testbed.report.plots import latency_buckets, timeseries
+
+    cell = CellDir.create(tmp_path, "00-base", 0)
+    t0 = 1000.0  # the measured window's start; the warm-up's 20 s come before it
+    cell.info.write_text(json.dumps({"slug": "00-base", "time_scale": 1.0, "duration_s": 20,
+                                     "measured_s": 20, "warmup_s": 20, "measure_started": t0,
+                                     "slo_ms": {"imgcls": 500.0}}))
+    rows = [{**_record("imgcls", 900.0 if k < 20 else 100.0, seq=k + 1), "sent": t0 - 20 + k}
+            for k in range(40)]  # late in the warm-up, on time after it
+    with (cell.requests / "imgcls-ai-0.jsonl").open("w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    for t in range(-19, 21):
+        append_jsonl(cell.samples, {"t": float(t), "service": "imgcls", "ready": 1 + (t > 0),
+                                    "desired": 2, "arrivals_total": t + 20, "violations_total": 0,
+                                    **({"warmup": True} if t <= 0 else {})})
+    b = latency_buckets(cell.path)["imgcls"]
+    assert b["bucket_s"] == 1.0 and len(b["t"]) == 40
+    assert (b["t"][0], b["t"][20]) == (-19.5, 0.5)
+    assert b["violation_rate"][:20] == [1.0] * 20 and b["violation_rate"][20:] == [0.0] * 20
+    png = timeseries(cell.path, tmp_path, "warm")
+    assert png is not None and png.stat().st_size > 20000
