@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from testbed.config.yamlfile import FieldPath, LocatedYaml, load_yaml_file, parse_yaml, validate
 from testbed.errors import ConfigError
@@ -66,12 +66,16 @@ class LinkSpec(Strict):
     uplink_mbit: float | None = Field(None, gt=0, le=100_000)
     downlink_mbit: float | None = Field(None, gt=0, le=100_000)
     delay_ms: float = Field(0.0, ge=0, le=10_000)
-    queue_packets: int = Field(100, ge=2, le=100_000)
+    queue_packets: int = Field(100, ge=2, le=100_000)  # the FIFO of each class (flow_queues 0)
     # 0: one FIFO per class. N (a power of two up to 256): each class round-robins over N queues
     # hashed on the UE's port (per-flow fairness as sfq/fq_codel or a radio scheduler gives;
-    # this kernel has neither qdisc, so it is built from HTB classes); queue_packets is then
-    # the limit of each flow queue
+    # this kernel has neither qdisc, so it is built from HTB classes)
     flow_queues: int = Field(0, ge=0, le=256)
+    # the limit of each flow queue. A shallow per-flow buffer (a radio bearer's, or what
+    # fq_codel/sfq leave each of many flows) drops the tail of a bursting upload, and the
+    # retransmission costs more round trips the smaller the flow's share: the SLO tail of
+    # Fig 5.7 (docs/slicing.md). 100 is deep enough that nothing bursts over it (no tail)
+    flow_queue_packets: int = Field(100, ge=2, le=100_000)
     slicing: bool = True
 
     @field_validator("flow_queues")
@@ -79,6 +83,15 @@ class LinkSpec(Strict):
     def _power_of_two(cls, value: int) -> int:
         if value and value & (value - 1):
             raise ValueError(f"flow_queues must be 0 or a power of two up to 256, got {value}")
+        return value
+
+    @field_validator("flow_queue_packets")
+    @classmethod
+    def _needs_flow_queues(cls, value: int, info: ValidationInfo) -> int:
+        if info.data.get("flow_queues") == 0:  # (absent: flow_queues itself was refused)
+            raise ValueError("flow_queue_packets is the limit of each flow queue and needs "
+                             "flow_queues > 0; without them the class FIFO's limit is "
+                             "queue_packets")
         return value
 
     def rate_mbit(self, direction: str) -> float:
