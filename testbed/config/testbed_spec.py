@@ -57,6 +57,9 @@ def _ipv4_network(value: object) -> object:
     return value
 
 
+FLOW_QUEUE_PACKETS = 100  # a flow queue's limit unless the testbed file sets one
+
+
 class LinkSpec(Strict):
     """The bottleneck between the UPF and the data network (N6 uplink, N3 downlink)."""
 
@@ -74,8 +77,9 @@ class LinkSpec(Strict):
     # the limit of each flow queue. A shallow per-flow buffer (a radio bearer's, or what
     # fq_codel/sfq leave each of many flows) drops the tail of a bursting upload, and the
     # retransmission costs more round trips the smaller the flow's share: the SLO tail of
-    # Fig 5.7 (docs/slicing.md). 100 is deep enough that nothing bursts over it (no tail)
-    flow_queue_packets: int = Field(100, ge=2, le=100_000)
+    # Fig 5.7 (docs/slicing.md). None: FLOW_QUEUE_PACKETS, deep enough that no upload bursts
+    # over it (no tail)
+    flow_queue_packets: int | None = Field(None, ge=2, le=100_000)
     slicing: bool = True
 
     @field_validator("flow_queues")
@@ -87,12 +91,18 @@ class LinkSpec(Strict):
 
     @field_validator("flow_queue_packets")
     @classmethod
-    def _needs_flow_queues(cls, value: int, info: ValidationInfo) -> int:
-        if info.data.get("flow_queues") == 0:  # (absent: flow_queues itself was refused)
+    def _needs_flow_queues(cls, value: int | None, info: ValidationInfo) -> int | None:
+        # (flow_queues absent from info.data: it was refused itself, one error is enough)
+        if value is not None and info.data.get("flow_queues") == 0:
             raise ValueError("flow_queue_packets is the limit of each flow queue and needs "
                              "flow_queues > 0; without them the class FIFO's limit is "
                              "queue_packets")
         return value
+
+    @property
+    def flow_queue_limit(self) -> int:
+        """The limit of each flow queue, in packets."""
+        return FLOW_QUEUE_PACKETS if self.flow_queue_packets is None else self.flow_queue_packets
 
     def rate_mbit(self, direction: str) -> float:
         """The bottleneck's capacity in one direction ("uplink" or "downlink")."""

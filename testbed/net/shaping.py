@@ -112,7 +112,7 @@ class Shaper:
                          "htb", "rate", _kbit(c.rate_mbit / n), "ceil", _kbit(c.ceil_mbit),
                          "quantum", str(QUANTUM)])
             cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", child, "handle",
-                         f"{minor:x}:", "pfifo", "limit", str(self.link.flow_queue_packets)])
+                         f"{minor:x}:", "pfifo", "limit", str(self.link.flow_queue_limit)])
             cmds.append(["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio", "1",
                          "protocol", "ip", "u32", "ht", f"{table}{i:x}:", "match", "u32", "0",
                          "0", "flowid", child])

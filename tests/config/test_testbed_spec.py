@@ -169,8 +169,8 @@ def test_flow_queues_must_be_a_power_of_two():
 def test_flow_queue_packets_sets_each_flow_queue_and_needs_flow_queues():
     with_fq = GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 256\n"
                            "  flow_queue_packets: 30")
-    assert load(with_fq).link.flow_queue_packets == 30
-    assert load(GOOD).link.flow_queue_packets == 100  # deep: no tail unless asked for
+    assert load(with_fq).link.flow_queue_limit == 30
+    assert load(GOOD).link.flow_queue_limit == 100  # deep: no tail unless asked for
     [p] = problems(GOOD.replace("  capacity_mbit: 100",
                                 "  capacity_mbit: 100\n  flow_queue_packets: 30"))
     assert p.startswith("tb.yaml:4: link.flow_queue_packets:") and "needs flow_queues" in p

@@ -92,7 +92,9 @@ def test_every_setup_makes_a_valid_scenario_with_the_judges_checks():
         text = slicing_scenario(setup, name=f"s-{name}", duration_s=10, services=["tts"],
                                 flows=[10], slicing=[True, False])
         loaded = parse_scenario(text, name, SCENARIOS)
-        assert loaded.testbed.link.queue_packets == setup.queue_packets
+        link = loaded.testbed.link
+        depth = link.flow_queue_limit if setup.flow_queues else link.queue_packets
+        assert (link.flow_queues, depth) == (setup.flow_queues, setup.queue_packets)
         assert [x.direction for x in loaded.scenario.cross_traffic] == list(setup.directions)
         assert loaded.scenario.expect == expectations([10])["tts"]
 
