@@ -32,7 +32,7 @@ STEP_SLO = 0.005  # ... and the SLO violation rate this much (noise)
 @dataclass(frozen=True)
 class Setup:
     directions: tuple[str, ...]  # iperf3 directions, each with `flows` flows
-    queue_packets: int = 100
+    queue_packets: int = 100  # the FIFO per class, or each flow queue with flow_queues
     uplink_mbit: float | None = None  # None: the 100 Mbit/s cap
     downlink_mbit: float | None = None
     flow_queues: int = 0  # 0: one FIFO per class; N: per-flow round robin over N hashed queues
@@ -46,7 +46,8 @@ class Setup:
                 f"uplink {up:g} / downlink {down:g} Mbit/s. {self.note}").strip()
 
     def link(self) -> dict[str, Any]:
-        link: dict[str, Any] = {"capacity_mbit": 100, "queue_packets": self.queue_packets}
+        depth = "flow_queue_packets" if self.flow_queues else "queue_packets"
+        link: dict[str, Any] = {"capacity_mbit": 100, depth: self.queue_packets}
         if self.uplink_mbit is not None:
             link["uplink_mbit"] = self.uplink_mbit
         if self.downlink_mbit is not None:
@@ -70,6 +71,11 @@ SETUPS: dict[str, Setup] = {
     "up-fq": Setup(("uplink",), 100, flow_queues=256,
                    note="per-flow fair queueing (as fq_codel, or a radio's scheduler)"),
     "both-fq": Setup(("uplink", "downlink"), 100, flow_queues=256),
+    "up-fq-q50": Setup(("uplink",), 50, flow_queues=256, note="shallower flow queues"),
+    "up-fq-q30": Setup(("uplink",), 30, flow_queues=256, note="shallower flow queues"),
+    "up-fq-q20": Setup(("uplink",), 20, flow_queues=256, note="shallower flow queues"),
+    "up-fq-q15": Setup(("uplink",), 15, flow_queues=256, note="shallower flow queues"),
+    "up-fq-q8": Setup(("uplink",), 8, flow_queues=256, note="shallower flow queues"),
     "down-q100": Setup(("downlink",), 100, note="iperf3 -R only"),
 }
 
