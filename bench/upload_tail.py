@@ -11,7 +11,7 @@ each third of the cell (a start-up transient shows in the first third only), the
 retransmissions, the bottleneck's drops, and the CPU's busy share (the machine is shared).
 
     python3 bench/upload_tail.py [--depths 100 30] [--flows 10 20 40] [--duration 15]
-        [--slicing off] [--json OUT.json]
+        [--slicing off] [--drop tail head] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -118,7 +118,8 @@ def pct(vals: list[float], q: float) -> float | None:
     return percentile(vals, q)
 
 
-def cell(depth: int, flows: int, slicing: bool, duration: float, name: str) -> dict:
+def cell(depth: int, flows: int, slicing: bool, duration: float, name: str,
+         drop: str = "tail") -> dict:
     from testbed.bringup.local import LocalTestbed
     from testbed.config import load_testbed
     from testbed.net.cmd import die_with_parent, in_ns
@@ -126,7 +127,8 @@ def cell(depth: int, flows: int, slicing: bool, duration: float, name: str) -> d
 
     base = load_testbed()
     link = base.link.model_copy(update={"capacity_mbit": 100.0, "slicing": slicing,
-                                        "flow_queues": 256, "flow_queue_packets": depth})
+                                        "flow_queues": 256, "flow_queue_packets": depth,
+                                        "flow_queue_drop": drop})
     spec = base.model_copy(update={"name": name, "link": link})
     load0, cpu0 = os.getloadavg()[0], cpu_busy()
     with LocalTestbed(spec) as tb:
@@ -152,7 +154,7 @@ def cell(depth: int, flows: int, slicing: bool, duration: float, name: str) -> d
             sink.wait()
     cpu1 = cpu_busy()
     recs = json.loads(client.stdout)
-    row = {"depth": depth, "flows": flows, "slicing": slicing, "duration_s": duration,
+    row = {"depth": depth, "drop": drop, "flows": flows, "slicing": slicing, "duration_s": duration,
            "ai_retransmits": retrans, "bottleneck_drops": drops, "iperf_mbit": iperf.total_mbit,
            "load_before": load0, "load_after": os.getloadavg()[0],
            "cpu_busy": (cpu1[0] - cpu0[0]) / max(cpu1[1] - cpu0[1], 1)}
@@ -181,26 +183,28 @@ def main() -> int:
     ap.add_argument("--depths", type=int, nargs="+", default=[100, 30])
     ap.add_argument("--flows", type=int, nargs="+", default=[10, 20, 40])
     ap.add_argument("--slicing", nargs="+", choices=["on", "off"], default=["off"])
+    ap.add_argument("--drop", nargs="+", choices=["tail", "head"], default=["tail"],
+                    help="which end of a full flow queue drops (link.flow_queue_drop)")
     ap.add_argument("--duration", type=float, default=15.0)
     ap.add_argument("--json", type=Path, help="append each cell's figures here (JSON lines)")
     args = ap.parse_args()
 
-    print("depth flows slice |  upload p50   p90   p99  >500ms  by third         | small p50 "
+    print("drop depth flows slice |  upload p50   p90   p99  >500ms  by third         | small p50 "
           "p99 | retrans drops | iperf Mbit/s | load  cpu")
-    for depth in args.depths:
-        for slicing in args.slicing:
-            for flows in args.flows:
-                r = cell(depth, flows, slicing == "on", args.duration, f"ut{os.getpid() % 10000}")
-                u, s = r["upload"], r["small"]
-                print(f"{depth:5d} {flows:5d} {slicing:>5} | {u['p50']:9.0f} {u['p90']:5.0f} "
-                      f"{u['p99']:5.0f} {100 * u['over_slo']:5.1f}%  "
-                      f"{' '.join(f'{100 * x:4.1f}' for x in u['over_slo_by_third'])} % | "
-                      f"{s['p50']:6.1f} {s['p99']:5.1f} | {r['ai_retransmits']:7d} "
-                      f"{r['bottleneck_drops']:5d} | {r['iperf_mbit']:8.1f} | "
-                      f"{r['load_before']:4.1f} {100 * r['cpu_busy']:3.0f}%", flush=True)
-                if args.json:
-                    with args.json.open("a") as f:
-                        f.write(json.dumps(r) + "\n")
+    plan = [(d, x, s, f) for d in args.drop for x in args.depths for s in args.slicing
+            for f in args.flows]
+    for drop, depth, slicing, flows in plan:
+        r = cell(depth, flows, slicing == "on", args.duration, f"ut{os.getpid() % 10000}", drop)
+        u, s = r["upload"], r["small"]
+        print(f"{drop:>4} {depth:5d} {flows:5d} {slicing:>5} | {u['p50']:9.0f} {u['p90']:5.0f} "
+              f"{u['p99']:5.0f} {100 * u['over_slo']:5.1f}%  "
+              f"{' '.join(f'{100 * x:4.1f}' for x in u['over_slo_by_third'])} % | "
+              f"{s['p50']:6.1f} {s['p99']:5.1f} | {r['ai_retransmits']:7d} "
+              f"{r['bottleneck_drops']:5d} | {r['iperf_mbit']:8.1f} | "
+              f"{r['load_before']:4.1f} {100 * r['cpu_busy']:3.0f}%", flush=True)
+        if args.json:
+            with args.json.open("a") as f:
+                f.write(json.dumps(r) + "\n")
     return 0
 
 

@@ -80,6 +80,10 @@ class LinkSpec(Strict):
     # Fig 5.7 (docs/slicing.md). None: FLOW_QUEUE_PACKETS, deep enough that no upload bursts
     # over it (no tail)
     flow_queue_packets: int | None = Field(None, ge=2, le=100_000)
+    # which end of a full flow queue loses the packet: "tail" (the arriving one, as sfq and a
+    # plain FIFO) or "head" (the oldest, as fq_codel: the sender learns of the loss from the
+    # packets behind it within a round trip instead of a timeout)
+    flow_queue_drop: Literal["tail", "head"] = "tail"
     slicing: bool = True
 
     @field_validator("flow_queues")
@@ -89,14 +93,14 @@ class LinkSpec(Strict):
             raise ValueError(f"flow_queues must be 0 or a power of two up to 256, got {value}")
         return value
 
-    @field_validator("flow_queue_packets")
+    @field_validator("flow_queue_packets", "flow_queue_drop")
     @classmethod
-    def _needs_flow_queues(cls, value: int | None, info: ValidationInfo) -> int | None:
-        # (flow_queues absent from info.data: it was refused itself, one error is enough)
-        if value is not None and info.data.get("flow_queues") == 0:
-            raise ValueError("flow_queue_packets is the limit of each flow queue and needs "
-                             "flow_queues > 0; without them the class FIFO's limit is "
-                             "queue_packets")
+    def _needs_flow_queues(cls, value: object, info: ValidationInfo) -> object:
+        # None and "tail" are the defaults, which a dumped spec repeats; flow_queues absent from
+        # info.data: it was refused itself, and one error is enough
+        if value not in (None, "tail") and info.data.get("flow_queues") == 0:
+            raise ValueError(f"{info.field_name} sets each flow queue and needs flow_queues > 0; "
+                             "without them each class has one FIFO of queue_packets")
         return value
 
     @property

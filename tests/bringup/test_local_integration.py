@@ -78,13 +78,15 @@ def test_slice_guarantee_holds_against_many_flows(tb_name):
     _assert_nothing_left(tb_name)
 
 
-@pytest.mark.parametrize("depth, dropped", [(8, True), (100, False)])
-def test_flow_queue_packets_drops_the_tail_of_a_burst_over_it(tb_name, depth, dropped):
-    """docs/slicing.md: a burst deeper than a flow queue loses its tail at the bottleneck (the
-    image upload's loss); one that fits is only delayed. 60 datagrams of one flow reach the
-    10 Mbit/s uplink in well under a millisecond, which passes about one of them."""
+@pytest.mark.parametrize("depth, drop, dropped", [(8, "tail", True), (8, "head", True),
+                                                  (100, "tail", False)])
+def test_flow_queue_packets_drops_a_burst_over_it(tb_name, depth, drop, dropped):
+    """docs/slicing.md: a burst deeper than a flow queue loses packets at the bottleneck (the
+    image upload's loss: its tail, or with flow_queue_drop head its oldest packets); one that
+    fits is only delayed. 60 datagrams of one flow reach the 10 Mbit/s uplink in well under a
+    millisecond, which passes about one of them."""
     spec = _spec(tb_name, capacity_mbit=10, flow_queues=4, flow_queue_packets=depth,
-                 slicing=False)
+                 flow_queue_drop=drop, slicing=False)
     with LocalTestbed(spec) as tb:
         ue = tb.topology.ues_of_slice("ai")[0]
         send = ("import socket, sys\n"
@@ -97,7 +99,8 @@ def test_flow_queue_packets_drops_the_tail_of_a_burst_over_it(tb_name, depth, dr
         time.sleep(0.2)
         raw = Runner().run(["tc", "-n", tb.topology.upf.name, "-s", "-j", "qdisc", "show",
                             "dev", tb.shapers[0].device]).stdout
-        leaves = [q for q in json.loads(raw) if q["kind"] == "pfifo"]
+        kind = {"tail": "pfifo", "head": "pfifo_head_drop"}[drop]
+        leaves = [q for q in json.loads(raw) if q["kind"] == kind]
     assert len(leaves) == 4 and all(q["options"]["limit"] == depth for q in leaves)
     drops = sum(q["drops"] for q in leaves)
     if dropped:

@@ -176,3 +176,15 @@ def test_flow_queue_packets_sets_each_flow_queue_and_needs_flow_queues():
     assert p.startswith("tb.yaml:4: link.flow_queue_packets:") and "needs flow_queues" in p
     [p] = problems(with_fq.replace("flow_queue_packets: 30", "flow_queue_packets: 1"))
     assert p.startswith("tb.yaml:5: link.flow_queue_packets:")
+
+
+def test_flow_queue_drop_is_tail_or_head():
+    base = GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 4\n"
+                        "  flow_queue_drop: head")
+    assert load(base).link.flow_queue_drop == "head"
+    assert load(GOOD).link.flow_queue_drop == "tail"
+    [p] = problems(base.replace("flow_queue_drop: head", "flow_queue_drop: middle"))
+    assert p.startswith("tb.yaml:5: link.flow_queue_drop:") and "'tail' or 'head'" in p
+    [p] = problems(GOOD.replace("  capacity_mbit: 100",
+                                "  capacity_mbit: 100\n  flow_queue_drop: head"))
+    assert p.startswith("tb.yaml:4: link.flow_queue_drop:") and "needs flow_queues" in p

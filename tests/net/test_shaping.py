@@ -111,3 +111,9 @@ def test_flow_queue_packets_is_the_limit_of_every_flow_queue_not_of_class_fifos(
     fifo, _ = _shapers(queue_packets=300)
     assert [c[-3:] for c in fifo.commands() if c[1] == "qdisc" and "parent" in c] == [
         ["pfifo", "limit", "300"]] * 3
+
+
+def test_flow_queue_drop_head_makes_every_flow_queue_drop_its_oldest_packet():
+    up, _ = _shapers(flow_queues=2, flow_queue_packets=20, flow_queue_drop="head")
+    leaves = [c for c in up.commands() if c[1] == "qdisc" and "parent" in c]
+    assert len(leaves) == 6 and all(c[-3:] == ["pfifo_head_drop", "limit", "20"] for c in leaves)
