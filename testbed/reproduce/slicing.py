@@ -43,12 +43,14 @@ class Setup:
     uplink_mbit: float | None = None  # None: the 100 Mbit/s cap
     downlink_mbit: float | None = None
     flow_queues: int = 0  # 0: one FIFO per class; N: per-flow round robin over N hashed queues
+    flow_queue_drop: str = "tail"  # which end of a full flow queue drops (link.flow_queue_drop)
     note: str = ""
 
     def describe(self) -> str:
         up = self.uplink_mbit or 100
         down = self.downlink_mbit or 100
-        fq = f"{self.flow_queues} flow queues of " if self.flow_queues else "one FIFO of "
+        fq = (f"{self.flow_queues} {self.flow_queue_drop}-drop flow queues of "
+              if self.flow_queues else "one FIFO of ")
         return (f"iperf3 {'+'.join(self.directions)}, {fq}{self.queue_packets} packets, "
                 f"uplink {up:g} / downlink {down:g} Mbit/s. {self.note}").strip()
 
@@ -61,6 +63,8 @@ class Setup:
             link["downlink_mbit"] = self.downlink_mbit
         if self.flow_queues:
             link["flow_queues"] = self.flow_queues
+        if self.flow_queue_drop != "tail":
+            link["flow_queue_drop"] = self.flow_queue_drop
         return link
 
 
@@ -83,6 +87,8 @@ SETUPS: dict[str, Setup] = {
     "up-fq-q20": Setup(("uplink",), 20, flow_queues=256, note="shallower flow queues"),
     "up-fq-q15": Setup(("uplink",), 15, flow_queues=256, note="shallower flow queues"),
     "up-fq-q8": Setup(("uplink",), 8, flow_queues=256, note="shallower flow queues"),
+    "up-fq-q20-head": Setup(("uplink",), 20, flow_queues=256, flow_queue_drop="head",
+                            note="shallower flow queues dropping their oldest packet (fq_codel)"),
     "down-q100": Setup(("downlink",), 100, note="iperf3 -R only"),
 }
 
