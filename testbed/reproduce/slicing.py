@@ -89,6 +89,10 @@ SETUPS: dict[str, Setup] = {
     "up-fq-q8": Setup(("uplink",), 8, flow_queues=256, note="shallower flow queues"),
     "up-fq-q20-head": Setup(("uplink",), 20, flow_queues=256, flow_queue_drop="head",
                             note="shallower flow queues dropping their oldest packet (fq_codel)"),
+    "up-fq-q15-head": Setup(("uplink",), 15, flow_queues=256, flow_queue_drop="head",
+                            note="shallower flow queues dropping their oldest packet (fq_codel)"),
+    "up-fq-q10-head": Setup(("uplink",), 10, flow_queues=256, flow_queue_drop="head",
+                            note="shallower flow queues dropping their oldest packet (fq_codel)"),
     "down-q100": Setup(("downlink",), 100, note="iperf3 -R only"),
 }
 
