@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from testbed.config.yamlfile import FieldPath, LocatedYaml, load_yaml_file, parse_yaml, validate
 from testbed.errors import ConfigError
@@ -57,6 +57,9 @@ def _ipv4_network(value: object) -> object:
     return value
 
 
+FLOW_QUEUE_PACKETS = 100  # a flow queue's limit unless the testbed file sets one
+
+
 class LinkSpec(Strict):
     """The bottleneck between the UPF and the data network (N6 uplink, N3 downlink)."""
 
@@ -66,12 +69,21 @@ class LinkSpec(Strict):
     uplink_mbit: float | None = Field(None, gt=0, le=100_000)
     downlink_mbit: float | None = Field(None, gt=0, le=100_000)
     delay_ms: float = Field(0.0, ge=0, le=10_000)
-    queue_packets: int = Field(100, ge=2, le=100_000)
+    queue_packets: int = Field(100, ge=2, le=100_000)  # the FIFO of each class (flow_queues 0)
     # 0: one FIFO per class. N (a power of two up to 256): each class round-robins over N queues
     # hashed on the UE's port (per-flow fairness as sfq/fq_codel or a radio scheduler gives;
-    # this kernel has neither qdisc, so it is built from HTB classes); queue_packets is then
-    # the limit of each flow queue
+    # this kernel has neither qdisc, so it is built from HTB classes)
     flow_queues: int = Field(0, ge=0, le=256)
+    # the limit of each flow queue. A shallow per-flow buffer (a radio bearer's, or what
+    # fq_codel/sfq leave each of many flows) drops the tail of a bursting upload, and the
+    # retransmission costs more round trips the smaller the flow's share: the SLO tail of
+    # Fig 5.7 (docs/slicing.md). None: FLOW_QUEUE_PACKETS, deep enough that no upload bursts
+    # over it (no tail)
+    flow_queue_packets: int | None = Field(None, ge=2, le=100_000)
+    # which end of a full flow queue loses the packet: "tail" (the arriving one, as sfq and a
+    # plain FIFO) or "head" (the oldest, as fq_codel: the sender learns of the loss from the
+    # packets behind it within a round trip instead of a timeout)
+    flow_queue_drop: Literal["tail", "head"] = "tail"
     slicing: bool = True
 
     @field_validator("flow_queues")
@@ -80,6 +92,21 @@ class LinkSpec(Strict):
         if value and value & (value - 1):
             raise ValueError(f"flow_queues must be 0 or a power of two up to 256, got {value}")
         return value
+
+    @field_validator("flow_queue_packets", "flow_queue_drop")
+    @classmethod
+    def _needs_flow_queues(cls, value: object, info: ValidationInfo) -> object:
+        # None and "tail" are the defaults, which a dumped spec repeats; flow_queues absent from
+        # info.data: it was refused itself, and one error is enough
+        if value not in (None, "tail") and info.data.get("flow_queues") == 0:
+            raise ValueError(f"{info.field_name} sets each flow queue and needs flow_queues > 0; "
+                             "without them each class has one FIFO of queue_packets")
+        return value
+
+    @property
+    def flow_queue_limit(self) -> int:
+        """The limit of each flow queue, in packets."""
+        return FLOW_QUEUE_PACKETS if self.flow_queue_packets is None else self.flow_queue_packets
 
     def rate_mbit(self, direction: str) -> float:
         """The bottleneck's capacity in one direction ("uplink" or "downlink")."""

@@ -20,6 +20,7 @@ ROOT_CLASS = "1:1"
 DEFAULT_MINOR = 0xFF
 MIN_RATE_KBIT = 8  # HTB needs a positive rate: a best-effort slice gets this and borrows the rest
 QUANTUM = 1514  # equal quanta: excess bandwidth is shared evenly between borrowing classes
+FLOW_QUEUE_QDISC = {"tail": "pfifo", "head": "pfifo_head_drop"}  # by link.flow_queue_drop
 
 
 def _kbit(mbit: float) -> str:
@@ -112,7 +113,8 @@ class Shaper:
                          "htb", "rate", _kbit(c.rate_mbit / n), "ceil", _kbit(c.ceil_mbit),
                          "quantum", str(QUANTUM)])
             cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", child, "handle",
-                         f"{minor:x}:", "pfifo", "limit", str(self.link.queue_packets)])
+                         f"{minor:x}:", FLOW_QUEUE_QDISC[self.link.flow_queue_drop], "limit",
+                         str(self.link.flow_queue_limit)])
             cmds.append(["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio", "1",
                          "protocol", "ip", "u32", "ht", f"{table}{i:x}:", "match", "u32", "0",
                          "0", "flowid", child])

@@ -116,7 +116,7 @@ def build_document(run_dir: Path) -> Document:
         doc.sections.append(sec)
 
     if "slicing" in scn.get("matrix", {}) and "iperf_flows" in scn.get("matrix", {}):
-        doc.sections.append(_slicing_section(svc, plots_dir, rows))
+        doc.sections.append(_slicing_section(svc, plots_dir, rows, run_dir))
     if "policy" in scn.get("matrix", {}):
         doc.sections.append(_table_5_4(svc))
     sim = _sim_section(run_dir, svc)
@@ -222,8 +222,8 @@ def _problems(run_dir: Path) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _slicing_section(svc: list[dict[str, Any]], plots_dir: Path,
-                     rows: list[dict[str, Any]]) -> Section:
+def _slicing_section(svc: list[dict[str, Any]], plots_dir: Path, rows: list[dict[str, Any]],
+                     run_dir: Path) -> Section:
     sec = Section("Beside the paper: Figs 5.7 / 5.8 (effect of network slicing)")
     sec.paragraphs.append(f"Paper setup: {SLICING_SETUP}. The dissertation plots these figures "
                           "without printing their values; its stated result is:")
@@ -241,11 +241,17 @@ def _slicing_section(svc: list[dict[str, Any]], plots_dir: Path,
                                _rate(pick(False, "slo_violation_rate")),
                                _rate(pick(True, "slo_violation_rate")),
                                _f(pick(False, "mean_latency_ms")),
-                               _f(pick(True, "mean_latency_ms"))])
+                               _f(pick(True, "mean_latency_ms")),
+                               f"{_f(pick(False, 'p50_latency_ms'))} / "
+                               f"{_f(pick(False, 'p99_latency_ms'))}",
+                               f"{_f(pick(True, 'p50_latency_ms'))} / "
+                               f"{_f(pick(True, 'p99_latency_ms'))}"])
     sec.tables.append(TableData(["service", "iperf3 flows", "SLO viol. no slice",
-                                 "SLO viol. with slice", "mean ms no slice", "mean ms with slice"],
+                                 "SLO viol. with slice", "mean ms no slice", "mean ms with slice",
+                                 "p50 / p99 ms no slice", "p50 / p99 ms with slice"],
                                 table_rows, "Ours, in the layout of Figs 5.7/5.8"))
     sec.images += plots.slicing_bars(rows, plots_dir)
+    sec.images += plots.latency_cdfs(run_dir, plots_dir)
     return sec
 
 

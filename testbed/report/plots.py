@@ -1,4 +1,4 @@
-"""Plots of a run: Fig 5.7/5.8-style bars; over time replicas, request rate, latency and SLO
+"""Plots of a run: Fig 5.7/5.8-style bars and latency CDFs; over time replicas, request rate, latency and SLO
 violations; iperf3."""
 
 from __future__ import annotations
@@ -63,6 +63,54 @@ def slicing_bars(rows: list[dict[str, Any]], out: Path) -> list[Path]:
         fig.suptitle(f"{TITLES.get(service, service)}: with and without a dedicated slice")
         fig.tight_layout()
         path = out / f"slicing-{service}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def latency_cdfs(run_dir: Path, out: Path) -> list[Path]:
+    """Per service of a slicing run: the latency CDF of every (iperf3 flows, slice) cell, all
+    repetitions pooled, with the SLO marked: the tail behind Fig 5.7's SLO panel (or its
+    absence), which a mean hides. Errors count as beyond every latency."""
+    cells: dict[str, dict[tuple[int, bool], list[float]]] = defaultdict(lambda: defaultdict(list))
+    slo_of: dict[str, float] = {}
+    for info_path in sorted(run_dir.glob("cells/*/rep-*/cell.json")):
+        info = json.loads(info_path.read_text())
+        params = info.get("params") or {}
+        if "iperf_flows" not in params or "slicing" not in params:
+            continue
+        ts = float(info.get("time_scale") or 1.0)
+        key = (int(params["iperf_flows"]), bool(params["slicing"]))
+        for f in sorted((info_path.parent / "requests").glob("*.jsonl")):
+            for r in read_jsonl(f):
+                lat = math.inf if r.get("error") is not None else r["latency_ms"] * ts
+                cells[r["service"]][key].append(lat)
+        for service, ms in (info.get("slo_ms") or {}).items():
+            slo_of[service] = ms
+    paths = []
+    for service, by_cell in sorted(cells.items()):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        flows = sorted({f for f, _ in by_cell})
+        shades = {f: 0.35 + 0.65 * (i + 1) / len(flows) for i, f in enumerate(flows)}
+        for (f, on), lat in sorted(by_cell.items()):
+            xs = sorted(lat)
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+            cmap = plt.get_cmap("Blues" if on else "Oranges")
+            ax.step(xs, ys, where="post", color=cmap(shades[f]), linestyle="-" if on else "--",
+                    label=f"{f} flows, {'with slice' if on else 'no slice'}")
+        slo = slo_of.get(service, SLO_MS.get(service))
+        if slo is not None:
+            ax.axvline(slo, color="k", linewidth=1, linestyle=":", label=f"SLO {slo:g} ms")
+        ax.set_xscale("log")
+        ax.set_xlabel("latency (ms, log scale)")
+        ax.set_ylabel("share of requests at or below")
+        ax.set_ylim(0, 1.01)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, loc="lower right")
+        ax.set_title(f"{TITLES.get(service, service)}: latency distribution per cell")
+        fig.tight_layout()
+        path = out / f"slicing-cdf-{service}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
         paths.append(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -74,6 +75,38 @@ def test_slice_guarantee_holds_against_many_flows(tb_name):
         r_ai, r_be = ai.wait(), be.wait()
     assert r_ai.total_mbit >= 19.0, r_ai.total_mbit
     assert r_ai.total_mbit + r_be.total_mbit <= 102
+    _assert_nothing_left(tb_name)
+
+
+@pytest.mark.parametrize("depth, drop, dropped", [(8, "tail", True), (8, "head", True),
+                                                  (100, "tail", False)])
+def test_flow_queue_packets_drops_a_burst_over_it(tb_name, depth, drop, dropped):
+    """docs/slicing.md: a burst deeper than a flow queue loses packets at the bottleneck (the
+    image upload's loss: its tail, or with flow_queue_drop head its oldest packets); one that
+    fits is only delayed. 60 datagrams of one flow reach the 10 Mbit/s uplink in well under a
+    millisecond, which passes about one of them."""
+    spec = _spec(tb_name, capacity_mbit=10, flow_queues=4, flow_queue_packets=depth,
+                 flow_queue_drop=drop, slicing=False)
+    with LocalTestbed(spec) as tb:
+        ue = tb.topology.ues_of_slice("ai")[0]
+        send = ("import socket, sys\n"
+                "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                "s.bind((sys.argv[1], 0))\n"
+                "for _ in range(60):\n"
+                "    s.sendto(bytes(1200), (sys.argv[2], 9))\n")
+        Runner().run(in_ns(ue.host.name, [sys.executable, "-c", send, str(ue.address),
+                                          str(tb.topology.dn_addr)]))
+        time.sleep(0.2)
+        raw = Runner().run(["tc", "-n", tb.topology.upf.name, "-s", "-j", "qdisc", "show",
+                            "dev", tb.shapers[0].device]).stdout
+        kind = {"tail": "pfifo", "head": "pfifo_head_drop"}[drop]
+        leaves = [q for q in json.loads(raw) if q["kind"] == kind]
+    assert len(leaves) == 4 and all(q["options"]["limit"] == depth for q in leaves)
+    drops = sum(q["drops"] for q in leaves)
+    if dropped:
+        assert 60 - depth - 10 <= drops <= 60 - depth, drops
+    else:
+        assert drops == 0 and sum(q["packets"] for q in leaves) >= 60
     _assert_nothing_left(tb_name)
 
 

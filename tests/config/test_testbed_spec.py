@@ -164,3 +164,27 @@ def test_flow_queues_must_be_a_power_of_two():
     assert p.startswith("tb.yaml:4: link.flow_queues:") and "power of two" in p
     assert load(GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 256")
                 ).link.flow_queues == 256
+
+
+def test_flow_queue_packets_sets_each_flow_queue_and_needs_flow_queues():
+    with_fq = GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 256\n"
+                           "  flow_queue_packets: 30")
+    assert load(with_fq).link.flow_queue_limit == 30
+    assert load(GOOD).link.flow_queue_limit == 100  # deep: no tail unless asked for
+    [p] = problems(GOOD.replace("  capacity_mbit: 100",
+                                "  capacity_mbit: 100\n  flow_queue_packets: 30"))
+    assert p.startswith("tb.yaml:4: link.flow_queue_packets:") and "needs flow_queues" in p
+    [p] = problems(with_fq.replace("flow_queue_packets: 30", "flow_queue_packets: 1"))
+    assert p.startswith("tb.yaml:5: link.flow_queue_packets:")
+
+
+def test_flow_queue_drop_is_tail_or_head():
+    base = GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 4\n"
+                        "  flow_queue_drop: head")
+    assert load(base).link.flow_queue_drop == "head"
+    assert load(GOOD).link.flow_queue_drop == "tail"
+    [p] = problems(base.replace("flow_queue_drop: head", "flow_queue_drop: middle"))
+    assert p.startswith("tb.yaml:5: link.flow_queue_drop:") and "'tail' or 'head'" in p
+    [p] = problems(GOOD.replace("  capacity_mbit: 100",
+                                "  capacity_mbit: 100\n  flow_queue_drop: head"))
+    assert p.startswith("tb.yaml:4: link.flow_queue_drop:") and "needs flow_queues" in p

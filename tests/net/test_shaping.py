@@ -99,3 +99,21 @@ def test_flow_queue_hash_spreads_the_even_ports_connect_picks():
         shift = (mask & -mask).bit_length() - 1
         buckets = {((word_of(port) & mask) >> shift) & 255 for port in range(32768, 60999, 2)}
         assert buckets == set(range(256))
+
+
+def test_flow_queue_packets_is_the_limit_of_every_flow_queue_not_of_class_fifos():
+    up, down = _shapers(flow_queues=4, flow_queue_packets=20, queue_packets=300)
+    for shaper in (up, down):
+        leaves = [c for c in shaper.commands() if c[1] == "qdisc" and "parent" in c]
+        assert len(leaves) == 3 * 4  # ai, be and the default class, four flow queues each
+        assert all(c[-3:] == ["pfifo", "limit", "20"] for c in leaves)
+    # without flow queues each class has one FIFO of queue_packets
+    fifo, _ = _shapers(queue_packets=300)
+    assert [c[-3:] for c in fifo.commands() if c[1] == "qdisc" and "parent" in c] == [
+        ["pfifo", "limit", "300"]] * 3
+
+
+def test_flow_queue_drop_head_makes_every_flow_queue_drop_its_oldest_packet():
+    up, _ = _shapers(flow_queues=2, flow_queue_packets=20, flow_queue_drop="head")
+    leaves = [c for c in up.commands() if c[1] == "qdisc" and "parent" in c]
+    assert len(leaves) == 6 and all(c[-3:] == ["pfifo_head_drop", "limit", "20"] for c in leaves)

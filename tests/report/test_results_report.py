@@ -80,12 +80,15 @@ def test_report_is_self_contained_and_shows_the_paper(tmp_path):
     text = md.read_text()
     assert "## Expectations" in text and "**PASS**" in text
     assert "Figs 5.7 / 5.8" in text  # the matrix has slicing and iperf_flows
-    assert "| imgcls | 10 | 0.5000 | 0.0000 |" in text
+    # the slicing table: rates, means, then p50 / p99 (half the no-slice requests at 900 ms)
+    assert "| imgcls | 10 | 0.5000 | 0.0000 | 500.0 | 100.0 | 500.0 / 900.0 | 100.0 / 100.0 |" \
+        in text
     html = page.read_text()
     assert "data:image/png;base64," in html and "<img" in html
     assert 'src="plots/' not in html  # nothing outside the file
     pngs = list((run / "plots").glob("*.png"))
-    assert {p.name for p in pngs} >= {"slicing-imgcls.png", "services.png", "iperf.png"}
+    assert {p.name for p in pngs} >= {"slicing-imgcls.png", "slicing-cdf-imgcls.png",
+                                      "services.png", "iperf.png"}
     assert all(p.stat().st_size > 5000 for p in pngs)
 
 
@@ -173,3 +176,24 @@ def test_over_time_buckets_of_a_warmup_come_before_the_measured_window(tmp_path)
     assert b["violation_rate"][:20] == [1.0] * 20 and b["violation_rate"][20:] == [0.0] * 20
     png = timeseries(cell.path, tmp_path, "warm")
     assert png is not None and png.stat().st_size > 20000
+
+
+def test_latency_cdfs_draw_one_line_per_cell_with_its_tail(tmp_path, monkeypatch):
+    """Fig 5.7's distribution panel: one CDF per (flows, slice) cell, drawn from the request
+    records, so the no-slice cell's tail (half its requests at 900 ms) is in its line."""
+    from testbed.report import plots
+
+    drawn = {}
+    real_step = plots.plt.Axes.step
+
+    def step(ax, xs, ys, *args, **kw):
+        drawn[kw["label"]] = (list(xs), list(ys))
+        return real_step(ax, xs, ys, *args, **kw)
+
+    monkeypatch.setattr(plots.plt.Axes, "step", step)
+    [png] = plots.latency_cdfs(_run_dir(tmp_path), tmp_path)
+    assert png.name == "slicing-cdf-imgcls.png" and png.stat().st_size > 10000
+    assert set(drawn) == {"10 flows, with slice", "10 flows, no slice"}
+    xs, ys = drawn["10 flows, no slice"]
+    assert xs[4:6] == [100, 900] and ys[4] == 0.5 and ys[-1] == 1.0
+    assert max(drawn["10 flows, with slice"][0]) == 100

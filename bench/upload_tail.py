@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""What the flow-queue depth adds on the data plane alone: loss and delay of image-sized uploads
+beside uplink iperf3 flows (prints figures; not a test). Needs root and iperf3.
+
+No replicas and no load generator: in the "ai" UE an open-loop client sends 48 KB uploads (an
+imgcls JPEG) at 30/s and 200 B requests (a chatbot prompt) at 10/s over keep-alive
+connections to a sink in the data network that answers each with one byte; the time from send to
+answer is the network's share of a request's latency. "be" runs N uplink iperf3 flows from one
+second before the client starts. Per cell: p50/p90/p99, the share over 500 ms (imgcls's SLO) in
+each third of the cell (a start-up transient shows in the first third only), the ai UE's TCP
+retransmissions, the bottleneck's drops, and the CPU's busy share (the machine is shared).
+
+    python3 bench/upload_tail.py [--depths 100 30] [--flows 10 20 40] [--duration 15]
+        [--slicing off] [--drop tail head] [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+UPLOAD_BYTES = 48_000  # imgcls's JPEGs are 46-49 KB
+UPLOAD_RATE = 30.0
+SMALL_BYTES = 200
+SMALL_RATE = 10.0
+SLO_MS = 500.0
+PORT = 5990
+
+
+# --- the two ends (each runs inside a namespace, started by the bench) -----------------------
+
+async def _sink(addr: str, port: int) -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                await reader.readexactly(size)
+                writer.write(b"k")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(serve, addr, port)
+    print("ready", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+async def _client(src: str, dst: str, port: int, duration: float) -> None:
+    idle: dict[int, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {
+        UPLOAD_BYTES: [], SMALL_BYTES: []}
+    out: list[dict] = []
+    t0 = time.monotonic()
+
+    async def one(size: int, sent: float) -> None:
+        pool = idle[size]
+        conn = pool.pop() if pool else await asyncio.open_connection(
+            dst, port, local_addr=(src, 0))
+        reader, writer = conn
+        try:
+            writer.write(size.to_bytes(4, "big") + bytes(size))
+            await writer.drain()
+            await asyncio.wait_for(reader.readexactly(1), 10)
+            ms = (time.monotonic() - sent) * 1000
+            pool.append(conn)
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+            ms = None
+            writer.close()
+        out.append({"size": size, "t": sent - t0, "ms": ms})
+
+    tasks: list[asyncio.Task] = []
+
+    async def schedule(size: int, rate: float) -> None:  # open loop: never waits for answers
+        for k in range(int(duration * rate)):
+            at = t0 + k / rate
+            await asyncio.sleep(max(0.0, at - time.monotonic()))
+            tasks.append(asyncio.create_task(one(size, at)))
+
+    await asyncio.gather(schedule(UPLOAD_BYTES, UPLOAD_RATE), schedule(SMALL_BYTES, SMALL_RATE))
+    await asyncio.gather(*tasks)
+    print(json.dumps(out))
+
+
+# --- the bench ---------------------------------------------------------------------------------
+
+def cpu_busy() -> tuple[int, int]:
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)  # busy, total (idle, iowait out)
+
+
+def snmp_retrans(ns: str) -> int:
+    from testbed.net.cmd import in_ns
+
+    lines = subprocess.run(in_ns(ns, ["cat", "/proc/net/snmp"]), capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    head, vals = [line.split() for line in lines if line.startswith("Tcp:")][:2]
+    return int(vals[head.index("RetransSegs")])
+
+
+def qdisc_drops(upf_ns: str, dev: str) -> int:
+    raw = subprocess.run(["tc", "-n", upf_ns, "-s", "-j", "qdisc", "show", "dev", dev],
+                         capture_output=True, text=True, check=True).stdout
+    return sum(q.get("drops", 0) for q in json.loads(raw) if q.get("kind") != "htb")
+
+
+def pct(vals: list[float], q: float) -> float | None:
+    from testbed.scenario.results import percentile
+
+    return percentile(vals, q)
+
+
+def cell(depth: int, flows: int, slicing: bool, duration: float, name: str,
+         drop: str = "tail") -> dict:
+    from testbed.bringup.local import LocalTestbed
+    from testbed.config import load_testbed
+    from testbed.net.cmd import die_with_parent, in_ns
+    from testbed.net.iperf import IperfSession
+
+    base = load_testbed()
+    link = base.link.model_copy(update={"capacity_mbit": 100.0, "slicing": slicing,
+                                        "flow_queues": 256, "flow_queue_packets": depth,
+                                        "flow_queue_drop": drop})
+    spec = base.model_copy(update={"name": name, "link": link})
+    load0, cpu0 = os.getloadavg()[0], cpu_busy()
+    with LocalTestbed(spec) as tb:
+        topo = tb.topology
+        ue = topo.ues_of_slice("ai")[0]
+        dn = str(topo.dn_addr)
+        sink = subprocess.Popen(in_ns(topo.dn.name, [sys.executable, __file__, "--sink", dn]),
+                                stdout=subprocess.PIPE, text=True, preexec_fn=die_with_parent())
+        try:
+            assert sink.stdout is not None and sink.stdout.readline().strip() == "ready"
+            be = IperfSession.start(topo, "be", flows=flows, duration=duration + 2, omit=0)
+            time.sleep(1.0)
+            retrans0, drops0 = snmp_retrans(ue.host.name), qdisc_drops(topo.upf.name, tb.shapers[0].device)
+            client = subprocess.run(
+                in_ns(ue.host.name, [sys.executable, __file__, "--client", str(ue.address), dn,
+                                     str(duration)]),
+                capture_output=True, text=True, check=True, timeout=duration + 30)
+            retrans = snmp_retrans(ue.host.name) - retrans0
+            drops = qdisc_drops(topo.upf.name, tb.shapers[0].device) - drops0
+            iperf = be.wait()
+        finally:
+            sink.kill()
+            sink.wait()
+    cpu1 = cpu_busy()
+    recs = json.loads(client.stdout)
+    row = {"depth": depth, "drop": drop, "flows": flows, "slicing": slicing, "duration_s": duration,
+           "ai_retransmits": retrans, "bottleneck_drops": drops, "iperf_mbit": iperf.total_mbit,
+           "load_before": load0, "load_after": os.getloadavg()[0],
+           "cpu_busy": (cpu1[0] - cpu0[0]) / max(cpu1[1] - cpu0[1], 1)}
+    for size, label in ((UPLOAD_BYTES, "upload"), (SMALL_BYTES, "small")):
+        mine = [r for r in recs if r["size"] == size]
+        ok = [r["ms"] for r in mine if r["ms"] is not None]
+        over = [r for r in mine if r["ms"] is None or r["ms"] > SLO_MS]
+        thirds = []
+        for k in range(3):
+            part = [r for r in mine if k * duration / 3 <= r["t"] < (k + 1) * duration / 3]
+            thirds.append(sum(r in over for r in part) / max(len(part), 1))
+        row[label] = {"n": len(mine), "mean": sum(ok) / max(len(ok), 1), "p50": pct(ok, 0.5),
+                      "p90": pct(ok, 0.9), "p99": pct(ok, 0.99), "over_slo": len(over) / len(mine),
+                      "over_slo_by_third": thirds}
+    return row
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--sink":
+        asyncio.run(_sink(sys.argv[2], PORT))
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--client":
+        asyncio.run(_client(sys.argv[2], sys.argv[3], PORT, float(sys.argv[4])))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--depths", type=int, nargs="+", default=[100, 30])
+    ap.add_argument("--flows", type=int, nargs="+", default=[10, 20, 40])
+    ap.add_argument("--slicing", nargs="+", choices=["on", "off"], default=["off"])
+    ap.add_argument("--drop", nargs="+", choices=["tail", "head"], default=["tail"],
+                    help="which end of a full flow queue drops (link.flow_queue_drop)")
+    ap.add_argument("--duration", type=float, default=15.0)
+    ap.add_argument("--json", type=Path, help="append each cell's figures here (JSON lines)")
+    args = ap.parse_args()
+
+    print("drop depth flows slice |  upload p50   p90   p99  >500ms  by third         | small p50 "
+          "p99 | retrans drops | iperf Mbit/s | load  cpu")
+    plan = [(d, x, s, f) for d in args.drop for x in args.depths for s in args.slicing
+            for f in args.flows]
+    for drop, depth, slicing, flows in plan:
+        r = cell(depth, flows, slicing == "on", args.duration, f"ut{os.getpid() % 10000}", drop)
+        u, s = r["upload"], r["small"]
+        print(f"{drop:>4} {depth:5d} {flows:5d} {slicing:>5} | {u['p50']:9.0f} {u['p90']:5.0f} "
+              f"{u['p99']:5.0f} {100 * u['over_slo']:5.1f}%  "
+              f"{' '.join(f'{100 * x:4.1f}' for x in u['over_slo_by_third'])} % | "
+              f"{s['p50']:6.1f} {s['p99']:5.1f} | {r['ai_retransmits']:7d} "
+              f"{r['bottleneck_drops']:5d} | {r['iperf_mbit']:8.1f} | "
+              f"{r['load_before']:4.1f} {100 * r['cpu_busy']:3.0f}%", flush=True)
+        if args.json:
+            with args.json.open("a") as f:
+                f.write(json.dumps(r) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
