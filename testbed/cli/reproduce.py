@@ -9,8 +9,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from testbed.cli import app, console
+from testbed.cli import app, console, err_console
 from testbed.cli.scenario import VERDICT_STYLE
+from testbed.errors import TestbedError
 
 
 @app.command("reproduce")
@@ -42,7 +43,7 @@ def reproduce_cmd(
     Example: [bold]testbed reproduce --quick[/]   or   [bold]testbed reproduce fig5.7 table5.1[/]
     """
     from testbed.reproduce.artefacts import select
-    from testbed.reproduce.run import Options, reproduce
+    from testbed.reproduce.run import Options, default_out, reproduce
 
     chosen = select(artefacts or [])
     if t54_duration is not None and t54_duration <= 0:
@@ -50,11 +51,19 @@ def reproduce_cmd(
     if t54_repetitions is not None and t54_repetitions < 1:
         raise typer.BadParameter("--t54-repetitions must be at least 1")
     start_s = None if t54_start is None else _clock(t54_start)
-    result = reproduce(chosen, Options(
-        quick=quick, out=out, traces_dir=traces, models_dir=models, rule_only=rule_only,
-        t54_duration_s=t54_duration, t54_repetitions=t54_repetitions, t54_start_s=start_s,
-        progress=lambda line: console.print(line, highlight=False, markup=False),
-        show_runs=not no_progress))
+    out = out or default_out(quick)
+    partial = out.with_name(out.name + ".partial")
+    try:
+        result = reproduce(chosen, Options(
+            quick=quick, out=out, traces_dir=traces, models_dir=models, rule_only=rule_only,
+            t54_duration_s=t54_duration, t54_repetitions=t54_repetitions, t54_start_s=start_s,
+            progress=lambda line: console.print(line, highlight=False, markup=False),
+            show_runs=not no_progress))
+    except (TestbedError, KeyboardInterrupt):
+        if (partial / "done").is_dir():  # work was kept: say how to go on from it
+            err_console.print(f"to resume after the finished artefacts: the same command with "
+                              f"--out {out}", highlight=False, markup=False)
+        raise
     table = Table("artefact", "result", "summary", "min", title="Reproduction")
     for v in result.verdicts:
         summary = v.summary + (f"; decided by: {v.decided_by}" if v.decided_by else "")

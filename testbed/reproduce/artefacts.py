@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
@@ -77,6 +78,11 @@ def preflight(artefacts: list[Artefact], *, traces_dir: Path, models_dir: Path,
                 f"traces missing: {', '.join(missing)} (the dissertation's test day; put the "
                 f"shared traces folder there or pass --traces DIR)")
     if not rule_only and any(a.needs_models for a in artefacts):
+        absent = [m for m in ("torch", "sb3_contrib", "gymnasium") if find_spec(m) is None]
+        if absent:  # before minutes of rule-based runs, not at the first DRL cell
+            raise MissingRequirement(
+                f"the DRL columns need the drl extra ({', '.join(absent)} not installed): "
+                f"pip install -e '.[drl]', or run the rule-based side only with --rule-only")
         missing = [s for s, p in model_files(models_dir).items() if not p.is_file()]
         if missing:
             how = "; ".join(f"testbed train {s} --traces {traces_dir} --out {models_dir / s}.zip"

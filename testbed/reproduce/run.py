@@ -2,15 +2,18 @@
 
     result = reproduce(select(["fig5.7", "table5.1"]), Options(quick=True))
 
-Checks run first (artefacts, traces, models, root): bad input writes nothing. The work goes into
-`<out>.partial/` and is renamed to `<out>/` only when the report is written, so a directory
-without `.partial` always holds a finished report.
+Checks run first (artefacts, traces, models, the drl extra, root): bad input writes nothing. The
+work goes into `<out>.partial/` and is renamed to `<out>/` only when the report is written, so a
+directory without `.partial` always holds a finished report. Each finished artefact's verdict is
+kept in `<out>.partial/done/`: the same command with the same `--out` resumes after the last
+finished artefact (the options must be the same; they are kept in `options.json`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import time
 from dataclasses import asdict
@@ -55,15 +58,21 @@ def reproduce(artefacts: list[Artefact], options: Options) -> ReproResult:
     if out.exists():
         raise StateError(f"{out} already exists: pass another --out or remove it")
     partial = out.with_name(out.name + ".partial")
-    if partial.exists():
-        raise StateError(f"{partial} is left from an interrupted run: remove it first")
-    partial.mkdir(parents=True)
+    done = _resume(partial, options)
     started = time.monotonic()
     verdicts: list[Verdict] = []
     names = {a.name for a in artefacts}
-    slicing_done: dict[str, Verdict] = {}
+    slicing_done: dict[str, Verdict] = {n: v for n, v in done.items()
+                                        if n in ("fig5.7", "fig5.8")}
+    if slicing_done and not all(n in slicing_done for n in names & {"fig5.7", "fig5.8"}):
+        slicing_done = {}  # one slicing run decides both figures: rerun it for the missing one
     for a in artefacts:
         t0 = time.monotonic()
+        if a.name in done and (a.kind != "slicing" or a.name in slicing_done):
+            v = done[a.name]
+            options.progress(f"{a.name}: {v.verdict} (resumed from {partial}/done)")
+            verdicts.append(v)
+            continue
         if a.kind == "slicing":
             if not slicing_done:
                 slicing_done = _slicing(names, partial, options)
@@ -74,6 +83,7 @@ def reproduce(artefacts: list[Artefact], options: Options) -> ReproResult:
             v = _table54(a, partial, options)
         v.seconds = v.seconds or time.monotonic() - t0
         verdicts.append(v)
+        (partial / "done" / f"{a.name}.pickle").write_bytes(pickle.dumps(v))
         options.progress(f"{a.name}: {v.verdict} ({v.summary})"
                          + (f"; decided by: {v.decided_by}" if v.decided_by else ""))
     result = ReproResult(out, verdicts, time.monotonic() - started)
@@ -82,6 +92,24 @@ def reproduce(artefacts: list[Artefact], options: Options) -> ReproResult:
     os.replace(partial, out)
     result.out = out
     return result
+
+
+def _resume(partial: Path, options: Options) -> dict[str, Verdict]:
+    """The verdicts an interrupted run with the same options left in `partial`, or a new
+    `partial` with none."""
+    key = {"quick": options.quick, "rule_only": options.rule_only, "seed": options.seed,
+           "traces": str(options.traces_dir), "models": str(options.models_dir),
+           "t54": [options.t54_duration_s, options.t54_repetitions, options.t54_start_s]}
+    stamp = partial / "options.json"
+    if partial.exists():
+        if not stamp.is_file() or json.loads(stamp.read_text()) != key:
+            raise StateError(f"{partial} is left from an interrupted run with other options: "
+                             f"rerun with the same options to resume it, or remove it")
+        return {p.stem: pickle.loads(p.read_bytes())
+                for p in sorted((partial / "done").glob("*.pickle"))}
+    (partial / "done").mkdir(parents=True)
+    stamp.write_text(json.dumps(key))
+    return {}
 
 
 def _jsonable(result: ReproResult) -> dict[str, Any]:
