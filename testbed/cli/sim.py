@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -12,7 +13,10 @@ from rich.table import Table
 
 from testbed.cli import app, checks, console
 from testbed.errors import ConfigError, ConfigProblem
-from testbed.profiles import ServiceProfile, default_profiles, paper
+from testbed.profiles import paper
+
+if TYPE_CHECKING:
+    from testbed.profiles import ServiceProfile
 
 sim_app = typer.Typer(
     help="The fast simulator: evaluate policies, reproduce Tables 5.1-5.3.", no_args_is_help=True
@@ -48,6 +52,8 @@ MODELS_DIR = Path(__file__).resolve().parents[2] / "models"  # the agents shippe
 
 
 def _profiles(rate_limit: str, services: list[str]) -> dict[str, ServiceProfile]:
+    from testbed.profiles import default_profiles  # pydantic models: not for `--help`
+
     if rate_limit not in ("profile", "none"):
         raise ConfigError(
             [ConfigProblem("--rate-limit", None, "rate_limit", f"{rate_limit!r}; use profile or none")]
@@ -515,6 +521,7 @@ def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus, load_scales=N
     import shlex
     import sys
 
+    from testbed.profiles import default_profiles
     from testbed.train.share import train_share
 
     out = out or Path("models") / f"{policy}.zip"
