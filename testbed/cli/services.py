@@ -7,6 +7,7 @@ import json
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import typer
 from rich.table import Table
@@ -30,15 +31,13 @@ _TOKEN = typer.Option(None, "--token-file", help="The admin token of `services u
 
 def admin_token_file(port: int) -> Path:
     """Where `services up` keeps the admin token of its metrics/control port (root only)."""
-    from testbed.net.state import state_dir
+    from testbed.net.state import state_dir  # the config models behind it: not for `--help`
 
     return state_dir() / f"services-{port}.token"
 
 
 def _token(admin: str, token_file: Path | None) -> str:
-    from urllib.parse import urlsplit
-
-    from testbed.cluster.local_admin import read_token
+    from testbed.cluster.local_admin import read_token  # aiohttp: only for the admin commands
 
     if token_file is None:
         try:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,7 +67,7 @@ def _profiles(rate_limit: str, services: list[str]) -> dict[str, ServiceProfile]
 
 def _test_traces(traces: Path, services: list[str]):
     """The test day for `services`, or one line naming the missing file and where traces are."""
-    from testbed.train.evaluate import test_day_traces
+    from testbed.train.evaluate import test_day_traces  # numpy and the simulator: not for `--help`
 
     for s in services:
         path = traces / "test" / f"day7-shift{paper.TEST_SHIFT_HOURS[s]}h.txt"
@@ -87,7 +89,7 @@ def _test_traces(traces: Path, services: list[str]):
 def _drl_policies(models: Path, services: list[str]) -> dict:
     """One loaded agent per service from `models` (a directory of SERVICE.zip or, for one service,
     a file); a missing or mismatched model is one ConfigError line naming it."""
-    from testbed.scaler.ppo import MaskablePpoPolicy
+    from testbed.scaler.ppo import MaskablePpoPolicy  # numpy (sb3 on load): only where an agent is loaded
 
     if not models.exists() and models.suffix != ".zip":
         raise ConfigError(
@@ -141,6 +143,7 @@ def sim_eval(
 
     Example: testbed sim eval --policy rule_v2 --service all --traces ../shared/traces --json
     """
+    # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
     from testbed.load.trace import load_trace
     from testbed.scaler.policies import make_policy
     from testbed.train.evaluate import evaluate
@@ -240,6 +243,7 @@ def sim_tables(
 
     Example: testbed sim tables --traces ../shared/traces --table 5.3 --json
     """
+    # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
     from testbed.scaler.policies import RuleV2
     from testbed.train.evaluate import evaluate
     from testbed.train.oracle import shared_pool_oracles
@@ -387,7 +391,7 @@ def train_cmd(
     Example: testbed train chatbot --traces ../shared/traces --steps 300000
     Example: testbed train --policy ddpg --traces ../shared/traces --steps 12000
     """
-    from testbed.load.trace import load_trace
+    from testbed.load.trace import load_trace  # numpy: loaded only when this command runs
 
     scales_range = _load_scales(load_scales)  # checked before anything is read or started
     train_tr = [load_trace(p) for p in sorted((traces / "train").glob("*.txt"))]
@@ -401,7 +405,7 @@ def train_cmd(
         raise ConfigError(
             [ConfigProblem("--policy", None, "policy", f"unknown policy {policy!r}; use ppo, ddpg or inss")]
         )
-    from testbed.train.ppo import train
+    from testbed.train.ppo import train  # numpy and the trainer: only once the arguments are checked
 
     if service is None:
         raise ConfigError([ConfigProblem("SERVICE", None, "service", "ppo trains one service: name it")])
@@ -518,9 +522,7 @@ def _loads(text: str) -> list[float] | None:
 
 
 def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus, load_scales=None) -> None:
-    import shlex
-    import sys
-
+    # gymnasium, numpy and the GPU simulator: loaded only for ddpg/inss training (fast CLI start)
     from testbed.profiles import default_profiles
     from testbed.train.share import train_share
 
@@ -560,6 +562,7 @@ def tune_cmd(
 
     Example: testbed tune imgcls --trials 100 --traces ../shared/traces
     """
+    # numpy and the simulator (optuna when tuning starts): loaded only when this command runs
     from testbed.load.trace import load_trace
     from testbed.train.tune import tune
 
@@ -622,6 +625,7 @@ def sim_compare(
     """
     import time as _time
 
+    # the GPU simulator, the policies and the report (matplotlib): loaded only for this command
     from testbed.cluster.base import ServiceTarget
     from testbed.config.gpu_layout import load_layout
     from testbed.profiles import load_profiles
@@ -710,7 +714,7 @@ def sim_compare(
 
 
 def _policy_names(policies: str, models: Path) -> list[str]:
-    from testbed.train.compare import ALL_POLICIES
+    from testbed.train.compare import ALL_POLICIES  # the simulator: not for `--help`
 
     if policies == "all":
         have_ppo = all((models / f"{s}.zip").exists() for s in paper.SERVICES)
@@ -752,7 +756,7 @@ def _check_curves(prof: dict[str, ServiceProfile], path: Path | None, policies: 
     missing = [s for s in paper.SERVICES if prof[s].gpu is None]
     if not policies or not missing:
         return
-    from testbed.config.yamlfile import load_yaml_file
+    from testbed.config.yamlfile import load_yaml_file  # yaml: only on this error path
 
     doc = load_yaml_file(path) if path is not None else None
     raise ConfigError(
