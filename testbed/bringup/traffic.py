@@ -78,7 +78,7 @@ class LocalTraffic:
         for job, p in self._procs:
             try:
                 rc = await asyncio.wait_for(p.wait(), 10)
-            except TimeoutError:
+            except (TimeoutError, asyncio.TimeoutError):
                 p.kill()
                 rc = await p.wait()
             if rc not in (0, -signal.SIGINT, 130):

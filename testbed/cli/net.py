@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -104,6 +104,33 @@ def _topology(state: TestbedState) -> LocalTestbed:
     from testbed.bringup.local import LocalTestbed
 
     return LocalTestbed(state.testbed_spec())
+
+
+@app.command()
+def init(directory: Annotated[Path, typer.Argument(help="Where to write the files.")] = Path("."),
+         scenario: Annotated[bool, typer.Option("--scenario", help="Also write scenario.yaml, a "
+                                                "starter scenario that uses testbed.yaml.")] = False,
+         force: Annotated[bool, typer.Option("--force", help="Overwrite files that exist.")] = False,
+         ) -> None:
+    """Write the built-in testbed file (testbed.yaml) to edit, and with --scenario a starter
+    scenario beside it.
+
+    Example: [bold]testbed init --scenario && testbed up -c testbed.yaml && testbed run scenario.yaml[/]
+    """
+    from importlib import resources
+
+    files = {"testbed.yaml": "default_testbed.yaml"}
+    if scenario:
+        files["scenario.yaml"] = "starter_scenario.yaml"
+    targets = {directory / name: packaged for name, packaged in files.items()}
+    existing = [str(t) for t in targets if t.exists()]
+    if existing and not force:  # before the first file: nothing half-written
+        raise StateError(f"{', '.join(existing)} already exist{'s' if len(existing) == 1 else ''} "
+                         "(--force overwrites)")
+    checks.writable_dir("DIRECTORY", directory)
+    for target, packaged in targets.items():
+        target.write_text(resources.files("testbed.config").joinpath(packaged).read_text())
+        console.print(f"wrote {target}")
 
 
 @app.command()
@@ -309,7 +336,7 @@ def _fmt(v: float | int | None) -> str:
 
 
 def _run_dir(out: Path | None, label: str) -> Path:
-    return out or Path("runs") / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{label}"
+    return out or Path("runs") / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{label}"
 
 
 @traffic_app.command("iperf")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -140,10 +140,12 @@ def run(
             console.print(f"[yellow]problem:[/] {p}")
         return
     write_report(result.run_dir)
+    print_cells(result.rows)
     print_outcomes(result.outcomes)
     for p in result.problems:
         console.print(f"[yellow]problem:[/] {p}")
     console.print(f"run directory: {result.run_dir}\nreport: {result.run_dir / 'report.html'}")
+    console.print(run_banner(result.outcomes, interrupted=result.interrupted))
     if result.interrupted:
         console.print("[yellow]interrupted: the report covers what was collected[/]")
         raise typer.Exit(130)
@@ -154,6 +156,53 @@ def run(
 
 
 VERDICT_STYLE = {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]", "UNDECIDED": "[yellow]UNDECIDED[/]"}
+
+
+def print_cells(rows: list[dict[str, Any]]) -> None:
+    """One line per cell and service (and per slice's iperf3 traffic): what the run measured,
+    before the checks judge it."""
+    if not rows:
+        return
+    params = [k for k in rows[0] if k not in _ROW_FIELDS]
+
+    def num(v: Any, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+    table = Table(*params, "rep", "service / slice", "requests", "errors", "SLO viol.", "mean ms",
+                  "p99 ms", "replicas", "iperf3 Mbit/s", "status", title="Cells")
+    for r in rows:
+        cells = [escape(str(r.get(k, ""))) for k in params] + [str(r.get("rep", 0))]
+        if r.get("service"):
+            cells += [escape(str(r["service"])), str(r.get("requests", 0)), str(r.get("errors", 0)),
+                      num(r.get("slo_violation_rate"), ".1%"), num(r.get("mean_latency_ms"), ".0f"),
+                      num(r.get("p99_latency_ms"), ".0f"), num(r.get("mean_replicas"), ".1f"), ""]
+        else:
+            cells += [f"slice {escape(str(r.get('slice', '')))} ({r.get('direction', '')})",
+                      "", "", "", "", "", "", num(r.get("iperf_goodput_mbit"), ".1f")]
+        status = str(r.get("status", "ok"))
+        table.add_row(*cells, "ok" if status == "ok" else f"[red]{escape(status)}[/]")
+    console.print(table)
+
+
+# what a results row holds besides the matrix's parameters
+_ROW_FIELDS = {"cell", "rep", "status", "service", "slice", "direction", "iperf_goodput_mbit",
+               "iperf_error", "requests", "errors", "error_kinds", "violations",
+               "slo_violation_rate", "mean_latency_ms", "p50_latency_ms", "p99_latency_ms",
+               "mean_sched_latency_ms", "throughput_rps", "bytes_up", "bytes_down",
+               "planned_requests", "lost_requests", "mean_replicas", "reward", "decisions",
+               "replica_probes", "config_mismatches", "target_mismatches", "mean_share_pct",
+               "mean_batch", "mean_stretch", "max_stretch"}
+
+
+def run_banner(outcomes: list[Outcome], *, interrupted: bool) -> str:
+    """The run's verdict in one line: PASS, FAIL or PASS with checks undecided at this size."""
+    counts = {v: sum(o.verdict == v for o in outcomes) for v in ("PASS", "FAIL", "UNDECIDED")}
+    detail = ", ".join(f"{n} {v.lower()}" for v, n in counts.items() if n) or "no checks"
+    if interrupted:
+        return f"[bold yellow]INTERRUPTED[/] ({detail})"
+    if any(o.fails_run for o in outcomes):
+        return f"[bold red]FAIL[/] ({detail})"
+    return f"[bold green]PASS[/] ({detail}" + (
+        "; undecided at this size: see the table" if counts["UNDECIDED"] else "") + ")"
 
 
 def print_outcomes(outcomes: list[Outcome]) -> None:

@@ -6,13 +6,13 @@ import contextlib
 import json
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import typer
 from rich.table import Table
 
-from testbed.cli import app, checks, console
+from testbed.cli import app, checks, console, err_console
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles.paper import SERVICES
 
@@ -213,8 +213,14 @@ def load(
     seed: int = typer.Option(0, help="Seed of the request content."),
     profiles: Path | None = typer.Option(None, help="Profile YAML (for the SLO threshold)."),
     quiet: bool = typer.Option(False, help="No live view (for runs in the background)."),
+    max_error_rate: float = typer.Option(
+        0.1, help="Exit with status 3 when more than this share of the finished requests failed "
+        "(errors of any kind, e.g. refused, timeout, 5xx); 1 never fails."),
+    as_json: bool = typer.Option(False, "--json", help="Print the end-of-run summary as JSON "
+                                 "on stdout instead of a table."),
 ) -> None:
-    """Send requests to a service and record each one.
+    """Send requests to a service and record each one; at the end (also on Ctrl-C) print count,
+    rate, latency percentiles, errors by kind and bytes, and exit non-zero past --max-error-rate.
 
     Example: [b]ip netns exec tb-x-ue-embb testbed load chatbot --url http://10.200.0.2:8001
     --trace traces/test/day7-shift0h.txt --ratio 0.15 --duration 600 --out records.jsonl[/]
@@ -225,6 +231,7 @@ def load(
     from rich.live import Live
 
     from testbed.load.runner import LoadSpec, run_load
+    from testbed.load.stats import RunTotals
     from testbed.load.trace import load_trace
     from testbed.profiles import load_profiles, profile_for
 
@@ -250,6 +257,7 @@ def load(
     checks.number("--shift", shift, ge=0, le=1e6)
     checks.number("--start", start, ge=0)
     checks.number("--timeout", timeout, gt=0, le=3600)
+    checks.number("--max-error-rate", max_error_rate, ge=0, le=1)
     if source is not None:
         source = checks.local_address("--source", source)
     if trace is not None:
@@ -292,23 +300,65 @@ def load(
         )
         return t
 
-    async def main() -> None:
+    totals = RunTotals(slo_ms)
+
+    async def main() -> bool:
+        """True when the schedule ran to its end, False when interrupted."""
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
-        if quiet:
-            summary = await run_load(spec)
-        else:
-            with Live(console=console, refresh_per_second=4) as live:
-                summary = await run_load(spec, on_tick=lambda f, n, e: live.update(view(f, n, e)))
-        console.print(
-            f"sent {summary.scheduled}, finished {summary.completed}, ok {summary.ok}, "
-            f"errors {dict(summary.errors) or 0}" + (f", records in {out}" if out else "")
-        )
+        try:
+            if quiet or as_json:
+                await run_load(spec, totals=totals)
+            else:
+                with Live(console=console, refresh_per_second=4, transient=True) as live:
+                    await run_load(spec, on_tick=lambda f, n, e: live.update(view(f, n, e)),
+                                   totals=totals)
+        except asyncio.CancelledError:
+            return False
+        return True
 
-    with contextlib.suppress(asyncio.CancelledError):
-        asyncio.run(main())
+    completed = asyncio.run(main())
+    figures = totals.summary()
+    if as_json:
+        print(json.dumps({"service": service, "url": url, "interrupted": not completed,
+                          "records": str(out) if out else None, **figures}))
+    else:
+        console.print(load_summary_table(service, url, figures, interrupted=not completed,
+                                         records=out))
+    if totals.finished and totals.error_rate > max_error_rate:
+        err_console.print(f"error: {totals.error_rate:.1%} of {totals.finished} requests failed "
+                      f"(> --max-error-rate {max_error_rate:g}): "
+                      + ", ".join(f"{k} {v}" for k, v in sorted(totals.errors.items())))
+        raise typer.Exit(3)
+    if not totals.finished and completed:
+        err_console.print("error: no request finished")
+        raise typer.Exit(3)
+
+
+def load_summary_table(service: str, url: str, f: dict[str, Any], *, interrupted: bool,
+                       records: Path | None) -> Table:
+    """k6-style end-of-run summary of `testbed load`."""
+    def ms(v: Any) -> str:
+        return "-" if v is None else f"{v:.1f}"
+    title = f"{service} → {url}: {f['finished']} requests in {f['elapsed_s']:.1f} s" + \
+        (" (interrupted)" if interrupted else "")
+    t = Table(title=title, show_header=False, title_justify="left")
+    t.add_column("what")
+    t.add_column("value")
+    t.add_row("rate", f"{f['rate_per_s']:.2f} req/s (wall)")
+    t.add_row("ok / errors", f"{f['ok']} / {f['finished'] - f['ok']} ({f['error_rate']:.1%})")
+    errors = f["errors"]
+    t.add_row("errors by kind", ", ".join(f"{k} {v}" for k, v in errors.items()) or "none")
+    t.add_row("latency p50 / p90 / p95 / p99 / max",
+              " / ".join(ms(f[k]) for k in ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "max_ms"))
+              + " ms (from the scheduled send)")
+    t.add_row(f"SLO ({f['slo_ms']:g} ms) violations", str(f["slo_violations"]))
+    t.add_row("bytes sent / received", f"{f['bytes_sent']:,} / {f['bytes_received']:,}")
+    if records is not None:
+        t.add_row("records", str(records))
+    return t
 
 
 @app.command("profile")

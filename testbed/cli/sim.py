@@ -553,38 +553,51 @@ def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus, load_scales=N
 @app.command("tune")
 def tune_cmd(
     service: str = typer.Argument(..., help="chatbot, imgcls or tts."),
-    trials: int = typer.Option(100, help="Optuna trials (the paper: 100)."),
+    trials: int = typer.Option(100, help="Finished trials the study should reach, every worker's "
+                               "counted (the paper: 100)."),
     rule: str = typer.Option("v2", help="v1 or v2."),
     traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
     seed: int = typer.Option(0, help="Seed for the sampler and the simulator."),
+    storage: str | None = typer.Option(
+        None, help="Where the study lives: a journal file's path (default: study.log in the run "
+        "directory), or any database URL Optuna accepts (sqlite:///…, postgresql://…) for "
+        "workers on several machines."),
+    study: str | None = typer.Option(None, help="The study's name: workers that give the same "
+                                     "--storage and --study share its trials."),
+    out: Path = typer.Option(Path("runs"), help="Parent folder of the run directory (tune.json)."),
 ) -> None:
-    """Tune rule-based thresholds with Optuna on the validation day (Section 4.4.4).
+    """Tune rule-based thresholds with Optuna on the validation day (Section 4.4.4); the study is
+    kept in an Optuna storage, so more workers can join it and a stopped search resumes.
 
     Example: testbed tune imgcls --trials 100 --traces ../shared/traces
+    Several workers: testbed tune imgcls --storage sqlite:///tune.db --study imgcls-v2  (on each)
     """
     # numpy and the simulator (optuna when tuning starts): loaded only when this command runs
     from testbed.load.trace import load_trace
+    from testbed.scenario.rundir import new_run_dir
     from testbed.train.tune import tune
 
     (svc,) = _services(service)
+    if trials < 1:
+        raise checks.bad("--trials", f"must be >= 1, got {trials}")
     trace = load_trace(traces / "val" / "day6.txt")
+    checks.writable_dir("--out", out)
+    run_dir = new_run_dir(out, f"tune-{svc}")
+    storage = storage or str(run_dir / "study.log")
     with _progress() as bar:
         task = bar.add_task(f"tuning {svc} rule {rule}", total=trials)
-        result = tune(
-            svc,
-            trace,
-            rule=rule,
-            trials=trials,
-            seed=seed,
-            progress=lambda n, _v: bar.update(task, completed=n),
-        )
-    out = Table(title=f"{svc} {result.rule}: {trials} trials on {trace.name}")
+        result = tune(svc, trace, rule=rule, trials=trials, seed=seed, storage=storage,
+                      study_name=study, progress=lambda n, _v: bar.update(task, completed=n))
+    (run_dir / "tune.json").write_text(json.dumps(asdict(result), indent=1) + "\n")
+    table = Table(title=f"{svc} {result.rule}: {result.trials} trials on {trace.name} "
+                        f"(study {result.study})")
     for col in ("parameter", "tuned", "paper"):
-        out.add_column(col, justify="right")
+        table.add_column(col, justify="right")
     for name, value in result.best_params.items():
-        out.add_row(name, f"{value:.4g}", f"{result.paper_params.get(name, float('nan')):.4g}")
-    out.add_row("reward", f"{result.best_reward:.5f}", f"{result.paper_reward:.5f}")
-    console.print(out)
+        table.add_row(name, f"{value:.4g}", f"{result.paper_params.get(name, float('nan')):.4g}")
+    table.add_row("reward", f"{result.best_reward:.5f}", f"{result.paper_reward:.5f}")
+    console.print(table)
+    console.print(f"study: {storage} ({result.study}); result: {run_dir / 'tune.json'}")
 
 
 COMPARE_LOADS = {"5.1": 2, "5.2": 2, "5.3": 32}  # table -> GPUs (8, 8 and 128 units of 25 %)

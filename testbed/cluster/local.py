@@ -18,6 +18,7 @@ import os
 import secrets
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -143,6 +144,7 @@ class LocalCluster:
         self._closing = False
         self._change = asyncio.Event()
         self._logs: list[IO[bytes]] = []
+        self._profile_files: tempfile.TemporaryDirectory[str] | None = None
 
     # ---- lifetime -------------------------------------------------------------------------
     async def __aenter__(self) -> LocalCluster:
@@ -190,6 +192,19 @@ class LocalCluster:
             self._http = None
         for fh in self._logs:
             fh.close()
+        if self._profile_files is not None:
+            self._profile_files.cleanup()
+            self._profile_files = None
+
+    def _profile_file(self, service: str) -> str:
+        """The service's profile as a file a replica reads (a command line of kilobytes of JSON
+        is what `ps` would show otherwise); numbers only: sources stay in the profiles file."""
+        if self._profile_files is None:
+            self._profile_files = tempfile.TemporaryDirectory(prefix="testbed-profiles-")
+        path = Path(self._profile_files.name) / f"{service}.json"
+        if not path.exists():
+            path.write_text(json.dumps(self.profiles[service].model_dump(exclude={"sources"})))
+        return str(path)
 
     # ---- ClusterBackend ---------------------------------------------------------------------
     def services(self) -> list[str]:
@@ -322,7 +337,7 @@ class LocalCluster:
                 await resp.read()
                 if resp.status != 200:
                     raise RuntimeError(f"HTTP {resp.status}")
-        except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+        except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, RuntimeError) as exc:
             if r.state == "ready":  # a replica that went away meanwhile needs nothing
                 r.told = None  # the next change tries again
                 self._event(r, "config_failed", f"batch {batch}, stretch {stretch:.4f}: {exc}")
@@ -342,7 +357,7 @@ class LocalCluster:
                 async with self._http.get(r.url + "/healthz") as resp:  # type: ignore[union-attr]
                     doc = await resp.json(content_type=None)
                 row.update(share=doc.get("share_pct"), batch=doc.get("batch"), stretch=doc.get("stretch"))
-            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, ValueError) as exc:
                 row["error"] = str(exc) or type(exc).__name__
             return row
 
@@ -420,7 +435,7 @@ class LocalCluster:
             await self.wait_for(
                 lambda: all(self.ready_replicas(s) == self._desired[s] for s in self._names), timeout_s
             )
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):
             raise StateError(f"replicas not ready after {timeout_s:.0f} s: {self._brief()}") from None
 
     async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> None:
@@ -430,7 +445,7 @@ class LocalCluster:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                 await asyncio.wait_for(self._change.wait(), left)
 
     # ---- replica processes -------------------------------------------------------------------------
@@ -444,15 +459,14 @@ class LocalCluster:
         r.task = asyncio.get_running_loop().create_task(self._run_replica(r, replaces))
 
     async def _run_replica(self, r: ReplicaProcess, replaces: str | None) -> None:
-        profile = self.profiles[r.service]
         args = [
             sys.executable,
             "-m",
             "testbed.cluster.replica",
             "--service",
             r.service,
-            "--profile",
-            json.dumps(profile.model_dump(exclude={"sources"})),  # numbers only: sources stay in the file
+            "--profile-file",
+            self._profile_file(r.service),
             "--host",
             self.replica_host,
             "--time-scale",
@@ -529,7 +543,7 @@ class LocalCluster:
                         self._retire_replaced(r.service)
                         self._notify()
                         return
-            except (aiohttp.ClientError, TimeoutError):
+            except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError):
                 pass
             await asyncio.wait({watcher}, timeout=0.05)
 

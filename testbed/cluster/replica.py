@@ -1,6 +1,7 @@
 """One emulated replica of an AI service: an aiohttp server speaking the service's real API, with
 the profile's capacity, queue limit, processing time and startup time (divided by a time-scale
-factor). Run as a process: `python3 -m testbed.cluster.replica --service imgcls --profile JSON`.
+factor). Run as a process: `python3 -m testbed.cluster.replica --service imgcls --profile-file PATH`
+(or `--profile JSON`).
 
 `POST /_config` changes the batch size and the interference stretch of a running replica (the
 cluster tells it when its neighbours on the emulated GPU change); it needs
@@ -20,6 +21,7 @@ import random
 import signal
 import sys
 import time
+from pathlib import Path
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -223,7 +225,7 @@ class EmulatedReplica:
             first = self._queue[0][0]
             while len(self._queue) < self.batch and time.monotonic() < first + wait_s:
                 self._kick.clear()
-                with contextlib.suppress(TimeoutError):
+                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                     await asyncio.wait_for(self._kick.wait(), first + wait_s - time.monotonic())
             take, self._queue = self._queue[: self.batch], self._queue[self.batch :]
             self.waiting -= len(take)
@@ -360,7 +362,9 @@ async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m testbed.cluster.replica", description=__doc__)
     ap.add_argument("--service", required=True, choices=["chatbot", "imgcls", "tts"])
-    ap.add_argument("--profile", required=True, help="ServiceProfile as JSON")
+    given = ap.add_mutually_exclusive_group(required=True)
+    given.add_argument("--profile", help="ServiceProfile as JSON")
+    given.add_argument("--profile-file", help="a file holding the ServiceProfile as JSON")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="0 = any free port (announced on stdout)")
     ap.add_argument("--time-scale", type=float, default=1.0)
@@ -373,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stretch", type=float, default=1.0,
                     help="1 + interference from the neighbours on its emulated GPU")
     args = ap.parse_args(argv)
-    profile = ServiceProfile.model_validate(json.loads(args.profile))
+    text = args.profile if args.profile is not None else Path(args.profile_file).read_text()
+    profile = ServiceProfile.model_validate(json.loads(text))
 
     async def run() -> None:
         replica = EmulatedReplica(

@@ -13,7 +13,7 @@ import json
 import shutil
 import urllib.request
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ DEFAULT_NAMESPACE = "drafas"
 
 
 def new_run_dir(kind: str, base: Path = Path("runs")) -> Path:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = base / f"{stamp}-lab-{kind}"
     path.mkdir(parents=True, exist_ok=False)
     return path

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from testbed.load.client import ClientConfig, ClientSummary, LoadClient
 from testbed.load.records import RecordWriter
-from testbed.load.stats import LiveFigures, LiveStats
+from testbed.load.stats import LiveFigures, LiveStats, RunTotals
 from testbed.load.trace import constant_schedule, load_trace, schedule_from_trace
 
 
@@ -35,13 +35,13 @@ class LoadSpec:
 
 
 async def run_load(spec: LoadSpec, on_tick: Callable[[LiveFigures, int, float], None] | None = None,
-                   tick_s: float = 0.5) -> ClientSummary:
+                   tick_s: float = 0.5, totals: RunTotals | None = None) -> ClientSummary:
     """Run to the end of the schedule (or until cancelled); every finished or cancelled request
-    is written to `spec.out` before this returns or raises."""
+    is written to `spec.out`, and counted in `totals`, before this returns or raises."""
     trace = load_trace(spec.trace) if spec.trace is not None else None  # bad trace: fail before sending
     stats = LiveStats(spec.slo_ms)
     writer = RecordWriter(spec.out) if spec.out else None
-    sinks = [stats] + ([writer] if writer else [])
+    sinks = [stats] + ([writer] if writer else []) + ([totals] if totals is not None else [])
     cfg = ClientConfig(spec.service, spec.url, slice=spec.slice, timeout_s=spec.timeout_s,
                        source_address=spec.source_address, seed=spec.seed)
     loop = asyncio.get_running_loop()

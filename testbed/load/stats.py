@@ -54,3 +54,56 @@ class LiveStats:
         return LiveFigures(rate=n / self.window_s, p50_ms=percentile(lat, 0.5), p99_ms=percentile(lat, 0.99),
                            violation_rate=(sum(1 for x in self._recent if x[2]) / n) if n else 0.0,
                            errors=dict(self.errors), total=self.total)
+
+
+SUMMARY_PERCENTILES = (0.5, 0.9, 0.95, 0.99)
+
+
+class RunTotals:
+    """A record subscriber for the end-of-run summary: every latency, errors by kind, bytes."""
+
+    def __init__(self, slo_ms: float, clock=time.monotonic):  # type: ignore[no-untyped-def]
+        self.slo_ms = slo_ms
+        self.clock = clock
+        self.started = clock()
+        self.latencies_ms: list[float] = []  # from the scheduled send: the client's lateness shows
+        self.errors: Counter[str] = Counter()
+        self.violations = 0
+        self.bytes_up = 0
+        self.bytes_down = 0
+
+    def __call__(self, record: RequestRecord) -> None:
+        self.latencies_ms.append(record.latency_sched_ms)
+        if record.error:
+            self.errors[record.error] += 1
+        if (not record.ok) or record.latency_sched_ms > self.slo_ms:
+            self.violations += 1
+        if record.error != "unreachable":  # a connection that never opened sent nothing
+            self.bytes_up += record.bytes_up
+        self.bytes_down += record.bytes_down
+
+    @property
+    def finished(self) -> int:
+        return len(self.latencies_ms)
+
+    @property
+    def error_rate(self) -> float:
+        """Failed requests over finished ones; requests the client cancelled when it was stopped
+        are not the service's failures."""
+        failed = sum(n for kind, n in self.errors.items() if kind != "cancelled")
+        return failed / self.finished if self.finished else 0.0
+
+    def summary(self, elapsed_s: float | None = None) -> dict[str, object]:
+        """The figures as plain data (the CLI prints them as a table or as JSON)."""
+        elapsed = self.clock() - self.started if elapsed_s is None else elapsed_s
+        lat = sorted(self.latencies_ms)
+        pct = {f"p{round(q * 100)}_ms": percentile(lat, q) for q in SUMMARY_PERCENTILES}
+        return {
+            "finished": self.finished, "ok": self.finished - sum(self.errors.values()),
+            "elapsed_s": round(elapsed, 3),
+            "rate_per_s": round(self.finished / elapsed, 3) if elapsed > 0 else 0.0,
+            **pct, "max_ms": lat[-1] if lat else None,
+            "slo_ms": self.slo_ms, "slo_violations": self.violations,
+            "errors": dict(sorted(self.errors.items())), "error_rate": round(self.error_rate, 4),
+            "bytes_sent": self.bytes_up, "bytes_received": self.bytes_down,
+        }

@@ -194,7 +194,7 @@ class ServiceBalancer:
                 status, reason = 502, "upstream_error"
                 response = web.json_response({"error": "replica connection lost"}, status=502)
                 break
-            except TimeoutError:
+            except (TimeoutError, asyncio.TimeoutError):
                 status, reason = 504, "timeout"
                 response = web.json_response({"error": "replica timed out"}, status=504)
                 break

@@ -127,7 +127,7 @@ class Meter:
                 data = await up.read()
                 out = {k: v for k, v in up.headers.items() if k.lower() not in _HOP_BY_HOP}
                 return web.Response(body=data, status=up.status, headers=out)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError) as exc:
             return web.json_response({"error": f"upstream: {type(exc).__name__}"}, status=502)
         finally:
             self.busy.finished()

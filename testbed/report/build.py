@@ -125,7 +125,10 @@ def build_document(run_dir: Path) -> Document:
 
     ts = Section("Over time")
     for cell_json in sorted((run_dir / "cells").glob("*/rep-0/cell.json")):
-        img = plots.timeseries(cell_json.parent, plots_dir, cell_json.parent.parent.name)
+        info = json.loads(cell_json.read_text())
+        img = plots.timeseries(cell_json.parent, plots_dir, cell_json.parent.parent.name,
+                               title=f"cell {info.get('label', cell_json.parent.parent.name)}, "
+                                     f"rep {info.get('rep', 0) + 1}")
         if img:
             ts.images.append(img)
     if ts.images:

@@ -26,6 +26,13 @@ def _mean(vals: list[float]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _note_if_all_zero(ax: Any, values: list[float], what: str = "no violations") -> None:
+    """An all-zero panel is a finding, not a missing plot: say it on the panel."""
+    if values and not any(values):
+        ax.text(0.5, 0.5, what, transform=ax.transAxes, ha="center", va="center", fontsize=11,
+                color="#555555")
+
+
 def slicing_bars(rows: list[dict[str, Any]], out: Path) -> list[Path]:
     """Per service: SLO violation rate and mean latency vs iperf3 flows, slice on/off."""
     svc_rows = [r for r in rows if "service" in r and "iperf_flows" in r and "slicing" in r]
@@ -37,9 +44,11 @@ def slicing_bars(rows: list[dict[str, Any]], out: Path) -> list[Path]:
         for ax, metric, label in ((axes[0], "slo_violation_rate", "SLO violation rate"),
                                   (axes[1], "mean_latency_ms", "mean processing time (ms)")):
             width = 0.38
+            shown: list[float] = []
             for k, slicing in enumerate((False, True)):
                 ys = [_mean([r.get(metric) for r in mine if r["iperf_flows"] == f
                              and bool(r["slicing"]) == slicing]) or 0.0 for f in flows]
+                shown += ys
                 xs = [i + (k - 0.5) * width for i in range(len(flows))]
                 ax.bar(xs, ys, width, label="with slice" if slicing else "no slice",
                        color="#2a7ab9" if slicing else "#d9822b")
@@ -48,6 +57,8 @@ def slicing_bars(rows: list[dict[str, Any]], out: Path) -> list[Path]:
             ax.set_ylabel(label)
             ax.set_ylim(bottom=0)  # all-zero bars otherwise get an axis centred on 0
             ax.grid(axis="y", alpha=0.3)
+            if metric == "slo_violation_rate":
+                _note_if_all_zero(ax, shown)
         axes[0].legend()
         fig.suptitle(f"{TITLES.get(service, service)}: with and without a dedicated slice")
         fig.tight_layout()
@@ -69,9 +80,11 @@ def service_bars(rows: list[dict[str, Any]], out: Path) -> Path | None:
     width = 0.8 / len(services)
     for ax, metric, label in ((axes[0], "slo_violation_rate", "SLO violation rate"),
                               (axes[1], "mean_latency_ms", "mean latency (ms)")):
+        shown: list[float] = []
         for k, service in enumerate(services):
             ys = [_mean([r.get(metric) for r in svc_rows if r["cell"] == c
                          and r["service"] == service]) or 0.0 for c in cells]
+            shown += ys
             ax.bar([i + (k - (len(services) - 1) / 2) * width for i in range(len(cells))], ys,
                    width, label=service)
         ax.set_xticks(range(len(cells)), [c.split("-", 1)[1] for c in cells], rotation=20,
@@ -79,6 +92,8 @@ def service_bars(rows: list[dict[str, Any]], out: Path) -> Path | None:
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
         ax.grid(axis="y", alpha=0.3)
+        if metric == "slo_violation_rate":
+            _note_if_all_zero(ax, shown)
     axes[0].legend()
     fig.tight_layout()
     path = out / "services.png"
@@ -87,7 +102,7 @@ def service_bars(rows: list[dict[str, Any]], out: Path) -> Path | None:
     return path
 
 
-def timeseries(cell_dir: Path, out: Path, name: str) -> Path | None:
+def timeseries(cell_dir: Path, out: Path, name: str, title: str | None = None) -> Path | None:
     """One cell repetition over scenario time: ready replicas, request rate, latency (p50 and
     p99 per time bucket, from the request records) and the SLO violation rate per bucket."""
     samples = read_jsonl(cell_dir / "samples.jsonl")
@@ -125,6 +140,7 @@ def timeseries(cell_dir: Path, out: Path, name: str) -> Path | None:
     axes[0].set_ylim(min(counts) - 0.5, max(counts) + 0.5)
     axes[0].yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     axes[1].set_ylabel("requests/s\n(5 s mean)")
+    axes[1].set_ylim(bottom=0)  # from zero: an auto-scaled 29.4-30.2 makes noise look dramatic
     bucket_s = next(iter(buckets.values()))["bucket_s"] if buckets else None
     per = f" per {bucket_s:g} s" if bucket_s else ""
     axes[2].set_ylabel(f"latency (ms){per}\np50 solid, p99 dashed")
@@ -136,11 +152,14 @@ def timeseries(cell_dir: Path, out: Path, name: str) -> Path | None:
     worst = max((v for b in buckets.values() for v in b["violation_rate"]), default=0.0)
     top = min(100.0, max(10.0, 115 * worst))  # small rates stay visible, 100 % still fits
     axes[3].set_ylim(-top * 0.03, top)
+    _note_if_all_zero(axes[3], [v for b in buckets.values() for v in b["violation_rate"]])
     axes[3].set_xlabel("scenario time (s), from the first request")
     for ax in axes:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, ncol=2 if ax is axes[2] else 1, loc="upper left")
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path = out / f"timeseries-{name}.png"
     fig.savefig(path, dpi=100)

@@ -195,7 +195,7 @@ def _reward_plot(t: table_rules.TableResult, path: Path) -> Path | None:
             for s in services:
                 c = next((c for c in t.cells if c.service == s and c.policy == p), None)
                 val = (c.ours if src == "ours" else c.paper).get("reward") if c else None
-                ys.append(-(val or 0.0))
+                ys.append(val or 0.0)  # the tables' sign: rewards are <= 0, higher is better
                 errs.append((c.sd.get("reward") or 0.0) if (c and src == "ours") else 0.0)
             xs = [i + (k + 0.5) * width - 0.4 for i in range(len(services))]
             ax.bar(xs, ys, width, yerr=errs if any(errs) else None, capsize=3,
@@ -205,9 +205,10 @@ def _reward_plot(t: table_rules.TableResult, path: Path) -> Path | None:
             k += 1
     if t.oracle:
         xs = [i + (k + 0.5) * width - 0.4 for i in range(len(services))]
-        ax.bar(xs, [-t.oracle[s] for s in services], width, color="#9e9e9e", label="oracle bound")
+        ax.bar(xs, [t.oracle[s] for s in services], width, color="#9e9e9e", label="oracle bound")
     ax.set_xticks(range(len(services)), services)
-    ax.set_ylabel("cost = −reward (lower is better)")
+    ax.set_ylabel("reward (Eq. 3.2; 0 is best)")
+    ax.axhline(0, color="black", linewidth=0.6)
     ax.set_title(f"Table {t.key}: reward beside the paper", fontsize=10)
     ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.12))
     fig.tight_layout()

@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 from dataclasses import asdict
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ T54_FULL_REPS = 2
 
 
 def default_out(quick: bool) -> Path:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return Path("runs") / f"{stamp}-reproduce{'-quick' if quick else ''}"
 
 

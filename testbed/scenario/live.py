@@ -3,6 +3,7 @@ latency, SLO violations and replicas of the last few seconds."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.console import Console, Group
@@ -20,7 +21,12 @@ class LiveView:
         self.console = console
         self.total = len(cells) * repetitions
         self.done = 0
-        self.enabled = enabled
+        # a live view redraws in place: piped or captured output gets plain lines instead (a
+        # redrawn view's last frame would run into whatever is printed after it)
+        self.enabled = enabled and console.is_terminal
+        self._started = time.monotonic()
+        self._cell_started = self._started
+        self._cell_walls: list[float] = []  # wall seconds of each finished cell
         self._header = "starting"
         self._rows: list[tuple[str, ...]] = []
         self._notes: list[str] = []
@@ -42,9 +48,13 @@ class LiveView:
     def set_phase(self, cell: Cell, rep: int, phase: str, wall: float | None = None) -> None:
         key = (cell.index, rep)
         if key != self._last_cell:
+            now = time.monotonic()
             if self._last_cell is not None:
                 self.done += 1
+                self._cell_walls.append(now - self._cell_started)
+            self._cell_started = now
             self._last_cell = key
+            self._rows = []  # the previous cell's services are not this one's
         self._header = f"cell {cell.index + 1} ({cell.label}), rep {rep + 1}: {phase}"
         self._wall = wall
         self._elapsed = 0.0
@@ -79,14 +89,26 @@ class LiveView:
         if self._live is not None:
             self._live.refresh()
 
+    def run_eta_s(self) -> float | None:
+        """Wall seconds left in the whole run: the mean finished cell's time for each cell not yet
+        finished, less what this one has run; None before a cell has finished."""
+        if not self._cell_walls:
+            return None
+        per_cell = sum(self._cell_walls) / len(self._cell_walls)
+        in_this = time.monotonic() - self._cell_started
+        return max(per_cell * (self.total - self.done) - in_this, 0.0)
+
     def __rich__(self) -> Group:
         progress = f"[{self.done}/{self.total} cells done] "
         timing = ""
         if self._wall:
             timing = (f"  elapsed {self._elapsed:.0f} s, remaining "
-                      f"{max(self._wall - self._elapsed, 0):.0f} s")
-        table = Table("service", "req/s", "latency ms", "SLO violations", "replicas ready/desired",
-                      box=None, pad_edge=False)
+                      f"{max(self._wall - self._elapsed, 0):.0f} s (wall)")
+        eta = self.run_eta_s()
+        if eta is not None:
+            timing += f"; whole run ~{eta / 60:.1f} min left"
+        table = Table("service", "req/s (scenario time, last 5 s)", "latency ms", "SLO violations",
+                      "replicas ready/desired", box=None, pad_edge=False)
         for row in self._rows:
             table.add_row(*row)
         parts: list[Any] = [Text(progress + self._header + timing, style="bold"), table]

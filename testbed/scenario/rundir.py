@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ PACKAGES = ("testbed", "pydantic", "aiohttp", "numpy", "pymongo", "montydb", "to
 
 
 def new_run_dir(root: Path, scenario_name: str) -> Path:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = root / f"{stamp}-{scenario_name}"
     n = 1
     while path.exists():
@@ -75,7 +75,7 @@ def write_manifest(run_dir: Path, *, scenario: dict[str, Any], testbed: dict[str
                    source: str, base_dir: Path, profile: str, overrides: dict[str, Any]) -> Path:
     manifest = {
         "format": 1,
-        "created": datetime.now(UTC).isoformat(),
+        "created": datetime.now(timezone.utc).isoformat(),
         "source": source,
         "base_dir": str(Path(base_dir).resolve()),
         "profile": profile,

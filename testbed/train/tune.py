@@ -1,4 +1,10 @@
-"""Optuna search of rule-based thresholds over Tables 4.7/4.8 ranges, scored by Eq. 3.2 on a trace."""
+"""Optuna search of rule-based thresholds over Tables 4.7/4.8 ranges, scored by Eq. 3.2 on a trace.
+
+The study lives in an Optuna storage: a journal file by default (several processes on one machine,
+or on machines sharing the file system, can work on it at once), or any database URL Optuna
+accepts (`sqlite:///…`, `postgresql://…`) for machines that share a database. Workers that name
+the same storage and study share its trials, Optuna's own distributed mode; `trials` caps the
+study's finished trials whichever worker ran them."""
 
 from __future__ import annotations
 
@@ -20,7 +26,9 @@ class TuneResult:
     best_reward: float
     paper_params: dict[str, float]
     paper_reward: float  # the paper's thresholds scored on the same trace
-    trials: int
+    trials: int  # finished trials in the study (every worker's)
+    storage: str = ""
+    study: str = ""
 
 
 def _suggest(trial, space: dict, name: str, chosen: dict[str, float]) -> float:
@@ -40,8 +48,13 @@ def tune(
     total_units: int = paper.TOTAL_UNITS,
     seed: int = 0,
     progress: Callable[[int, float], None] | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
 ) -> TuneResult:
-    """Maximise the mean reward of rule `v1` or `v2` for `service` alone on `trace` (Section 4.4.4)."""
+    """Maximise the mean reward of rule `v1` or `v2` for `service` alone on `trace` (Section 4.4.4).
+
+    `storage`: a database URL (`scheme://…`) or the path of a journal file; None keeps the study
+    in memory. `study_name` joins the study of that name when the storage has it."""
     try:
         import optuna
     except ImportError:
@@ -71,8 +84,16 @@ def tune(
         return value
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
-    study.optimize(objective, n_trials=trials)
+    name = study_name or f"tune-{service}-rule_{rule}"
+    backend = open_storage(storage)
+    study = optuna.create_study(direction="maximize", storage=backend, study_name=name,
+                                load_if_exists=True)
+    done = _finished(study)
+    # a worker joining a study samples from its own seed, or it would repeat the first's trials
+    study.sampler = optuna.samplers.TPESampler(seed=seed + done)
+    if done < trials:
+        study.optimize(objective, n_trials=trials - done, callbacks=[
+            optuna.study.MaxTrialsCallback(trials, states=(optuna.trial.TrialState.COMPLETE,))])
     return TuneResult(
         service,
         f"rule_{rule}",
@@ -80,5 +101,24 @@ def tune(
         float(study.best_value),
         dict(table[service]),
         score(dict(table[service])),
-        trials,
+        _finished(study),
+        storage or "",
+        name,
     )
+
+
+def open_storage(storage: str | None):  # type: ignore[no-untyped-def]
+    """None (in memory), a database URL as Optuna takes it, or a journal file's path."""
+    import optuna
+
+    if storage is None or "://" in storage:
+        return storage
+    from optuna.storages.journal import JournalFileBackend
+
+    return optuna.storages.JournalStorage(JournalFileBackend(storage))
+
+
+def _finished(study) -> int:  # type: ignore[no-untyped-def]
+    import optuna
+
+    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))

@@ -4,6 +4,7 @@ graceful scale-down, and a SIGKILLed replica detected and replaced."""
 import asyncio
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +176,20 @@ def test_replicas_on_one_emulated_gpu_are_told_their_interference_and_when_neigh
     assert moved == [("imgcls", 1, 1.0, 1.0)]
     together, _, _ = asyncio.run(main(False))
     assert together == [("chatbot", 0, 1.0, 1.0), ("imgcls", 0, 1.0, 1.0)]
+
+
+def test_replicas_read_their_profile_from_a_file_not_their_command_line():
+    """`ps` shows a replica's command line: kilobytes of profile JSON there drown it."""
+
+    async def main():
+        async with LocalCluster(services=["imgcls"], time_scale=20, initial=1) as c:
+            await c.wait_ready(15)
+            pid = c.replicas("imgcls")[0].proc.pid
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            path = argv[argv.index(b"--profile-file") + 1].decode()
+            return argv, os.path.exists(path), path
+
+    argv, existed, path = asyncio.run(main())
+    assert b"--profile" not in argv
+    assert sum(len(a) for a in argv) < 600, argv
+    assert existed and not os.path.exists(path)  # removed with the cluster

@@ -56,6 +56,7 @@ def test_sigint_keeps_every_record(tmp_path):
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
+            env=dict(os.environ, COLUMNS="200"),
         )
         # Interrupt once records are on disk (the writer flushes every 0.5 s), however long Python
         # takes to start on a busy machine; the run itself lasts 30 s, so this is not a race.
@@ -76,6 +77,30 @@ def test_sigint_keeps_every_record(tmp_path):
     assert sum(r["error"] is None for r in records) >= 20
     assert {r["error"] for r in records} <= {None, "cancelled"}
     assert len({r["seq"] for r in records}) == len(records)
+    # the end-of-run summary is printed on Ctrl-C too, over the same requests
+    text = output.decode()
+    assert f"chatbot → {url}: {len(records)} requests in" in text and "(interrupted)" in text, text
+    assert "latency p50 / p90 / p95 / p99 / max" in text and "bytes sent / received" in text
+    assert load.returncode == 0, text  # requests cancelled by the stop are not the service's errors
+
+
+def test_a_closed_port_fails_past_the_error_threshold_with_a_summary(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [sys.executable, "-m", "testbed", "load", "imgcls", "--url", f"http://127.0.0.1:{port}",
+            "--rate", "10", "--duration", "1"]
+    r = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=60)
+    summary = json.loads(r.stdout)
+    assert r.returncode == 3, r.stderr
+    assert summary["finished"] == 10 and summary["errors"] == {"unreachable": 10}
+    assert summary["error_rate"] == 1.0 and summary["bytes_sent"] == 0
+    assert "error: 100.0% of 10 requests failed (> --max-error-rate 0.1)" in r.stderr
+    r = subprocess.run([*argv, "--max-error-rate", "1", "--quiet"], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, COLUMNS="200"))
+    assert r.returncode == 0 and "unreachable 10" in r.stdout + r.stderr
 
 
 def test_bad_trace_line_is_one_error_with_file_and_line(tmp_path):

@@ -1,0 +1,75 @@
+"""`--metrics prometheus` on the local profile: refused in one line without the server, and a
+Prometheus left by a crashed run is removed by `testbed down` with its testbed."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.bringup.local import LocalTestbed, teardown
+from testbed.config import load_testbed
+from testbed.net.state import prometheus_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO = ROOT / "scenarios" / "metrics-prometheus-ci.yaml"
+
+
+def _testbed(*argv: str, path: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PATH=path, COLUMNS="100")
+    return subprocess.run([sys.executable, "-m", "testbed", *argv], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.needs_root
+def test_without_the_server_the_run_is_one_line_and_leaves_nothing(tmp_path: Path):
+    # a PATH with everything but prometheus (ip, tc and iperf3 stay reachable)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for d in os.environ["PATH"].split(os.pathsep):
+        for tool in ("ip", "tc", "iperf3", "git"):
+            src = Path(d) / tool
+            if src.exists() and not (bin_dir / tool).exists():
+                (bin_dir / tool).symlink_to(src)
+    r = _testbed("run", str(SCENARIO), "--out", str(tmp_path / "runs"), "--no-progress",
+                 path=str(bin_dir), cwd=tmp_path)
+    assert r.returncode != 0
+    assert "needs the `prometheus` server on PATH" in r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_an_unknown_metrics_source_is_one_line(tmp_path: Path):
+    r = _testbed("run", str(SCENARIO), "--metrics", "statsd", path=os.environ["PATH"], cwd=tmp_path)
+    assert r.returncode == 2
+    assert "--metrics" in r.stderr and "'in-process' or 'prometheus'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.needs_root
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="no prometheus server on PATH")
+def test_down_stops_a_crashed_runs_prometheus_and_removes_its_data():
+    spec = load_testbed().model_copy(update={"name": "promdown"})
+    tb = LocalTestbed(spec)
+    tb.up()
+    workdir = prometheus_dir(spec.name)
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "prometheus.yml").write_text("scrape_configs: []\n")
+        # as a cell starts it: inside the data-network namespace, in a session of its own
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", tb.topology.dn.name, shutil.which("prometheus"),
+             f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
+             "--web.listen-address=127.0.0.1:0"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(1.0)
+        assert proc.poll() is None, "prometheus did not start"
+    except BaseException:
+        teardown(spec.name)
+        raise
+    teardown(spec.name)  # what `testbed down --name promdown` does after the run died
+    proc.wait(timeout=10)  # killed with its namespace's processes
+    assert not workdir.exists()
