@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from testbed.cli import app, checks, console
@@ -18,6 +17,8 @@ from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles import paper
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
+
     from testbed.profiles import ServiceProfile
 
 sim_app = typer.Typer(
@@ -107,6 +108,9 @@ def _drl_policies(models: Path, services: list[str]) -> dict:
 
 
 def _progress() -> Progress:
+    # rich's progress bar (and its live display): only for the commands that show one
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
