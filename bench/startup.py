@@ -1,8 +1,9 @@
 """CLI start-up time: `testbed --help`, `testbed status` and `testbed down` as whole processes
 (interpreter start, imports, argument parsing, the command itself) beside `python3 -c pass`, the
-floor no Python command goes below. Each command runs several times, one after another; the
-figures are wall time (min and median) and the process's CPU time (user + system, median), which
-a busy machine stretches less than wall time.
+floor no Python command goes below. Each round runs every command once, in turn, so a change in
+the machine's load falls on all of them alike; the figures are wall time (min and median over the
+rounds) and the process's CPU time (user + system, median), which a busy machine stretches less
+than wall time.
 
 `status` and `down` run against an empty state directory (TESTBED_STATE_DIR), so they measure
 the path where nothing is up and can never touch a testbed someone else brought up. As root they
@@ -31,18 +32,15 @@ REPO = Path(__file__).resolve().parents[1]
 COMMANDS = (["--help"], ["status"], ["down"])
 
 
-def time_process(argv: list[str], env: dict[str, str], runs: int) -> tuple[list[float], list[float]]:
-    """Wall and CPU seconds of `runs` runs of `argv`, output discarded."""
-    walls, cpus = [], []
-    for _ in range(runs):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=False)
-        walls.append(time.perf_counter() - t0)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    return walls, cpus
+def time_process(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one run of `argv`, output discarded."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=False)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
 def main() -> int:
@@ -60,11 +58,18 @@ def main() -> int:
             cases += [(f"testbed {a[0]} (installed script)", [script, *a]) for a in COMMANDS]
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
               f"({os.cpu_count()} CPUs), {args.runs} runs each")
+        walls: dict[str, list[float]] = {label: [] for label, _ in cases}
+        cpus: dict[str, list[float]] = {label: [] for label, _ in cases}
+        for _ in range(args.runs):
+            for label, argv in cases:
+                wall, cpu = time_process(argv, env)
+                walls[label].append(wall)
+                cpus[label].append(cpu)
         print(f"{'command':<36} {'wall min ms':>11} {'median ms':>9} {'CPU median ms':>13}")
-        for label, argv in cases:
-            walls, cpus = time_process(argv, env, args.runs)
-            print(f"{label:<36} {min(walls) * 1000:>11.0f} {statistics.median(walls) * 1000:>9.0f} "
-                  f"{statistics.median(cpus) * 1000:>13.0f}", flush=True)
+        for label, _ in cases:
+            print(f"{label:<36} {min(walls[label]) * 1000:>11.0f} "
+                  f"{statistics.median(walls[label]) * 1000:>9.0f} "
+                  f"{statistics.median(cpus[label]) * 1000:>13.0f}")
         if script is None:
             print("(no `testbed` script on PATH: only `python3 -m testbed` measured)")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
