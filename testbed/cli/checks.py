@@ -10,13 +10,13 @@ import os
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
-
-from testbed.config.yamlfile import friendly_message
 from testbed.errors import ConfigError, ConfigProblem
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 SOURCE = "<command line>"
 
@@ -44,6 +44,11 @@ def like_field(option: str, model: type[BaseModel], field: str, value: Any) -> A
     """`value` validated exactly as `model.field` in a file (same rules, same friendly message)."""
     if value is None:
         return None
+    # pydantic and yaml load only for a command that validates: `testbed --help` starts fast
+    from pydantic import TypeAdapter, ValidationError
+
+    from testbed.config.yamlfile import friendly_message
+
     info = model.model_fields[field]
     strict = model.model_config.get("strict", False)
     adapter: TypeAdapter[Any] = TypeAdapter(

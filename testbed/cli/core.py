@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
 from testbed.cli import app, checks, console
-from testbed.config import TestbedSpec, load_testbed
-from testbed.core.backend import open_store, state_dir
-from testbed.core.provision import desired_ues
-from testbed.core.render import OPEN5GS_RELEASE
-from testbed.core.store import ApplyPlan
-from testbed.core.subscriber import Subscriber
 from testbed.errors import ConfigError, ConfigProblem, StateError
-from testbed.lab.inventory import LabInventory
-from testbed.lab.render import peer_addresses, render_part
-from testbed.ran.render import UERANSIM_RELEASE
-from testbed.ran.ue import ue_status, ue_up
+
+if TYPE_CHECKING:
+    from testbed.config import TestbedSpec
+    from testbed.core.store import ApplyPlan
+    from testbed.core.subscriber import Subscriber
 
 slice_app = typer.Typer(help="Slices and their subscribers in the Open5GS store.", no_args_is_help=True)
 subscriber_app = typer.Typer(help="Subscriber documents in the Open5GS store.", no_args_is_help=True)
@@ -46,6 +41,8 @@ InventoryOpt = typer.Option(None, "--inventory", "-i", dir_okay=False,
 
 
 def _spec(path: Path | None) -> TestbedSpec:
+    from testbed.config import load_testbed  # pydantic models: only for commands that read one
+
     return load_testbed(path)
 
 
@@ -85,6 +82,10 @@ def slice_apply(
 
     Example: testbed slice apply testbed.yaml --dry-run --json
     """
+    # pydantic models and the store: loaded only when this command runs (fast CLI start)
+    from testbed.core.backend import open_store
+    from testbed.core.provision import desired_ues
+
     spec = _spec(file)
     desired = desired_ues(spec)
     with (console.status("opening the subscriber store"),
@@ -112,6 +113,10 @@ def slice_diff(file: Path = typer.Argument(..., help="Testbed file."),
 
     Example: testbed slice diff testbed.yaml
     """
+    # pydantic models and the store: loaded only when this command runs (fast CLI start)
+    from testbed.core.backend import open_store
+    from testbed.core.provision import desired_ues
+
     spec = _spec(file)
     with open_store(spec, mongo_uri) as opened:
         plan = opened.store.plan(desired_ues(spec))
@@ -132,6 +137,9 @@ def slice_list(testbed: Path | None = TestbedOpt, mongo_uri: str | None = MongoO
 
     Example: testbed slice list -t testbed.yaml
     """
+    # pydantic models and the store: loaded only when this command runs (fast CLI start)
+    from testbed.core.backend import open_store
+
     spec = _spec(testbed)
     with open_store(spec, mongo_uri) as opened:
         by_slice = opened.store.ue_groups_by_slice(spec)
@@ -160,6 +168,9 @@ def subscriber_show(imsi: str = typer.Argument(..., help="15-digit IMSI."), as_j
 
     Example: testbed subscriber show 001010000000001 --json
     """
+    # pydantic models and the store: loaded only when this command runs (fast CLI start)
+    from testbed.core.backend import open_store
+
     _check_imsi(imsi)
     spec = _spec(testbed)
     with open_store(spec, mongo_uri) as opened:
@@ -180,6 +191,9 @@ def subscriber_list(testbed: Path | None = TestbedOpt, mongo_uri: str | None = M
 
     Example: testbed subscriber list
     """
+    # pydantic models and the store: loaded only when this command runs (fast CLI start)
+    from testbed.core.backend import open_store
+
     spec = _spec(testbed)
     with open_store(spec, mongo_uri) as opened:
         subs = opened.store.list()
@@ -206,6 +220,9 @@ def subscriber_delete(imsis: list[str] = typer.Argument(..., help="IMSIs to dele
 
     Example: testbed subscriber delete 001010000000001 001010000000002
     """
+    # pydantic models and the store: loaded only when this command runs (fast CLI start)
+    from testbed.core.backend import open_store
+
     for imsi in imsis:
         _check_imsi(imsi)
     spec = _spec(testbed)
@@ -215,6 +232,12 @@ def subscriber_delete(imsis: list[str] = typer.Argument(..., help="IMSIs to dele
 
 
 def _render(kind: str, outdir: Path, testbed: Path | None, inventory: Path | None) -> None:
+    # the renderers (jinja2) and the inventory model: loaded only for `render` (fast CLI start)
+    from testbed.core.render import OPEN5GS_RELEASE
+    from testbed.lab.inventory import LabInventory
+    from testbed.lab.render import peer_addresses, render_part
+    from testbed.ran.render import UERANSIM_RELEASE
+
     spec = _spec(testbed)
     # a bad address stops here, before the output folder exists
     addresses = (peer_addresses(spec, LabInventory.load(inventory)) if inventory is not None
@@ -263,6 +286,10 @@ def ue_up_cmd(group: str = typer.Argument(..., help="UE group name."), testbed: 
 
     Example: testbed ue up ai --timeout 60
     """
+    # the RAN layer (jinja2, pydantic models): loaded only when this command runs (fast CLI start)
+    from testbed.core.backend import state_dir
+    from testbed.ran.ue import ue_up
+
     spec = _spec(testbed)
     with console.status(f"bringing up UE group {group}"):
         result = ue_up(spec, group, state_dir(spec), timeout_s=timeout)
@@ -282,6 +309,10 @@ def ue_list_cmd(testbed: Path | None = TestbedOpt, mongo_uri: str | None = Mongo
 
     Example: testbed ue list --json
     """
+    # the RAN layer and the store: loaded only when this command runs (fast CLI start)
+    from testbed.core.backend import open_store, state_dir
+    from testbed.ran.ue import ue_status
+
     spec = _spec(testbed)
     with open_store(spec, mongo_uri) as opened:
         rows = ue_status(spec, opened.store, state_dir(spec))

@@ -8,7 +8,6 @@ import typer
 from rich.table import Table
 
 from testbed.cli import app, console
-from testbed.config import load_testbed
 
 lab = typer.Typer(help="Bring the DRAFAS lab up or down on real servers with Ansible.",
                   no_args_is_help=True)
@@ -30,6 +29,8 @@ def up(inventory: Path = Inventory,
 
     Example: testbed lab up -i inventory.yml --rendered rendered/ --check
     """
+    # the lab layer (pydantic models, jinja2): loaded only when this command runs (fast CLI start)
+    from testbed.config import load_testbed
     from testbed.lab import lab_up
 
     result = lab_up(load_testbed(testbed_file), inventory, check, run_dir,
@@ -44,6 +45,7 @@ def down(inventory: Path = Inventory, run_dir: Path = RunDir) -> None:
 
     Example: testbed lab down -i inventory.yml
     """
+    # the lab layer (pydantic models, jinja2): loaded only when this command runs (fast CLI start)
     from testbed.lab import lab_down
 
     result = lab_down(inventory, run_dir, console=console)
@@ -58,6 +60,7 @@ def status(inventory: Path = Inventory, run_dir: Path = RunDir,
 
     Example: testbed lab status -i inventory.yml --run-dir runs/20250101T000000Z-lab-up --prometheus http://gpu1:30090
     """
+    # the lab layer (pydantic models, jinja2): loaded only when this command runs (fast CLI start)
     from testbed.lab import lab_status
     from testbed.lab.bringup import new_run_dir
 

@@ -10,19 +10,20 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from testbed.bringup.local import LocalTestbed, class_counters, recorded_testbeds, require_root, teardown
 from testbed.cli import app, checks, console
-from testbed.config import load_testbed
 from testbed.errors import StateError, TestbedError
 from testbed.net.cmd import require_binaries
-from testbed.net.iperf import IperfResult, IperfSession, save_json
-from testbed.net.state import TestbedState, check_name, live_owner, load_state
+
+if TYPE_CHECKING:
+    from testbed.bringup.local import LocalTestbed
+    from testbed.net.iperf import IperfResult
+    from testbed.net.state import TestbedState
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Testbed file (YAML); "
                                                 "the built-in default when omitted.")]
@@ -32,6 +33,8 @@ def _testbed_name(value: str | None) -> str | None:
     """Every command's --name passes the testbed-name check before it touches a path."""
     if value is None:
         return None
+    from testbed.net.state import check_name  # the config models behind it: only when --name is given
+
     try:
         return check_name(value)
     except StateError as exc:
@@ -82,6 +85,10 @@ def _sigterm_as_interrupt() -> None:
 
 
 def _running(name: str | None) -> TestbedState:
+    # state files and the data plane need the config models (pydantic): only when used
+    from testbed.bringup.local import recorded_testbeds
+    from testbed.net.state import load_state
+
     if name is not None:
         return load_state(name)
     names = recorded_testbeds()
@@ -93,6 +100,9 @@ def _running(name: str | None) -> TestbedState:
 
 
 def _topology(state: TestbedState) -> LocalTestbed:
+    # state files and the data plane need the config models (pydantic): only when used
+    from testbed.bringup.local import LocalTestbed
+
     return LocalTestbed(state.testbed_spec())
 
 
@@ -140,6 +150,10 @@ def up(config: ConfigOpt = None,
 
     Example: [bold]testbed up -c testbed.yaml[/]   or   [bold]testbed up --profile lab -i inventory.yml[/]
     """
+    # pydantic models and the data plane: loaded only when this command runs (fast CLI start)
+    from testbed.bringup.local import LocalTestbed
+    from testbed.config import load_testbed
+
     _check_profile(profile)
     spec = load_testbed(config)
     if (profile or spec.profile) == "lab":
@@ -178,6 +192,9 @@ def down(name: NameOpt = None,
     Example: [bold]testbed down[/]   or   [bold]testbed down --all[/]
     Lab: [bold]testbed down --profile lab [-i inventory.yml][/] (default: the last `up`'s inventory)
     """
+    # pydantic models and the data plane: loaded only when this command runs (fast CLI start)
+    from testbed.bringup.local import recorded_testbeds, require_root, teardown
+
     _check_profile(profile)
     if profile == "lab":
         from testbed.cli import lab
@@ -214,6 +231,9 @@ def down(name: NameOpt = None,
 
 
 def _owner(name: str) -> str | None:
+    # state files and the data plane need the config models (pydantic): only when used
+    from testbed.net.state import live_owner, load_state
+
     try:
         return live_owner(load_state(name))
     except StateError:  # no or unreadable state file: nobody to protect
@@ -234,6 +254,9 @@ def status(name: NameOpt = None,
     Example: [bold]testbed status[/]
     Lab: [bold]testbed status --profile lab -i inventory.yml --run-dir runs/X[/]
     """
+    # pydantic models and the data plane: loaded only when this command runs (fast CLI start)
+    from testbed.bringup.local import class_counters, require_root
+
     _check_profile(profile)
     if profile == "lab":
         from testbed.cli import lab
@@ -281,6 +304,8 @@ def exec_(ue: Annotated[str, typer.Argument(help="UE group name (its namespace).
 
     Example: [bold]testbed exec ai -- ping -c 3 10.200.0.2[/]
     """
+    from testbed.bringup.local import require_root  # the data plane: only when this command runs
+
     require_root("testbed exec")
     state = _running(name)
     tb = _topology(state)
@@ -330,6 +355,10 @@ def traffic_iperf(
 
     Example: [bold]testbed traffic iperf --slice be --flows 10 --duration 10 --reverse[/]
     """
+    # pydantic models and the data plane: loaded only when this command runs (fast CLI start)
+    from testbed.bringup.local import require_root
+    from testbed.net.iperf import IperfSession, save_json
+
     require_root("testbed traffic")
     require_binaries("iperf3")
     run_dir = _run_dir(out, "iperf")
@@ -362,6 +391,11 @@ def demo(
 
     Example: [bold]testbed demo --flows 20[/]
     """
+    # pydantic models and the data plane: loaded only when this command runs (fast CLI start)
+    from testbed.bringup.local import LocalTestbed, require_root
+    from testbed.config import load_testbed
+    from testbed.net.iperf import IperfSession
+
     require_root("testbed demo")
     require_binaries("ip", "tc", "iperf3")
     _sigterm_as_interrupt()

@@ -42,6 +42,7 @@ def reproduce_cmd(
 
     Example: [bold]testbed reproduce --quick[/]   or   [bold]testbed reproduce fig5.7 table5.1[/]
     """
+    # the whole stack (simulator, testbed, report): loaded only when this command runs
     from testbed.reproduce.artefacts import select
     from testbed.reproduce.run import Options, default_out, reproduce
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -12,15 +12,11 @@ from rich.table import Table
 
 from testbed.cli import app, console
 from testbed.cli.checks import like_field, writable_dir
-from testbed.config import TestbedSpec
-from testbed.config.secrets import unredact_scenario, unredact_testbed
-from testbed.config.yamlfile import LocatedYaml, validate
 from testbed.errors import StateError
-from testbed.report import write_report
-from testbed.scenario.expect import Outcome
-from testbed.scenario.load import LoadedScenario, load_scenario
-from testbed.scenario.runner import RunOptions, run_scenario
-from testbed.scenario.spec import Scenario
+
+if TYPE_CHECKING:
+    from testbed.scenario.expect import Outcome
+    from testbed.scenario.load import LoadedScenario
 
 MANIFEST_KEYS = ("scenario", "testbed", "source", "profile", "created", "host")
 
@@ -50,6 +46,13 @@ def read_manifest(path: Path) -> dict:
 
 
 def _from_manifest(path: Path) -> LoadedScenario:
+    # pydantic models and the scenario layer: loaded only by the commands that read a manifest
+    from testbed.config import TestbedSpec
+    from testbed.config.secrets import unredact_scenario, unredact_testbed
+    from testbed.config.yamlfile import LocatedYaml, validate
+    from testbed.scenario.load import LoadedScenario
+    from testbed.scenario.spec import Scenario
+
     manifest = read_manifest(path)
     # masked secrets come back as defaults: keys derive from the default seed
     doc = LocatedYaml(unredact_scenario(manifest["scenario"]), {}, f"{path}: scenario")
@@ -95,6 +98,12 @@ def run(
     Example: [bold]testbed run scenarios/smoke.yaml[/]   or   [bold]testbed run --from runs/X/manifest.json[/]
     Lab: [bold]testbed run --profile lab -i inventory.yml scenarios/slicing.yaml [--check][/]
     """
+    # the scenario layer (numpy, pydantic) and the report (matplotlib): loaded only for `run`
+    from testbed.report import write_report
+    from testbed.scenario.load import load_scenario
+    from testbed.scenario.runner import RunOptions, run_scenario
+    from testbed.scenario.spec import Scenario
+
     # overrides get the file fields' rules and messages; the output folder must be writable:
     # all before a testbed is built
     like_field("--time-scale", Scenario, "time_scale", time_scale)
@@ -211,6 +220,8 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) ->
 
     Example: [bold]testbed report runs/20261122T050000Z-smoke[/]
     """
+    from testbed.report import write_report  # matplotlib: loaded only for this command
+
     if not (run_dir / "manifest.json").is_file():
         raise StateError(f"{run_dir} is not a run directory (no manifest.json)")
     read_manifest(run_dir / "manifest.json")

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import typer
-from rich.live import Live
 from rich.table import Table
 
 from testbed.cli import app, checks, console, err_console
 from testbed.errors import ConfigError, ConfigProblem
-from testbed.profiles import SERVICES, load_profiles, profile_for, write_profiles
+from testbed.profiles.paper import SERVICES
 
 if TYPE_CHECKING:
     from testbed.cluster.local import ClusterEvent
@@ -32,15 +31,13 @@ _TOKEN = typer.Option(None, "--token-file", help="The admin token of `services u
 
 def admin_token_file(port: int) -> Path:
     """Where `services up` keeps the admin token of its metrics/control port (root only)."""
-    from testbed.net.state import state_dir
+    from testbed.net.state import state_dir  # the config models behind it: not for `--help`
 
     return state_dir() / f"services-{port}.token"
 
 
 def _token(admin: str, token_file: Path | None) -> str:
-    from urllib.parse import urlsplit
-
-    from testbed.cluster.local_admin import read_token
+    from testbed.cluster.local_admin import read_token  # aiohttp: only for the admin commands
 
     if token_file is None:
         try:
@@ -66,8 +63,12 @@ def services_up(
 
     Example: [b]ip netns exec tb-x-dn testbed services up --host 10.200.0.2 --time-scale 10[/]
     """
+    # asyncio, the cluster and the profile models: loaded only when this command runs (fast CLI start)
+    import asyncio
+
     from testbed.cluster.local import LocalCluster
     from testbed.cluster.local_admin import add_admin_routes, new_token, write_token
+    from testbed.profiles import load_profiles
 
     profs = load_profiles(profiles)
     names = _service_list(services, profs)
@@ -124,6 +125,9 @@ def services_scale(service: str, replicas: int, admin: str = _ADMIN,
                    token_file: Path | None = _TOKEN) -> None:
     """Set the replica count of a running service.  Example: [b]testbed services scale imgcls 3[/]"""
     checks.http_url("--admin", admin)
+    # asyncio and the admin client: loaded only when this command runs (fast CLI start)
+    import asyncio
+
     from testbed.cluster.local_admin import admin_call
 
     doc = asyncio.run(admin_call(admin, "POST", "/admin/scale", {"service": service, "replicas": replicas},
@@ -136,6 +140,9 @@ def services_status(admin: str = _ADMIN, as_json: bool = typer.Option(False, "--
                     token_file: Path | None = _TOKEN) -> None:
     """Replicas, readiness and free units.  Example: [b]testbed services status --json[/]"""
     checks.http_url("--admin", admin)
+    # asyncio and the admin client: loaded only when this command runs (fast CLI start)
+    import asyncio
+
     from testbed.cluster.local_admin import admin_call
 
     doc = asyncio.run(admin_call(admin, "GET", "/admin/status", token=_token(admin, token_file)))
@@ -149,6 +156,9 @@ def services_status(admin: str = _ADMIN, as_json: bool = typer.Option(False, "--
 def services_down(admin: str = _ADMIN, token_file: Path | None = _TOKEN) -> None:
     """Stop a running `services up` gracefully.  Example: [b]testbed services down[/]"""
     checks.http_url("--admin", admin)
+    # asyncio and the admin client: loaded only when this command runs (fast CLI start)
+    import asyncio
+
     from testbed.cluster.local_admin import admin_call
 
     asyncio.run(admin_call(admin, "POST", "/admin/shutdown", token=_token(admin, token_file)))
@@ -176,6 +186,8 @@ def _print_status(doc: dict) -> None:
 
 
 def _service_list(text: str, profs: dict) -> list[str]:
+    from testbed.profiles import profile_for  # pydantic models: not for `--help`
+
     names = [s.strip() for s in text.split(",") if s.strip()]
     for s in names:
         profile_for(profs, s, "--services")
@@ -213,9 +225,15 @@ def load(
     Example: [b]ip netns exec tb-x-ue-embb testbed load chatbot --url http://10.200.0.2:8001
     --trace traces/test/day7-shift0h.txt --ratio 0.15 --duration 600 --out records.jsonl[/]
     """
+    # asyncio, the load client and the profile models: loaded only when this command runs
+    import asyncio
+
+    from rich.live import Live
+
     from testbed.load.runner import LoadSpec, run_load
     from testbed.load.stats import RunTotals
     from testbed.load.trace import load_trace
+    from testbed.profiles import load_profiles, profile_for
 
     slo_ms = profile_for(load_profiles(profiles), service, "SERVICE").slo_ms
     modes = sum(x is not None for x in (trace, rate, closed))
@@ -359,7 +377,11 @@ def profile(
 
     Example: [b]testbed profile imgcls --url http://127.0.0.1:8002 --out profiles.yaml[/]
     """
+    # asyncio, the profiler and the profile models: loaded only when this command runs
+    import asyncio
+
     from testbed.load.profiler import measure_startup, profile_service
+    from testbed.profiles import load_profiles, profile_for, write_profiles
 
     checks.http_url("--url", url, schemes=("http",))
     checks.writable_file("--out", out)  # before minutes of measuring

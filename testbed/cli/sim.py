@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from testbed.cli import app, checks, console
 from testbed.errors import ConfigError, ConfigProblem
-from testbed.profiles import ServiceProfile, default_profiles, paper
+from testbed.profiles import paper
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from testbed.profiles import ServiceProfile
 
 sim_app = typer.Typer(
     help="The fast simulator: evaluate policies, reproduce Tables 5.1-5.3.", no_args_is_help=True
@@ -48,6 +55,8 @@ MODELS_DIR = Path(__file__).resolve().parents[2] / "models"  # the agents shippe
 
 
 def _profiles(rate_limit: str, services: list[str]) -> dict[str, ServiceProfile]:
+    from testbed.profiles import default_profiles  # pydantic models: not for `--help`
+
     if rate_limit not in ("profile", "none"):
         raise ConfigError(
             [ConfigProblem("--rate-limit", None, "rate_limit", f"{rate_limit!r}; use profile or none")]
@@ -59,7 +68,7 @@ def _profiles(rate_limit: str, services: list[str]) -> dict[str, ServiceProfile]
 
 def _test_traces(traces: Path, services: list[str]):
     """The test day for `services`, or one line naming the missing file and where traces are."""
-    from testbed.train.evaluate import test_day_traces
+    from testbed.train.evaluate import test_day_traces  # numpy and the simulator: not for `--help`
 
     for s in services:
         path = traces / "test" / f"day7-shift{paper.TEST_SHIFT_HOURS[s]}h.txt"
@@ -81,7 +90,7 @@ def _test_traces(traces: Path, services: list[str]):
 def _drl_policies(models: Path, services: list[str]) -> dict:
     """One loaded agent per service from `models` (a directory of SERVICE.zip or, for one service,
     a file); a missing or mismatched model is one ConfigError line naming it."""
-    from testbed.scaler.ppo import MaskablePpoPolicy
+    from testbed.scaler.ppo import MaskablePpoPolicy  # numpy (sb3 on load): only where an agent is loaded
 
     if not models.exists() and models.suffix != ".zip":
         raise ConfigError(
@@ -99,6 +108,9 @@ def _drl_policies(models: Path, services: list[str]) -> dict:
 
 
 def _progress() -> Progress:
+    # rich's progress bar (and its live display): only for the commands that show one
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -135,6 +147,7 @@ def sim_eval(
 
     Example: testbed sim eval --policy rule_v2 --service all --traces ../shared/traces --json
     """
+    # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
     from testbed.load.trace import load_trace
     from testbed.scaler.policies import make_policy
     from testbed.train.evaluate import evaluate
@@ -234,6 +247,7 @@ def sim_tables(
 
     Example: testbed sim tables --traces ../shared/traces --table 5.3 --json
     """
+    # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
     from testbed.scaler.policies import RuleV2
     from testbed.train.evaluate import evaluate
     from testbed.train.oracle import shared_pool_oracles
@@ -381,7 +395,7 @@ def train_cmd(
     Example: testbed train chatbot --traces ../shared/traces --steps 300000
     Example: testbed train --policy ddpg --traces ../shared/traces --steps 12000
     """
-    from testbed.load.trace import load_trace
+    from testbed.load.trace import load_trace  # numpy: loaded only when this command runs
 
     scales_range = _load_scales(load_scales)  # checked before anything is read or started
     train_tr = [load_trace(p) for p in sorted((traces / "train").glob("*.txt"))]
@@ -395,7 +409,7 @@ def train_cmd(
         raise ConfigError(
             [ConfigProblem("--policy", None, "policy", f"unknown policy {policy!r}; use ppo, ddpg or inss")]
         )
-    from testbed.train.ppo import train
+    from testbed.train.ppo import train  # numpy and the trainer: only once the arguments are checked
 
     if service is None:
         raise ConfigError([ConfigProblem("SERVICE", None, "service", "ppo trains one service: name it")])
@@ -512,9 +526,8 @@ def _loads(text: str) -> list[float] | None:
 
 
 def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus, load_scales=None) -> None:
-    import shlex
-    import sys
-
+    # gymnasium, numpy and the GPU simulator: loaded only for ddpg/inss training (fast CLI start)
+    from testbed.profiles import default_profiles
     from testbed.train.share import train_share
 
     out = out or Path("models") / f"{policy}.zip"
@@ -563,6 +576,7 @@ def tune_cmd(
     Example: testbed tune imgcls --trials 100 --traces ../shared/traces
     Several workers: testbed tune imgcls --storage sqlite:///tune.db --study imgcls-v2  (on each)
     """
+    # numpy and the simulator (optuna when tuning starts): loaded only when this command runs
     from testbed.load.trace import load_trace
     from testbed.scenario.rundir import new_run_dir
     from testbed.train.tune import tune
@@ -628,6 +642,7 @@ def sim_compare(
     """
     import time as _time
 
+    # the GPU simulator, the policies and the report (matplotlib): loaded only for this command
     from testbed.cluster.base import ServiceTarget
     from testbed.config.gpu_layout import load_layout
     from testbed.profiles import load_profiles
@@ -716,7 +731,7 @@ def sim_compare(
 
 
 def _policy_names(policies: str, models: Path) -> list[str]:
-    from testbed.train.compare import ALL_POLICIES
+    from testbed.train.compare import ALL_POLICIES  # the simulator: not for `--help`
 
     if policies == "all":
         have_ppo = all((models / f"{s}.zip").exists() for s in paper.SERVICES)
@@ -758,7 +773,7 @@ def _check_curves(prof: dict[str, ServiceProfile], path: Path | None, policies: 
     missing = [s for s in paper.SERVICES if prof[s].gpu is None]
     if not policies or not missing:
         return
-    from testbed.config.yamlfile import load_yaml_file
+    from testbed.config.yamlfile import load_yaml_file  # yaml: only on this error path
 
     doc = load_yaml_file(path) if path is not None else None
     raise ConfigError(

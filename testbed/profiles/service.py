@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from testbed.config.yamlfile import load_yaml_file, parse_yaml, validate
 from testbed.errors import ConfigError, ConfigProblem
 
-SERVICES = ("chatbot", "imgcls", "tts")
 PACKAGED = "testbed/profiles/services.yaml"
 
 
