@@ -127,3 +127,44 @@ def test_the_exit_status_fails_only_on_fail(tmp_path, monkeypatch, capsys, verdi
     out = capsys.readouterr().out
     assert all(v in out for v in verdicts)
     assert ("decided by: a bigger run" in out) == ("UNDECIDED" in verdicts)
+
+
+def test_an_interrupted_run_resumes_after_its_finished_artefacts(tmp_path, monkeypatch, capsys):
+    """Table 5.1 finishes, Table 5.2 is interrupted: the rerun with the same --out takes 5.1 from
+    what was kept and runs 5.2 only; other options are refused in one line."""
+    from testbed.reproduce import run
+
+    traces = _traces(tmp_path / "traces")
+    out = tmp_path / "rep"
+    argv = ["reproduce", "5.1", "5.2", "--rule-only", "--traces", str(traces), "--out", str(out)]
+    real_sim, calls = run._sim, []
+
+    def interrupted_at_52(a, options):
+        calls.append(a.name)
+        if a.name == "table5.2" and calls.count("table5.2") == 1:
+            raise KeyboardInterrupt
+        return real_sim(a, options)
+
+    monkeypatch.setattr(run, "_sim", interrupted_at_52)
+    assert main(argv) == 130
+    assert "the same command with --out" in capsys.readouterr().err
+    assert (tmp_path / "rep.partial" / "done" / "table5.1.pickle").is_file()
+    assert main([*argv, "--quick"]) != 0  # other options: refused, nothing lost
+    assert "with other options" in capsys.readouterr().err
+    assert main(argv) in (0, 1)
+    assert calls == ["table5.1", "table5.2", "table5.2"]  # 5.1 was not run again
+    assert "table5.1: " in capsys.readouterr().out and (out / "report.md").is_file()
+    assert not (tmp_path / "rep.partial").exists()
+
+
+def test_the_drl_columns_without_the_drl_extra_stop_before_any_work(tmp_path, monkeypatch, capsys):
+    from testbed.reproduce import artefacts
+
+    traces = _traces(tmp_path / "traces")
+    monkeypatch.setattr(artefacts, "find_spec",
+                        lambda name: None if name == "sb3_contrib" else object())
+    rc = main(["reproduce", "table5.2", "--traces", str(traces), "--out", str(tmp_path / "rep")])
+    assert rc != 0
+    (line,) = _lines(capsys.readouterr().err)
+    assert "drl extra (sb3_contrib not installed)" in line and "--rule-only" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["traces"]
