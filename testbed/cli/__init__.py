@@ -24,12 +24,44 @@ console = Console(width=_WIDTH)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            console.print(f"testbed {version('testbed')}")
+        except PackageNotFoundError:  # a checkout run with python3 -m testbed, not installed
+            console.print("testbed (not installed)")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")) -> None:
+    """End-to-end 5G testbed harness for AI-native services."""
+
+
 def _register() -> None:
     # Each concern adds its commands in its own module; importing it registers them on `app`.
     import importlib
 
     for module in ("core", "lab", "net", "reproduce", "scenario", "services", "sim"):
         importlib.import_module(f"testbed.cli.{module}")
+    for info in [*app.registered_commands, *app.registered_groups]:
+        name = info.name or (info.callback.__name__ if info.callback else "")
+        info.rich_help_panel = next((panel for panel, names in HELP_PANELS.items()
+                                     if name in names), None)
+
+
+# `testbed --help` lists the commands by what a user does with them
+HELP_PANELS = {
+    "Testbed": ("init", "up", "down", "status", "exec", "traffic", "demo", "slice", "subscriber",
+                "render", "ue"),
+    "Services and load": ("services", "load", "profile"),
+    "Scenarios and reports": ("run", "report", "reproduce"),
+    "Simulator and training": ("sim", "train", "tune"),
+    "Lab": ("lab",),
+}
 
 
 def main(argv: list[str] | None = None) -> int:

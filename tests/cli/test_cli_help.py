@@ -1,0 +1,17 @@
+"""`testbed --help` groups every command by what a user does with it; `--version` says which."""
+
+from testbed.cli import HELP_PANELS, _register, app, main
+
+
+def test_every_command_sits_in_one_panel():
+    _register()
+    names = [i.name or i.callback.__name__ for i in [*app.registered_commands,
+                                                       *app.registered_groups]]
+    panelled = [n for names_ in HELP_PANELS.values() for n in names_]
+    assert sorted(panelled) == sorted(set(panelled))  # no command in two panels
+    assert set(names) == set(panelled), set(names) ^ set(panelled)
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("testbed ")
