@@ -28,7 +28,7 @@ app.add_typer(subscriber_app, name="subscriber")
 app.add_typer(render_app, name="render")
 app.add_typer(ue_app, name="ue")
 
-TestbedOpt = typer.Option(None, "--testbed", "-t", envvar="TESTBED_FILE",
+TestbedOpt = typer.Option(None, "--testbed", "-t", "--config", "-c", envvar="TESTBED_FILE",
                           help="Testbed file (default: the built-in one).")
 MongoOpt = typer.Option(None, "--mongo-uri", envvar="TESTBED_MONGO_URI",
                         help="MongoDB of Open5GS, e.g. mongodb://10.0.0.2/open5gs "
@@ -71,7 +71,9 @@ def _plan_json(plan: ApplyPlan, show_secrets: bool) -> dict[str, Any]:
 
 @slice_app.command("apply")
 def slice_apply(
-    file: Path = typer.Argument(..., help="Testbed file with slices, UE groups and core."),
+    file: Path | None = typer.Argument(None, help="Testbed file with slices, UE groups and core "
+                                       "(or --testbed, as in every other command)."),
+    testbed: Path | None = TestbedOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be written; write nothing."),
     as_json: bool = JsonOpt,
     prune: bool = typer.Option(False, "--prune", help="Also delete subscribers the file does not name."),
@@ -86,7 +88,7 @@ def slice_apply(
     from testbed.core.backend import open_store
     from testbed.core.provision import desired_ues
 
-    spec = _spec(file)
+    spec = _spec(_one_file(file, testbed))
     desired = desired_ues(spec)
     with (console.status("opening the subscriber store"),
           open_store(spec, mongo_uri, create=not dry_run) as opened):  # a dry run creates nothing
@@ -106,8 +108,16 @@ def slice_apply(
     console.print(f"{prefix}{plan.summary()}  [dim]({opened.kind}: {opened.where})[/]", highlight=False)
 
 
+def _one_file(positional: Path | None, option: Path | None) -> Path | None:
+    """The testbed file given either way (the built-in one when neither is)."""
+    if positional is not None and option is not None and positional != option:
+        raise typer.BadParameter(f"two testbed files: {positional} and --testbed {option}")
+    return positional or option
+
+
 @slice_app.command("diff")
-def slice_diff(file: Path = typer.Argument(..., help="Testbed file."),
+def slice_diff(file: Path | None = typer.Argument(None, help="Testbed file (or --testbed)."),
+               testbed: Path | None = TestbedOpt,
                mongo_uri: str | None = MongoOpt) -> None:
     """Compare the testbed file's subscribers with the store (field names only, never values).
 
@@ -117,7 +127,7 @@ def slice_diff(file: Path = typer.Argument(..., help="Testbed file."),
     from testbed.core.backend import open_store
     from testbed.core.provision import desired_ues
 
-    spec = _spec(file)
+    spec = _spec(_one_file(file, testbed))
     with open_store(spec, mongo_uri) as opened:
         plan = opened.store.plan(desired_ues(spec))
     for sub in plan.create:

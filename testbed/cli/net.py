@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from testbed.net.iperf import IperfResult
     from testbed.net.state import TestbedState
 
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Testbed file (YAML); "
+# the testbed file is `--testbed/-t` in every command (`--config/-c` still works, as before)
+ConfigOpt = Annotated[Path | None, typer.Option("--testbed", "-t", "--config", "-c",
+                                                envvar="TESTBED_FILE", help="Testbed file (YAML); "
                                                 "the built-in default when omitted.")]
 
 

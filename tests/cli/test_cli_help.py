@@ -15,3 +15,14 @@ def test_every_command_sits_in_one_panel():
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("testbed ")
+
+
+def test_the_testbed_file_is_the_same_option_in_every_command(tmp_path, capsys):
+    from tests.test_readme_commands import _parse
+
+    for argv in (["up", "-t", "x.yaml"], ["up", "--config", "x.yaml"], ["demo", "--testbed", "x"],
+                 ["slice", "apply", "-t", "x.yaml"], ["slice", "list", "-c", "x.yaml"],
+                 ["render", "open5gs", "--testbed", "x.yaml", "-o", "out"]):
+        _parse(argv)
+    assert main(["slice", "apply", "a.yaml", "-t", "b.yaml", "--dry-run"]) != 0
+    assert "two testbed files: a.yaml and --testbed b.yaml" in capsys.readouterr().err
