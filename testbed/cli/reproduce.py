@@ -33,7 +33,7 @@ def reproduce_cmd(
     t54_repetitions: Annotated[int | None, typer.Option(help="Table 5.4 repetitions.")] = None,
     t54_start: Annotated[str | None, typer.Option(help="Table 5.4 window start, HH:MM of the test "
                                                   "day (default 13:30).")] = None,
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="Plain lines instead of the "
+    no_progress: Annotated[bool, typer.Option("--no-progress", "--quiet", help="Plain lines instead of the "
                                               "live view.")] = False,
 ) -> None:
     """Run the dissertation's artefacts and write one report (HTML + Markdown) with each beside

@@ -75,7 +75,7 @@ def run(
     repetitions: Annotated[int | None, typer.Option(help="Override repetitions.")] = None,
     from_manifest: Annotated[Path | None, typer.Option("--from", help="Repeat a run from its "
                                                        "manifest.json.")] = None,
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="Plain lines instead of "
+    no_progress: Annotated[bool, typer.Option("--no-progress", "--quiet", help="Plain lines instead of "
                                               "the live view.")] = False,
     inventory: Annotated[Path | None, typer.Option("-i", "--inventory", help="Lab profile: the "
                                                    "Ansible inventory of `testbed up`.")] = None,

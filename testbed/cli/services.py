@@ -212,7 +212,8 @@ def load(
     timeout: float = typer.Option(4.0, help="Request timeout in seconds."),
     seed: int = typer.Option(0, help="Seed of the request content."),
     profiles: Path | None = typer.Option(None, help="Profile YAML (for the SLO threshold)."),
-    quiet: bool = typer.Option(False, help="No live view (for runs in the background)."),
+    quiet: bool = typer.Option(False, "--no-progress", "--quiet", help="No live view (for runs "
+                               "in the background)."),
     max_error_rate: float = typer.Option(
         0.1, help="Exit with status 3 when more than this share of the finished requests failed "
         "(errors of any kind, e.g. refused, timeout, 5xx); 1 never fails."),

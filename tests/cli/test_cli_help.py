@@ -26,3 +26,12 @@ def test_the_testbed_file_is_the_same_option_in_every_command(tmp_path, capsys):
         _parse(argv)
     assert main(["slice", "apply", "a.yaml", "-t", "b.yaml", "--dry-run"]) != 0
     assert "two testbed files: a.yaml and --testbed b.yaml" in capsys.readouterr().err
+
+
+def test_progress_is_turned_off_by_one_spelling_everywhere():
+    from tests.test_readme_commands import _parse
+
+    for argv in (["load", "imgcls", "--url", "http://x", "--rate", "1", "--duration", "1"],
+                 ["run", "x.yaml"], ["reproduce"]):
+        for flag in ("--no-progress", "--quiet"):
+            _parse([*argv, flag])
