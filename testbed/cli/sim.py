@@ -613,7 +613,9 @@ def sim_compare(
         "all", help="Comma-separated: rule_v1, rule_v2, static, hpa, ppo, fa2, inss, ddpg, or all "
         "(all: ppo only when --models holds chatbot.zip, imgcls.zip and tts.zip)."
     ),
-    load: list[str] = typer.Option(["5.1", "5.3"], help="Table whose load and units to use (repeatable)."),
+    load: list[str] = typer.Option(["5.1", "5.3"], "--table", "--load",
+                                   help="Table whose load and units to use (repeatable); --load "
+                                   "is its older name (elsewhere --load is a multiplier)."),
     traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
     models: Path = typer.Option(Path("models"), help="Directory with ddpg.zip, inss.zip (and PPO's)."),
     profiles: Path = typer.Option(None, help="Profile file over the packaged one (gpu curves)."),
@@ -638,7 +640,7 @@ def sim_compare(
     throughput, reward, decision time per step and the share bound; writes a report with the share
     used over time and a Pareto plot.
 
-    Example: testbed sim compare --traces ../shared/traces --load 5.1 --policies fa2,rule_v2,ddpg
+    Example: testbed sim compare --traces ../shared/traces --table 5.1 --policies fa2,rule_v2,ddpg
     """
     import time as _time
 
@@ -667,7 +669,7 @@ def sim_compare(
         }
     for key in load:
         if key not in COMPARE_LOADS:
-            raise ConfigError([ConfigProblem("--load", None, "load",
+            raise ConfigError([ConfigProblem("--table", None, "table",
                                              f"unknown {key!r}; use 5.1, 5.2 or 5.3")])
     pipes = [_pipeline(pipeline, Pipeline)] if pipeline else []
     source = str(profiles) if profiles else "testbed/profiles/services.yaml"

@@ -35,3 +35,11 @@ def test_progress_is_turned_off_by_one_spelling_everywhere():
                  ["run", "x.yaml"], ["reproduce"]):
         for flag in ("--no-progress", "--quiet"):
             _parse([*argv, flag])
+
+
+def test_a_table_is_a_table_and_a_load_a_multiplier():
+    from tests.test_readme_commands import _parse
+
+    _parse(["sim", "compare", "--table", "5.1", "--table", "5.2"])
+    _parse(["sim", "compare", "--load", "5.1"])  # the older spelling
+    _parse(["sim", "eval", "--load", "2"])
