@@ -3,6 +3,8 @@ adjustment and Eq. 3.2's reward: the rules every policy and backend share."""
 
 from __future__ import annotations
 
+import itertools
+
 from testbed.profiles.paper import COOLDOWN_STEPS, REWARD_ALPHA, REWARD_BETA
 
 ACTIONS = (-2, -1, 0, 1, 2)  # index i of the Discrete(5) space means ACTIONS[i] replicas
@@ -31,9 +33,20 @@ def action_mask(instances: int, free_units: int, units_per_instance: int, cooldo
     )
 
 
+def _code(mask: Mask) -> float:
+    return (mask[0] << 4 | mask[1] << 3 | mask[2] << 2 | mask[3] << 1 | mask[4]) / 0b11111
+
+
+# every mask action_mask can build: the state builder looks its code up once per decision
+_CODES = {m: _code(m) for m in itertools.product((0, 1), repeat=5)}
+
+
 def mask_code(mask: Mask) -> float:
     """Eq. 3.1: the mask as a 5-bit number (action -2 in the high bit) divided by 0b11111."""
-    return (mask[0] << 4 | mask[1] << 3 | mask[2] << 2 | mask[3] << 1 | mask[4]) / 0b11111
+    try:
+        return _CODES[mask]
+    except (KeyError, TypeError):  # a list, an array or other values: not one of the tuples above
+        return _code(mask)
 
 
 def adjust_action(delta: int, mask: Mask) -> int:

@@ -15,6 +15,7 @@ from testbed.scaler.actions import Mask, mask_code
 METRICS = ("request_rate", "utilization", "action_mask", "slo_violation_rate", "instances", "unit_cost")
 N_METRICS = len(METRICS)
 OBSERVATION = "load-per-instance/reachable-instances/unit-cost/2"
+_RING_SPAN = 1024  # periods pushed before the ring copies its last rows back to the start
 MAX_LOAD = 2.0  # the request-rate metric covers offered loads up to twice what the instances serve
 
 
@@ -69,7 +70,10 @@ class StateBuilder:
         self.instance_rps = instance_rps
         self.max_rate = max_rate
         self.history = history
-        self._obs = np.zeros((N_METRICS, history), dtype=np.float32)  # metric-major, oldest first
+        # period-major ring: row p is one period; the observation is rows p-history+1..p,
+        # transposed. Rows run on past the history so that a push shifts nothing.
+        self._rows = np.zeros((history + _RING_SPAN, N_METRICS), dtype=np.float32)
+        self._at = history - 1
         self._empty = True
 
     @classmethod
@@ -100,13 +104,18 @@ class StateBuilder:
     def push(
         self, window: WindowMetrics, mask: Mask, instances: int, room: int, total_units: int = TOTAL_UNITS
     ) -> np.ndarray:
-        """Add one period and return the observation (float32, 30 values)."""
+        """Add one period and return the observation (float32, 30 values, a new array)."""
         row = self.row(window, mask, instances, room, total_units)
-        obs = self._obs
+        rows, h = self._rows, self.history
         if self._empty:
-            obs[:] = np.asarray(row, dtype=np.float32)[:, None]
+            rows[:h] = row
+            at = h - 1
             self._empty = False
         else:
-            obs[:, :-1] = obs[:, 1:]
-            obs[:, -1] = row
-        return obs.reshape(-1).copy()
+            at = self._at + 1
+            if at == len(rows):
+                rows[: h - 1] = rows[at - h + 1 :]
+                at = h - 1
+            rows[at] = row
+        self._at = at
+        return rows[at - h + 1 : at + 1].T.flatten()

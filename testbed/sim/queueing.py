@@ -73,7 +73,7 @@ def group_order(group: np.ndarray, groups: int) -> np.ndarray:
 def serve_fast(
     a: np.ndarray, s: np.ndarray, slot: np.ndarray, pending: list[list[float]], queue_limit: int
 ) -> np.ndarray:
-    """`serve_exact` for capacity 1, vectorised across instances (see module docstring)."""
+    """`serve_exact` for capacity 1, vectorised across instances (see module docstring); `a` sorted."""
     n = len(a)
     m = len(pending)
     if n == 0:
@@ -87,10 +87,10 @@ def serve_fast(
     starts = np.cumsum(counts) - counts
     a_o = a[order]
     s_o = s[order]
-    t0 = float(a_o.min())
+    t0 = float(a[0])  # arrivals are sorted
     c_incl = np.cumsum(s_o)
     c_prev = c_incl - s_o
-    base = np.concatenate(([0.0], c_incl))[starts]
+    base = np.where(starts > 0, c_incl[starts - 1], 0.0)  # the sum before each instance's first
     cp = c_prev - np.repeat(base, counts)  # within-instance service sum before request i
     x = (a_o - t0) - cp
     busy_until = np.array([p[-1] - t0 if p else -_SEGMENT_GAP / 4 for p in pending])
@@ -103,10 +103,11 @@ def serve_fast(
     # Drop check: request i of an instance is dropped when the (limit)-th previous request in that
     # instance's system (pending first, then this batch) has not finished by a_i.
     limit = 1 + queue_limit
-    lagged = np.full(n, -np.inf)
     pos = np.arange(n) - np.repeat(starts, counts)
-    deep = pos >= limit
-    lagged[deep] = f_o[np.flatnonzero(deep) - limit]
+    shifted = np.empty(n)
+    shifted[:limit] = -np.inf
+    shifted[limit:] = f_o[:-limit]
+    lagged = np.where(pos >= limit, shifted, -np.inf)
     for k in np.flatnonzero(nonempty).tolist():
         p = pending[k]
         lo, hi = max(0, limit - len(p)), min(int(counts[k]), limit)
@@ -115,7 +116,7 @@ def serve_fast(
             lagged[at + lo : at + hi] = p[len(p) + lo - limit : len(p) + hi - limit]
     dropped = lagged > a_o
     finish = np.empty(n)
-    with_drops = np.unique(seg[dropped]).tolist() if dropped.any() else []
+    with_drops = np.flatnonzero(np.bincount(seg[dropped], minlength=m)).tolist() if dropped.any() else []
     for k in with_drops:
         lo, hi = int(starts[k]), int(starts[k] + counts[k])
         f_o[lo:hi], pending[k] = _serve_one_with_drops(a_o[lo:hi], s_o[lo:hi], pending[k], limit)

@@ -10,6 +10,7 @@ next chunk starts small again; chunk length doubles while the policy keeps the c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -111,6 +112,43 @@ def rate_limit_admit(
     return ok
 
 
+def round_robin_admit(
+    a: np.ndarray,
+    targets: list[int],
+    rr: int,
+    limit: int,
+    window: float,
+    last: dict[int, tuple[int, int]],
+) -> np.ndarray:
+    """`rate_limit_admit` (no cost) for arrivals dealt round-robin, arrival j (sorted) to instance
+    targets[(rr + j) % m], without its sort: laid out m to a row, each column holds one instance's
+    arrivals in order, so a running max down the columns finds where each (instance, window) run
+    starts. `last` (instance -> (window, admitted in it)) carries counts from call to call; it
+    keeps only each instance's latest window, the only one a later (sorted) arrival can fall in."""
+    n, m = len(a), len(targets)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    rows = -(-n // m)
+    grid = np.full(rows * m, -1, dtype=np.int64)  # -1 pads the last row: a window of no arrival
+    grid[:n] = np.floor(a / window + _EPS).astype(np.int64)
+    b = grid.reshape(rows, m)
+    row = np.arange(rows)[:, None]
+    new = np.ones((rows, m), dtype=bool)
+    new[1:] = b[1:] != b[:-1]
+    start = np.maximum.accumulate(np.where(new, row, 0), axis=0)  # row where each run starts
+    owner = [targets[(rr + c) % m] for c in range(m)]
+    prior = np.zeros(m, dtype=np.int64)  # admitted earlier in each column's first window
+    for c, k in enumerate(owner):
+        if k in last and last[k][0] == b[0, c]:
+            prior[c] = last[k][1]
+    ok = (row - start + np.where(start == 0, prior, 0) < limit).reshape(-1)[:n]
+    for c in range(min(m, n)):
+        r = (n - 1 - c) // m  # the column's last arrival
+        run = r - int(start[r, c]) + 1
+        last[owner[c]] = (int(b[r, c]), min(limit, run + (int(prior[c]) if start[r, c] == 0 else 0)))
+    return ok
+
+
 @dataclass
 class SimInstance:
     """One replica: ready from `ready_at`, gone from `removed_at` (set on scale-down)."""
@@ -124,9 +162,9 @@ class SimInstance:
         return self.removed_at is not None
 
 
-@dataclass(frozen=True)
-class StepOutcome:
-    """What the service did in one window, plus the sums the evaluator aggregates exactly."""
+class StepOutcome(NamedTuple):
+    """What the service did in one window, plus the sums the evaluator aggregates exactly (a
+    named tuple: one is built per service and step, at a third of a frozen dataclass's cost)."""
 
     window: WindowMetrics
     served: int  # requests counted as served in the window (see SimService's slo_counting)
@@ -326,23 +364,23 @@ class SimService:
         bounds = [t0, *changes, t_end]
         cuts = np.searchsorted(a, bounds, side="left") if changes else (0, n)
         subs = []
-        # (instance << 40 | rate-limit window) -> admitted so far, sorted by key
-        tokens_used = [np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)]
+        tokens: dict[int, tuple[int, int]] = {}  # instance -> (latest rate-limit window, admitted)
         for b in range(len(bounds) - 1):
             j0, j1 = int(cuts[b]), int(cuts[b + 1])
             targets = [k for k in active if self.instances[k].ready_at <= bounds[b]]
             subs.append((bounds[b], j0, self._rr, len(targets)))
             if j1 == j0 or not targets:
                 continue  # no ready instance: these requests are dropped
-            m = len(targets)
-            slot = (self._rr + np.arange(j1 - j0)) % m
-            self._rr = (self._rr + j1 - j0) % m
+            m, rr = len(targets), self._rr
+            slot = (rr + np.arange(j1 - j0)) % m
+            self._rr = (rr + j1 - j0) % m
             pend = [self.instances[k].pending for k in targets]
             who = np.asarray(targets)[slot]
             if self.profile.rate_limit is None:
                 adm = slice(None)
             else:
-                adm = self._admitted(a[j0:j1], who, tokens_used)
+                limit, window = self.profile.rate_limit
+                adm = round_robin_admit(a[j0:j1], targets, rr, limit, window, tokens)
             if self._exact:
                 f = serve_exact(
                     a[j0:j1][adm],
@@ -365,11 +403,6 @@ class SimService:
         outcomes = self._outcomes(t0, step, steps, a, finish, owner, start_pending)
         return _Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes, done_in)
 
-    def _admitted(self, a: np.ndarray, who: np.ndarray, used: list[np.ndarray]) -> np.ndarray:
-        """`rate_limit_admit` with the profile's limit."""
-        limit, window = self.profile.rate_limit  # type: ignore[misc]
-        return rate_limit_admit(a, who, limit, window, used)
-
     def _outcomes(
         self,
         t0: float,
@@ -382,22 +415,23 @@ class SimService:
     ) -> _Outcomes:
         window = np.minimum(window_of(a, t0, step), steps - 1)
         ok = ~np.isnan(finish)
+        a_ok, f_ok = a[ok], finish[ok]
         slo = self.profile.slo_ms / 1000.0 + 1e-6
         arrivals = np.bincount(window, minlength=steps)
         dropped = np.bincount(window[~ok], minlength=steps)
         if self.slo_counting == "completion":
-            f_all = np.concatenate((self._done[0], finish[ok]))
-            lat_all = np.concatenate((self._done[1], finish[ok] - a[ok]))
+            f_all = np.concatenate((self._done[0], f_ok))
+            lat_all = np.concatenate((self._done[1], f_ok - a_ok))
             w_done = window_of(f_all, t0, step)
             now = w_done < steps
             self._done = (f_all[~now], lat_all[~now])
             w_ok, latency = w_done[now], lat_all[now]
         else:
-            w_ok, latency = window[ok], finish[ok] - a[ok]
+            w_ok, latency = window[ok], f_ok - a_ok
         served = np.bincount(w_ok, minlength=steps)
         slow = np.bincount(w_ok[latency > slo], minlength=steps)
         proc_sum = np.bincount(w_ok, weights=latency, minlength=steps)
-        util = self._utilization(t0, step, steps, a, finish, owner, start_pending)
+        util = self._utilization(t0, step, steps, a_ok, f_ok, owner[ok], start_pending)
         ends = t0 + step * np.arange(1, steps + 1)
         ready = np.zeros(steps, dtype=np.int64)
         for inst in self.instances:
@@ -420,9 +454,9 @@ class SimService:
         t0: float,
         step: float,
         steps: int,
-        a: np.ndarray,
-        finish: np.ndarray,
-        owner: np.ndarray,
+        a_ok: np.ndarray,
+        f_ok: np.ndarray,
+        mine: np.ndarray,
         start_pending: list[list[float]],
     ) -> np.ndarray:
         """Per window: mean over per-second samples of the service's instance utilization, sum of
@@ -441,39 +475,43 @@ class SimService:
         it, only ready instances count and draining ones count until they are gone."""
         per_window = round(step)
         n_samples = steps * per_window
-        samples = t0 + self.util_sample_phase + np.arange(n_samples, dtype=np.float64) - 1e-6
         cap = self.profile.capacity
         m = len(self.instances)
         # In flight at sample j: arrived at or before it and not finished by it. A time x counts
         # from the first sample at or after it, index ceil(x - first sample); times are whole
         # milliseconds, 1e-6 s off any sample, so the ceiling never sits on a rounding edge.
         # One bincount per kind over (instance, sample) then a running sum replaces a search
-        # per instance.
+        # per instance. `a_ok`, `f_ok`, `mine`: arrival, finish and instance of the served requests.
         origin = t0 + self.util_sample_phase - 1e-6
-        ok = ~np.isnan(finish)
-        mine = owner[ok]
-        enter = np.ceil(a[ok] - origin).astype(np.int64)
-        leave = np.minimum(np.ceil(finish[ok] - origin).astype(np.int64), n_samples)
+        enter = np.ceil(a_ok - origin).astype(np.int64)
+        leave = np.minimum(np.ceil(f_ok - origin).astype(np.int64), n_samples)
         width = n_samples + 1
-        delta = np.bincount(mine * width + enter, minlength=m * width)
-        delta -= np.bincount(mine * width + leave, minlength=m * width)
+        row = mine * width
+        delta = np.bincount(row + enter, minlength=m * width)
+        delta -= np.bincount(row + leave, minlength=m * width)
         held = [len(p) for p in start_pending]
         if any(held):
             ends = np.concatenate([np.asarray(p, dtype=np.float64) for p in start_pending])
             who = np.repeat(np.arange(m), held)
-            gone = np.clip(np.ceil(ends - origin).astype(np.int64), 0, n_samples)
+            gone = np.minimum(np.maximum(np.ceil(ends - origin).astype(np.int64), 0), n_samples)
             np.add.at(delta, who * width, 1)  # in flight from the first sample
             np.add.at(delta, who * width + gone, -1)
         in_flight = np.cumsum(delta.reshape(m, width)[:, :n_samples], axis=1)
-        if self.util_counts_starting:
-            alive = np.array([not inst.draining for inst in self.instances])[:, None]
-            alive = np.broadcast_to(alive, (m, n_samples))
-        else:
-            ready_at = np.array([inst.ready_at for inst in self.instances])[:, None]
-            removed = np.array([np.inf if inst.removed_at is None else inst.removed_at
-                                for inst in self.instances])[:, None]
-            alive = (samples + 2e-6 >= ready_at) & (samples < removed)
         busy = np.minimum(in_flight, cap) / cap if cap != 1 else np.minimum(in_flight, 1)
+        if self.util_counts_starting:
+            # the same instances count at every sample: sum their rows, divide by their number
+            # (leaving out rows of zeros changes no bit of the running sum over instances)
+            alive = [k for k, inst in enumerate(self.instances) if not inst.draining]
+            if not alive:
+                return np.zeros(steps)
+            total = busy.sum(axis=0) if len(alive) == m else busy[alive].sum(axis=0)
+            frac = (total / len(alive)).reshape(steps, per_window)
+            return frac.sum(axis=1) / per_window
+        samples = t0 + self.util_sample_phase + np.arange(n_samples, dtype=np.float64) - 1e-6
+        ready_at = np.array([inst.ready_at for inst in self.instances])[:, None]
+        removed = np.array([np.inf if inst.removed_at is None else inst.removed_at
+                            for inst in self.instances])[:, None]
+        alive = (samples + 2e-6 >= ready_at) & (samples < removed)
         total = np.where(alive, busy, 0.0).sum(axis=0)
         present = alive.sum(axis=0)
         total = total.reshape(steps, per_window)

@@ -9,7 +9,7 @@ from testbed.load.trace import Trace, arrival_times
 from testbed.profiles import ServiceProfile, default_profiles
 from testbed.sim.cluster import SimCluster, SimOptions
 from testbed.sim.queueing import serve_exact, serve_fast
-from testbed.sim.service import SimService
+from testbed.sim.service import SimService, rate_limit_admit, round_robin_admit
 
 PROFILES = default_profiles()
 
@@ -256,3 +256,23 @@ def test_utilization_matches_its_definition_sample_by_sample(counts_starting, ph
                                   chunk.start_pending)
     assert got == pytest.approx(want)
     assert min(got) > 0.0 and max(got) <= 1.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_round_robin_admission_equals_the_general_rate_limit(seed):
+    """The sort-free admission the service uses for its round-robin dealing admits exactly what
+    `rate_limit_admit` does, call after call, as the instance set and the pointer change."""
+    rng = np.random.default_rng(seed)
+    a = np.sort(rng.integers(0, 60_000, 900)) / 1000.0  # whole ms, dense enough to hit the limit
+    cuts = np.sort(rng.choice(np.arange(1, len(a)), 3, replace=False))
+    used = [np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)]
+    last: dict[int, tuple[int, int]] = {}
+    rr, admitted, limit, window = 0, 0, int(rng.integers(1, 8)), float(rng.choice([1.0, 2.0]))
+    for part, m in zip(np.split(a, cuts), (1, 2, 5, 3), strict=True):
+        targets = sorted(rng.choice(8, m, replace=False).tolist())
+        who = np.asarray(targets)[(rr + np.arange(len(part))) % m]
+        want = rate_limit_admit(part, who, limit, window, used)
+        got = round_robin_admit(part, targets, rr, limit, window, last)
+        assert got.tolist() == want.tolist()
+        rr, admitted = (rr + len(part)) % m, admitted + int(got.sum())
+    assert 0 < admitted < len(a)  # the limit did bind, and not on everything
