@@ -248,6 +248,8 @@ def sim_tables(
     Example: testbed sim tables --traces ../shared/traces --table 5.3 --json
     """
     # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
+    # the verdicts: the same judge as `testbed reproduce`
+    from testbed.reproduce.tables import judge_sim_cell, judge_sim_table
     from testbed.scaler.policies import RuleV2
     from testbed.train.evaluate import evaluate
     from testbed.train.oracle import shared_pool_oracles
@@ -264,8 +266,10 @@ def sim_tables(
     runs: dict[str, dict] = {"rule_v2": {s: RuleV2.for_service(s) for s in services}}
     if drl:
         runs = {"drl": _drl_policies(models, services), **runs}
+    verdicts: list[tuple[str, str, list[str]]] = []
     for key in table:
         spec = paper.PAPER_TABLES[key]
+        judged = []
         bounds = {}
         if with_oracle:
             with console.status(f"{spec.name}: oracle bound"):
@@ -276,10 +280,12 @@ def sim_tables(
             title=f"{spec.name}: {spec.total_units} units, ratios "
             + ", ".join(f"{s} {r:g}" for s, r in spec.ratios.items())
         )
-        for col in ("service", "policy", "metric", "ours", "paper", "diff", "gap to oracle"):
+        columns = ["service", "policy", "metric", "ours", "paper", "diff"]
+        columns += ["gap to oracle"] if bounds else []
+        for col in [*columns, "verdict"]:
             out.add_column(col, justify="right")
         for s, b in bounds.items():
-            out.add_row(s, "oracle", "reward", f"{b.reward:.4f}", "-", "-", "-")
+            out.add_row(s, "oracle", "reward", f"{b.reward:.4f}", "-", "-", "-", "")
         for name, policies in runs.items():
             with console.status(f"{spec.name}: {name}"):
                 ours = evaluate(
@@ -301,12 +307,30 @@ def sim_tables(
                         row["oracle_reward"] = bounds[s].reward
                     typer.echo(json.dumps(row))
                     continue
+                # the judge `testbed reproduce` applies to the same cell (docs/tolerances.md)
+                cell = judge_sim_cell(key, "ppo" if name == "drl" else name, s, {
+                    "slo_violation_rate": ours[s].slo_violation_rate,
+                    "instances": ours[s].instances, "proc_time_s": ours[s].proc_time,
+                    "reward": ours[s].reward})
+                judged.append(cell)
                 for metric, mine, ref in cells:
                     diff = f"{(mine - ref) / abs(ref):+.1%}" if ref else "-"
-                    gap = f"{mine - bounds[s].reward:+.4f}" if metric == "reward" and bounds else ""
-                    out.add_row(s, name, metric, f"{mine:.4f}", f"{ref:.4f}", diff, gap)
+                    gap = ([f"{mine - bounds[s].reward:+.4f}" if metric == "reward" else ""]
+                           if bounds else [])
+                    verdict = ("" if metric != "reward" else
+                               "[green]PASS[/]" if cell.passed else f"[red]FAIL[/] {cell.why}")
+                    out.add_row(s, name, metric, f"{mine:.4f}", f"{ref:.4f}", diff, *gap, verdict)
         if not as_json:
             console.print(out)
+            result = judge_sim_table(key, judged, {s: b.reward for s, b in bounds.items()})
+            failed = [c.text for c in result.checks if not c.passed and not c.decided_by]
+            verdicts.append((spec.name, result.verdict, failed))
+            console.print(f"{spec.name}: {result.verdict}" + (
+                f" ({'; '.join(failed)})" if failed else "") + (
+                "" if bounds else " (without the oracle bound: --oracle adds its checks)"),
+                highlight=False, markup=False)
+    if verdicts and any(v == "FAIL" for _, v, _ in verdicts):
+        raise typer.Exit(1)
 
 
 @app.command("train")
