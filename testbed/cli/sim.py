@@ -750,9 +750,11 @@ def sim_compare(
                  + "; a later stage takes no arrivals from its own trace.")
     write_compare_report(rows, out, note)
     if not as_json:
-        console.print(markdown_table(rows))
+        from rich.markdown import Markdown  # the report's tables, drawn for the terminal
+
+        console.print(Markdown(markdown_table(rows)))
         if pipes:
-            console.print(chain_table(rows))
+            console.print(Markdown(chain_table(rows)))
         console.print(f"{len(rows)} runs in {elapsed:.0f} s; report in {out}/compare.md")
 
 
