@@ -11,6 +11,7 @@ Deployments, Prometheus and UE hosts (`testbed.scenario.lab`).
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 from rich.console import Console
 
 from testbed.cluster.base import ClusterBackend
-from testbed.errors import TestbedError
+from testbed.errors import MissingRequirement, TestbedError
 from testbed.load.traffic import ClientJob, IperfJob
 from testbed.scenario.backends import CellBackends, LocalProfile, Profile
 from testbed.scenario.expect import Outcome, evaluate_all
@@ -60,6 +61,20 @@ class RunResult:
     def passed(self) -> bool:
         # a check the data cannot decide at this size does not fail a run; one without data does
         return not self.interrupted and not any(o.fails_run for o in self.outcomes)
+
+
+MIN_FREE_MB = 200  # request records, samples and plots of a CI-size run take a few MB; a day, ~100
+
+
+def require_free_space(folder: Path, need_mb: int = MIN_FREE_MB) -> None:
+    """Enough room where the run directory goes, checked before the first second of work."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free_mb = shutil.disk_usage(probe).free // 2**20
+    if free_mb < need_mb:
+        raise MissingRequirement(f"{folder}: {free_mb} MB free, a run needs at least {need_mb} MB "
+                                 "(free some space or pass --out elsewhere)")
 
 
 def effective(loaded: LoadedScenario, options: RunOptions) -> Scenario:
@@ -102,6 +117,11 @@ class ScenarioRun:
                 from testbed.metrics.server import find_prometheus
 
                 find_prometheus()  # before the run directory and the first testbed
+            flows = any(x.flows for c in self.cells for x in c.scenario.cross_traffic)
+            if flows and shutil.which("iperf3") is None:
+                raise MissingRequirement("the scenario's cross_traffic needs iperf3 on PATH "
+                                         "(apt-get install iperf3; scripts/setup does)")
+        require_free_space(self.options.out_root)
         self.console = self.options.console or Console(stderr=True)
         self.run_dir = self.options.run_dir or new_run_dir(self.options.out_root, self.scenario.name)
         o = self.options
