@@ -410,11 +410,19 @@ def train_cmd(
         help="ppo: share of training episodes whose clients and balancer run as on the local "
         "testbed (testbed.sim.cluster.TESTBED_OPTIONS), e.g. 0.5; validation then adds that setup.",
     ),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="ppo, with --checkpoints DIR: go on from the newest DIR/SERVICE-STEPS.zip of an "
+        "interrupted run (its steps and validations) up to --steps, with the same options.",
+    ),
 ) -> None:
     """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
     service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
     DDPG-MPS slides; inss: InSS's TD3 local stage). ddpg/inss take minutes here and write an entry
-    in models/manifest.json.
+    in models/manifest.json. ppo shows the training episodes' and validation rewards as it goes
+    (sums over an episode's periods, and per period: the tables' scale) and writes the learning
+    curve beside the model (OUT.curve.json, OUT.curve.png).
 
     Example: testbed train chatbot --traces ../shared/traces --steps 300000
     Example: testbed train --policy ddpg --traces ../shared/traces --steps 12000
@@ -433,7 +441,8 @@ def train_cmd(
         raise ConfigError(
             [ConfigProblem("--policy", None, "policy", f"unknown policy {policy!r}; use ppo, ddpg or inss")]
         )
-    from testbed.train.ppo import train  # numpy and the trainer: only once the arguments are checked
+    # numpy and the trainer: only once the arguments are checked
+    from testbed.train.ppo import curve_paths, train
 
     if service is None:
         raise ConfigError([ConfigProblem("SERVICE", None, "service", "ppo trains one service: name it")])
@@ -475,7 +484,9 @@ def train_cmd(
             steps=steps,
             seed=seed,
             tensorboard=tensorboard,
-            progress=lambda n, best: bar.update(task, completed=n),
+            progress=lambda st: bar.update(
+                task, completed=st.steps, description=f"training {svc} {st.line()}".rstrip()
+            ),
             command=f"testbed train {svc} --traces TRACES --steps {steps} --seed {seed}"
             + (f" --stop-at {stop_at}" if stop_at is not None else "")
             + f" --scales {','.join(map(str, sizes)) if sizes else 'none'}"
@@ -502,9 +513,14 @@ def train_cmd(
             release_below=release_below,
             hold_largest=hold_largest,
             like_testbed=like_testbed,
+            resume=resume,
         )
+    curve_json, curve_png = curve_paths(out)
+    periods = json.loads(curve_json.read_text())["validation_periods"]
     console.print(
-        f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps}; wrote {out}"
+        f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps} "
+        f"({meta.best_validation_reward / periods:.4f} per period over {periods}, the tables' scale); "
+        f"wrote {out}, learning curve {curve_png} and {curve_json.name}"
     )
 
 

@@ -4,9 +4,10 @@ model written as sb3's zip plus the `testbed.json` member that testbed.scaler.pp
 from __future__ import annotations
 
 import json
+import shutil
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,14 @@ from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.load.trace import Trace
 from testbed.profiles import paper
 from testbed.scaler.policies import Policy
-from testbed.scaler.ppo import META_MEMBER, MaskablePpoPolicy, ModelMeta, git_commit, require_drl
+from testbed.scaler.ppo import (
+    META_MEMBER,
+    MaskablePpoPolicy,
+    ModelMeta,
+    git_commit,
+    read_meta,
+    require_drl,
+)
 from testbed.scaler.state import OBSERVATION
 from testbed.train.command import rerunnable_command
 from testbed.train.env import ScalingEnv
@@ -87,6 +95,114 @@ def _episodes_reward(
     return float(np.mean(totals))
 
 
+REWARD_SCALE = (
+    "an episode's reward is the sum of Eq. 3.2 over its periods (a validation: the mean of such "
+    "sums over its episodes); divided by the periods of the episode it is the tables' per-period mean"
+)
+
+
+@dataclass
+class TrainingStatus:
+    """Where a training run stands, for its progress line."""
+
+    steps: int
+    episode_reward: float | None  # mean of the last finished training episodes (sums over periods)
+    episode_periods: float | None  # their mean length
+    last_validation: float | None
+    best_validation: float | None
+    validation_periods: int  # periods in one validation episode
+
+    def line(self) -> str:
+        """E.g. 'episode -31.2 (-1.04/period) | validation -254.5, best -250.1 (-0.088/period)'."""
+        parts = []
+        if self.episode_reward is not None and self.episode_periods:
+            per = self.episode_reward / self.episode_periods
+            parts.append(f"episode {self.episode_reward:.1f} ({per:.3f}/period)")
+        if self.last_validation is not None and self.best_validation is not None:
+            per = self.best_validation / self.validation_periods
+            parts.append(
+                f"validation {self.last_validation:.1f}, best {self.best_validation:.1f} "
+                f"({per:.3f}/period over {self.validation_periods})"
+            )
+        return " | ".join(parts)
+
+
+def episode_periods(service: str, trace: Trace, ratio: float, total_units: int) -> int:
+    """The periods (agent steps) of one episode replaying `trace`: what a validation reward, a
+    sum over an episode's periods, is divided by to read as the tables' per-period mean."""
+    env = ScalingEnv(service, [trace], ratio, total_units=total_units, randomize_free_units=False)
+    env.reset(seed=0)
+    periods, done = 0, False
+    while not done:
+        mask = env.action_masks()
+        _, _, term, trunc, _ = env.step(2 if mask[2] else int(np.argmax(mask)))  # hold if allowed
+        periods, done = periods + 1, term or trunc
+    return periods
+
+
+def latest_checkpoint(folder: str | Path, service: str) -> Path:
+    """The newest checkpoint of `service` in `folder` (SERVICE-STEPS.zip, the most steps)."""
+    found = []
+    for p in Path(folder).glob(f"{service}-*.zip"):
+        step = p.stem.removeprefix(f"{service}-")
+        if step.isdigit():
+            found.append((int(step), p))
+    if not found:
+        why = f"no checkpoint {service}-STEPS.zip to resume from (train with --checkpoints first)"
+        raise ConfigError([ConfigProblem(str(folder), None, "resume", why)])
+    return max(found)[1]
+
+
+def curve_paths(out: str | Path) -> tuple[Path, Path]:
+    """Where the learning curve of model file `out` goes: OUT.curve.json and OUT.curve.png."""
+    out = Path(out)
+    return out.with_suffix(".curve.json"), out.with_suffix(".curve.png")
+
+
+def write_curve(
+    out: str | Path, meta: ModelMeta, episodes: Sequence[tuple[int, float, int]], validation_periods: int,
+    plot: bool = True,
+) -> None:
+    """Write the learning curve beside model file `out`: the training episodes (step at its end,
+    reward, periods) and the validations of `meta`, as JSON and (with `plot`) a PNG on the
+    tables' per-period scale."""
+    json_path, png_path = curve_paths(out)
+    doc = {
+        "service": meta.service,
+        "reward_scale": REWARD_SCALE,
+        "validation_periods": validation_periods,
+        "training": [
+            {"step": n, "reward": r, "periods": length, "per_period": r / length}
+            for n, r, length in episodes
+        ],
+        "validation": [
+            {"step": n, "reward": r, "per_period": r / validation_periods} for n, r in meta.validations
+        ],
+        "best": {"step": meta.steps, "reward": meta.best_validation_reward},
+    }
+    json_path.write_text(json.dumps(doc, indent=1) + "\n")
+    if not plot:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if episodes:
+        ax.plot([e["step"] for e in doc["training"]], [e["per_period"] for e in doc["training"]],
+                ".", ms=3, alpha=0.4, label="training episodes")
+    ax.plot([v["step"] for v in doc["validation"]], [v["per_period"] for v in doc["validation"]],
+            "o-", label=f"validation (sum / {validation_periods} periods)")
+    ax.set_xlabel("training steps")
+    ax.set_ylabel("reward per period (Eq. 3.2, the tables' scale)")
+    ax.set_title(f"{meta.service}: learning curve (best at step {meta.steps})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)
+
+
 def train(
     service: str,
     train_traces: Sequence[Trace],
@@ -104,7 +220,7 @@ def train(
     tensorboard: str | None = None,
     learning_rate: float = paper.LEARNING_RATE,
     ppo_params: dict | None = None,
-    progress: Callable[[int, float | None], None] | None = None,
+    progress: Callable[[TrainingStatus], None] | None = None,
     command: str | None = None,
     stop_at: int | None = None,
     scales: Sequence[int] | None = None,
@@ -118,6 +234,7 @@ def train(
     release_below: float | None = None,
     hold_largest: bool = False,
     like_testbed: float = 0.0,
+    resume: bool = False,
 ) -> ModelMeta:
     """Train Maskable PPO as in Section 4.4.3 and write the best validated model to `out`.
 
@@ -146,7 +263,11 @@ def train(
     decisions at the others; the copy is validated at every size and saved, PPO goes on from the
     unfitted model. (Updates learnt at 8 units otherwise move the 128-unit behaviour too.)
     `like_testbed`: the share of training episodes run with the local testbed's clients and
-    balancer (ScalingEnv); validation then adds that setup at `total_units`, load 1."""
+    balancer (ScalingEnv); validation then adds that setup at `total_units`, load 1.
+    `resume` (needs `checkpoints`): go on from the newest checkpoint there (its weights, step
+    count and validations; `init_from` and `release_below` were applied before it) up to `steps`.
+    `progress` is called every 256 steps with a TrainingStatus. Beside `out` goes its learning
+    curve (curve_paths: training episodes and validations, JSON and PNG)."""
     require_drl()
     import torch
     from sb3_contrib import MaskablePPO
@@ -168,6 +289,17 @@ def train(
     if not 0 <= like_testbed <= 1:
         why = f"{like_testbed:g}: a share of episodes, between 0 and 1"
         raise ConfigError([ConfigProblem("--like-testbed", None, "like_testbed", why)])
+    if resume and checkpoints is None:
+        why = "resuming continues from the checkpoints of a run: add --checkpoints DIR"
+        raise ConfigError([ConfigProblem("--resume", None, "resume", why)])
+    if resume and hold_largest:
+        why = "a --hold-largest checkpoint is the fitted copy, not the model PPO goes on from"
+        raise ConfigError([ConfigProblem("--resume", None, "resume", why)])
+    resume_from = latest_checkpoint(checkpoints, service) if resume else None
+    resumed = read_meta(resume_from) if resume_from else None
+    if resumed is not None and resumed.steps >= steps:
+        why = f"{resume_from} is at step {resumed.steps}: nothing left of --steps {steps}"
+        raise ConfigError([ConfigProblem("--resume", None, "resume", why)])
     train_scales = [u for u in scales if u != max(scales)] if hold_largest else scales
     ratio = paper.DEFAULT_RATIOS[service] if ratio is None else ratio
     partner_policies = load_partners(partners, service)
@@ -195,7 +327,9 @@ def train(
         )
 
     model = new_model()
-    if init_from:
+    if resume_from is not None:
+        model = MaskablePPO.load(str(resume_from), env=env, device="cpu", tensorboard_log=tensorboard)
+    elif init_from:
         old = MaskablePPO.load(str(init_from), device="cpu").policy.state_dict()
         new = model.policy.state_dict()
         for k, v in old.items():
@@ -216,7 +350,7 @@ def train(
                 )
         model.policy.load_state_dict(new)
     distilled = None
-    if release_below is not None:
+    if release_below is not None and resumed is None:
         from testbed.train.distill import distill_release
 
         teach_env = ScalingEnv(
@@ -278,7 +412,29 @@ def train(
             pool_reward or validate_pool, partner_policies, like_testbed > 0,
         )
 
-    if init_from:  # the starting model is the one to beat
+    val_periods = episode_periods(service, val_traces[0], ratio, total_units)
+    episodes: list[tuple[int, float, int]] = []  # training episodes: step at the end, reward, periods
+    stale = 0
+    if resumed is not None:  # the run so far: its validations, its best model, its curve
+        meta.validations = [(int(n), float(r)) for n, r in resumed.validations]  # JSON: lists
+        meta.distilled = resumed.distilled
+        meta.steps, meta.best_validation_reward = max(meta.validations, key=lambda v: v[1])
+        stale = len(meta.validations) - 1 - meta.validations.index((meta.steps, meta.best_validation_reward))
+        best_file = checkpoints / f"{service}-{meta.steps}.zip"
+        if best_file.exists():
+            shutil.copyfile(best_file, out)
+            write_meta(out, meta)
+        elif not out.exists():
+            why = f"the best model so far (step {meta.steps}) is neither {out} nor {best_file}"
+            raise ConfigError([ConfigProblem("--resume", None, "resume", why)])
+        curve_json = curve_paths(out)[0]
+        if curve_json.exists():
+            episodes = [
+                (e["step"], e["reward"], e["periods"])
+                for e in json.loads(curve_json.read_text())["training"]
+                if e["step"] <= resumed.steps
+            ]
+    elif init_from:  # the starting model is the one to beat
         meta.best_validation_reward = validate(model)
         meta.validations.append((0, meta.best_validation_reward))
         _save(model, out, meta)
@@ -293,12 +449,25 @@ def train(
     class Validate(BaseCallback):
         def __init__(self):
             super().__init__()
-            self.stale = 0
+            self.stale = stale
 
         def _on_step(self) -> bool:
             n = self.num_timesteps
+            for info in self.locals.get("infos", ()):  # sb3's Monitor: an episode just ended
+                if "episode" in info:
+                    episodes.append((n, float(info["episode"]["r"]), int(info["episode"]["l"])))
             if progress is not None and n % 256 == 0:
-                progress(n, meta.best_validation_reward)
+                recent = episodes[-10:]
+                progress(
+                    TrainingStatus(
+                        n,
+                        float(np.mean([r for _, r, _ in recent])) if recent else None,
+                        float(np.mean([length for _, _, length in recent])) if recent else None,
+                        meta.validations[-1][1] if meta.validations else None,
+                        meta.best_validation_reward,
+                        val_periods,
+                    )
+                )
             if n % validate_every:
                 return True
             candidate, stats = checkpoint(self.model)
@@ -316,11 +485,17 @@ def train(
                 _save(candidate, out, meta)
             else:
                 self.stale += 1
+            write_curve(out, meta, episodes, val_periods, plot=False)  # kept if the run is cut off
             if stop_at is not None and n >= stop_at:
                 return False
             return not (len(meta.validations) >= min_validations and self.stale >= patience)
 
-    model.learn(total_timesteps=steps, callback=Validate(), progress_bar=False)
+    model.learn(
+        total_timesteps=steps - (resumed.steps if resumed else 0),
+        callback=Validate(),
+        progress_bar=False,
+        reset_num_timesteps=resumed is None,  # resumed: the step count and the decay go on
+    )
     if meta.best_validation_reward is None:  # budget shorter than one validation period
         candidate, meta.held = checkpoint(model)
         meta.best_validation_reward = validate(candidate)
@@ -329,6 +504,7 @@ def train(
         _save(candidate, out, meta)
     else:
         write_meta(out, meta)  # every validation, also those after the best
+    write_curve(out, meta, episodes, val_periods)
     return meta
 
 

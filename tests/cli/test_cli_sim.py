@@ -262,3 +262,46 @@ def test_sim_tables_prints_the_reproduce_verdict_per_cell_and_table(tmp_path, ca
                  "--no-drl"]) == 1
     out = capsys.readouterr().out
     assert "Table 5.1: FAIL" in out and "reward" in out and "from the paper (tolerance" in out
+
+
+def _episode_traces(tmp_path):
+    """Training and validation days of 15 minutes: 29 periods an episode."""
+    root = tmp_path / "traces"
+    for sub, day in (("train", "day1.txt"), ("val", "day6.txt")):
+        (root / sub).mkdir(parents=True)
+        (root / sub / day).write_text("1 5\n" * 900)
+    return root
+
+
+def test_train_writes_the_learning_curve_beside_the_model(tmp_path, capsys):
+    """A tiny training run (one rollout of 2048 steps): the curve's JSON holds the validation the
+    model's meta records and the training episodes, the PNG exists, and the last line gives the
+    best validation on both scales."""
+    pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
+    from testbed.scaler.ppo import read_meta
+
+    traces = _episode_traces(tmp_path)
+    out = tmp_path / "m.zip"
+    rc = main(["train", "chatbot", "--traces", str(traces), "--steps", "256", "--scales", "none",
+               "--out", str(out)])
+    assert rc == 0
+    meta = read_meta(out)
+    curve = json.loads((tmp_path / "m.curve.json").read_text())
+    assert [(v["step"], v["reward"]) for v in curve["validation"]] == [tuple(v) for v in meta.validations]
+    assert curve["validation_periods"] == 29 and len(curve["training"]) == 2048 // 29
+    assert (tmp_path / "m.curve.png").stat().st_size > 1000
+    said = capsys.readouterr().out
+    per_period = meta.best_validation_reward / 29
+    assert f"{per_period:.4f} per period over 29" in said and "m.curve.png" in said
+
+
+def test_train_resume_without_checkpoints_is_one_line(tmp_path, capsys):
+    pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
+    traces = _episode_traces(tmp_path)
+    out = tmp_path / "m.zip"
+    rc = main(["train", "chatbot", "--traces", str(traces), "--resume", "--checkpoints",
+               str(tmp_path / "ck"), "--out", str(out)])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert "no checkpoint chatbot-STEPS.zip" in line and str(tmp_path / "ck") in line
+    assert not out.exists()
