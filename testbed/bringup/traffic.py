@@ -2,7 +2,8 @@
 
 Clients run as `testbed load` processes inside their UE group's namespace (`ip netns exec`) and
 stream records straight into the cell directory, so Ctrl-C keeps them; iperf3 pairs run between
-a UE of the slice and the data network.
+a UE of the slice and the data network. `stop()` is safe to call twice, and leaving an
+`async with LocalTraffic(...)` block calls it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from testbed.errors import TestbedError
@@ -64,6 +66,13 @@ class LocalTraffic:
     def clients_running(self) -> bool:
         return any(p.returncode is None for _, p in self._procs)
 
+    async def __aenter__(self) -> LocalTraffic:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.stop()
+
     async def stop(self) -> list[str]:
         problems = await self._stop_clients()
         problems += await asyncio.to_thread(self._finish_iperf)
@@ -71,11 +80,12 @@ class LocalTraffic:
 
     async def _stop_clients(self) -> list[str]:
         problems = []
-        for _, p in self._procs:
+        procs, self._procs = self._procs, []
+        for _, p in procs:
             if p.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     p.send_signal(signal.SIGINT)  # clients flush their records on SIGINT
-        for job, p in self._procs:
+        for job, p in procs:
             try:
                 rc = await asyncio.wait_for(p.wait(), 10)
             except (TimeoutError, asyncio.TimeoutError):
@@ -84,12 +94,12 @@ class LocalTraffic:
             if rc not in (0, -signal.SIGINT, 130):
                 problems.append(f"client {job.index} exited with {rc} "
                                 f"(see logs/client-{job.index}.log)")
-        self._procs = []
         return problems
 
     def _finish_iperf(self) -> list[str]:
         problems = []
-        for job, session in self._sessions:
+        sessions, self._sessions = self._sessions, []
+        for job, session in sessions:
             try:
                 result = session.wait(timeout=30)
             except TestbedError as exc:
@@ -98,5 +108,4 @@ class LocalTraffic:
             finally:
                 session.stop()
             job.out.write_text(json.dumps(result.raw))
-        self._sessions = []
         return problems

@@ -5,7 +5,8 @@ line naming the host and what failed: the inventory has UE hosts, the API server
 every service's Deployment exists, Prometheus answers, and every UE group the scenario uses has
 its PDU sessions. Per cell it applies the cell's slice shaping on the core host, scales the
 Deployments to the cell's replicas (others to 0), and hands out a `LabTraffic`. `close()` stops
-whatever the run started and puts the Deployments' replicas and the shaping back.
+whatever the run started and puts the Deployments' replicas and the shaping back; it is safe to
+call twice, and leaving a `with LabSession(...)` block calls it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from testbed.cluster.kubernetes import MPS_REPLICAS, KubernetesCluster, KubeService, mps_unit_pct
@@ -113,14 +115,23 @@ class LabSession:
         self.metrics.check_series()
         self.sessions = discover_sessions(self.hosts, ue_hosts, self.spec, groups)
 
+    def __enter__(self) -> LabSession:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
     def close(self) -> list[str]:
-        """Stop what the run started, restore replicas and shaping; returns what failed."""
+        """Stop what the run started, restore replicas and shaping; returns what failed. A second
+        call finds nothing left to undo."""
         problems: list[str] = []
-        for t in self._traffic:
+        traffic, self._traffic = self._traffic, []
+        for t in traffic:
             problems += t.close()
-        self._traffic = []
+        original, self._original = self._original, {}
         if self.cluster is not None:
-            for name, replicas in self._original.items():
+            for name, replicas in original.items():
                 try:
                     if self.cluster.desired_replicas(name) != replicas:
                         self.cluster.scale(name, replicas)

@@ -7,7 +7,8 @@ sends through the session (the same rule `nr-binder` relies on). Clients therefo
 systemd unit (`systemd-run`, named `tb-run-<run>-…`, SIGINT to stop so clients flush) on the UE
 host, writing into `/var/lib/testbed/runs/<run>/<cell>/`. `stop()` stops them, waits for iperf3,
 and fetches records, iperf3 JSON and logs into the cell directory. `close()` stops every unit the
-run started, also after a failure (and `playbooks/reset.yml` stops any `tb-run-*` left by a crash).
+run started, also after a failure, and is safe to call twice; leaving a `with` block calls it (and
+`playbooks/reset.yml` stops any `tb-run-*` left by a crash).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 
 from testbed.config import TestbedSpec
 from testbed.errors import StateError
@@ -211,13 +213,21 @@ class LabTraffic:
         self._clients, self._iperf, self._running = [], [], False
         return problems
 
+    def __enter__(self) -> LabTraffic:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
     def close(self) -> list[str]:
         """Stop every unit this cell started (idempotent; after a failure too)."""
         problems: list[str] = []
-        for host in {h for h, _, _ in self._clients + self._iperf}:
-            units = [u for h, u, _ in self._clients + self._iperf if h == host]
-            problems += self._try(host, ["systemctl", "stop", *units], "stop the run's units")
+        started = self._clients + self._iperf
         self._clients, self._iperf, self._running = [], [], False
+        for host in {h for h, _, _ in started}:
+            units = [u for h, u, _ in started if h == host]
+            problems += self._try(host, ["systemctl", "stop", *units], "stop the run's units")
         return problems
 
     def _try(self, host: str, argv: list[str], what: str) -> list[str]:

@@ -3,8 +3,10 @@ percentiles, SLO-violation rate, errors by kind."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from testbed.load.records import RequestRecord
@@ -20,11 +22,16 @@ class LiveFigures:
     total: int
 
 
-def percentile(sorted_values: list[float], q: float) -> float | None:
-    if not sorted_values:
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-quantile (0 <= q <= 1) of `values`, interpolated linearly between the two nearest
+    ranks (numpy's default); None for no values. The project's one percentile: the published
+    p50/p99 rows, the load client's summary and live view, and the profiler all use it."""
+    if not values:
         return None
-    idx = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[idx]
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 class LiveStats:

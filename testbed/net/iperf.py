@@ -1,7 +1,7 @@
 """iperf3 traffic through a testbed: servers in the data-network namespace, clients in a UE's.
 
-    session = IperfSession.start(topology, slice_name="be", flows=10, duration=10)
-    result = session.wait()          # IperfResult: per-flow and total goodput, retransmits, RTT
+    with IperfSession.start(topology, slice_name="be", flows=10, duration=10) as session:
+        result = session.wait()      # IperfResult: per-flow and total goodput, retransmits, RTT
 
 Several sessions run at once on distinct ports (the slicing benchmark runs "ai" beside "be").
 """
@@ -14,6 +14,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any, ClassVar
 
 from testbed.errors import TestbedError
@@ -154,7 +155,15 @@ class IperfSession:
         return parse_iperf_json(raw, slice_name=self.ue.slice, ue=str(self.ue.address),
                                 reverse=self.reverse)
 
+    def __enter__(self) -> IperfSession:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
     def stop(self) -> None:
+        """End the client and the server if they still run (safe to call twice)."""
         for proc in (self._client, self._server):
             if proc.poll() is None:
                 proc.terminate()

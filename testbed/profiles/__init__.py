@@ -8,6 +8,7 @@ from testbed.profiles.paper import SERVICES
 
 if TYPE_CHECKING:
     from testbed.profiles.service import (
+        PACKAGED_PROFILES,
         GpuCurve,
         ServiceProfile,
         default_profiles,
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "PACKAGED_PROFILES",
     "SERVICES",
     "GpuCurve",
     "ServiceProfile",

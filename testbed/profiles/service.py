@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from testbed.config.yamlfile import load_yaml_file, parse_yaml, validate
 from testbed.errors import ConfigError, ConfigProblem
 
-PACKAGED = "testbed/profiles/services.yaml"
+PACKAGED_PROFILES = "testbed/profiles/services.yaml"  # as the docs and errors name it
 
 
 class GpuCurve(BaseModel):
@@ -193,7 +193,7 @@ def default_profiles() -> dict[str, ServiceProfile]:
 def _packaged_profiles() -> dict[str, ServiceProfile]:
     # parsed once per process: every evaluation and state builder asks for them (~40 ms a parse)
     text = resources.files("testbed.profiles").joinpath("services.yaml").read_text(encoding="utf-8")
-    return validate(ProfileSet, parse_yaml(text, PACKAGED)).services
+    return validate(ProfileSet, parse_yaml(text, PACKAGED_PROFILES)).services
 
 
 def load_profiles(path: str | Path | None = None) -> dict[str, ServiceProfile]:

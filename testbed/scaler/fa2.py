@@ -23,7 +23,7 @@ import numpy as np
 
 from testbed.cluster.base import ServiceTarget
 from testbed.errors import ConfigError, ConfigProblem
-from testbed.profiles import ServiceProfile
+from testbed.profiles import PACKAGED_PROFILES, ServiceProfile
 from testbed.scaler.target import ClusterView
 
 _INF = 1 << 40
@@ -38,7 +38,7 @@ class Pipeline:
 
 
 def require_curves(
-    profiles: Mapping[str, ServiceProfile], policy: str, source: str = "testbed/profiles/services.yaml"
+    profiles: Mapping[str, ServiceProfile], policy: str, source: str = PACKAGED_PROFILES
 ) -> None:
     """A policy that needs batch/share curves: one error naming the profile file and field."""
     missing = [name for name, p in profiles.items() if p.gpu is None]
@@ -64,7 +64,7 @@ class Fa2Policy:
         pipelines: Sequence[Pipeline] = (),
         headroom: float = 1.0,
         max_batch: int | None = None,
-        profile_source: str = "testbed/profiles/services.yaml",
+        profile_source: str = PACKAGED_PROFILES,
     ):
         require_curves(profiles, self.name, profile_source)
         self.profiles = dict(profiles)

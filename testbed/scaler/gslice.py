@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 
 from testbed.cluster.base import ServiceTarget
-from testbed.profiles import ServiceProfile
+from testbed.profiles import PACKAGED_PROFILES, ServiceProfile
 from testbed.scaler.fa2 import require_curves
 from testbed.scaler.target import ClusterView
 
@@ -19,7 +19,7 @@ class EqualSharePolicy:
     name = "gslice"
 
     def __init__(self, profiles: Mapping[str, ServiceProfile], *, profile_source: str = ""):
-        require_curves(profiles, self.name, profile_source or "testbed/profiles/services.yaml")
+        require_curves(profiles, self.name, profile_source or PACKAGED_PROFILES)
         self.profiles = dict(profiles)
 
     def plan(self, view: ClusterView) -> dict[str, ServiceTarget]:

@@ -33,7 +33,7 @@ import numpy as np
 
 from testbed.cluster.base import ServiceTarget
 from testbed.errors import ConfigError, ConfigProblem
-from testbed.profiles import ServiceProfile
+from testbed.profiles import PACKAGED_PROFILES, ServiceProfile
 from testbed.scaler.fa2 import require_curves
 from testbed.scaler.target import ClusterView
 
@@ -78,7 +78,7 @@ class ShareMapper:
     def __init__(self, kind: str, profiles: Mapping[str, ServiceProfile], *, profile_source: str = ""):
         if kind not in KINDS:
             raise ConfigError([ConfigProblem("<policy>", None, "policy", f"unknown share policy {kind!r}")])
-        require_curves(profiles, kind, profile_source or "testbed/profiles/services.yaml")
+        require_curves(profiles, kind, profile_source or PACKAGED_PROFILES)
         self.kind = kind
         self.profiles = dict(profiles)
         self.services = list(profiles)

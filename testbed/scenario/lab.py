@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from testbed.cluster.kubernetes import MPS_REPLICAS, KubernetesCluster, KubeService, mps_unit_pct
@@ -129,7 +130,15 @@ class LabProfile:
             if self.log:
                 self.log.flush()
 
+    def __enter__(self) -> LabProfile:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
     def close(self) -> list[str]:
+        """Restore what the run changed on the lab; a second call finds nothing left to undo."""
         problems = self.session.close()
         if self.log:
             self.log.flush()

@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
+from testbed.load.stats import percentile
+from testbed.profiles.service import default_profiles
 from testbed.scenario.rundir import read_jsonl
 
-SLO_MS = {"chatbot": 2500.0, "imgcls": 500.0, "tts": 2500.0}
+# the packaged profiles' thresholds (services.yaml, Table 4.4): the ones the scaler and the balancer
+# read unless a scenario brings its own profiles
+SLO_MS = {name: float(p.slo_ms) for name, p in default_profiles().items()}
 # Error kinds of requests the service never answered through no fault of its own: the harness
 # gave them up (client stopped, testbed going down) or nothing listened at the endpoint.
 LOST_ERRORS = ("cancelled", "unreachable")
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    k = (len(s) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def service_row(records: list[dict[str, Any]], service: str, *, time_scale: float,

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from rich.console import Console
@@ -94,9 +95,11 @@ def effective(loaded: LoadedScenario, options: RunOptions) -> Scenario:
 class ScenarioRun:
     """One run of a scenario: its run directory, its cells, and the results at the end.
 
-        run = ScenarioRun(load_scenario("scenarios/smoke.yaml"), RunOptions())
-        for cell in run.cells: run.run_cell(cell)
+        with ScenarioRun(load_scenario("scenarios/smoke.yaml"), RunOptions()) as run:
+            for cell in run.cells: run.run_cell(cell)
         result = run.finish()
+
+    Leaving the `with` block, also by an exception, closes the profile (`close()`, safe twice).
     """
 
     def __init__(self, loaded: LoadedScenario, options: RunOptions | None = None):
@@ -148,6 +151,13 @@ class ScenarioRun:
         return LabProfile(self.options.lab, self.scenario, self.loaded.testbed,
                           self.loaded.base_dir, self.run_dir)
 
+    def __enter__(self) -> ScenarioRun:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
     def close(self) -> None:
         """Undo what the profile holds for the run (the lab: units, replicas, shaping)."""
         if self.profile is not None:
@@ -187,18 +197,13 @@ class ScenarioRun:
 def run_scenario(loaded: LoadedScenario, options: RunOptions | None = None) -> RunResult:
     """Every cell and repetition with a live view, then results and expectations (the caller writes
     the report: `testbed.report.write_report(result.run_dir)`)."""
-    run = ScenarioRun(loaded, options)
-    view = LiveView(run.console, run.cells, run.scenario.repetitions,
-                    enabled=run.options.progress)
-    try:
-        with view:
-            for cell in run.cells:
-                try:
-                    run.run_cell(cell, view)
-                except KeyboardInterrupt:
-                    break
-    finally:
-        run.close()
+    with ScenarioRun(loaded, options) as run, LiveView(
+            run.console, run.cells, run.scenario.repetitions, enabled=run.options.progress) as view:
+        for cell in run.cells:
+            try:
+                run.run_cell(cell, view)
+            except KeyboardInterrupt:
+                break
     return run.finish()
 
 

@@ -76,6 +76,18 @@ def test_close_stops_every_unit_the_cell_started(tmp_path: Path):
     assert not hosts.active
 
 
+def test_with_block_left_by_an_exception_stops_the_units(tmp_path: Path):
+    hosts = FakeHosts()
+    with pytest.raises(RuntimeError, match="the cell failed"), _traffic(hosts) as traffic:
+        asyncio.run(traffic.start_iperf([IperfJob("be", 2, 10, False, tmp_path / "be.json")]))
+        assert hosts.active
+        raise RuntimeError("the cell failed")
+    assert not hosts.active
+    calls = len(hosts.calls)
+    assert traffic.close() == []
+    assert len(hosts.calls) == calls  # nothing left to stop
+
+
 def test_more_iperf_sets_than_server_ports_is_refused(tmp_path: Path):
     traffic = _traffic(FakeHosts())
     jobs = [IperfJob("be", 1, 10, bool(i % 2), tmp_path / f"{i}.json") for i in range(3)]

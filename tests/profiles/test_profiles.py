@@ -1,10 +1,19 @@
 """The one service-profile model: Table 4.4 defaults with their sources, partial overrides, round
 trip, errors with file/line/field."""
 
+from pathlib import Path
+
 import pytest
 
 from testbed.errors import ConfigError
-from testbed.profiles import ServiceProfile, default_profiles, dump_profiles, load_profiles, write_profiles
+from testbed.profiles import (
+    PACKAGED_PROFILES,
+    ServiceProfile,
+    default_profiles,
+    dump_profiles,
+    load_profiles,
+    write_profiles,
+)
 
 
 def test_defaults_are_table_4_4():
@@ -130,3 +139,9 @@ def test_gpu_stretches_is_the_simulators_interference_for_the_same_placement():
     assert max(ours.values()) == pytest.approx(1 + 0.25 * 0.6 * 0.6 + 0.20 * 0.5 * 0.6)  # beside 60 %
     no_curve = gpu_stretches([("a", 0, 50.0, None), ("b", 0, 50.0, profiles["imgcls"].gpu)])
     assert no_curve == {"a": 1.0, "b": 1.0}
+
+
+def test_the_packaged_profiles_path_names_the_file_they_are_read_from():
+    # errors of the scalers and the profile parser name this path: it must be the real file
+    path = Path(__file__).parents[2] / PACKAGED_PROFILES
+    assert load_profiles(path) == default_profiles()

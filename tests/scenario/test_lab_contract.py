@@ -8,6 +8,7 @@ over real HTTP against hand-written answers; the UE hosts are tests/lab/fakes.Fa
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -21,7 +22,8 @@ from testbed.cluster.kubernetes import KubernetesCluster, KubeService
 from testbed.errors import MissingRequirement, StateError
 from testbed.lab.hosts import HostFailed
 from testbed.lab.plan import VirtualTime
-from testbed.lab.session import LabConfig, LabSession
+from testbed.lab.session import LabConfig, LabService, LabSession
+from testbed.load.traffic import IperfJob
 from testbed.metrics.prometheus import PrometheusMetrics, PromService
 from testbed.scenario.lab import LabOptions, LabProfile
 from testbed.scenario.load import load_scenario
@@ -213,3 +215,86 @@ def test_host_lost_mid_run_stops_what_was_started_and_restores_replicas(tmp_path
         assert lab.replicas["imgcls"] == 3  # scaled to 1 for the cell, then put back
     assert any(a[0] == "systemd-run" and "iperf3" in a for a in hosts.commands())
     assert not hosts.active  # iperf3 was stopped again
+
+
+def _session(inv: Path, loaded, hosts: FakeHosts, lab: FixtureLab, run_dir: Path) -> LabSession:
+    vt = VirtualTime()
+    return LabSession(
+        LabConfig(inv), [LabService("imgcls", 500, 4)], loaded.testbed, run_dir, "R1",
+        total_units=6, hosts=hosts, cluster=_kube(lab.url),
+        metrics=PrometheusMetrics(lab.url, [PromService("imgcls", 500, 4)], clock=vt.time,
+                                  timeout_s=2),
+        clock=vt.monotonic, sleep=vt.advance)
+
+
+def _shaping_restarts(hosts: FakeHosts) -> int:
+    return sum(a[:2] == ("systemctl", "restart") for a in hosts.commands("core1"))
+
+
+def test_lab_session_with_block_left_by_an_exception_restores_the_lab(tmp_path: Path):
+    scn, inv = _files(tmp_path)
+    loaded = load_scenario(scn)
+    unsliced = loaded.testbed.model_copy(update={"link": loaded.testbed.link.model_copy(
+        update={"slicing": False})})
+    hosts = FakeHosts()
+    with FixtureLab(replicas=3) as lab:
+        session = _session(inv, loaded, hosts, lab, tmp_path)
+        with pytest.raises(RuntimeError, match="the cell failed"), session:
+            session.open(["ai", "be"])
+            session.apply_shaping(unsliced)
+            session.scale_for_cell({"imgcls": 1})
+            asyncio.run(session.traffic("c0-rep-0").start_iperf(
+                [IperfJob("be", 2, 10, False, tmp_path / "be.json")]))
+            assert lab.replicas["imgcls"] == 1 and hosts.active and _shaping_restarts(hosts) == 1
+            raise RuntimeError("the cell failed")
+        # units stopped, replicas and the run's own shaping back
+        assert not hosts.active and lab.replicas["imgcls"] == 3 and _shaping_restarts(hosts) == 2
+        before = (len(hosts.calls), len(lab.requests))
+        assert session.close() == []  # the second close has nothing left to undo
+        assert (len(hosts.calls), len(lab.requests)) == before
+
+
+def test_lab_profile_with_block_left_by_an_exception_restores_the_replicas(tmp_path: Path):
+    scn, inv = _files(tmp_path)
+    loaded = load_scenario(scn)
+    with FixtureLab(replicas=3) as lab:
+        session = _session(inv, loaded, FakeHosts(), lab, tmp_path)
+        with pytest.raises(RuntimeError, match="the run failed"), LabProfile(
+                LabOptions(inv), loaded.scenario, loaded.testbed, loaded.base_dir, tmp_path,
+                session=session, clock=VirtualTime()) as profile:
+            profile.session.scale_for_cell({"imgcls": 1})
+            assert lab.replicas["imgcls"] == 1
+            raise RuntimeError("the run failed")
+        assert lab.replicas["imgcls"] == 3
+        before = len(lab.requests)
+        assert profile.close() == []
+        assert len(lab.requests) == before
+
+
+class FakeProfile:
+    """A scenario profile that only counts how often the run closes it."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.closes = 0
+
+    def run_cell(self, runner, main) -> None:
+        raise AssertionError("no cell runs in this test")
+
+    def close(self) -> list[str]:
+        self.closes += 1
+        return ["unit tb-run-x did not stop"]
+
+
+def test_scenario_run_with_block_left_by_an_exception_closes_its_profile_once(tmp_path: Path):
+    scn, _ = _files(tmp_path)
+    profile = FakeProfile()
+    with pytest.raises(RuntimeError, match="interrupted"), ScenarioRun(
+            load_scenario(scn), RunOptions(out_root=tmp_path, profile="lab", progress=False,
+                                           profile_factory=lambda run: profile)) as run:
+        assert profile.closes == 0
+        raise RuntimeError("interrupted")
+    assert profile.closes == 1 and run.problems == ["cleanup: unit tb-run-x did not stop"]
+    run.close()
+    assert profile.closes == 1 and run.problems == ["cleanup: unit tb-run-x did not stop"]

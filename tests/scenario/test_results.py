@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from testbed.scenario.results import replica_row
+from testbed.profiles import default_profiles
+from testbed.scenario.results import SLO_MS, replica_row
 
 
 def probe(t, share, batch, stretch, *, share_set=None, batch_set=None, stretch_set=None, **extra):
@@ -41,3 +42,9 @@ def test_no_reports_and_drafas_policies_give_no_figures_rather_than_zeros():
                        [{"t": 15.0, "service": "imgcls", "target": None}])
     assert rule["config_mismatches"] == 0 and rule["target_mismatches"] is None
     assert rule["mean_stretch"] == 1.1
+
+
+def test_reports_read_the_slo_thresholds_the_scaler_reads():
+    # one home: services.yaml; the result rows' fallback table is read from it, not typed again
+    assert {name: p.slo_ms for name, p in default_profiles().items()} == SLO_MS
+    assert SLO_MS["imgcls"] == 500.0  # dissertation Table 4.4
