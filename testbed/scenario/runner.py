@@ -273,6 +273,8 @@ class CellRunner:
                                  else None)
         self.info["profiles"] = {s.name: profiles[s.name].model_dump(mode="json", exclude={"sources"})
                                  for s in scn.services}
+        # the reports judge SLO violations by the thresholds the scaler and balancer use
+        self.info["slo_ms"] = {**SLO_MS, **{s.name: profiles[s.name].slo_ms for s in scn.services}}
         return profiles
 
     def run(self) -> list[str]:

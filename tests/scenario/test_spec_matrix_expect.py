@@ -223,3 +223,23 @@ def test_the_runner_builds_one_actor_for_the_services_it_was_trained_for(tmp_pat
     assert isinstance(actor, SharePolicy) and actor.name == "ddpg"
     assert actor.mapper.services == ["chatbot", "imgcls", "tts"]
     assert runner.info["models"]["ddpg"].endswith("models/ddpg.zip")
+
+
+def test_the_cell_judges_slo_by_the_scenarios_own_profiles(tmp_path: Path):
+    """A scenario's service_profiles changing an SLO: the cell's results use that SLO, as its
+    scaler and balancer do, not the packaged one."""
+    from rich.console import Console
+
+    from testbed.scenario.live import LiveView
+    from testbed.scenario.rundir import CellDir
+    from testbed.scenario.runner import CellRunner
+
+    (tmp_path / "p.yaml").write_text("services:\n  imgcls: {slo_ms: 750}\n")
+    loaded = load("name: s\nduration_s: 30\nservice_profiles: p.yaml\n"
+                  "services:\n  - {name: imgcls}\n", tmp_path)
+    (cell,) = expand(loaded.scenario, loaded.testbed)
+    runner = CellRunner(cell, 0, CellDir.create(tmp_path, cell.slug, 0), tmp_path,
+                        LiveView(Console(file=None), [cell], 1, enabled=False))
+    assert runner.info["slo_ms"]["imgcls"] == 500.0  # before the profiles are read
+    runner.profiles()
+    assert runner.info["slo_ms"]["imgcls"] == 750.0 and runner.info["slo_ms"]["tts"] == 2500.0
