@@ -89,6 +89,8 @@ def reproduce(artefacts: list[Artefact], options: Options) -> ReproResult:
     result = ReproResult(out, verdicts, time.monotonic() - started)
     (partial / "verdicts.json").write_text(json.dumps(_jsonable(result), indent=1, default=str))
     write(result, partial, options)
+    shutil.rmtree(partial / "done")  # what a resume would have needed: the report is whole now
+    (partial / "options.json").unlink()
     os.replace(partial, out)
     result.out = out
     return result

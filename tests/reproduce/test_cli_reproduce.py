@@ -155,6 +155,7 @@ def test_an_interrupted_run_resumes_after_its_finished_artefacts(tmp_path, monke
     assert calls == ["table5.1", "table5.2", "table5.2"]  # 5.1 was not run again
     assert "table5.1: " in capsys.readouterr().out and (out / "report.md").is_file()
     assert not (tmp_path / "rep.partial").exists()
+    assert not (out / "done").exists() and not (out / "options.json").exists()
 
 
 def test_the_drl_columns_without_the_drl_extra_stop_before_any_work(tmp_path, monkeypatch, capsys):
