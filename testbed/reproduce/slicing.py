@@ -16,7 +16,6 @@ from typing import Any
 import yaml
 
 from testbed.scenario.expect import ALPHA, FAIL, PASS, UNDECIDED, Outcome, evaluate_all, min_violations
-from testbed.scenario.results import SLO_MS
 
 # How close is "no difference" and how big is "a small difference" (Section 5.3 gives no
 # numbers; these are this harness's reading, stated in docs/slicing.md and in every report).
@@ -28,12 +27,6 @@ FLAT_SLO = 0.01  # imgcls with a slice: SLO violations <= 1 % at every flow coun
 GROWS_MEAN = 1.20  # imgcls without a slice: mean at the most flows >= 1.2 x with the slice
 STEP_MEAN = 0.05  # imgcls without a slice: the mean may dip this much from one count to the next
 STEP_SLO = 0.005  # ... and the SLO violation rate this much (noise)
-# Fig 5.7's SLO panel: without the slice a clearly visible share of requests passes the SLO at the
-# most flows, near none at the fewest, while the mean stays under the SLO (the tail passes it,
-# not the typical request)
-VISIBLE_SLO = 0.02  # imgcls without a slice, at the most flows: SLO violations >= 2 %
-NEAR_ZERO_SLO = 0.02  # ... and at the fewest (with more than one count): <= 2 %
-IMGCLS_SLO_MS = SLO_MS["imgcls"]
 
 
 @dataclass(frozen=True)
@@ -161,10 +154,6 @@ def expectations(flows: list[int]) -> dict[str, list[str]]:
         img.append(f"{slo('imgcls', False, hi)} > {slo('imgcls', False, lo)}")
     img.append(f"{slo('imgcls', False, hi)} > {slo('imgcls', True, hi)}")
     img.append(f"{mean('imgcls', False, hi)} >= {GROWS_MEAN:g} * {mean('imgcls', True, hi)}")
-    img.append(f"{slo('imgcls', False, hi)} >= {VISIBLE_SLO:g}")
-    img.append(f"{mean('imgcls', False, hi)} < {IMGCLS_SLO_MS:g}")
-    if len(flows) > 1:
-        img.append(f"{slo('imgcls', False, lo)} <= {NEAR_ZERO_SLO:g}")
     out["imgcls"] = img
     for service in ("tts", "chatbot"):
         lines = []
@@ -237,10 +226,7 @@ def rule_text() -> list[str]:
         f"{100 * STEP_SLO:g} point; not judged with one flow count) and at the most flows the "
         f"mean is >= {GROWS_MEAN:g} x the sliced one and the SLO violation rate above it "
         f"(a rate above another is a one-sided count test at {ALPHA:g}: 'not decided at this "
-        f"size' below {min_violations(1, 1)} violations in the two cells); the tail, not the "
-        f"mean, passes the SLO: without the slice at the most flows SLO violations >= "
-        f"{100 * VISIBLE_SLO:g} % with the mean under {IMGCLS_SLO_MS:g} ms, and at the fewest "
-        f"flows <= {100 * NEAR_ZERO_SLO:g} %",
+        f"size' below {min_violations(1, 1)} violations in the two cells)",
         f"tts: off/on mean within {100 * SAME_MEAN:g} % below the most flows and within "
         f"{100 * SMALL_MEAN:g} % at the most; SLO violation rates within "
         f"{100 * SAME_SLO:g} percentage point at every count",

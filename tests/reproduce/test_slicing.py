@@ -53,27 +53,12 @@ def test_imgcls_fails_when_unsliced_is_unaffected():
     assert v.verdict == FAIL and "not above" in v.why
 
 
-def test_imgcls_without_a_tail_fails_the_slo_panel_at_ci_size():
-    """No violations in either arm: the gap alone is not decided at this size, but Fig 5.7's
-    visible share of late requests without the slice is missing, and that fails."""
+def test_imgcls_without_violations_in_either_arm_is_not_decided_never_passed():
     rows = _rows("imgcls", [90], [300], flows=[40], requests=450)
     v = judge_slicing(rows, [40])["imgcls"]
-    assert v.verdict == FAIL
-    gap, share = [o for o in v.outcomes if not o.passed]
-    assert gap.verdict == UNDECIDED
-    assert "0/450 vs 0/450" in gap.detail and "at least 5 violations" in gap.decided_by
-    assert share.verdict == FAIL and share.text.endswith(">= 0.02")
-
-
-def test_imgcls_tail_must_not_be_the_mean_nor_start_at_the_fewest_flows():
-    # violations grow, but the mean itself passes the SLO at 40 flows
-    v = judge_slicing(_rows("imgcls", [80, 81, 83], [120, 300, 520],
-                            slo_off=[0.0, 0.05, 0.6]), FLOWS)["imgcls"]
-    assert v.verdict == FAIL and "iperf_flows=40] < 500" in v.why
-    # a visible share already at 10 flows is not Fig 5.7's "near zero"
-    v = judge_slicing(_rows("imgcls", [80, 81, 83], [120, 200, 400],
-                            slo_off=[0.05, 0.08, 0.2]), FLOWS)["imgcls"]
-    assert v.verdict == FAIL and "iperf_flows=10] <= 0.02" in v.why
+    assert v.verdict == UNDECIDED
+    (o,) = [o for o in v.outcomes if not o.passed]
+    assert "0/450 vs 0/450" in o.detail and "at least 5 violations" in o.decided_by
 
 
 def test_tts_small_difference_at_40_flows_only():
@@ -126,7 +111,7 @@ def test_the_shipped_slicing_scenarios_check_exactly_the_judges_rule(name):
 
 def test_one_flow_count_judges_the_gap_only():
     checks = expectations([40])["imgcls"]
-    assert len(checks) == 5 and all("iperf_flows=40" in c for c in checks)
+    assert len(checks) == 3 and all("iperf_flows=40" in c for c in checks)
     rows = _rows("imgcls", [90], [300], slo_off=[0.05], flows=[40])
     assert judge_slicing(rows, [40])["imgcls"].verdict == PASS
     rows = _rows("imgcls", [90], [95], slo_off=[0.05], flows=[40])
