@@ -26,6 +26,14 @@ def _mean(vals: list[float]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _save(fig: Any, path: Path) -> Path:
+    """Lay out, write at the report's resolution and free the figure."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def _note_if_all_zero(ax: Any, values: list[float], what: str = "no violations") -> None:
     """An all-zero panel is a finding, not a missing plot: say it on the panel."""
     if values and not any(values):
@@ -61,10 +69,7 @@ def slicing_bars(rows: list[dict[str, Any]], out: Path) -> list[Path]:
                 _note_if_all_zero(ax, shown)
         axes[0].legend()
         fig.suptitle(f"{TITLES.get(service, service)}: with and without a dedicated slice")
-        fig.tight_layout()
-        path = out / f"slicing-{service}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        path = _save(fig, out / f"slicing-{service}.png")
         paths.append(path)
     return paths
 
@@ -109,10 +114,7 @@ def latency_cdfs(run_dir: Path, out: Path) -> list[Path]:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7, loc="lower right")
         ax.set_title(f"{TITLES.get(service, service)}: latency distribution per cell")
-        fig.tight_layout()
-        path = out / f"slicing-cdf-{service}.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        path = _save(fig, out / f"slicing-cdf-{service}.png")
         paths.append(path)
     return paths
 
@@ -143,10 +145,7 @@ def service_bars(rows: list[dict[str, Any]], out: Path) -> Path | None:
         if metric == "slo_violation_rate":
             _note_if_all_zero(ax, shown)
     axes[0].legend()
-    fig.tight_layout()
-    path = out / "services.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    path = _save(fig, out / "services.png")
     return path
 
 
@@ -216,10 +215,7 @@ def timeseries(cell_dir: Path, out: Path, name: str, title: str | None = None) -
             ax.legend(fontsize=7, ncol=2 if ax is axes[2] else 1, loc="upper left")
     if title:
         fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path = out / f"timeseries-{name}.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    path = _save(fig, out / f"timeseries-{name}.png")
     return path
 
 
@@ -294,8 +290,5 @@ def iperf_bars(rows: list[dict[str, Any]], out: Path) -> Path | None:
                   ha="right", fontsize=8)
     ax.set_ylabel("iperf3 goodput (Mbit/s)")
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    path = out / "iperf.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    path = _save(fig, out / "iperf.png")
     return path

@@ -192,12 +192,12 @@ def test_train_rejects_a_bad_load_range_before_reading_traces(tmp_path, capsys, 
     assert "--load-scales" in err and "no training traces" not in err
 
 
-def _tiny_traces(tmp_path):
-    """A traces folder with one minute-long training day and the validation day."""
+def _tiny_traces(tmp_path, seconds=60):
+    """A traces folder with a training day and the validation day of `seconds` each."""
     root = tmp_path / "traces"
     for sub, day in (("train", "day1.txt"), ("val", "day6.txt")):
         (root / sub).mkdir(parents=True)
-        (root / sub / day).write_text("1 5\n" * 60)
+        (root / sub / day).write_text("1 5\n" * seconds)
     return root
 
 
@@ -266,11 +266,7 @@ def test_sim_tables_prints_the_reproduce_verdict_per_cell_and_table(tmp_path, ca
 
 def _episode_traces(tmp_path):
     """Training and validation days of 15 minutes: 29 periods an episode."""
-    root = tmp_path / "traces"
-    for sub, day in (("train", "day1.txt"), ("val", "day6.txt")):
-        (root / sub).mkdir(parents=True)
-        (root / sub / day).write_text("1 5\n" * 900)
-    return root
+    return _tiny_traces(tmp_path, seconds=900)
 
 
 def test_train_writes_the_learning_curve_beside_the_model(tmp_path, capsys):

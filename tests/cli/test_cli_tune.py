@@ -23,8 +23,8 @@ def _traces(tmp_path: Path) -> Path:
 
 def _worker(tmp_path: Path, storage: str, out: str, seed: int) -> subprocess.Popen[str]:
     argv = [sys.executable, "-m", "testbed", "tune", "chatbot", "--trials", "8", "--traces",
-            str(_traces(tmp_path) if not (tmp_path / "traces").exists() else tmp_path / "traces"),
-            "--storage", storage, "--study", "shared", "--seed", str(seed), "--out", out]
+            str(tmp_path / "traces"), "--storage", storage, "--study", "shared", "--seed",
+            str(seed), "--out", out]
     return subprocess.Popen(argv, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

@@ -13,12 +13,12 @@ from aiohttp.test_utils import TestServer
 
 from testbed.cluster.replica import EmulatedReplica
 from testbed.errors import StateError
-from testbed.load.api import build_request
 from testbed.load.content import ContentSet
 from testbed.metrics.balancer import MESH_NAMESPACE, LoadBalancer
 from testbed.metrics.prometheus import PrometheusMetrics, PromService, WindowQueries
 from testbed.metrics.server import PrometheusServer
 from testbed.profiles import ServiceProfile, default_profiles
+from tests.metrics.test_balancer import send
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
                                 reason="no prometheus server on PATH (scripts/setup installs it)")
@@ -28,14 +28,7 @@ PROFILE = ServiceProfile(capacity=1, queue_limit=20, proc_time_ms=(100, 100), st
 
 
 async def _burst(session: aiohttp.ClientSession, base: str, n: int) -> list[int]:
-    req = build_request("chatbot", ContentSet())
-
-    async def one() -> int:
-        async with session.request(req.method, base + req.target, data=req.body,
-                                   headers=req.headers) as r:
-            await r.read()
-            return r.status
-    return await asyncio.gather(*(one() for _ in range(n)))
+    return await send(session, base, n, ContentSet())
 
 
 async def _measured(tmp: Path, bursts: list[int]):
