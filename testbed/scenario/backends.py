@@ -137,12 +137,13 @@ class LocalProfile:
                 wait_ready=lambda timeout_s: cluster.wait_ready(timeout_s=timeout_s),
                 clock=Clock(), probe=cluster.probe)
             if scn.metrics == "prometheus":
-                await self._with_prometheus(runner, tb, cluster, backends, main)
+                await self._with_prometheus(runner, tb, cluster, backends, main, profiles)
             else:
                 await main(backends)
 
     async def _with_prometheus(self, runner: CellRunner, tb: Any, cluster: Any,
-                               backends: CellBackends, main: CellMain) -> None:
+                               backends: CellBackends, main: CellMain,
+                               profiles: dict[str, Any]) -> None:
         """The cell reads a Prometheus server of its own (inside the data-network namespace, where
         `down` finds it after a crash) scraping the balancer's mesh series, as the lab reads its
         mesh; at the end both sources' counts of the measured span are compared."""
@@ -155,7 +156,6 @@ class LocalProfile:
         scn = runner.scn
         ts = scn.time_scale
         scrape_s = max(min(1.0, 1.0 / ts), 0.05)
-        profiles = runner.profiles()
         async with PrometheusServer(prometheus_dir(tb.name),
                                     [cluster.lb.metrics_url.removeprefix("http://")],
                                     scrape_interval_s=scrape_s,
