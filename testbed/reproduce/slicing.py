@@ -232,4 +232,7 @@ def rule_text() -> list[str]:
         f"{100 * SAME_SLO:g} percentage point at every count",
         f"chatbot: off/on mean within {100 * SAME_MEAN:g} % and SLO violation rates within "
         f"{100 * SAME_SLO:g} percentage point at every count",
+        f"every bound above on SLO violation rates and mean times: figures past it FAIL only "
+        f"beyond chance (a one-sided z test at {ALPHA:g} with each cell's sampling variance), "
+        f"else 'not decided at this size'",
     ]

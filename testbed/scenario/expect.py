@@ -15,6 +15,14 @@ that comparison is a count test (one-sided binomial test on the violations of th
 ALPHA), PASS only when significant, FAIL when A's rate is not above B's and the counts could
 have shown it, else "not decided at this size" (which does not fail the run) with the count that
 would decide it.
+
+Any other bound (<, <=, >, >=) over SLO violation rates and mean latencies, linear in its terms
+or a ratio against a number (`mean[A] / mean[B] <= 1.1`, `rate[A] - rate[B] <= 0.01`,
+`mean[A] >= 1.2 * mean[B]`), PASSes when the figures meet it and FAILs only when they miss it
+beyond chance: a one-sided z test at ALPHA on the miss, with each cell's sampling variance
+(binomial for a rate, with one violation and one on-time request added so that 0/n has some;
+s²/n for a mean, requests taken as independent). A miss within chance is "not decided at this
+size". Bounds on other metrics are plain comparisons.
 """
 
 from __future__ import annotations
@@ -351,7 +359,9 @@ def evaluate(check: Check, rows: list[dict[str, Any]]) -> Outcome:
     counted = _count_test(check, rows, left, right)
     if counted is not None:
         return counted
-    return Outcome(check.text, PASS if _CMP[check.op](left, right) else FAIL, left, right)
+    if _CMP[check.op](left, right):
+        return Outcome(check.text, PASS, left, right)
+    return _bound_test(check, rows, left, right) or Outcome(check.text, FAIL, left, right)
 
 
 def evaluate_all(texts: list[str], rows: list[dict[str, Any]]) -> list[Outcome]:
@@ -394,6 +404,104 @@ def _count_test(check: Check, rows: list[dict[str, Any]], left: float, right: fl
     (k_hi, n_hi), (k_lo, n_lo) = counts
     verdict, detail, decided_by = judge_counts(k_hi, n_hi, k_lo, n_lo)
     return Outcome(check.text, verdict, left, right, detail, decided_by)
+
+
+# metric -> the sampling variance of one row's value, or None when the row lacks what it needs
+_ROW_VARIANCE = {
+    "slo_violation_rate": lambda r: (
+        _adjusted(r["violations"], r["requests"]) * (1 - _adjusted(r["violations"], r["requests"]))
+        / r["requests"]
+        if isinstance(r.get("violations"), int) and r.get("requests") else None),
+    "mean_latency_ms": lambda r: (
+        r["latency_sd_ms"] ** 2 / r["ok"]
+        if r.get("latency_sd_ms") is not None and r.get("ok") else None),
+}
+
+
+def _adjusted(k: int, n: int) -> float:
+    """Agresti and Caffo's rate for a variance: one violation and one on-time request added."""
+    return (k + 1) / (n + 2)
+
+
+def _bound_test(check: Check, rows: list[dict[str, Any]], left: float, right: float
+                ) -> Outcome | None:
+    """A missed bound as a one-sided z test on the miss; None when the check is not a bound
+    over rates and means that is linear in its terms (or a ratio against a number)."""
+    if check.op not in ("<", "<=", ">", ">="):
+        return None
+    try:
+        diff = _linear(("-", check.left, check.right), rows)
+    except (LookupError, ValueError):
+        return None
+    if diff is None or not diff[0]:
+        return None
+    coefs, const = diff
+    variance = 0.0
+    estimate = const
+    for (i, metric), c in coefs.items():
+        v = _ROW_VARIANCE[metric](rows[i])
+        if v is None:
+            return None
+        variance += c * c * v
+        estimate += c * rows[i][metric]
+    miss = estimate if check.op in ("<", "<=") else -estimate
+    if miss <= 0:  # the rewritten form meets the bound where the figures did not: no test
+        return None
+    se = math.sqrt(variance)
+    p = 0.5 * math.erfc(miss / se / math.sqrt(2)) if se > 0 else 0.0
+    if p < ALPHA:
+        return Outcome(check.text, FAIL, left, right, f"missed beyond chance (p = {p:.2g})")
+    return Outcome(check.text, UNDECIDED, left, right,
+                   f"missed but p = {p:.2g} >= {ALPHA:g}: not decided at this size",
+                   "more requests per cell (a longer or repeated cell)")
+
+
+Linear = tuple[dict[tuple[int, str], float], float]
+
+
+def _linear(node: Any, rows: list[dict[str, Any]]) -> Linear | None:
+    """`node` as sum(coef * row's metric) + constant, keyed by (row index, metric): the rows a
+    term averages each get 1/m of its coefficient. `X / Y - c` becomes `X - c * Y` (the caller
+    compares it with 0, and Y > 0). None when the expression is not of that form or a term is
+    not a rate or a mean latency."""
+    if isinstance(node, float):
+        return {}, node
+    if isinstance(node, Term):
+        if node.metric not in _ROW_VARIANCE:
+            return None
+        idx = [i for i, r in enumerate(rows) if _matches(r, node.selectors)
+               and r.get(node.metric) is not None]
+        if not idx:
+            raise LookupError(f"no result matches {node}")
+        return {(i, node.metric): 1.0 / len(idx) for i in idx}, 0.0
+    if node[0] == "neg":
+        return _scaled(-1.0, _linear(node[1], rows))
+    op, a, b = node
+    for ratio, c, sign in ((a, b, 1.0), (b, a, -1.0)):
+        if (op == "-" and isinstance(ratio, tuple) and ratio[0] == "/"
+                and _constant(ratio[2]) is None and _constant(c) is not None):
+            if _value(ratio[2], rows) <= 0:
+                return None
+            # X / Y - c  ->  X - c * Y;  c - X / Y  ->  c * Y - X
+            return _scaled(sign, _linear(("-", ratio[1], ("*", c, ratio[2])), rows))
+    if op in ("+", "-"):
+        la, lb = _linear(a, rows), _scaled(1.0 if op == "+" else -1.0, _linear(b, rows))
+        if la is None or lb is None:
+            return None
+        coefs = dict(la[0])
+        for key, c in lb[0].items():
+            coefs[key] = coefs.get(key, 0.0) + c
+        return coefs, la[1] + lb[1]
+    ka, kb = _constant(a), _constant(b)
+    if op == "*" and (ka is not None or kb is not None):
+        return _scaled(ka, _linear(b, rows)) if ka is not None else _scaled(kb, _linear(a, rows))
+    if op == "/" and kb:
+        return _scaled(1.0 / kb, _linear(a, rows))
+    return None
+
+
+def _scaled(k: float, lin: Linear | None) -> Linear | None:
+    return None if lin is None else ({key: k * c for key, c in lin[0].items()}, k * lin[1])
 
 
 def min_violations(n_hi: int, n_lo: int, alpha: float = ALPHA) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ def service_row(records: list[dict[str, Any]], service: str, *, time_scale: floa
         "violations": violations,
         "slo_violation_rate": violations / n if n else None,
         "mean_latency_ms": sum(ok_lat) / len(ok_lat) if ok_lat else None,
+        "ok": len(ok_lat),
+        "latency_sd_ms": statistics.stdev(ok_lat) if len(ok_lat) > 1 else None,
         "p50_latency_ms": percentile(ok_lat, 0.5),
         "p99_latency_ms": percentile(ok_lat, 0.99),
         "mean_sched_latency_ms": sum(sched) / len(sched) if sched else None,

@@ -127,3 +127,56 @@ def test_a_less_than_gap_is_the_same_test_reversed():
     assert evaluate(parse(text), rows).verdict == PASS
     rows = [_row(False, 450, 10), _row(True, 450, 10)]
     assert evaluate(parse(text), rows).verdict == FAIL
+
+
+RATE_BOUND = ("slo_violation_rate[service=imgcls, slicing=off] - "
+              "slo_violation_rate[service=imgcls, slicing=on] <= 0.01")
+MEAN_RATIO = ("mean_latency_ms[service=imgcls, slicing=off] / "
+              "mean_latency_ms[service=imgcls, slicing=on] <= 1.1")
+
+
+@pytest.mark.parametrize(("off", "verdict"), [
+    (0, PASS),
+    (1, PASS),  # 0.67 points: within the bound
+    (2, UNDECIDED),  # the CI failure of 2026-11-25: 2 late TTS requests of 150, p = 0.4
+    (8, FAIL),  # 5.3 points: beyond chance
+])
+def test_a_missed_rate_bound_fails_only_beyond_chance(off, verdict):
+    rows = [_row(False, 150, off), _row(True, 150, 0)]
+    o = evaluate(parse(RATE_BOUND), rows)
+    assert o.verdict == verdict, o.explain()
+    assert o.fails_run == (verdict == FAIL)
+    if verdict == UNDECIDED:
+        assert "not decided at this size" in o.detail and o.decided_by
+
+
+@pytest.mark.parametrize(("off_mean", "off_sd", "verdict"), [
+    (320.0, 300.0, PASS),
+    (340.0, 300.0, UNDECIDED),  # a few slow requests lift the mean 13 %: within chance
+    (340.0, 30.0, FAIL),  # the same mean from a tight spread: every request slower
+    (600.0, 300.0, FAIL),
+])
+def test_a_missed_mean_ratio_fails_only_beyond_chance(off_mean, off_sd, verdict):
+    rows = [_row(False, 150, 0, mean_latency_ms=off_mean, ok=150, latency_sd_ms=off_sd),
+            _row(True, 150, 0, mean_latency_ms=300.0, ok=150, latency_sd_ms=30.0)]
+    o = evaluate(parse(MEAN_RATIO), rows)
+    assert o.verdict == verdict, o.explain()
+
+
+def test_the_ratio_is_judged_in_both_directions_and_both_orders():
+    rows = [_row(False, 150, 0, mean_latency_ms=200.0, ok=150, latency_sd_ms=10.0),
+            _row(True, 150, 0, mean_latency_ms=300.0, ok=150, latency_sd_ms=10.0)]
+    off, on = "mean_latency_ms[service=imgcls, slicing=off]", "mean_latency_ms[service=imgcls, slicing=on]"
+    for text in (f"{off} / {on} >= 0.9", f"0.9 <= {off} / {on}", f"{off} >= 0.9 * {on}"):
+        assert evaluate(parse(text), rows).verdict == FAIL, text
+    rows[0]["latency_sd_ms"] = 1000.0
+    assert evaluate(parse(f"0.9 <= {off} / {on}"), rows).verdict == UNDECIDED
+
+
+def test_a_bound_without_the_spread_or_on_another_metric_is_a_plain_comparison():
+    rows = [_row(False, 150, 0, mean_latency_ms=340.0), _row(True, 150, 0, mean_latency_ms=300.0)]
+    assert evaluate(parse(MEAN_RATIO), rows).verdict == FAIL  # no latency_sd_ms: no test
+    rows = [_row(False, 150, 2, p99_latency_ms=340.0), _row(True, 150, 0, p99_latency_ms=300.0)]
+    text = ("p99_latency_ms[service=imgcls, slicing=off] / "
+            "p99_latency_ms[service=imgcls, slicing=on] <= 1.1")
+    assert evaluate(parse(text), rows).verdict == FAIL
