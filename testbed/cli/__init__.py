@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -22,6 +23,12 @@ app = typer.Typer(
 _WIDTH = None if sys.stdout.isatty() else 160
 console = Console(width=_WIDTH)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+# one option, one default for every command that reads the paper's traces
+TracesOpt = typer.Option(Path("traces"), "--traces", envvar="TESTBED_TRACES",
+                         help="Trace directory with train/, val/ and test/ (DURATION COUNT "
+                              "files); the paper's are in the team's shared folder, "
+                              "../shared/traces.")
 
 
 def _version(value: bool) -> None:
@@ -51,6 +58,10 @@ def _register() -> None:
         name = info.name or (info.callback.__name__ if info.callback else "")
         info.rich_help_panel = next((panel for panel, names in HELP_PANELS.items()
                                      if name in names), None)
+        doc = info.callback.__doc__ if info.callback else None
+        if doc and isinstance(info, typer.models.CommandInfo) and not info.short_help:
+            # the list shows the first paragraph; its line breaks are the source's, not the help's
+            info.short_help = " ".join(doc.strip().split("\n\n")[0].split())
 
 
 # `testbed --help` lists the commands by what a user does with them
@@ -60,7 +71,6 @@ HELP_PANELS = {
     "Services and load": ("services", "load", "profile"),
     "Scenarios and reports": ("run", "report", "reproduce"),
     "Simulator and training": ("sim", "train", "tune"),
-    "Lab": ("lab",),
 }
 
 

@@ -266,7 +266,7 @@ def render_open5gs_cmd(outdir: Path = typer.Option(..., "--output", "-o", help="
                        testbed: Path | None = TestbedOpt, inventory: Path | None = InventoryOpt) -> None:
     """Open5GS v2.7.x configs: AMF, NSSF, one SMF + UPF per slice, other NFs, compose.yaml.
 
-    With -i, what `testbed lab up` uses: the AMF's NGAP on the core host's `amf_ngap_address`,
+    With -i, what `testbed up --profile lab` uses: the AMF's NGAP on the core host's `amf_ngap_address`,
     each UPF's GTP-U on its `upf_n3_address`. Without, a core and gNB on one host.
 
     Example: testbed render open5gs -i inventory.yml -o rendered/open5gs
@@ -279,7 +279,7 @@ def render_ueransim_cmd(outdir: Path = typer.Option(..., "--output", "-o", help=
                         testbed: Path | None = TestbedOpt, inventory: Path | None = InventoryOpt) -> None:
     """UERANSIM v3.3.0 configs: gnb.yaml and ue-<group>.yaml (mode 0600: they hold K/OPc).
 
-    With -i, what `testbed lab up` uses: the gNB on the ran host's `gnb_address`, the AMF at the
+    With -i, what `testbed up --profile lab` uses: the gNB on the ran host's `gnb_address`, the AMF at the
     core host's `amf_ngap_address`. Without, a core and gNB on one host.
 
     Example: testbed render ueransim -i inventory.yml -o rendered/ueransim

@@ -1,4 +1,5 @@
-"""Lab-profile commands: `testbed lab up|down|status` (and what `testbed up --profile lab` calls)."""
+"""Lab-profile work behind `testbed up|down|status --profile lab`; `testbed lab up|down|status` is
+the old spelling, kept hidden for one release."""
 
 from __future__ import annotations
 
@@ -9,9 +10,16 @@ from rich.table import Table
 
 from testbed.cli import app, console
 
-lab = typer.Typer(help="Bring the DRAFAS lab up or down on real servers with Ansible.",
-                  no_args_is_help=True)
-app.add_typer(lab, name="lab")
+lab = typer.Typer(help="Old spelling of `testbed up|down|status --profile lab`.",
+                  no_args_is_help=True, callback=lambda: _old_spelling())
+app.add_typer(lab, name="lab", hidden=True)
+
+
+def _old_spelling() -> None:
+    from testbed.cli import err_console
+
+    err_console.print("[dim]`testbed lab up|down|status` is the old spelling of "
+                      "`testbed up|down|status --profile lab`[/]")
 
 Inventory = typer.Option(..., "-i", "--inventory", exists=True, dir_okay=False,
                          help="Ansible inventory (see playbooks/inventory.example.yml).")
@@ -27,7 +35,7 @@ def up(inventory: Path = Inventory,
        run_dir: Path = RunDir) -> None:
     """Run playbooks/site.yml.
 
-    Example: testbed lab up -i inventory.yml --rendered rendered/ --check
+    Example: testbed up --profile lab -i inventory.yml --rendered rendered/ --check
     """
     # the lab layer (pydantic models, jinja2): loaded only when this command runs (fast CLI start)
     from testbed.config import load_testbed
@@ -41,9 +49,9 @@ def up(inventory: Path = Inventory,
 
 @lab.command("down")
 def down(inventory: Path = Inventory, run_dir: Path = RunDir) -> None:
-    """Run playbooks/reset.yml: remove everything `lab up` started.
+    """Run playbooks/reset.yml: remove everything `up --profile lab` started.
 
-    Example: testbed lab down -i inventory.yml
+    Example: testbed down --profile lab -i inventory.yml
     """
     # the lab layer (pydantic models, jinja2): loaded only when this command runs (fast CLI start)
     from testbed.lab import lab_down
@@ -58,7 +66,7 @@ def status(inventory: Path = Inventory, run_dir: Path = RunDir,
            prometheus: str = typer.Option(None, "--prometheus", help="e.g. http://gpu1:30090")) -> None:
     """Show NFs, gNB/UEs, PDU sessions, nodes and GPU units, replicas and Prometheus targets.
 
-    Example: testbed lab status -i inventory.yml --run-dir runs/20250101T000000Z-lab-up --prometheus http://gpu1:30090
+    Example: testbed status --profile lab -i inventory.yml --run-dir runs/20250101T000000Z-lab-up --prometheus http://gpu1:30090
     """
     # the lab layer (pydantic models, jinja2): loaded only when this command runs (fast CLI start)
     from testbed.lab import lab_status

@@ -117,7 +117,7 @@ def init(directory: Annotated[Path, typer.Argument(help="Where to write the file
     """Write the built-in testbed file (testbed.yaml) to edit, and with --scenario a starter
     scenario beside it.
 
-    Example: [bold]testbed init --scenario && testbed up -c testbed.yaml && testbed run scenario.yaml[/]
+    Example: [bold]testbed init --scenario && testbed up -t testbed.yaml && testbed run scenario.yaml[/]
     """
     from importlib import resources
 
@@ -142,6 +142,12 @@ def up(config: ConfigOpt = None,
        profile: ProfileOpt = None, inventory: InventoryOpt = None,
        check: Annotated[bool, typer.Option("--check", help="Lab profile: Ansible check mode, "
                                            "changes nothing.")] = False,
+       rendered: Annotated[Path | None, typer.Option("--rendered", help="Lab profile: configs "
+                                                     "from `testbed render` to use as they are "
+                                                     "(default: rendered from the testbed file "
+                                                     "and inventory).")] = None,
+       manifests: Annotated[Path | None, typer.Option("--manifests", help="Lab profile: service "
+                                                      "manifests (default: workloads/).")] = None,
        run_dir: RunDirOpt = None,
        mongo_uri: Annotated[str | None, typer.Option(help="Subscriber store (default: the "
                                                      "testbed file's core.mongo_uri, a local "
@@ -150,7 +156,7 @@ def up(config: ConfigOpt = None,
     """Bring up a testbed: on the local profile namespaces, links and slice shaping; on the lab
     profile the whole DRAFAS testbed on real servers (playbooks/site.yml).
 
-    Example: [bold]testbed up -c testbed.yaml[/]   or   [bold]testbed up --profile lab -i inventory.yml[/]
+    Example: [bold]testbed up -t testbed.yaml[/]   or   [bold]testbed up --profile lab -i inventory.yml[/]
     """
     # pydantic models and the data plane: loaded only when this command runs (fast CLI start)
     from testbed.bringup.local import LocalTestbed
@@ -161,8 +167,8 @@ def up(config: ConfigOpt = None,
     if (profile or spec.profile) == "lab":
         from testbed.cli import lab
 
-        lab.up(inventory=_lab_inventory(inventory), testbed_file=config, rendered=None,
-               manifests=None, check=check, run_dir=run_dir)
+        lab.up(inventory=_lab_inventory(inventory), testbed_file=config, rendered=rendered,
+               manifests=manifests, check=check, run_dir=run_dir)
         return
     if no_slicing:
         spec = spec.model_copy(update={"link": spec.link.model_copy(update={"slicing": False})})

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from testbed.cli import app, console, err_console
+from testbed.cli import TracesOpt, app, console, err_console
 from testbed.cli.scenario import VERDICT_STYLE
 from testbed.errors import TestbedError
 
@@ -23,8 +23,7 @@ def reproduce_cmd(
                                         "oracle bound.")] = False,
     out: Annotated[Path | None, typer.Option(help="Report folder (default runs/<time>-reproduce)."
                                              )] = None,
-    traces: Annotated[Path, typer.Option(help="The dissertation's traces (test/day7-shift*h.txt)."
-                                         )] = Path("../shared/traces"),
+    traces: Path = TracesOpt,
     models: Annotated[Path, typer.Option(help="chatbot.zip, imgcls.zip, tts.zip from `testbed "
                                          "train`.")] = Path("models"),
     rule_only: Annotated[bool, typer.Option("--rule-only", help="Leave the DRL columns out (no "

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from testbed.cli import app, checks, console
+from testbed.cli import TracesOpt, app, checks, console
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles import paper
 
@@ -27,9 +27,6 @@ sim_app = typer.Typer(
 app.add_typer(sim_app, name="sim")
 
 SCALES_DEFAULT = "none"
-TRACES_HELP = "Trace directory with train/, val/ and test/ (DURATION COUNT files)."
-
-
 def _services(service: str) -> list[str]:
     chosen = list(paper.SERVICES) if service == "all" else [s.strip() for s in service.split(",")]
     unknown = [s for s in chosen if s not in paper.SERVICES]
@@ -131,7 +128,7 @@ def sim_eval(
     trace: Path = typer.Option(
         None, help="One trace file for all chosen services (default: test day, shifted)."
     ),
-    traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
+    traces: Path = TracesOpt,
     model: str = typer.Option(
         None, help="PPO model file, or a directory holding SERVICE.zip files (default: models/)."
     ),
@@ -232,7 +229,7 @@ def sim_tables(
         MODELS_DIR, help="Directory with chatbot.zip, imgcls.zip, tts.zip (default: the shipped agents)."
     ),
     drl: bool = typer.Option(True, "--drl/--no-drl", help="Also run the DRL agents (default)."),
-    traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
+    traces: Path = TracesOpt,
     table: list[str] = typer.Option(["5.1", "5.2", "5.3"], help="Which tables (repeatable)."),
     seed: int = typer.Option(0, help="Simulation seed."),
     rate_limit: str = typer.Option("profile", help=RATE_LIMIT_HELP),
@@ -337,7 +334,7 @@ def sim_tables(
 def train_cmd(
     service: str = typer.Argument(None, help="chatbot, imgcls or tts (ppo; ddpg and inss take all three)."),
     policy: str = typer.Option("ppo", help="ppo (Maskable PPO), ddpg (sb3 DDPG) or inss (sb3 TD3)."),
-    traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
+    traces: Path = TracesOpt,
     out: Path = typer.Option(None, help="Model file (default models/SERVICE.zip or models/POLICY.zip)."),
     steps: int = typer.Option(None, help="Step budget (ppo: the paper's 300000; ddpg/inss: 12000)."),
     seed: int = typer.Option(0, help="Training seed."),
@@ -600,7 +597,7 @@ def tune_cmd(
     trials: int = typer.Option(100, help="Finished trials the study should reach, every worker's "
                                "counted (the paper: 100)."),
     rule: str = typer.Option("v2", help="v1 or v2."),
-    traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
+    traces: Path = TracesOpt,
     seed: int = typer.Option(0, help="Seed for the sampler and the simulator."),
     storage: str | None = typer.Option(
         None, help="Where the study lives: a journal file's path (default: study.log in the run "
@@ -656,7 +653,7 @@ def sim_compare(
     load: list[str] = typer.Option(["5.1", "5.3"], "--table", "--load",
                                    help="Table whose load and units to use (repeatable); --load "
                                    "is its older name (elsewhere --load is a multiplier)."),
-    traces: Path = typer.Option(Path("traces"), help=TRACES_HELP),
+    traces: Path = TracesOpt,
     models: Path = typer.Option(Path("models"), help="Directory with ddpg.zip, inss.zip (and PPO's)."),
     profiles: Path = typer.Option(None, help="Profile file over the packaged one (gpu curves)."),
     pipeline: str = typer.Option(

@@ -1,5 +1,5 @@
 """A lab's Open5GS and UERANSIM configs, with the addresses its hosts reach each other on read
-from the inventory and checked before anything is written (`testbed render -i` and `lab up`).
+from the inventory and checked before anything is written (`testbed render -i` and `up --profile lab`).
 
 Where each address comes from (the roles place the whole core on the `core` host and the gNB with
 its UEs on the `ran` host):
@@ -117,7 +117,7 @@ def render_part(part: str, spec: TestbedSpec, addresses: PeerAddresses | None,
 
 
 def render_lab(spec: TestbedSpec, inventory: LabInventory, dest: Path) -> list[Path]:
-    """Write `dest`/open5gs and `dest`/ueransim with `inventory`'s addresses, as `lab up` uses them."""
+    """Write `dest`/open5gs and `dest`/ueransim with `inventory`'s addresses, as `up --profile lab` uses them."""
     addresses = peer_addresses(spec, inventory)
     return [path for part in RENDERERS for path in render_part(part, spec, addresses, dest / part)]
 

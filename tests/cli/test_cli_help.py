@@ -6,7 +6,7 @@ from testbed.cli import HELP_PANELS, _register, app, main
 def test_every_command_sits_in_one_panel():
     _register()
     names = [i.name or i.callback.__name__ for i in [*app.registered_commands,
-                                                       *app.registered_groups]]
+                                                       *app.registered_groups] if not i.hidden]
     panelled = [n for names_ in HELP_PANELS.values() for n in names_]
     assert sorted(panelled) == sorted(set(panelled))  # no command in two panels
     assert set(names) == set(panelled), set(names) ^ set(panelled)
@@ -43,3 +43,31 @@ def test_a_table_is_a_table_and_a_load_a_multiplier():
     _parse(["sim", "compare", "--table", "5.1", "--table", "5.2"])
     _parse(["sim", "compare", "--load", "5.1"])  # the older spelling
     _parse(["sim", "eval", "--load", "2"])
+
+
+def test_the_lab_is_reached_one_way_and_the_old_spelling_is_hidden(capsys):
+    from tests.test_readme_commands import _parse
+
+    _parse(["up", "--profile", "lab", "-i", "inv.yml", "--rendered", "r", "--manifests", "m",
+            "--check"])  # everything `lab up` took
+    assert main(["--help"]) == 0
+    listing = capsys.readouterr().out
+    assert "│ up " in listing and "│ lab " not in listing
+    assert main(["lab", "--help"]) == 0
+    assert "Old spelling of `testbed up|down|status --profile lab`" in capsys.readouterr().out
+
+
+def test_the_traces_option_has_one_default_and_one_variable(monkeypatch):
+    from typer.main import get_command
+
+    _register()
+    cmd = get_command(app)
+    seen = set()
+    for path in (["reproduce"], ["sim", "eval"], ["sim", "tables"], ["sim", "compare"],
+                 ["train"], ["tune"]):
+        c = cmd
+        for name in path:
+            c = c.commands[name]
+        (opt,) = [p for p in c.params if p.name == "traces"]
+        seen.add((str(opt.default), opt.envvar))
+    assert seen == {("traces", "TESTBED_TRACES")}
