@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1] / "testbed"
 
 # Lower number = lower layer. A package may import packages of its own layer or below, never above.
 LAYERS = {
-    "errors": 0, "config": 0, "profiles": 0,
+    "errors": 0, "paths": 0, "config": 0, "profiles": 0,
     "net": 1, "ran": 1, "core": 1, "load": 1, "scaler": 1, "cluster": 1, "sim": 1, "metrics": 1,
     "bringup": 2, "lab": 2, "train": 2,
     "scenario": 3,

@@ -66,7 +66,7 @@ def status(inventory: Path = Inventory, run_dir: Path = RunDir,
            prometheus: str = typer.Option(None, "--prometheus", help="e.g. http://gpu1:30090")) -> None:
     """Show NFs, gNB/UEs, PDU sessions, nodes and GPU units, replicas and Prometheus targets.
 
-    Example: testbed status --profile lab -i inventory.yml --run-dir runs/20250101T000000Z-lab-up --prometheus http://gpu1:30090
+    Example: testbed status --profile lab -i inventory.yml --run-dir runs/X --prometheus http://gpu1:30090
     """
     # the lab layer (pydantic models, jinja2): loaded only when this command runs (fast CLI start)
     from testbed.lab import lab_status

@@ -21,6 +21,8 @@ from typing import Any
 from testbed.cluster.base import ServiceTarget
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement, StateError
 
+DEFAULT_NAMESPACE = "drafas"  # where the lab's services run (workloads/*.yaml)
+
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARE_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"  # MPS caps the pod's SMs at this % of the GPU
 BATCH_ENV = "TESTBED_BATCH_SIZE"  # the service's batcher (workloads/*/server.py) reads it
@@ -144,7 +146,7 @@ class KubernetesCluster:
         self.api_host = getattr(config, "host", None) or "the Kubernetes API server"
 
     @classmethod
-    def connect(cls, services: Iterable[KubeService], namespace: str = "drafas", *,
+    def connect(cls, services: Iterable[KubeService], namespace: str = DEFAULT_NAMESPACE, *,
                 kubeconfig: str | None = None, context: str | None = None,
                 resource: str = GPU_RESOURCE, **options: Any) -> KubernetesCluster:
         """Connect with in-cluster config when running in a pod, else the kubeconfig file."""

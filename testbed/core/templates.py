@@ -13,8 +13,7 @@ import yaml
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from testbed.errors import MissingRequirement, StateError
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from testbed.paths import REPO_ROOT
 
 
 def template_dir(name: str) -> Path:

@@ -20,15 +20,14 @@ from typing import Any
 from rich.console import Console
 
 from testbed.cluster.images import ImageBuild, image_builds
+from testbed.cluster.kubernetes import DEFAULT_NAMESPACE
 from testbed.config import TestbedSpec, load_yaml_file
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.lab.inventory import LabInventory
 from testbed.lab.render import CORE_GROUP, RAN_GROUP, check_rendered, peer_addresses, render_lab
-from testbed.lab.runner import PLAYBOOKS_DIR, PlaybookResult, run_playbook
+from testbed.lab.runner import PlaybookResult, run_playbook
 from testbed.lab.shaping_script import shaping_script
-
-REPO_ROOT = PLAYBOOKS_DIR.parent
-DEFAULT_NAMESPACE = "drafas"
+from testbed.paths import REPO_ROOT
 
 
 def new_run_dir(kind: str, base: Path = Path("runs")) -> Path:

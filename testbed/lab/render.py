@@ -117,7 +117,8 @@ def render_part(part: str, spec: TestbedSpec, addresses: PeerAddresses | None,
 
 
 def render_lab(spec: TestbedSpec, inventory: LabInventory, dest: Path) -> list[Path]:
-    """Write `dest`/open5gs and `dest`/ueransim with `inventory`'s addresses, as `up --profile lab` uses them."""
+    """Write `dest`/open5gs and `dest`/ueransim with `inventory`'s addresses, as
+    `up --profile lab` uses them."""
     addresses = peer_addresses(spec, inventory)
     return [path for part in RENDERERS for path in render_part(part, spec, addresses, dest / part)]
 

@@ -18,8 +18,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from testbed.errors import MissingRequirement, StateError
+from testbed.paths import PLAYBOOKS_DIR
 
-PLAYBOOKS_DIR = Path(__file__).resolve().parents[2] / "playbooks"
 _MESSAGE_KEYS = ("msg", "stderr", "reason", "module_stderr", "stdout")
 
 

@@ -19,7 +19,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from testbed.cluster.kubernetes import MPS_REPLICAS, KubernetesCluster, KubeService, mps_unit_pct
+from testbed.cluster.kubernetes import (
+    DEFAULT_NAMESPACE,
+    MPS_REPLICAS,
+    KubernetesCluster,
+    KubeService,
+    mps_unit_pct,
+)
 from testbed.config import TestbedSpec
 from testbed.errors import MissingRequirement, StateError
 from testbed.lab.hosts import AnsibleHosts, HostRunner
@@ -28,7 +34,6 @@ from testbed.lab.shaping_script import shaping_script
 from testbed.lab.traffic import LabTraffic, UeSession, discover_sessions
 from testbed.metrics.prometheus import PrometheusMetrics, PromService
 
-DEFAULT_NAMESPACE = "drafas"
 SHAPING_SCRIPT = "/usr/local/sbin/tb-slice-shaping"  # the upf role's upf_shaping_script
 
 

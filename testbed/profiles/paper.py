@@ -24,6 +24,12 @@ REWARD_ALPHA = 0.9
 REWARD_BETA = 0.1
 DEFAULT_RATIOS = {"chatbot": 0.15, "imgcls": 0.4, "tts": 0.15}
 TEST_SHIFT_HOURS = {"chatbot": 0, "imgcls": 8, "tts": 16}
+
+
+def test_day_file(service: str) -> str:
+    """A service's test-day trace inside a trace directory: the test day shifted 0/8/16 h."""
+    return f"test/day7-shift{TEST_SHIFT_HOURS[service]}h.txt"
+
 TRACE_MAX_RPS = 146  # Table 4.2, train-set maximum; normalises the request-rate state
 MAX_TRAIN_STEPS = 300_000
 VALIDATION_EVERY = 14_400

@@ -9,9 +9,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
-from testbed.profiles.paper import TEST_SHIFT_HOURS
-
-SERVICES = ("chatbot", "imgcls", "tts")
+from testbed.profiles.paper import SERVICES, test_day_file
 
 
 @dataclass(frozen=True)
@@ -61,7 +59,7 @@ def select(names: list[str]) -> list[Artefact]:
 
 def trace_files(traces_dir: Path) -> dict[str, Path]:
     """The test day, shifted 0/8/16 h (Section 5.1), per service."""
-    return {s: traces_dir / "test" / f"day7-shift{TEST_SHIFT_HOURS[s]}h.txt" for s in SERVICES}
+    return {s: traces_dir / test_day_file(s) for s in SERVICES}
 
 
 def model_files(models_dir: Path) -> dict[str, Path]:

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.profiles.paper import PAPER_TABLES, TABLE_5_4
-from testbed.reproduce.artefacts import SERVICES, model_files, trace_files
+from testbed.profiles.paper import PAPER_TABLES, SERVICES, TABLE_5_4
+from testbed.reproduce.artefacts import model_files, trace_files
 from testbed.scenario.expect import FAIL, PASS, UNDECIDED
 
 # Tolerances (stated in every report): issue 11's fidelity floors for the simulator. Table 5.1's

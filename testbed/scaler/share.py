@@ -33,8 +33,10 @@ import numpy as np
 
 from testbed.cluster.base import ServiceTarget
 from testbed.errors import ConfigError, ConfigProblem
+from testbed.paths import MODELS_DIR
 from testbed.profiles import PACKAGED_PROFILES, ServiceProfile
 from testbed.scaler.fa2 import require_curves
+from testbed.scaler.ppo import META_MEMBER
 from testbed.scaler.target import ClusterView
 
 KINDS = ("ddpg", "inss")
@@ -42,8 +44,6 @@ OBS_PER_SERVICE = 5
 SHARE_STEP_PCT = 5.0
 DEADBAND_PCT = 10.0
 MIN_TOTAL = 0.05  # the smallest fraction of the cluster the total output can ask for
-META_MEMBER = "testbed.json"
-MODELS_DIR = Path(__file__).resolve().parents[2] / "models"  # the actors shipped with the repository
 
 
 def default_model(kind: str) -> Path:

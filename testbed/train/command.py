@@ -6,7 +6,7 @@ import os
 import shlex
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from testbed.paths import REPO_ROOT
 
 
 def rerunnable_command(command: str, root: Path = REPO_ROOT, cwd: Path | None = None) -> str:

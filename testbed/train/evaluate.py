@@ -11,7 +11,7 @@ from typing import Any
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.load.trace import Trace, load_trace
 from testbed.profiles import ServiceProfile, default_profiles
-from testbed.profiles.paper import TEST_SHIFT_HOURS, TOTAL_UNITS
+from testbed.profiles.paper import TEST_SHIFT_HOURS, TOTAL_UNITS, test_day_file
 from testbed.scaler.loop import Decision, ScalerLoop
 from testbed.scaler.policies import Policy
 from testbed.sim.cluster import DEFAULT_OPTIONS, SimCluster, SimOptions
@@ -41,7 +41,7 @@ def test_day_traces(traces_dir: str | Path, services: list[str] | None = None) -
     for service in services or list(TEST_SHIFT_HOURS):
         if service not in TEST_SHIFT_HOURS:
             raise ConfigError([ConfigProblem("<sim>", None, "service", f"no test trace for {service!r}")])
-        out[service] = load_trace(Path(traces_dir) / "test" / f"day7-shift{TEST_SHIFT_HOURS[service]}h.txt")
+        out[service] = load_trace(Path(traces_dir) / test_day_file(service))
     return out
 
 
