@@ -20,6 +20,7 @@ from typing import Any
 
 from testbed.cluster.base import ServiceTarget
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement, StateError
+from testbed.profiles.paper import UNIT_PCT
 
 DEFAULT_NAMESPACE = "drafas"  # where the lab's services run (workloads/*.yaml)
 
@@ -28,7 +29,6 @@ SHARE_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"  # MPS caps the pod's SMs at thi
 BATCH_ENV = "TESTBED_BATCH_SIZE"  # the service's batcher (workloads/*/server.py) reads it
 # One nvidia.com/gpu unit = one of the device plugin's MPS replicas of a GPU (100 / replicas %,
 # playbooks/roles/gpu_operator/defaults gpu_operator_mps_replicas); also the most SMs a pod gets.
-UNIT_PCT = 25.0
 POD_UNITS = 1  # under MPS sharing the device plugin refuses requests for more than one unit
 MPS_REPLICAS = round(100 / UNIT_PCT)
 # Pods in these phases hold no resources; the API server filters them out for us.

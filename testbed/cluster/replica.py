@@ -27,9 +27,8 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from testbed.cluster import payload
-from testbed.profiles import ServiceProfile
+from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
 
-HEADER_TIMEOUT_S = 60.0  # aiohttp closes a connection idle, or sending headers, this long
 TOKEN_ENV = "TESTBED_REPLICA_TOKEN"  # the cluster's token for /_config
 
 

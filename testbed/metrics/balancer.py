@@ -19,7 +19,7 @@ from testbed.metrics.collector import ServiceCollector
 from testbed.metrics.exposition import BalancerMetrics
 from testbed.metrics.mesh import MeshMetrics, Workload
 from testbed.metrics.window import WindowMetrics
-from testbed.profiles import ServiceProfile
+from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,6 @@ _HOP_BY_HOP = {
 
 
 MESH_NAMESPACE = "local"  # the `namespace` label of the local replicas' mesh-shaped series
-HEADER_TIMEOUT_S = 60.0  # aiohttp's keep-alive timer: idle or slow-header connections close
 
 
 @dataclass

@@ -8,6 +8,7 @@ from testbed.profiles.paper import SERVICES
 
 if TYPE_CHECKING:
     from testbed.profiles.service import (
+        HEADER_TIMEOUT_S,
         PACKAGED_PROFILES,
         GpuCurve,
         ServiceProfile,
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "HEADER_TIMEOUT_S",
     "PACKAGED_PROFILES",
     "SERVICES",
     "GpuCurve",

@@ -17,6 +17,7 @@ SERVICE_TITLES = {"chatbot": "Chatbot", "imgcls": "Image classification", "tts":
 
 # Table 4.5 and Section 4.4.3
 TOTAL_UNITS = 8
+UNIT_PCT = 25.0  # DRAFAS's resource unit: a quarter of a GPU (Table 4.3)
 STEP_SECONDS = 30.0
 HISTORY = 5
 COOLDOWN_STEPS = 6  # "next three minutes cannot be scale-down"

@@ -16,6 +16,9 @@ from testbed.config.yamlfile import load_yaml_file, parse_yaml, validate
 from testbed.errors import ConfigError, ConfigProblem
 
 PACKAGED_PROFILES = "testbed/profiles/services.yaml"  # as the docs and errors name it
+# a service's HTTP servers (each replica and the balancer before them) close a connection that
+# stays idle, or has not sent its whole headers, this long (aiohttp's keep-alive timer)
+HEADER_TIMEOUT_S = 60.0
 
 
 class GpuCurve(BaseModel):
