@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
+from testbed.bringup.local import require_root
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.profiles.paper import SERVICES, test_day_file
+from testbed.scaler.ppo import read_meta
 
 
 @dataclass(frozen=True)
@@ -90,8 +92,6 @@ def preflight(artefacts: list[Artefact], *, traces_dir: Path, models_dir: Path,
                 f"(train them: {how}; or run the rule-based side only with --rule-only)")
         _check_models(model_files(models_dir), traces_dir)
     if any(a.needs_root for a in artefacts):
-        from testbed.bringup.local import require_root
-
         names = ", ".join(a.name for a in artefacts if a.needs_root)
         require_root(f"testbed reproduce {names} (local testbed runs)")
         if any(a.kind == "slicing" for a in artefacts) and shutil.which("iperf3") is None:
@@ -102,13 +102,11 @@ def preflight(artefacts: list[Artefact], *, traces_dir: Path, models_dir: Path,
 def _check_models(models: dict[str, Path], traces_dir: Path) -> None:
     """A model this checkout cannot read (another branch's metadata or observation) is as good as
     missing: say so before anything runs, not when a testbed cell first asks it to act."""
-    from testbed.errors import ConfigError as _ConfigError
-    from testbed.scaler.ppo import read_meta
 
     for service, path in models.items():
         try:
             read_meta(path)
-        except _ConfigError as exc:
+        except ConfigError as exc:
             detail = str(exc).splitlines()[0]
             raise MissingRequirement(
                 f"model {path} cannot be used by this checkout ({detail}); retrain it here: "

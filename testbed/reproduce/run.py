@@ -21,13 +21,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from testbed.config.yamlfile import load_yaml_file
 from testbed.errors import StateError
-from testbed.reproduce.artefacts import Artefact, model_files, preflight
+from testbed.report import write_report
+from testbed.reproduce.artefacts import ARTEFACTS, Artefact, model_files, preflight
 from testbed.reproduce.document import write
 from testbed.reproduce.model import Options, ReproResult, Verdict
 from testbed.reproduce.slicing import combine, judge_slicing
 from testbed.reproduce.tables import TableResult, sim_table, testbed_table
 from testbed.scenario.expect import FAIL, PASS, UNDECIDED
+from testbed.scenario.load import load_scenario, parse_scenario
+from testbed.scenario.results import run_rows
+from testbed.scenario.runner import RunOptions, run_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 # Table 5.4's window of the test day: from 13:30, where the chatbot's and imgcls's loads move
@@ -133,10 +138,6 @@ def _jsonable(result: ReproResult) -> dict[str, Any]:
 
 def _run(path: Path, partial: Path, options: Options, overrides: dict[str, Any] | None = None,
          *, text: str | None = None) -> tuple[Path, list[dict[str, Any]]]:
-    from testbed.report import write_report
-    from testbed.scenario.load import load_scenario, parse_scenario
-    from testbed.scenario.runner import RunOptions, run_scenario
-
     loaded = (parse_scenario(text, str(path), path.parent) if text is not None
               else load_scenario(path, overrides))
     result = run_scenario(loaded, RunOptions(out_root=partial / "runs", progress=options.show_runs))
@@ -161,7 +162,6 @@ def _slicing(names: set[str], partial: Path, options: Options) -> dict[str, Verd
 def judge_run_dir(run_dir: Path) -> dict[str, Verdict]:
     """Figs 5.7/5.8's verdicts on a finished slicing run directory (`testbed run` of
     slicing(-ci).yaml): the same checks, outcomes and words as that run's `expect:`."""
-    from testbed.scenario.results import run_rows
 
     scenario = json.loads((run_dir / "manifest.json").read_text())["scenario"]
     return slicing_verdicts(run_rows(run_dir), str(run_dir), quick=scenario["name"] != "slicing")
@@ -171,7 +171,6 @@ def slicing_verdicts(rows: list[dict[str, Any]], run_dir: str, *, quick: bool
                      ) -> dict[str, Verdict]:
     """Fig 5.7 (imgcls) and Fig 5.8 (tts and the chatbot) from a slicing run's result rows, by
     `testbed.reproduce.slicing`'s judge."""
-    from testbed.reproduce.artefacts import ARTEFACTS
 
     flows = sorted({int(r["iperf_flows"]) for r in rows
                     if "service" in r and r.get("iperf_flows") is not None})
@@ -230,7 +229,6 @@ def _sim(a: Artefact, options: Options) -> Verdict:
 def _table54(a: Artefact, partial: Path, options: Options) -> Verdict:
     import yaml
 
-    from testbed.config.yamlfile import load_yaml_file
 
     duration = options.t54_duration_s or (T54_QUICK_S if options.quick else T54_FULL_S)
     reps = options.t54_repetitions or (1 if options.quick else T54_FULL_REPS)

@@ -9,9 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.load.trace import load_trace
+from testbed.profiles import default_profiles
 from testbed.profiles.paper import PAPER_TABLES, SERVICES, TABLE_5_4
 from testbed.reproduce.artefacts import model_files, trace_files
+from testbed.scaler.policies import make_policy
 from testbed.scenario.expect import FAIL, PASS, UNDECIDED
+from testbed.train.evaluate import evaluate
+from testbed.train.oracle import shared_pool_oracles
 
 # Tolerances (stated in every report): issue 11's fidelity floors for the simulator. Table 5.1's
 # rule-based cells, the text's baseline, within 3 % of the paper's reward and 5 % of its
@@ -99,11 +104,6 @@ def sim_table(key: str, *, traces_dir: Path, models_dir: Path | None, seed: int 
               oracle: bool = True, max_steps: int | None = None,
               progress: Callable[[str], None] | None = None) -> TableResult:
     """Table 5.1, 5.2 or 5.3 through the simulator on the test day (shifted 0/8/16 h)."""
-    from testbed.load.trace import load_trace
-    from testbed.profiles import default_profiles
-    from testbed.scaler.policies import make_policy
-    from testbed.train.evaluate import evaluate
-    from testbed.train.oracle import shared_pool_oracles
 
     spec = PAPER_TABLES[key]
     traces = {s: load_trace(p) for s, p in trace_files(traces_dir).items()}

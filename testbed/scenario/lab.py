@@ -24,6 +24,7 @@ from testbed.lab.inventory import LabInventory
 from testbed.lab.plan import ActionLog, PlanHosts, PlanKube, VirtualTime, plan_fetch
 from testbed.lab.session import DEFAULT_NAMESPACE, LabConfig, LabService, LabSession
 from testbed.metrics.prometheus import PrometheusMetrics, PromService
+from testbed.profiles import load_profiles
 from testbed.scenario.backends import CellBackends, CellMain, Clock
 from testbed.scenario.results import SLO_MS
 from testbed.scenario.spec import Scenario
@@ -97,8 +98,6 @@ class LabProfile:
 
     @staticmethod
     def _services(scn: Scenario, base_dir: Path) -> list[LabService]:
-        from testbed.profiles import load_profiles
-
         profiles = load_profiles(base_dir / scn.service_profiles if scn.service_profiles else None)
         return [LabService(s.name, SLO_MS.get(s.name, profiles[s.name].slo_ms),
                            profiles[s.name].capacity, profiles[s.name].units)

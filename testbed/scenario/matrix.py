@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from testbed.config import TestbedSpec
+from testbed.profiles.paper import PAPER_TABLES
 from testbed.scenario.spec import Scenario
 
 TOP_LEVEL = ("time_scale", "duration_s", "total_units", "seed", "scaler_period_s")
@@ -85,8 +86,6 @@ def _alias(key: str, scn: Scenario) -> Callable[[Scenario, TestbedSpec, Any],
         return keep_one
     if key == "paper_table":
         def set_paper(s: Scenario, t: TestbedSpec, v: Any) -> tuple[Scenario, TestbedSpec]:
-            from testbed.profiles.paper import PAPER_TABLES
-
             table = PAPER_TABLES.get(str(v))
             if table is None:
                 raise ValueError(f"no paper table {v!r} (tables: {', '.join(PAPER_TABLES)})")

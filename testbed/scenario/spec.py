@@ -7,8 +7,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from testbed.config import LinkSpec, SliceSpec, TestbedSpec, UEGroupSpec, check_testbed
+from testbed.config import LinkSpec, SliceSpec, TestbedSpec, UEGroupSpec, check_testbed, load_testbed
 from testbed.config.testbed_spec import Name
+from testbed.errors import ConfigError
+from testbed.profiles import load_profiles
+from testbed.scaler.share import default_model, read_share_meta
 
 POLICIES = ("static", "rule_v1", "rule_v2", "hpa", "random", "ppo")
 
@@ -121,8 +124,6 @@ class Scenario(Strict):
 
 
 def resolve_testbed(scn: Scenario, base_dir: Path) -> TestbedSpec:
-    from testbed.config import load_testbed
-
     if scn.testbed is None:
         return load_testbed()
     if isinstance(scn.testbed, str):
@@ -178,8 +179,6 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
             problems.append((("total_units",), "a routed pipeline runs on the GPU simulator: "
                                                "total_units must be whole GPUs (a multiple of 4)"))
     if scn.service_profiles:
-        from testbed.profiles import load_profiles
-
         if not (base_dir / scn.service_profiles).is_file():
             problems.append((("service_profiles",),
                              f"profile file {scn.service_profiles!r} not found"))
@@ -238,8 +237,6 @@ def check_share_models(scn: Scenario, base_dir: Path, params: dict[str, Any] | N
     one file per policy, and the drl extra that runs it is installed."""
     import importlib.util
 
-    from testbed.errors import ConfigError
-    from testbed.scaler.share import default_model, read_share_meta
 
     problems: list[tuple[tuple, str]] = []
     from_matrix = "policy" in (params or {})
