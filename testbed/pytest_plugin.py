@@ -59,6 +59,8 @@ class ScenarioFile(pytest.File):
     run: Any = None
 
     def collect(self):  # type: ignore[no-untyped-def]
+        # pytest loads this plugin for every session: the scenario layer (pydantic, the data
+        # plane) only when a scenario file is collected
         from testbed.scenario.load import load_scenario
         from testbed.scenario.matrix import expand
 
@@ -106,6 +108,7 @@ class ScenarioFile(pytest.File):
 
     def get_run(self) -> Any:
         if self.run is None:
+            # the runner and the whole data plane: only when a scenario runs
             from testbed.scenario.runner import RunOptions, ScenarioRun
 
             opts = self.config.option

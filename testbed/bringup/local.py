@@ -123,6 +123,7 @@ class LocalTestbed:
 
     def _provision(self) -> None:
         """Write the spec's subscribers to the store, then place UEs as the store has them."""
+        # pymongo and the store: only when provisioning (`testbed down` and `status` start fast)
         from testbed.core import desired_ues, open_store
 
         with open_store(self.spec, self.mongo_uri, self.store_dir) as opened:
@@ -239,7 +240,7 @@ def teardown(name: str, runner: Runner | None = None, missing_ok: bool = True) -
 
 def _stop_core(state: TestbedState) -> None:
     """Stop what the core and RAN started for this testbed: a local mongod, nr-ue processes."""
-    try:
+    try:  # pymongo: only when a testbed is taken down, and not at all without it
         from testbed.core import state_dir, stop_mongod
         from testbed.ran.ue import ue_down
     except ImportError:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from testbed.profiles.paper import FIG_5_7_5_8, SLICING_SETUP, TABLE_5_4
+from testbed.profiles.paper import FIG_5_7_5_8, PAPER_TABLES, SLICING_SETUP, TABLE_5_4
 from testbed.report import plots
 from testbed.report.document import Document, Section, TableData
 from testbed.scenario.expect import evaluate_all
@@ -168,10 +168,6 @@ def _chain_results(rows: list[dict[str, Any]]) -> Section:
 
 def _paper_tables(rows: list[dict[str, Any]]) -> Section | None:
     """Tables 5.1–5.3 beside ours, for cells whose units and ratios match a paper table."""
-    try:
-        from testbed.profiles.paper import PAPER_TABLES
-    except ImportError:
-        return None
     sec = Section("Beside the paper: Tables 5.1–5.3 (simulator)")
     for key in ("5.1", "5.2", "5.3"):
         table = PAPER_TABLES[key]

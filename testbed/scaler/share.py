@@ -36,7 +36,7 @@ from testbed.errors import ConfigError, ConfigProblem
 from testbed.paths import MODELS_DIR
 from testbed.profiles import PACKAGED_PROFILES, ServiceProfile
 from testbed.scaler.fa2 import require_curves
-from testbed.scaler.ppo import META_MEMBER
+from testbed.scaler.ppo import META_MEMBER, require_drl
 from testbed.scaler.target import ClusterView
 
 KINDS = ("ddpg", "inss")
@@ -160,7 +160,6 @@ class SharePolicy:
     def load(
         cls, path: str | Path, profiles: Mapping[str, ServiceProfile], *, profile_source: str = ""
     ) -> SharePolicy:
-        from testbed.scaler.ppo import require_drl
 
         require_drl()
         from stable_baselines3 import DDPG, TD3

@@ -17,9 +17,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
+from testbed.bringup.local import LocalTestbed, sigint_deferred
+from testbed.bringup.traffic import LocalTraffic
 from testbed.cluster.base import ClusterBackend
+from testbed.cluster.local import LocalCluster
 from testbed.load.traffic import TrafficBackend
-from testbed.metrics.source import MetricsSource
+from testbed.metrics.agreement import compare
+from testbed.metrics.balancer import MESH_NAMESPACE
+from testbed.metrics.prometheus import PrometheusMetrics, PromService
+from testbed.metrics.server import PrometheusServer
+from testbed.metrics.source import BalancerMetrics, MetricsSource
+from testbed.net.netns import NetnsLoop
+from testbed.net.state import prometheus_dir, state_dir
 
 # The runner passes itself as `runner` (a `testbed.scenario.runner.CellRunner`): its cell, rep,
 # dir, view, info, scn, closing, problem(), event() and profiles() are what a profile may use.
@@ -75,10 +84,6 @@ class LocalProfile:
     name = "local"
 
     def run_cell(self, runner: CellRunner, main: CellMain) -> None:
-        from testbed.bringup.local import LocalTestbed, sigint_deferred
-        from testbed.net.netns import NetnsLoop
-        from testbed.net.state import state_dir
-
         # a fresh name per cell: runs never collide with a testbed the user has up
         name = "r" + secrets.token_hex(3)
         spec = runner.cell.testbed.model_copy(update={"name": name})
@@ -109,10 +114,6 @@ class LocalProfile:
                 tb.down()
 
     async def _cell(self, runner: CellRunner, tb: Any, main: CellMain) -> None:
-        from testbed.bringup.traffic import LocalTraffic
-        from testbed.cluster.local import LocalCluster
-        from testbed.metrics.source import BalancerMetrics
-
         scn = runner.scn
 
         def on_event(ev: Any) -> None:
@@ -147,11 +148,6 @@ class LocalProfile:
         """The cell reads a Prometheus server of its own (inside the data-network namespace, where
         `down` finds it after a crash) scraping the balancer's mesh series, as the lab reads its
         mesh; at the end both sources' counts of the measured span are compared."""
-        from testbed.metrics.agreement import compare
-        from testbed.metrics.balancer import MESH_NAMESPACE
-        from testbed.metrics.prometheus import PrometheusMetrics, PromService
-        from testbed.metrics.server import PrometheusServer
-        from testbed.net.state import prometheus_dir
 
         scn = runner.scn
         ts = scn.time_scale

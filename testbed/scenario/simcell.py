@@ -16,12 +16,18 @@ import math
 from pathlib import Path
 from typing import Any
 
+from testbed.load.trace import Trace, load_trace
+from testbed.profiles import default_profiles
+from testbed.scaler.fa2 import Pipeline
+from testbed.scaler.policies import make_policy
 from testbed.scenario.spec import Scenario, trace_dir
+from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS
+from testbed.sim.gpu import GpuSimCluster
+from testbed.train.evaluate import evaluate
 
 
 def cell_traces(scn: Scenario, base_dir: Path) -> tuple[dict[str, Any], dict[str, float]]:
     """Per service: its trace window (one client per service in the simulator) and ratio."""
-    from testbed.load.trace import Trace, load_trace
 
     traces: dict[str, Trace] = {}
     ratios: dict[str, float] = {}
@@ -42,7 +48,6 @@ def cell_traces(scn: Scenario, base_dir: Path) -> tuple[dict[str, Any], dict[str
 def sim_profiles(scn: Scenario, cluster_profiles: dict[str, Any] | None) -> dict[str, Any]:
     """The simulator's profiles: the packaged ones (Table 4.4), or — for the sim-to-testbed check —
     exactly the profiles the testbed's replicas ran with; each starts with the scenario's replicas."""
-    from testbed.profiles import default_profiles
 
     profiles = cluster_profiles or default_profiles()
     out = {}
@@ -66,9 +71,6 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
     balancer's utilization counts ready replicas only. With the scenario's `pipelines:` (and not
     `like_testbed`: the testbed's replicas do not forward) the chains are routed and their figures
     appended to `chains`."""
-    from testbed.scaler.policies import make_policy
-    from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS
-    from testbed.train.evaluate import evaluate
 
     traces, ratios = cell_traces(scn, base_dir)
     routed = bool(scn.pipelines) and not like_testbed
@@ -93,8 +95,6 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
 def _routed_cluster(scn: Scenario, profiles: dict[str, Any], traces: dict[str, Any],
                     ratios: dict[str, float], seed: int) -> Any:
     """The GPU simulator in DRAFAS's configuration with the scenario's chains routed."""
-    from testbed.scaler.fa2 import Pipeline
-    from testbed.sim.gpu import GpuSimCluster
 
     return GpuSimCluster(
         profiles, traces, ratios, gpus=max(1, scn.total_units // 4), seed=seed,
