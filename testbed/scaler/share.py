@@ -160,7 +160,6 @@ class SharePolicy:
     def load(
         cls, path: str | Path, profiles: Mapping[str, ServiceProfile], *, profile_source: str = ""
     ) -> SharePolicy:
-
         require_drl()
         from stable_baselines3 import DDPG, TD3
 
