@@ -12,6 +12,7 @@ from testbed.load.trace import Trace, arrival_times
 from testbed.metrics.window import WindowMetrics
 from testbed.profiles import ServiceProfile
 from testbed.profiles.paper import STEP_SECONDS, TOTAL_UNITS
+from testbed.sim.backend import SimBackend
 from testbed.sim.service import SimService, StepOutcome
 
 
@@ -37,12 +38,14 @@ DEFAULT_OPTIONS = SimOptions()
 TESTBED_OPTIONS = SimOptions(rounding="carry", util_counts_starting=False, spacing="even")
 
 
-class SimCluster:
+class SimCluster(SimBackend[SimService, StepOutcome]):
     """Services fed by trace-replaying clients; `advance()` simulates one scaler period.
 
     Implements `testbed.cluster.base.ClusterBackend`, so `ScalerLoop` drives it exactly as it
     drives local replicas or Kubernetes.
     """
+
+    source = "<sim>"
 
     def __init__(
         self,
@@ -94,15 +97,6 @@ class SimCluster:
         self.last_outcome: dict[str, StepOutcome] = {}
 
     # -- ClusterBackend ----------------------------------------------------------------------------
-    def services(self) -> list[str]:
-        return list(self.sims)
-
-    def desired_replicas(self, service: str) -> int:
-        return self._sim(service).desired()
-
-    def ready_replicas(self, service: str) -> int:
-        return self._sim(service).ready(self.now)
-
     def scale(self, service: str, replicas: int) -> None:
         sim = self._sim(service)
         if replicas < 1:
@@ -126,16 +120,7 @@ class SimCluster:
             used += s.units_in_use(now)
         return self._total_units - used
 
-    def endpoint(self, service: str) -> str:
-        self._sim(service)
-        return f"sim://{service}"
-
     # -- simulation ----------------------------------------------------------------------------------
-    @property
-    def done(self) -> bool:
-        """True once another full period would run past the end of the shortest trace."""
-        return self.now + self.step_seconds > self._end + 1e-9
-
     def advance(self) -> dict[str, WindowMetrics]:
         """Simulate one period for every service; returns each service's window."""
         t0, t1 = self.now, self.now + self.step_seconds
@@ -143,23 +128,3 @@ class SimCluster:
         self.now = t1
         return {name: out.window for name, out in self.last_outcome.items()}
 
-    def latest_window(self, service: str) -> WindowMetrics:
-        """The metrics source for `ScalerLoop`: the last period's window of `service`."""
-        if service not in self.last_outcome:
-            raise StateError(f"{service}: no period simulated yet")
-        return self.last_outcome[service].window
-
-    def _sim(self, service: str) -> SimService:
-        try:
-            return self.sims[service]
-        except KeyError:
-            raise ConfigError(
-                [
-                    ConfigProblem(
-                        "<sim>",
-                        None,
-                        "service",
-                        f"unknown service {service!r}; known: {', '.join(self.sims)}",
-                    )
-                ]
-            ) from None
