@@ -31,6 +31,7 @@ import numpy as np
 from testbed.errors import ConfigError, ConfigProblem, StateError
 from testbed.metrics.window import WindowMetrics
 from testbed.profiles import ServiceProfile
+from testbed.profiles.paper import UNIT_PCT
 from testbed.sim.queueing import serve_fast
 from testbed.sim.service import (
     SLO_COUNTING,
@@ -41,7 +42,6 @@ from testbed.sim.service import (
     window_of,
 )
 
-UNIT_PCT = 25.0  # DRAFAS's resource unit: a quarter of a GPU (Table 4.3)
 BATCH_WAIT_OF_SLO = 0.25  # a batch closes after its first request waited this fraction of the SLO
 # times (whole milliseconds held as float seconds) and summed shares (%) compare with this slack
 EPS = 1e-9

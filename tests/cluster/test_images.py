@@ -147,13 +147,13 @@ def test_image_references_parse_like_docker():
     assert not ImageRef.parse("ollama/ollama").pinned and ImageRef.parse("ollama/ollama:0.5.7").pinned
 
 
-def test_lab_up_with_an_unknown_image_prints_one_line_and_creates_nothing(tmp_path: Path):
+def test_up_profile_lab_with_an_unknown_image_prints_one_line_and_creates_nothing(tmp_path: Path):
     (tmp_path / "m").mkdir()
     manifests = _manifests(tmp_path / "m", "acme/unknown:1.2")
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "testbed", "lab", "up", "-i", str(INVENTORY),
+    proc = subprocess.run([sys.executable, "-m", "testbed", "up", "--profile", "lab", "-i", str(INVENTORY),
                            "--manifests", str(manifests), "--check"], cwd=work, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
