@@ -51,11 +51,9 @@ class LocalTraffic:
         for job in jobs:
             ues = self.topology.ues_of_group(job.ue_group)
             ue = ues[job.index % len(ues)]
-            argv = [sys.executable, "-m", "testbed", "load", job.service,
-                    "--url", job.url, "--out", str(job.out), "--quiet",
-                    "--slice", ue.slice, "--source", str(ue.address), *job.args]
-            if job.trace is not None:
-                argv += ["--trace", str(job.trace)]
+            argv = [sys.executable, "-m", "testbed", "load", *job.load_argv(
+                out=str(job.out), slice=ue.slice, source=str(ue.address),
+                trace=str(job.trace) if job.trace is not None else None)]
             log = (self.log_dir / f"client-{job.index}.log").open("wb")
             self._procs.append((job, await asyncio.create_subprocess_exec(
                 "ip", "netns", "exec", ue.host.name, *argv, stdout=log, stderr=log,

@@ -143,16 +143,14 @@ class LabTraffic:
         for job in jobs:
             ue = self._client_session(job)
             self._prepare(ue.host)
-            args = list(job.args)
-            if job.trace is not None:
-                args += ["--trace", self._copy_trace(ue.host, job.trace)]
+            trace = self._copy_trace(ue.host, job.trace) if job.trace is not None else None
             unit = self._unit("client", job.index)
             log = f"{self.remote}/client-{job.index}.log"
             argv = ["systemd-run", "--unit", unit, "--collect", "-p", "KillSignal=SIGINT",
                     "-p", "TimeoutStopSec=20", "-p", f"StandardOutput=append:{log}",
-                    "-p", f"StandardError=append:{log}", "--", *self.load_command, job.service,
-                    "--url", job.url, "--out", f"{self.remote}/{job.out.name}", "--quiet",
-                    "--slice", ue.slice, "--source", ue.address, *args]
+                    "-p", f"StandardError=append:{log}", "--", *self.load_command,
+                    *job.load_argv(out=f"{self.remote}/{job.out.name}", slice=ue.slice,
+                                   source=ue.address, trace=trace)]
             self.hosts.run(ue.host, argv, what=f"start client {job.index} ({job.service}) on "
                            f"{ue.tun} {ue.address}")
             self._clients.append((ue.host, unit, job))

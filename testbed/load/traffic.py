@@ -1,9 +1,11 @@
 """What a scenario asks of the traffic side: load clients and iperf3 flows per UE group, records back.
 
-The runner describes each client and each iperf3 flow set as plain data (`ClientJob`,
-`IperfJob`); a `TrafficBackend` places them on UEs and runs them — inside UE namespaces on the
-local profile, on the lab's UE hosts inside each UE's PDU session — and brings their records
-into the cell directory (`ClientJob.out`, `IperfJob.out`) when stopped.
+The runner describes each client and each iperf3 flow set as plain data (`LoadJob` in a
+`ClientJob`, `IperfJob`); a `TrafficBackend` places them on UEs and runs them — inside UE
+namespaces on the local profile, on the lab's UE hosts inside each UE's PDU session — and brings
+their records into the cell directory (`ClientJob.out`, `IperfJob.out`) when stopped. The
+`testbed load` arguments of a client are written here only (`LoadJob.options`,
+`ClientJob.load_argv`), whichever backend starts it.
 """
 
 from __future__ import annotations
@@ -13,11 +15,61 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from testbed.load.trace import constant_schedule, load_trace, schedule_from_trace
+
+
+def _as_parsed(x: float) -> float:
+    """The value a client parses from the argument `LoadJob.options` writes for `x`."""
+    return float(f"{x:g}")
+
+
+@dataclass(frozen=True)
+class LoadJob:
+    """What one `testbed load SERVICE` client sends: a constant `rate` (req/s) for `duration_s`
+    seconds, or, without a rate, `trace` replayed (`ratio`, `shift_hours`, `start_s` and
+    `duration_s` in trace seconds, `speedup` times faster); with its request timeout and seed."""
+
+    service: str
+    duration_s: float
+    timeout_s: float = 4.0
+    seed: int = 0
+    max_error_rate: float = 0.1  # the share of failed requests past which the client exits 3
+    rate: float | None = None
+    trace: Path | None = None
+    ratio: float = 1.0
+    shift_hours: float = 0.0
+    start_s: float = 0.0
+    speedup: float = 1.0
+
+    def options(self) -> tuple[str, ...]:
+        """Its `testbed load` options except the trace file (`--trace`, copied where needed)."""
+        args = ["--timeout", f"{self.timeout_s:g}", "--seed", str(self.seed),
+                "--max-error-rate", f"{self.max_error_rate:g}"]
+        if self.rate is None:
+            args += ["--ratio", f"{self.ratio:g}", "--shift", f"{self.shift_hours:g}",
+                     "--start", f"{self.start_s:g}", "--duration", f"{self.duration_s:g}",
+                     "--speedup", f"{self.speedup:g}"]
+        else:
+            args += ["--rate", f"{self.rate:g}", "--duration", f"{self.duration_s:g}"]
+        return tuple(args)
+
+    def offsets(self) -> list[float]:
+        """When the client sends each request (wall seconds from its start), from the values it
+        parses from `options()`, as the client itself schedules them."""
+        if self.rate is not None:
+            return list(constant_schedule(_as_parsed(self.rate), _as_parsed(self.duration_s)))
+        if self.trace is None:
+            raise ValueError(f"a {self.service} load job needs a rate or a trace")
+        return list(schedule_from_trace(
+            load_trace(self.trace), _as_parsed(self.ratio), _as_parsed(self.shift_hours),
+            _as_parsed(self.start_s), _as_parsed(self.duration_s), _as_parsed(self.speedup)))
+
 
 @dataclass(frozen=True)
 class ClientJob:
-    """One `testbed load SERVICE` client: `args` are its load options (rate or trace, duration,
-    timeout, seed) except where it runs (`--source`, `--slice`), the URL and the output file."""
+    """One `testbed load SERVICE` client: `args` are its load options (`LoadJob.options()`:
+    rate or trace, duration, timeout, seed) except where it runs (`--source`, `--slice`), the URL
+    and the output file."""
 
     index: int
     service: str
@@ -26,6 +78,21 @@ class ClientJob:
     out: Path  # where the records end up, in the cell directory
     args: tuple[str, ...] = ()
     trace: Path | None = None  # a trace file the client reads (`--trace`), copied where needed
+
+    @classmethod
+    def of(cls, load: LoadJob, *, index: int, ue_group: str, url: str, out: Path) -> ClientJob:
+        """The client that runs `load` against `url`, numbered `index` in its cell."""
+        return cls(index=index, service=load.service, ue_group=ue_group, url=url, out=out,
+                   args=load.options(), trace=load.trace)
+
+    def load_argv(self, *, out: str, slice: str, source: str, trace: str | None) -> list[str]:
+        """The arguments after `testbed load` on a UE of `slice` at `source`: records to `out`,
+        no live view, and the trace file where that host reads it (`trace`)."""
+        argv = [self.service, "--url", self.url, "--out", out, "--quiet",
+                "--slice", slice, "--source", source, *self.args]
+        if trace is not None:
+            argv += ["--trace", trace]
+        return argv
 
 
 @dataclass(frozen=True)

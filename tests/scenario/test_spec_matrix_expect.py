@@ -207,17 +207,16 @@ def test_the_runner_builds_one_actor_for_the_services_it_was_trained_for(tmp_pat
     """In the model's input order whatever the scenario's order; the cell records the model."""
     from rich.console import Console
 
-    from testbed.scaler.policies import make_policy
     from testbed.scaler.share import SharePolicy
+    from testbed.scenario.cell import CellRunner
     from testbed.scenario.live import LiveView
     from testbed.scenario.rundir import CellDir
-    from testbed.scenario.runner import CellRunner
 
     loaded = load(SHARE.replace("policy: inss", "policy: ddpg"), tmp_path)
     (cell,) = expand(loaded.scenario, loaded.testbed)
     runner = CellRunner(cell, 0, CellDir.create(tmp_path, cell.slug, 0), tmp_path,
                         LiveView(Console(file=None), [cell], 1, enabled=False))
-    policies = runner._policies(runner.profiles(), make_policy)
+    policies = runner._policies(runner.profiles())
     assert list(policies) == ["tts", "chatbot", "imgcls"]
     (actor,) = {id(p): p for p in policies.values()}.values()
     assert isinstance(actor, SharePolicy) and actor.name == "ddpg"
@@ -230,9 +229,9 @@ def test_the_cell_judges_slo_by_the_scenarios_own_profiles(tmp_path: Path):
     scaler and balancer do, not the packaged one."""
     from rich.console import Console
 
+    from testbed.scenario.cell import CellRunner
     from testbed.scenario.live import LiveView
     from testbed.scenario.rundir import CellDir
-    from testbed.scenario.runner import CellRunner
 
     (tmp_path / "p.yaml").write_text("services:\n  imgcls: {slo_ms: 750}\n")
     loaded = load("name: s\nduration_s: 30\nservice_profiles: p.yaml\n"

@@ -1,5 +1,5 @@
 """A scenario's `warmup_s`: load and scaling before the measured window, kept in the run directory
-but marked and left out of the results (testbed.scenario.runner, .results, .spec)."""
+but marked and left out of the results (testbed.scenario.cell, .results, .spec)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import ConfigError
+from testbed.scenario.cell import _end_decision_due, after_warmup
 from testbed.scenario.load import parse_scenario
 from testbed.scenario.results import cell_rows
 from testbed.scenario.rundir import CellDir
-from testbed.scenario.runner import _end_decision_due, after_warmup
 
 SCENARIO = """\
 name: warm

@@ -1,0 +1,337 @@
+"""One repetition of one cell, from start to records: through the simulator (`engine: sim`), or
+on any profile, which supplies the cluster, metrics and traffic backends this drives.
+
+Replicas ready → iperf3 + load clients (typed jobs, `testbed.load.traffic`) → a sample every
+scenario second (5 on the lab) and a scaler decision every period → stop → records, lost
+requests and, if asked, the same cell through the simulator.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from testbed.cluster.base import ClusterBackend
+from testbed.errors import TestbedError
+from testbed.load.traffic import ClientJob, IperfJob, LoadJob
+from testbed.profiles import load_profiles
+from testbed.scaler.fa2 import Pipeline
+from testbed.scaler.factory import PolicyChoice, build_policies
+from testbed.scaler.loop import ScalerLoop
+from testbed.scenario.backends import CellBackends, LocalProfile, Profile
+from testbed.scenario.live import LiveView
+from testbed.scenario.matrix import Cell
+from testbed.scenario.results import LOST_ERRORS, SLO_MS, lost_requests, read_records
+from testbed.scenario.rundir import CellDir, append_jsonl, read_jsonl
+from testbed.scenario.simcell import run_sim_cell
+from testbed.scenario.spec import ClientSpec, Scenario, trace_dir
+
+
+class SimCellRunner:
+    """One repetition of one cell through the simulator (`engine: sim`)."""
+
+    def __init__(self, cell: Cell, rep: int, celldir: CellDir, base_dir: Path, view: LiveView):
+        self.cell, self.rep, self.dir, self.base_dir, self.view = cell, rep, celldir, base_dir, view
+
+    def run(self) -> list[str]:
+        scn = self.cell.scenario
+        self.view.set_phase(self.cell, self.rep, "simulating")
+        info = {"slug": self.cell.slug, "label": self.cell.label, "params": self.cell.params,
+                "rep": self.rep, "engine": "sim", "services": [s.name for s in scn.services],
+                "total_units": scn.total_units, "duration_s": scn.duration_s,
+                "ratios": {c.service: c.ratio for c in scn.clients},
+                "policies": {s.name: s.policy for s in scn.services}, "started": time.time()}
+        chains: list[dict] = []
+        results = run_sim_cell(scn, self.base_dir, seed=scn.seed + self.rep, chains=chains)
+        (self.dir.path / "sim.json").write_text(json.dumps(results, indent=1))
+        if chains:
+            (self.dir.path / "chains.json").write_text(json.dumps(chains, indent=1))
+        info.update(status="ok", ended=time.time(), problems=[])
+        self.dir.info.write_text(json.dumps(info, indent=1))
+        return []
+
+
+class CellRunner:
+    """One repetition of one cell on any profile: the profile supplies the cluster, metrics and
+    traffic backends; this drives them (replicas ready → iperf3 + clients → samples and a scaler
+    decision every period → stop → records)."""
+
+    def __init__(self, cell: Cell, rep: int, celldir: CellDir, base_dir: Path, view: LiveView,
+                 profile: Profile | None = None):
+        self.cell, self.rep, self.dir, self.base_dir, self.view = cell, rep, celldir, base_dir, view
+        self.profile = profile or LocalProfile()
+        self.scn = cell.scenario
+        self.problems: list[str] = []
+        self.closing = False  # set once the cell stops its own replicas
+        self.info: dict[str, Any] = {
+            "slug": cell.slug, "label": cell.label, "params": cell.params, "rep": rep,
+            "services": [s.name for s in self.scn.services], "time_scale": self.scn.time_scale,
+            "duration_s": self.scn.duration_s, "warmup_s": self.scn.warmup_s, "slo_ms": SLO_MS,
+            "status": "running",
+            "profile": self.profile.name, "started": time.time(), "problems": self.problems,
+        }
+        self._write_info()
+
+    def _write_info(self) -> None:
+        self.dir.info.write_text(json.dumps(self.info, indent=1, default=str))
+
+    def problem(self, text: str) -> None:
+        self.problems.append(text)
+        append_jsonl(self.dir.events, {"t": time.time(), "kind": "problem", "detail": text})
+
+    def event(self, row: dict[str, Any]) -> None:
+        append_jsonl(self.dir.events, row)
+
+    def profiles(self) -> dict[str, Any]:
+        """The services' profiles (capacity, units, timing), recorded in the cell's info."""
+        scn = self.scn
+        profiles = load_profiles(self.base_dir / scn.service_profiles if scn.service_profiles
+                                 else None)
+        self.info["profiles"] = {s.name: profiles[s.name].model_dump(mode="json", exclude={"sources"})
+                                 for s in scn.services}
+        # the reports judge SLO violations by the thresholds the scaler and balancer use
+        self.info["slo_ms"] = {**SLO_MS, **{s.name: profiles[s.name].slo_ms for s in scn.services}}
+        return profiles
+
+    def run(self) -> list[str]:
+        status = "failed"
+        try:
+            self.profile.run_cell(self, self._main)
+            status = "ok"
+            if self._lost_requests():
+                status = "failed"
+            if self.scn.compare_sim:
+                self._compare_sim()
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except TestbedError as exc:
+            self.problem(str(exc))
+            raise
+        finally:
+            self.info.update(status=status, ended=time.time())
+            self._write_info()
+        return self.problems
+
+    def _lost_requests(self) -> int:
+        """Requests the cell planned but the services never got to answer (the testbed gone,
+        a client dead or cancelled): recorded per service in the cell's info, each a problem."""
+        planned = self.info.get("planned_requests", {})
+        records = read_records(self.dir.path)
+        lost = {s: lost_requests(records.get(s, []), n) or 0 for s, n in planned.items()}
+        self.info["lost_requests"] = lost
+        for service, n in lost.items():
+            if n:
+                self.problem(f"{service}: {n} of {planned[service]} planned requests lost "
+                             f"(never recorded, or {' or '.join(LOST_ERRORS)}; "
+                             f"{len(records.get(service, []))} recorded): the cell failed")
+        return sum(lost.values())
+
+    def _compare_sim(self) -> None:
+        """The same cell through the simulator, with the replicas' own profiles: the measured
+        window, from the replicas the warm-up left (the simulator does not run the warm-up)."""
+        try:
+            profiles = load_profiles(self.base_dir / self.scn.service_profiles
+                                     if self.scn.service_profiles else None)
+            scn = after_warmup(self.scn, read_jsonl(self.dir.samples))
+            results = run_sim_cell(scn, self.base_dir, seed=self.scn.seed + self.rep,
+                                   cluster_profiles=profiles, like_testbed=True)
+        except (ValueError, TestbedError) as exc:
+            self.problem(f"simulator comparison skipped: {exc}")
+            return
+        out = self.dir.path.parents[2] / "sim"
+        out.mkdir(exist_ok=True)
+        (out / f"{self.cell.slug}-rep-{self.rep}.json").write_text(json.dumps(
+            {"cell": self.cell.slug, "rep": self.rep, "services": results,
+             "initial_replicas": {s.name: s.replicas for s in scn.services}}, indent=1))
+
+    def iperf_jobs(self, wall: float) -> list[IperfJob]:
+        return [IperfJob(slice=x.slice, flows=x.flows, duration_s=max(1.0, wall + 1),
+                         reverse=x.direction == "downlink",
+                         out=self.dir.iperf / f"{x.slice}-{x.direction}.json")
+                for x in self.scn.cross_traffic if x.flows > 0]
+
+    def client_jobs(self, cluster: ClusterBackend) -> list[ClientJob]:
+        """The clients (the warm-up first, then the measured window); records in the cell's info
+        how many requests each service's schedules plan and how many of each client's first
+        requests fall in the warm-up, from the same numbers the clients are given."""
+        scn = self.scn
+        planned = self.info.setdefault("planned_requests", {s.name: 0 for s in scn.services})
+        warmup = self.info.setdefault("warmup_requests", {})
+        jobs = []
+        for i, c in enumerate(scn.clients):
+            load = load_job(scn, c, i, self.rep, self.base_dir)
+            offsets = load.offsets()
+            planned[c.service] = planned.get(c.service, 0) + len(offsets)
+            out = self.dir.requests / f"{c.service}-{c.ue_group}-{i}.jsonl"
+            # the client numbers its requests from 1 in schedule order: these first ones are warm-up
+            warmup[out.name] = sum(1 for t in offsets if t < scn.warmup_s / scn.time_scale - 1e-9)
+            jobs.append(ClientJob.of(load, index=i, ue_group=c.ue_group,
+                                     url=cluster.endpoint(c.service), out=out))
+        return jobs
+
+    async def _main(self, b: CellBackends) -> None:
+        scn = self.scn
+        ts = scn.time_scale
+        clock = b.clock
+        self.view.set_phase(self.cell, self.rep, "starting replicas")
+        await b.wait_ready(300)
+        warm = scn.warmup_s
+        wall = (scn.duration_s + warm) / ts
+        traffic = b.traffic
+        try:
+            for p in await traffic.start_iperf(self.iperf_jobs(wall)):
+                self.problem(p)
+            for p in await traffic.start_clients(self.client_jobs(b.cluster)):
+                self.problem(p)
+            policies = self._policies(self.profiles())
+            period = scn.scaler_period_s / ts
+            latest: dict[str, Any] = {}
+            loop = ScalerLoop(b.cluster, policies, lambda s: latest[s], clock=clock.time)
+            # clients take a moment to start (Python, imports): the warm-up, the samples and the
+            # scaler periods begin with the first request, the measured window after the warm-up
+            await self._first_arrival(b, timeout_s=60)
+            t0 = clock.monotonic()
+            self.info["load_started"] = clock.time()
+            self.info["measure_started"] = self.info["load_started"] + warm / ts
+            step = b.sample_every_s / ts
+            next_sample, next_decision = t0 + step, t0 + period
+            self.view.set_phase(self.cell, self.rep,
+                                f"running ({warm:g} s warm-up first)" if warm else "running", wall)
+            while clock.monotonic() - t0 < wall + 5 and (
+                    traffic.clients_running()
+                    or _end_decision_due(clock.monotonic() - t0, next_decision - t0, wall, period)):
+                await clock.sleep(min(0.1, 0.5 / ts))
+                now = clock.monotonic()
+                # rows carry t from the measured window's start (negative in the warm-up) and are
+                # marked warm-up by when they were due: a decision due at the warm-up's end
+                # rewards a period of the warm-up
+                t = (now - t0) * ts - warm
+                if now >= next_sample:
+                    mark = _warmup_mark((next_sample - t0) * ts, warm)
+                    next_sample += step
+                    await self._sample(b, now - t0, t, mark)
+                if now >= next_decision:
+                    mark = _warmup_mark((next_decision - t0) * ts, warm)
+                    next_decision += period
+                    if b.probe is not None:  # what the replicas run, before the next change
+                        for row in await b.probe():
+                            append_jsonl(self.dir.replicas, {"t": t, **row, **mark})
+                    latest.update(await _windows(b.metrics, scn.scaler_period_s))
+                    for d in loop.decide_all():  # a shared target policy plans its services together
+                        append_jsonl(self.dir.decisions, {**asdict(d), "t": t, **mark})
+                self.view.tick(now - t0)
+        finally:
+            self.info["measured_s"] = scn.duration_s
+            for p in await traffic.stop():
+                self.problem(p)
+            self.closing = True
+
+    def _policies(self, profiles: dict[str, Any]) -> dict[str, Any]:
+        """One policy per service (`testbed.scaler.factory`); the cell records the model file of
+        each inss/ddpg actor."""
+        scn = self.scn
+        source = str(self.base_dir / scn.service_profiles) if scn.service_profiles else \
+            "testbed/profiles/services.yaml"
+        built = build_policies(
+            [PolicyChoice(s.name, s.policy, self.base_dir / s.model if s.model else None)
+             for s in scn.services], profiles,
+            total_units=scn.total_units, seed=scn.seed + self.rep,
+            pipelines=[Pipeline(tuple(p.services), p.sla_ms) for p in scn.pipelines],
+            profile_source=source)
+        for kind, path in built.models.items():
+            self.info.setdefault("models", {})[kind] = path
+        return built.policies
+
+    async def _first_arrival(self, b: CellBackends, timeout_s: float) -> None:
+        if not self.scn.clients or not b.wait_first_request:
+            return
+        deadline = b.clock.monotonic() + timeout_s
+        while b.clock.monotonic() < deadline:
+            if any([(await _totals(b.metrics, s.name))[0] for s in self.scn.services]):
+                return
+            if not b.traffic.clients_running():
+                self.problem("every client exited before sending a request (see logs/)")
+                return
+            await b.clock.sleep(b.poll_s)
+        self.problem(f"no request reached the services within {timeout_s:g} s")
+
+    async def _sample(self, b: CellBackends, elapsed: float, t: float,
+                      mark: dict[str, bool]) -> None:
+        """Per sample (every scenario second locally): replicas and cumulative counters (rates
+        are their differences); `t` in scenario seconds from the measured window's start."""
+        win = await _windows(b.metrics, 5.0)
+        rows = []
+        for s in self.scn.services:
+            w = win.get(s.name)
+            arrivals, violations = await _totals(b.metrics, s.name)
+            ready, desired = b.cluster.ready_replicas(s.name), b.cluster.desired_replicas(s.name)
+            append_jsonl(self.dir.samples, {
+                "t": t, **mark, "service": s.name, "ready": ready,
+                "desired": desired, "arrivals_total": arrivals,
+                "violations_total": violations,
+                "utilization": w.utilization if w else 0.0,
+                "mean_latency_ms": w.mean_proc_time_ms if w else None})
+            rows.append((s.name, w, ready, desired))
+        self.view.update(rows, elapsed)
+
+
+def load_job(scn: Scenario, client: ClientSpec, index: int, rep: int, base_dir: Path) -> LoadJob:
+    """What client `index` of the scenario sends in repetition `rep`, in wall seconds: its
+    trace or rate over the warm-up and then the measured window, time-scaled."""
+    ts = scn.time_scale
+    warm = scn.warmup_s
+    seconds = scn.duration_s + warm
+    seed = scn.seed + 1000 * rep + index
+    # errors are the service's, judged by the expectations: the client never fails on them
+    if client.trace:
+        return LoadJob(service=client.service, timeout_s=4.0 / ts, seed=seed, max_error_rate=1.0,
+                       trace=trace_dir(scn, base_dir) / client.trace, ratio=client.ratio,
+                       shift_hours=client.shift_hours,
+                       start_s=client.start_s - warm,  # the warm-up replays the trace before the window
+                       duration_s=seconds, speedup=ts)
+    assert client.rate is not None  # a client has a trace or a rate (checked at load)
+    return LoadJob(service=client.service, timeout_s=4.0 / ts, seed=seed, max_error_rate=1.0,
+                   rate=client.rate * ts, duration_s=seconds / ts)
+
+
+def after_warmup(scn: Scenario, samples: list[dict[str, Any]]) -> Scenario:
+    """The scenario with each service's initial replicas set to those the cell's warm-up left
+    (its last warm-up sample's desired replicas, which hold the units); unchanged without one."""
+    left = {s["service"]: s["desired"] for s in samples if s.get("warmup")}
+    if not scn.warmup_s or not left:
+        return scn
+    services = [s.model_copy(update={"replicas": max(1, int(left.get(s.name, s.replicas)))})
+                for s in scn.services]
+    return scn.model_copy(update={"services": services})
+
+
+def _end_decision_due(elapsed: float, next_due: float, wall: float, period: float) -> bool:
+    """The decision due at the window's end (it rewards the window's last period) is still to
+    come: the clients, started a moment before the runner's clock, may finish just before it.
+    Without this a cell kept or lost its last reward period by that race (3 or 4 decisions in
+    2 minutes)."""
+    return elapsed > wall - period and next_due <= wall + 1e-6
+
+
+def _warmup_mark(due_s: float, warmup_s: float) -> dict[str, bool]:
+    """`{"warmup": True}` for a row due (scenario seconds from the load's start) within the
+    warm-up; nothing for a measured one, as rows were before warm-ups existed."""
+    return {"warmup": True} if warmup_s and due_s <= warmup_s + 1e-6 else {}
+
+
+async def _windows(metrics: Any, seconds: float) -> dict[str, Any]:
+    """A source that asks a server (Prometheus) does so off the loop: on the local profile the
+    loop also runs the load balancer, which a blocking query would stall."""
+    if hasattr(metrics, "windows_async"):
+        return await metrics.windows_async(seconds)
+    return metrics.windows(seconds)
+
+
+async def _totals(metrics: Any, service: str) -> tuple[int, int]:
+    if hasattr(metrics, "totals_async"):
+        return await metrics.totals_async(service)
+    return metrics.totals(service)
