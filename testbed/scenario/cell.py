@@ -17,7 +17,7 @@ from typing import Any
 from testbed.cluster.base import ClusterBackend
 from testbed.errors import TestbedError
 from testbed.load.traffic import ClientJob, IperfJob, LoadJob
-from testbed.profiles import load_profiles
+from testbed.profiles import PACKAGED_PROFILES, load_profiles
 from testbed.scaler.fa2 import Pipeline
 from testbed.scaler.factory import PolicyChoice, build_policies
 from testbed.scaler.loop import ScalerLoop
@@ -234,8 +234,8 @@ class CellRunner:
         """One policy per service (`testbed.scaler.factory`); the cell records the model file of
         each inss/ddpg actor."""
         scn = self.scn
-        source = str(self.base_dir / scn.service_profiles) if scn.service_profiles else \
-            "testbed/profiles/services.yaml"
+        source = (str(self.base_dir / scn.service_profiles) if scn.service_profiles
+                  else PACKAGED_PROFILES)
         built = build_policies(
             [PolicyChoice(s.name, s.policy, self.base_dir / s.model if s.model else None)
              for s in scn.services], profiles,

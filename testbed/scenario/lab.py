@@ -26,7 +26,6 @@ from testbed.lab.session import DEFAULT_NAMESPACE, LabConfig, LabService, LabSes
 from testbed.metrics.prometheus import PrometheusMetrics, PromService
 from testbed.profiles import load_profiles
 from testbed.scenario.backends import CellBackends, CellMain, Clock
-from testbed.scenario.results import SLO_MS
 from testbed.scenario.spec import Scenario
 
 LAB_SAMPLE_S = 5.0  # scenario seconds between samples: each is ~10 PromQL queries per service
@@ -99,7 +98,8 @@ class LabProfile:
     @staticmethod
     def _services(scn: Scenario, base_dir: Path) -> list[LabService]:
         profiles = load_profiles(base_dir / scn.service_profiles if scn.service_profiles else None)
-        return [LabService(s.name, SLO_MS.get(s.name, profiles[s.name].slo_ms),
+        # the scenario's own profiles: the SLO its results are judged by (testbed.scenario.results)
+        return [LabService(s.name, profiles[s.name].slo_ms,
                            profiles[s.name].capacity, profiles[s.name].units)
                 for s in scn.services]
 
