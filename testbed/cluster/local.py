@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import itertools
 import json
-import logging
 import os
 import secrets
 import signal
@@ -21,13 +20,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 import aiohttp
 
 from testbed.cluster.base import ServiceTarget
+from testbed.cluster.local_events import ClusterEvent, EventLog, log
+from testbed.cluster.local_replicas import ReplicaProcess, ReplicaTable
 from testbed.cluster.replica import TOKEN_ENV
 from testbed.errors import ConfigError, ConfigProblem, StateError
 from testbed.metrics.balancer import LoadBalancer
@@ -35,37 +35,7 @@ from testbed.metrics.window import WindowMetrics
 from testbed.net.cmd import die_with_parent
 from testbed.profiles import ServiceProfile, default_profiles, gpu_stretches
 
-log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ClusterEvent:
-    t: float  # epoch seconds
-    service: str
-    replica: str
-    kind: str  # started, ready, draining, stopped, died, replaced, failed_to_start, connection_lost
-    detail: str = ""
-
-
-@dataclass
-class ReplicaProcess:
-    service: str
-    name: str
-    state: str = "starting"  # starting → ready → draining → stopped; or died
-    proc: asyncio.subprocess.Process | None = None
-    url: str = ""
-    started: float = field(default_factory=time.monotonic)
-    ready_after_s: float | None = None
-    task: asyncio.Task[None] | None = None
-    gpu: int = 0  # which emulated GPU's share it holds
-    share: float = 25.0  # MPS share, % of that GPU
-    retiring: bool = False  # replaced by replicas with a new share: stops once they are ready
-    stretch: float = 1.0  # 1 + interference from its GPU's neighbours (interference=True)
-    told: tuple[int, float] | None = None  # (batch, stretch) the process has, as far as we know
-
-    @property
-    def live(self) -> bool:
-        return self.state in ("starting", "ready", "draining")
+__all__ = ["ClusterEvent", "LocalCluster", "ReplicaProcess"]  # ClusterEvent's old import path
 
 
 class LocalCluster:
@@ -117,8 +87,7 @@ class LocalCluster:
         self._tells: set[asyncio.Task[None]] = set()
         self._prefer: dict[str, list[int]] = {}  # GPUs a policy asked for, for replicas to come
         self.seed = seed
-        self.on_event = on_event
-        self.events: list[ClusterEvent] = []
+        self._events = EventLog(on_event)
         self.lb = LoadBalancer(
             self.profiles,
             names,
@@ -133,12 +102,9 @@ class LocalCluster:
             sb.on_failure = self._on_lb_failure
             sb.on_lost = self._on_lost_connection
         # Emulated GPUs (issue 15): the units are DRAFAS's 25 % slices, four to a GPU; replicas
-        # hold a share of one GPU and all replicas of a service share its batch size.
+        # hold a share of one GPU.
         self._gpu_caps = [100.0] * (total_units // 4) + [25.0 * (total_units % 4)] * bool(total_units % 4)
-        self._share = dict.fromkeys(names, 25.0)
-        self._batch = dict.fromkeys(names, 1)
-        self._desired = dict.fromkeys(names, 0)
-        self._replicas: dict[str, list[ReplicaProcess]] = {s: [] for s in names}
+        self._table = ReplicaTable(names)
         self._counter = itertools.count(1)
         self._http: aiohttp.ClientSession | None = None
         self._closing = False
@@ -174,7 +140,7 @@ class LocalCluster:
         if self._closing:
             return
         self._closing = True
-        everyone = [r for reps in self._replicas.values() for r in reps if r.live]
+        everyone = self._table.live()
         for r in everyone:
             self._stop(r)
         tasks = [r.task for r in everyone if r.task is not None]
@@ -206,15 +172,19 @@ class LocalCluster:
             path.write_text(json.dumps(self.profiles[service].model_dump(exclude={"sources"})))
         return str(path)
 
+    @property
+    def events(self) -> list[ClusterEvent]:
+        return self._events.events
+
     # ---- ClusterBackend ---------------------------------------------------------------------
     def services(self) -> list[str]:
         return list(self._names)
 
     def desired_replicas(self, service: str) -> int:
-        return self._desired[self._check(service)]
+        return self._table.desired[self._check(service)]
 
     def ready_replicas(self, service: str) -> int:
-        return sum(1 for r in self._replicas[self._check(service)] if r.state == "ready")
+        return self._table.ready_count(self._check(service))
 
     def units_per_replica(self, service: str) -> int:
         return self.profiles[self._check(service)].units
@@ -223,39 +193,40 @@ class LocalCluster:
         return self._total_units
 
     def free_units(self) -> int:
-        if all(r.share == 25.0 for reps in self._replicas.values() for r in reps if r.live):
-            used = sum(self.profiles[s].units for s, reps in self._replicas.items() for r in reps if r.live)
+        live = self._table.live()
+        if all(r.share == 25.0 for r in live):
+            used = sum(self.profiles[r.service].units for r in live)
             return self._total_units - used
         return sum(int(free / 25.0 + 1e-9) for free in self.gpu_free_pct())
 
     # ---- GpuClusterBackend -------------------------------------------------------------------------
     def target(self, service: str) -> ServiceTarget:
-        active = [r for r in self._replicas[self._check(service)] if r.state in ("starting", "ready")]
-        return ServiceTarget(max(len(active), 1), self._share[service], self._batch[service],
+        active = self._table.active(self._check(service))
+        return ServiceTarget(max(len(active), 1), self._table.share[service], self._table.batch[service],
                              tuple(r.gpu for r in active) if active else None)
 
     def gpu_free_pct(self) -> list[float]:
         free = list(self._gpu_caps)
-        for reps in self._replicas.values():
+        for reps in self._table.by_service.values():
             for r in reps:
                 if r.live:
                     free[r.gpu] -= r.share
         return [max(0.0, f) for f in free]
 
     def share_used_pct(self, service: str) -> float:
-        return sum(r.share for r in self._replicas[self._check(service)] if r.live)
+        return sum(r.share for r in self._table.by_service[self._check(service)] if r.live)
 
     def configure(self, service: str, target: ServiceTarget) -> ServiceTarget:
         """Batch: told to every replica at once (POST /_config). Share: new replicas start beside
         the old ones, which stop once the new ones are ready. Applies as much as fits."""
         self._check(service)
         prof = self.profiles[service]
-        if prof.gpu is None and (target.batch != 1 or target.share_pct != self._share[service]):
+        if prof.gpu is None and (target.batch != 1 or target.share_pct != self._table.share[service]):
             raise ConfigError([ConfigProblem("services", None, f"{service}.gpu",
                                              "the profile has no gpu curve: only batch 1 at its own share")])
-        self._batch[service] = target.batch  # ready replicas are told at the _notify() below
-        active = [r for r in self._replicas[service] if r.state in ("starting", "ready")]
-        if target.share_pct == self._share[service]:
+        self._table.batch[service] = target.batch  # ready replicas are told at the _notify() below
+        active = self._table.active(service)
+        if target.share_pct == self._table.share[service]:
             fits = self._fits(target.share_pct, target.replicas - len(active))
             self._prefer[service] = list(target.gpus[len(active):]) if target.gpus else []
             try:
@@ -267,10 +238,10 @@ class LocalCluster:
         if fits == 0:
             self._notify()
             return self.target(service)
-        self._share[service] = target.share_pct
+        self._table.share[service] = target.share_pct
         for r in active:
             r.retiring = True
-        self._desired[service] = fits
+        self._table.desired[service] = fits
         self._prefer[service] = list(target.gpus) if target.gpus else []
         for _ in range(fits):
             self._spawn(service)
@@ -300,7 +271,7 @@ class LocalCluster:
     def _pressing(self) -> list[ReplicaProcess]:
         """Replicas that run kernels on their GPU: ready ones, and draining ones until they exit
         (a starting one presses nobody yet, as in the simulator)."""
-        return [r for reps in self._replicas.values() for r in reps if r.state in ("ready", "draining")]
+        return [r for r in self._table.every() if r.state in ("ready", "draining")]
 
     def _stretch_of(self, r: ReplicaProcess, pressing: list[ReplicaProcess]) -> float:
         if not self.interference:
@@ -313,15 +284,15 @@ class LocalCluster:
         """Recompute every live replica's stretch from the placement; tell each ready replica
         whose batch or stretch differs from what it has."""
         pressing = self._pressing()
-        for reps in self._replicas.values():
+        for reps in self._table.by_service.values():
             for r in reps:
                 if r.live:
                     r.stretch = self._stretch_of(r, pressing)
         if self._closing or self._http is None:
             return
-        for reps in self._replicas.values():
+        for reps in self._table.by_service.values():
             for r in reps:
-                want = (self._batch[r.service], r.stretch)
+                want = (self._table.batch[r.service], r.stretch)
                 if r.state == "ready" and r.url and r.told != want:
                     r.told = want
                     task = asyncio.get_running_loop().create_task(self._tell(r, *want))
@@ -340,18 +311,18 @@ class LocalCluster:
         except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, RuntimeError) as exc:
             if r.state == "ready":  # a replica that went away meanwhile needs nothing
                 r.told = None  # the next change tries again
-                self._event(r, "config_failed", f"batch {batch}, stretch {stretch:.4f}: {exc}")
+                self._events.replica(r, "config_failed", f"batch {batch}, stretch {stretch:.4f}: {exc}")
 
     async def probe(self) -> list[dict[str, object]]:
         """What each ready replica reports (GET /healthz) beside what the cluster set for it:
         share, batch and interference stretch."""
         if self._http is None:
             return []
-        ready = [r for reps in self._replicas.values() for r in reps if r.state == "ready" and r.url]
+        ready = [r for reps in self._table.by_service.values() for r in reps if r.state == "ready" and r.url]
 
         async def one(r: ReplicaProcess) -> dict[str, object]:
             row: dict[str, object] = {"service": r.service, "replica": r.name, "gpu": r.gpu,
-                                      "share_set": r.share, "batch_set": self._batch[r.service],
+                                      "share_set": r.share, "batch_set": self._table.batch[r.service],
                                       "stretch_set": r.stretch}
             try:
                 async with self._http.get(r.url + "/healthz") as resp:  # type: ignore[union-attr]
@@ -374,19 +345,20 @@ class LocalCluster:
             raise StateError("the cluster is shutting down")
         if replicas < 0:
             raise StateError(f"replicas must be >= 0, got {replicas}")
-        active = [r for r in self._replicas[service] if r.state in ("starting", "ready") and not r.retiring]
+        active = [r for r in self._table.active(service) if not r.retiring]
         extra = replicas - len(active)
         if extra > 0:
             need = extra * self.units_per_replica(service)
-            if self._share[service] != 25.0 and self._fits(self._share[service], extra) < extra:
-                raise StateError(f"scaling {service} to {replicas} replicas of {self._share[service]:g} % "
+            share = self._table.share[service]
+            if share != 25.0 and self._fits(share, extra) < extra:
+                raise StateError(f"scaling {service} to {replicas} replicas of {share:g} % "
                                  f"does not fit the GPUs' free share {self.gpu_free_pct()}")
-            if self._share[service] == 25.0 and need > self.free_units():
+            if share == 25.0 and need > self.free_units():
                 raise StateError(
                     f"scaling {service} to {replicas} needs {need} free resource units, "
                     f"{self.free_units()} of {self._total_units} are free"
                 )
-        self._desired[service] = replicas
+        self._table.desired[service] = replicas
         for _ in range(max(0, extra)):
             self._spawn(service)
         if extra < 0:
@@ -408,14 +380,14 @@ class LocalCluster:
         return self.lb.metrics_url
 
     def replicas(self, service: str) -> list[ReplicaProcess]:
-        return [r for r in self._replicas[self._check(service)] if r.live]
+        return [r for r in self._table.by_service[self._check(service)] if r.live]
 
     def status(self) -> dict[str, dict[str, object]]:
         return {
             s: {
-                "desired": self._desired[s],
+                "desired": self._table.desired[s],
                 "ready": self.ready_replicas(s),
-                "replicas": {r.name: r.state for r in self._replicas[s] if r.live},
+                "replicas": {r.name: r.state for r in self._table.by_service[s] if r.live},
                 "endpoint": self.lb.endpoint(s),
             }
             for s in self._names
@@ -433,7 +405,7 @@ class LocalCluster:
         """Until every service has as many ready replicas as desired."""
         try:
             await self.wait_for(
-                lambda: all(self.ready_replicas(s) == self._desired[s] for s in self._names), timeout_s
+                lambda: all(self.ready_replicas(s) == self._table.desired[s] for s in self._names), timeout_s
             )
         except (TimeoutError, asyncio.TimeoutError):
             raise StateError(f"replicas not ready after {timeout_s:.0f} s: {self._brief()}") from None
@@ -450,12 +422,12 @@ class LocalCluster:
 
     # ---- replica processes -------------------------------------------------------------------------
     def _spawn(self, service: str, replaces: str | None = None) -> None:
-        share = self._share[service]
+        share = self._table.share[service]
         prefer = self._prefer.get(service)
         wanted = prefer.pop(0) if prefer else None
         r = ReplicaProcess(service, f"{service}-{next(self._counter)}", gpu=self._place(share, wanted),
                            share=share)
-        self._replicas[service].append(r)
+        self._table.by_service[service].append(r)
         r.task = asyncio.get_running_loop().create_task(self._run_replica(r, replaces))
 
     async def _run_replica(self, r: ReplicaProcess, replaces: str | None) -> None:
@@ -480,12 +452,12 @@ class LocalCluster:
         ]
         if not self.use_espeak:
             args.append("--no-espeak")
-        if self._batch[r.service] != 1 or r.share != 25.0:
-            args += ["--batch", str(self._batch[r.service]), "--share", repr(r.share)]
+        if self._table.batch[r.service] != 1 or r.share != 25.0:
+            args += ["--batch", str(self._table.batch[r.service]), "--share", repr(r.share)]
         r.stretch = self._stretch_of(r, self._pressing())
         if r.stretch != 1.0:
             args += ["--stretch", repr(r.stretch)]
-        r.told = (self._batch[r.service], r.stretch)
+        r.told = (self._table.batch[r.service], r.stretch)
         stderr: IO[bytes] | int = asyncio.subprocess.DEVNULL
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -502,7 +474,7 @@ class LocalCluster:
                 preexec_fn=die_with_parent(),  # a SIGKILLed harness leaves no replica behind
                 env=_child_env(self._token),
             )  # Ctrl-C at a terminal reaches us, we stop replicas gracefully
-            self._event(
+            self._events.replica(
                 r,
                 "replaced" if replaces else "started",
                 f"pid {r.proc.pid}" + (f", replaces {replaces}" if replaces else ""),
@@ -518,7 +490,7 @@ class LocalCluster:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # failed to start: record, and free its units
-            self._event(r, "failed_to_start", str(exc))
+            self._events.replica(r, "failed_to_start", str(exc))
             if r.proc is not None and r.proc.returncode is None:
                 r.proc.kill()
                 await r.proc.wait()
@@ -539,7 +511,7 @@ class LocalCluster:
                         r.state = "ready"
                         r.ready_after_s = time.monotonic() - r.started
                         self.lb.services[r.service].add(r.name, r.url)
-                        self._event(r, "ready", f"after {r.ready_after_s:.2f} s")
+                        self._events.replica(r, "ready", f"after {r.ready_after_s:.2f} s")
                         self._retire_replaced(r.service)
                         self._notify()
                         return
@@ -549,9 +521,9 @@ class LocalCluster:
 
     def _retire_replaced(self, service: str) -> None:
         """Once every replica with the new share is ready, the ones it replaces stop."""
-        new = [r for r in self._replicas[service] if r.state in ("starting", "ready") and not r.retiring]
+        new = [r for r in self._table.active(service) if not r.retiring]
         if new and all(r.state == "ready" for r in new):
-            for r in self._replicas[service]:
+            for r in self._table.by_service[service]:
                 if r.retiring:
                     self._stop(r)
 
@@ -560,24 +532,25 @@ class LocalCluster:
         self.lb.services[r.service].take_out(r.name)
         if r.state == "draining":
             r.state = "stopped"
-            self._event(r, "stopped", f"exit {code}")
+            self._events.replica(r, "stopped", f"exit {code}")
         else:
             r.state = "died"
-            self._event(r, "died", f"exit {code}" + (" (SIGKILL)" if code == -signal.SIGKILL else ""))
+            killed = " (SIGKILL)" if code == -signal.SIGKILL else ""
+            self._events.replica(r, "died", f"exit {code}{killed}")
             log.warning("%s died (exit %s)", r.name, code)
-            active = [x for x in self._replicas[r.service] if x.state in ("starting", "ready")]
-            if self.replace_dead and not self._closing and len(active) < self._desired[r.service]:
+            active = self._table.active(r.service)
+            if self.replace_dead and not self._closing and len(active) < self._table.desired[r.service]:
                 self._spawn(r.service, replaces=r.name)
-        self._replicas[r.service] = [x for x in self._replicas[r.service] if x.live]
+        self._table.prune(r.service)
         self._notify()
 
     def _stop(self, r: ReplicaProcess) -> None:
         """Out of rotation first, then SIGTERM: the replica finishes what it admitted and exits."""
-        if r.state not in ("starting", "ready"):
+        if not r.active:
             return
         r.state = "draining"
         self.lb.services[r.service].take_out(r.name)
-        self._event(r, "draining")
+        self._events.replica(r, "draining")
         if r.proc is not None and r.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 r.proc.send_signal(signal.SIGTERM)
@@ -587,13 +560,13 @@ class LocalCluster:
 
     def _on_lb_failure(self, service: str, replica: str) -> None:
         # The balancer saw the connection fail; the process watcher confirms a death and replaces it.
-        for r in self._replicas[service]:
+        for r in self._table.by_service[service]:
             if r.name == replica:
-                self._event(r, "unreachable", "taken out of rotation by the load balancer")
+                self._events.replica(r, "unreachable", "taken out of rotation by the load balancer")
 
     # ---- helpers -------------------------------------------------------------------------------
     def _check(self, service: str) -> str:
-        if service not in self._replicas:
+        if service not in self._table.by_service:
             raise ConfigError(
                 [
                     ConfigProblem(
@@ -605,17 +578,8 @@ class LocalCluster:
 
     def _on_lost_connection(self, service: str, when: str) -> None:
         """A client closed its connection (normal during a run): one event, no console output."""
-        self._record(ClusterEvent(time.time(), service, "-", "connection_lost",
+        self._events.record(ClusterEvent(time.time(), service, "-", "connection_lost",
                                   f"client closed its connection {when}"))
-
-    def _event(self, r: ReplicaProcess, kind: str, detail: str = "") -> None:
-        self._record(ClusterEvent(time.time(), r.service, r.name, kind, detail))
-
-    def _record(self, ev: ClusterEvent) -> None:
-        self.events.append(ev)
-        log.info("%s %s %s", ev.replica, ev.kind, ev.detail)
-        if self.on_event is not None:
-            self.on_event(ev)
 
     def _notify(self) -> None:
         self._refresh()
@@ -623,7 +587,7 @@ class LocalCluster:
         self._change = asyncio.Event()
 
     def _brief(self) -> str:
-        return ", ".join(f"{s} {self.ready_replicas(s)}/{self._desired[s]}" for s in self._names)
+        return ", ".join(f"{s} {self.ready_replicas(s)}/{self._table.desired[s]}" for s in self._names)
 
 
 def _child_env(token: str) -> dict[str, str]:
