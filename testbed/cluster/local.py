@@ -12,27 +12,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
-import os
 import secrets
 import signal
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 import aiohttp
 
 from testbed.cluster.base import ServiceTarget
+from testbed.cluster.local_client import UNREACHABLE, ReplicaClient
 from testbed.cluster.local_events import ClusterEvent, EventLog, log
+from testbed.cluster.local_launch import ReplicaLauncher
 from testbed.cluster.local_replicas import ReplicaProcess, ReplicaTable
-from testbed.cluster.replica import TOKEN_ENV
 from testbed.errors import ConfigError, ConfigProblem, StateError
 from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.window import WindowMetrics
-from testbed.net.cmd import die_with_parent
 from testbed.profiles import ServiceProfile, default_profiles, gpu_stretches
 
 __all__ = ["ClusterEvent", "LocalCluster", "ReplicaProcess"]  # ClusterEvent's old import path
@@ -78,12 +73,13 @@ class LocalCluster:
         self._initial = {s: (initial if isinstance(initial, int) else initial.get(s, 1)) for s in names}
         self._total_units = total_units
         self.time_scale = time_scale
-        self.replica_host = replica_host
         self.replace_dead = replace_dead
-        self.log_dir = Path(log_dir) if log_dir else None
-        self.use_espeak = use_espeak
         self.interference = interference
-        self._token = secrets.token_urlsafe(32)  # replicas' /_config; in their environment only
+        token = secrets.token_urlsafe(32)  # replicas' /_config; in their environment only
+        self._client = ReplicaClient(token)
+        self._launcher = ReplicaLauncher(self.profiles, token, time_scale=time_scale,
+                                         replica_host=replica_host, use_espeak=use_espeak,
+                                         log_dir=Path(log_dir) if log_dir else None)
         self._tells: set[asyncio.Task[None]] = set()
         self._prefer: dict[str, list[int]] = {}  # GPUs a policy asked for, for replicas to come
         self.seed = seed
@@ -106,11 +102,8 @@ class LocalCluster:
         self._gpu_caps = [100.0] * (total_units // 4) + [25.0 * (total_units % 4)] * bool(total_units % 4)
         self._table = ReplicaTable(names)
         self._counter = itertools.count(1)
-        self._http: aiohttp.ClientSession | None = None
         self._closing = False
         self._change = asyncio.Event()
-        self._logs: list[IO[bytes]] = []
-        self._profile_files: tempfile.TemporaryDirectory[str] | None = None
 
     # ---- lifetime -------------------------------------------------------------------------
     async def __aenter__(self) -> LocalCluster:
@@ -126,7 +119,7 @@ class LocalCluster:
             raise StateError(
                 f"initial replicas need {needed} resource units, the cluster has {self._total_units}"
             )
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0))
+        self._client.open()
         try:
             await self.lb.start()
             for s in self._names:
@@ -153,28 +146,17 @@ class LocalCluster:
             if pending:
                 await asyncio.wait(pending, timeout=2.0)
         await self.lb.aclose()
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
-        for fh in self._logs:
-            fh.close()
-        if self._profile_files is not None:
-            self._profile_files.cleanup()
-            self._profile_files = None
-
-    def _profile_file(self, service: str) -> str:
-        """The service's profile as a file a replica reads (a command line of kilobytes of JSON
-        is what `ps` would show otherwise); numbers only: sources stay in the profiles file."""
-        if self._profile_files is None:
-            self._profile_files = tempfile.TemporaryDirectory(prefix="testbed-profiles-")
-        path = Path(self._profile_files.name) / f"{service}.json"
-        if not path.exists():
-            path.write_text(json.dumps(self.profiles[service].model_dump(exclude={"sources"})))
-        return str(path)
+        await self._client.aclose()
+        self._launcher.close()
 
     @property
     def events(self) -> list[ClusterEvent]:
         return self._events.events
+
+    @property
+    def _http(self) -> aiohttp.ClientSession | None:
+        """The session to the replicas (tests reach a replica directly through it)."""
+        return self._client.session
 
     # ---- ClusterBackend ---------------------------------------------------------------------
     def services(self) -> list[str]:
@@ -288,7 +270,7 @@ class LocalCluster:
             for r in reps:
                 if r.live:
                     r.stretch = self._stretch_of(r, pressing)
-        if self._closing or self._http is None:
+        if self._closing or not self._client.is_open:
             return
         for reps in self._table.by_service.values():
             for r in reps:
@@ -300,15 +282,9 @@ class LocalCluster:
                     task.add_done_callback(self._tells.discard)
 
     async def _tell(self, r: ReplicaProcess, batch: int, stretch: float) -> None:
-        assert self._http is not None
-        body = {"batch": batch, "stretch": stretch}
         try:
-            async with self._http.post(r.url + "/_config", json=body,
-                                       headers={"Authorization": f"Bearer {self._token}"}) as resp:
-                await resp.read()
-                if resp.status != 200:
-                    raise RuntimeError(f"HTTP {resp.status}")
-        except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, RuntimeError) as exc:
+            await self._client.set_config(r.url, batch, stretch)
+        except (*UNREACHABLE, RuntimeError) as exc:
             if r.state == "ready":  # a replica that went away meanwhile needs nothing
                 r.told = None  # the next change tries again
                 self._events.replica(r, "config_failed", f"batch {batch}, stretch {stretch:.4f}: {exc}")
@@ -316,7 +292,7 @@ class LocalCluster:
     async def probe(self) -> list[dict[str, object]]:
         """What each ready replica reports (GET /healthz) beside what the cluster set for it:
         share, batch and interference stretch."""
-        if self._http is None:
+        if not self._client.is_open:
             return []
         ready = [r for reps in self._table.by_service.values() for r in reps if r.state == "ready" and r.url]
 
@@ -325,10 +301,9 @@ class LocalCluster:
                                       "share_set": r.share, "batch_set": self._table.batch[r.service],
                                       "stretch_set": r.stretch}
             try:
-                async with self._http.get(r.url + "/healthz") as resp:  # type: ignore[union-attr]
-                    doc = await resp.json(content_type=None)
+                doc = await self._client.health(r.url)
                 row.update(share=doc.get("share_pct"), batch=doc.get("batch"), stretch=doc.get("stretch"))
-            except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, ValueError) as exc:
+            except (*UNREACHABLE, ValueError) as exc:
                 row["error"] = str(exc) or type(exc).__name__
             return row
 
@@ -431,49 +406,14 @@ class LocalCluster:
         r.task = asyncio.get_running_loop().create_task(self._run_replica(r, replaces))
 
     async def _run_replica(self, r: ReplicaProcess, replaces: str | None) -> None:
-        args = [
-            sys.executable,
-            "-m",
-            "testbed.cluster.replica",
-            "--service",
-            r.service,
-            "--profile-file",
-            self._profile_file(r.service),
-            "--host",
-            self.replica_host,
-            "--time-scale",
-            repr(self.time_scale),
-            "--seed",
-            str(self.seed + next(self._counter)),
-            "--parent-pid",
-            str(os.getpid()),
-            "--launched-at",
-            repr(time.time()),
-        ]
-        if not self.use_espeak:
-            args.append("--no-espeak")
-        if self._table.batch[r.service] != 1 or r.share != 25.0:
-            args += ["--batch", str(self._table.batch[r.service]), "--share", repr(r.share)]
+        batch = self._table.batch[r.service]
+        seed = self.seed + next(self._counter)
         r.stretch = self._stretch_of(r, self._pressing())
-        if r.stretch != 1.0:
-            args += ["--stretch", repr(r.stretch)]
-        r.told = (self._table.batch[r.service], r.stretch)
-        stderr: IO[bytes] | int = asyncio.subprocess.DEVNULL
-        if self.log_dir is not None:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            fh = (self.log_dir / f"{r.name}.log").open("ab")
-            self._logs.append(fh)
-            stderr = fh
+        args = self._launcher.command(r, batch, seed)
+        r.told = (batch, r.stretch)
+        stderr = self._launcher.log_for(r)
         try:
-            r.proc = await asyncio.create_subprocess_exec(
-                *args,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=stderr,
-                stdin=asyncio.subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=die_with_parent(),  # a SIGKILLed harness leaves no replica behind
-                env=_child_env(self._token),
-            )  # Ctrl-C at a terminal reaches us, we stop replicas gracefully
+            r.proc = await self._launcher.start(args, stderr)
             self._events.replica(
                 r,
                 "replaced" if replaces else "started",
@@ -483,7 +423,7 @@ class LocalCluster:
             line = await asyncio.wait_for(r.proc.stdout.readline(), 30.0)
             if not line.startswith(b"LISTENING "):
                 raise RuntimeError(f"unexpected first line {line[:80]!r}")
-            r.url = f"http://{self._connect_host()}:{int(line.split()[1])}"
+            r.url = f"http://{self._launcher.connect_host}:{int(line.split()[1])}"
             watcher = asyncio.create_task(r.proc.wait())
             await self._await_ready(r, watcher)
             await watcher
@@ -499,24 +439,16 @@ class LocalCluster:
             return
         self._exited(r)
 
-    def _connect_host(self) -> str:
-        return "127.0.0.1" if self.replica_host in ("0.0.0.0", "") else self.replica_host
-
     async def _await_ready(self, r: ReplicaProcess, watcher: asyncio.Task[int]) -> None:
-        assert self._http is not None
         while r.state == "starting" and not watcher.done():
-            try:
-                async with self._http.get(r.url + "/healthz") as resp:
-                    if resp.status == 200:
-                        r.state = "ready"
-                        r.ready_after_s = time.monotonic() - r.started
-                        self.lb.services[r.service].add(r.name, r.url)
-                        self._events.replica(r, "ready", f"after {r.ready_after_s:.2f} s")
-                        self._retire_replaced(r.service)
-                        self._notify()
-                        return
-            except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError):
-                pass
+            if await self._client.is_ready(r.url):
+                r.state = "ready"
+                r.ready_after_s = time.monotonic() - r.started
+                self.lb.services[r.service].add(r.name, r.url)
+                self._events.replica(r, "ready", f"after {r.ready_after_s:.2f} s")
+                self._retire_replaced(r.service)
+                self._notify()
+                return
             await asyncio.wait({watcher}, timeout=0.05)
 
     def _retire_replaced(self, service: str) -> None:
@@ -588,12 +520,3 @@ class LocalCluster:
 
     def _brief(self) -> str:
         return ", ".join(f"{s} {self.ready_replicas(s)}/{self._table.desired[s]}" for s in self._names)
-
-
-def _child_env(token: str) -> dict[str, str]:
-    # Replicas run the same testbed package as this process (a worktree copy, not an installed one).
-    root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env[TOKEN_ENV] = token
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
