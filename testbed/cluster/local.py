@@ -21,14 +21,16 @@ from pathlib import Path
 import aiohttp
 
 from testbed.cluster.base import ServiceTarget
-from testbed.cluster.local_client import UNREACHABLE, ReplicaClient
+from testbed.cluster.local_client import ReplicaClient
 from testbed.cluster.local_events import ClusterEvent, EventLog, log
+from testbed.cluster.local_interference import InterferenceTuner
 from testbed.cluster.local_launch import ReplicaLauncher
+from testbed.cluster.local_placement import GpuPlacement
 from testbed.cluster.local_replicas import ReplicaProcess, ReplicaTable
 from testbed.errors import ConfigError, ConfigProblem, StateError
 from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.window import WindowMetrics
-from testbed.profiles import ServiceProfile, default_profiles, gpu_stretches
+from testbed.profiles import ServiceProfile, default_profiles
 
 __all__ = ["ClusterEvent", "LocalCluster", "ReplicaProcess"]  # ClusterEvent's old import path
 
@@ -71,17 +73,13 @@ class LocalCluster:
             raise ConfigError([ConfigProblem("cluster", None, "time_scale", "must be > 0")])
         self._names = names
         self._initial = {s: (initial if isinstance(initial, int) else initial.get(s, 1)) for s in names}
-        self._total_units = total_units
         self.time_scale = time_scale
         self.replace_dead = replace_dead
-        self.interference = interference
         token = secrets.token_urlsafe(32)  # replicas' /_config; in their environment only
         self._client = ReplicaClient(token)
         self._launcher = ReplicaLauncher(self.profiles, token, time_scale=time_scale,
                                          replica_host=replica_host, use_espeak=use_espeak,
                                          log_dir=Path(log_dir) if log_dir else None)
-        self._tells: set[asyncio.Task[None]] = set()
-        self._prefer: dict[str, list[int]] = {}  # GPUs a policy asked for, for replicas to come
         self.seed = seed
         self._events = EventLog(on_event)
         self.lb = LoadBalancer(
@@ -97,10 +95,9 @@ class LocalCluster:
         for sb in self.lb.services.values():
             sb.on_failure = self._on_lb_failure
             sb.on_lost = self._on_lost_connection
-        # Emulated GPUs (issue 15): the units are DRAFAS's 25 % slices, four to a GPU; replicas
-        # hold a share of one GPU.
-        self._gpu_caps = [100.0] * (total_units // 4) + [25.0 * (total_units % 4)] * bool(total_units % 4)
         self._table = ReplicaTable(names)
+        self._placement = GpuPlacement(total_units, self._table, self.profiles)
+        self._tuner = InterferenceTuner(self._table, self.profiles, interference, self._client, self._events)
         self._counter = itertools.count(1)
         self._closing = False
         self._change = asyncio.Event()
@@ -115,9 +112,9 @@ class LocalCluster:
 
     async def start(self) -> None:
         needed = sum(self._initial[s] * self.profiles[s].units for s in self._names)
-        if needed > self._total_units:
+        if needed > self.total_units():
             raise StateError(
-                f"initial replicas need {needed} resource units, the cluster has {self._total_units}"
+                f"initial replicas need {needed} resource units, the cluster has {self.total_units()}"
             )
         self._client.open()
         try:
@@ -172,14 +169,10 @@ class LocalCluster:
         return self.profiles[self._check(service)].units
 
     def total_units(self) -> int:
-        return self._total_units
+        return self._placement.total_units
 
     def free_units(self) -> int:
-        live = self._table.live()
-        if all(r.share == 25.0 for r in live):
-            used = sum(self.profiles[r.service].units for r in live)
-            return self._total_units - used
-        return sum(int(free / 25.0 + 1e-9) for free in self.gpu_free_pct())
+        return self._placement.free_units()
 
     # ---- GpuClusterBackend -------------------------------------------------------------------------
     def target(self, service: str) -> ServiceTarget:
@@ -188,12 +181,7 @@ class LocalCluster:
                              tuple(r.gpu for r in active) if active else None)
 
     def gpu_free_pct(self) -> list[float]:
-        free = list(self._gpu_caps)
-        for reps in self._table.by_service.values():
-            for r in reps:
-                if r.live:
-                    free[r.gpu] -= r.share
-        return [max(0.0, f) for f in free]
+        return self._placement.gpu_free_pct()
 
     def share_used_pct(self, service: str) -> float:
         return sum(r.share for r in self._table.by_service[self._check(service)] if r.live)
@@ -207,107 +195,34 @@ class LocalCluster:
             raise ConfigError([ConfigProblem("services", None, f"{service}.gpu",
                                              "the profile has no gpu curve: only batch 1 at its own share")])
         self._table.batch[service] = target.batch  # ready replicas are told at the _notify() below
+        if target.share_pct != self._table.share[service]:
+            return self._reshare(service, target)
         active = self._table.active(service)
-        if target.share_pct == self._table.share[service]:
-            fits = self._fits(target.share_pct, target.replicas - len(active))
-            self._prefer[service] = list(target.gpus[len(active):]) if target.gpus else []
-            try:
-                self.scale(service, len(active) + fits if target.replicas > len(active) else target.replicas)
-            finally:
-                self._prefer[service] = []  # a replica replaced later goes where it fits
-            return self.target(service)
-        fits = self._fits(target.share_pct, target.replicas)
+        fits = self._placement.fits(target.share_pct, target.replicas - len(active))
+        with self._placement.preferring(service, list(target.gpus[len(active):]) if target.gpus else []):
+            self.scale(service, len(active) + fits if target.replicas > len(active) else target.replicas)
+        return self.target(service)
+
+    def _reshare(self, service: str, target: ServiceTarget) -> ServiceTarget:
+        """A new share: as many new replicas as fit start beside the old ones, which retire."""
+        fits = self._placement.fits(target.share_pct, target.replicas)
         if fits == 0:
             self._notify()
             return self.target(service)
         self._table.share[service] = target.share_pct
-        for r in active:
+        for r in self._table.active(service):
             r.retiring = True
         self._table.desired[service] = fits
-        self._prefer[service] = list(target.gpus) if target.gpus else []
-        for _ in range(fits):
-            self._spawn(service)
-        self._prefer[service] = []
+        with self._placement.preferring(service, list(target.gpus) if target.gpus else []):
+            for _ in range(fits):
+                self._spawn(service)
         self._notify()
         return ServiceTarget(fits, target.share_pct, target.batch)
-
-    def _fits(self, share: float, count: int) -> int:
-        free = self.gpu_free_pct()
-        n = 0
-        for _ in range(max(count, 0)):
-            g = next((k for k, f in enumerate(free) if f + 1e-9 >= share), None)
-            if g is None:
-                break
-            free[g] -= share
-            n += 1
-        return n
-
-    def _place(self, share: float, wanted: int | None = None) -> int:
-        """The GPU a policy asked for if the share fits there, else the first that fits."""
-        free = self.gpu_free_pct()
-        if wanted is not None and 0 <= wanted < len(free) and free[wanted] + 1e-9 >= share:
-            return wanted
-        return next((k for k, f in enumerate(free) if f + 1e-9 >= share), 0)
-
-    # ---- interference and reconfiguration ---------------------------------------------------------
-    def _pressing(self) -> list[ReplicaProcess]:
-        """Replicas that run kernels on their GPU: ready ones, and draining ones until they exit
-        (a starting one presses nobody yet, as in the simulator)."""
-        return [r for r in self._table.every() if r.state in ("ready", "draining")]
-
-    def _stretch_of(self, r: ReplicaProcess, pressing: list[ReplicaProcess]) -> float:
-        if not self.interference:
-            return 1.0
-        others = [x for x in pressing if x is not r]
-        placed = [(x.name, x.gpu, x.share, self.profiles[x.service].gpu) for x in [*others, r]]
-        return gpu_stretches(placed)[r.name]
-
-    def _refresh(self) -> None:
-        """Recompute every live replica's stretch from the placement; tell each ready replica
-        whose batch or stretch differs from what it has."""
-        pressing = self._pressing()
-        for reps in self._table.by_service.values():
-            for r in reps:
-                if r.live:
-                    r.stretch = self._stretch_of(r, pressing)
-        if self._closing or not self._client.is_open:
-            return
-        for reps in self._table.by_service.values():
-            for r in reps:
-                want = (self._table.batch[r.service], r.stretch)
-                if r.state == "ready" and r.url and r.told != want:
-                    r.told = want
-                    task = asyncio.get_running_loop().create_task(self._tell(r, *want))
-                    self._tells.add(task)
-                    task.add_done_callback(self._tells.discard)
-
-    async def _tell(self, r: ReplicaProcess, batch: int, stretch: float) -> None:
-        try:
-            await self._client.set_config(r.url, batch, stretch)
-        except (*UNREACHABLE, RuntimeError) as exc:
-            if r.state == "ready":  # a replica that went away meanwhile needs nothing
-                r.told = None  # the next change tries again
-                self._events.replica(r, "config_failed", f"batch {batch}, stretch {stretch:.4f}: {exc}")
 
     async def probe(self) -> list[dict[str, object]]:
         """What each ready replica reports (GET /healthz) beside what the cluster set for it:
         share, batch and interference stretch."""
-        if not self._client.is_open:
-            return []
-        ready = [r for reps in self._table.by_service.values() for r in reps if r.state == "ready" and r.url]
-
-        async def one(r: ReplicaProcess) -> dict[str, object]:
-            row: dict[str, object] = {"service": r.service, "replica": r.name, "gpu": r.gpu,
-                                      "share_set": r.share, "batch_set": self._table.batch[r.service],
-                                      "stretch_set": r.stretch}
-            try:
-                doc = await self._client.health(r.url)
-                row.update(share=doc.get("share_pct"), batch=doc.get("batch"), stretch=doc.get("stretch"))
-            except (*UNREACHABLE, ValueError) as exc:
-                row["error"] = str(exc) or type(exc).__name__
-            return row
-
-        return list(await asyncio.gather(*(one(r) for r in ready)))
+        return await self._tuner.probe()
 
     def endpoint(self, service: str) -> str:
         return self.lb.endpoint(self._check(service))
@@ -325,13 +240,13 @@ class LocalCluster:
         if extra > 0:
             need = extra * self.units_per_replica(service)
             share = self._table.share[service]
-            if share != 25.0 and self._fits(share, extra) < extra:
+            if share != 25.0 and self._placement.fits(share, extra) < extra:
                 raise StateError(f"scaling {service} to {replicas} replicas of {share:g} % "
                                  f"does not fit the GPUs' free share {self.gpu_free_pct()}")
             if share == 25.0 and need > self.free_units():
                 raise StateError(
                     f"scaling {service} to {replicas} needs {need} free resource units, "
-                    f"{self.free_units()} of {self._total_units} are free"
+                    f"{self.free_units()} of {self.total_units()} are free"
                 )
         self._table.desired[service] = replicas
         for _ in range(max(0, extra)):
@@ -368,7 +283,7 @@ class LocalCluster:
             for s in self._names
         } | {
             "_cluster": {
-                "total_units": self._total_units,
+                "total_units": self.total_units(),
                 "free_units": self.free_units(),
                 "metrics": self.lb.metrics_url,
                 "time_scale": self.time_scale,
@@ -398,17 +313,15 @@ class LocalCluster:
     # ---- replica processes -------------------------------------------------------------------------
     def _spawn(self, service: str, replaces: str | None = None) -> None:
         share = self._table.share[service]
-        prefer = self._prefer.get(service)
-        wanted = prefer.pop(0) if prefer else None
-        r = ReplicaProcess(service, f"{service}-{next(self._counter)}", gpu=self._place(share, wanted),
-                           share=share)
+        r = ReplicaProcess(service, f"{service}-{next(self._counter)}",
+                           gpu=self._placement.place(service, share), share=share)
         self._table.by_service[service].append(r)
         r.task = asyncio.get_running_loop().create_task(self._run_replica(r, replaces))
 
     async def _run_replica(self, r: ReplicaProcess, replaces: str | None) -> None:
         batch = self._table.batch[r.service]
         seed = self.seed + next(self._counter)
-        r.stretch = self._stretch_of(r, self._pressing())
+        r.stretch = self._tuner.stretch_of(r)
         args = self._launcher.command(r, batch, seed)
         r.told = (batch, r.stretch)
         stderr = self._launcher.log_for(r)
@@ -514,7 +427,7 @@ class LocalCluster:
                                   f"client closed its connection {when}"))
 
     def _notify(self) -> None:
-        self._refresh()
+        self._tuner.refresh(tell=not self._closing)
         self._change.set()
         self._change = asyncio.Event()
 
