@@ -1,71 +1,32 @@
 """The local profile's cluster: emulated replicas as processes (one per replica) behind the
-in-process load balancer, sharing a pool of resource units; implements ClusterBackend.
-
-Replicas hold a share of an emulated GPU (four 25 % units to a GPU). With `interference=True`
-each replica's processing time is stretched by InSS's interference term for the replicas beside
-it on its GPU (`testbed.profiles.gpu_stretches`, the profile's curve the simulator uses too);
-when neighbours come (ready) or go (exited), the cluster tells every ready replica its new
-stretch, and its batch size, through the replica's token-guarded `POST /_config`."""
+in-process load balancer, sharing a pool of resource units; implements ClusterBackend."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import json
-import logging
-import os
 import secrets
-import signal
-import sys
-import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 import aiohttp
 
 from testbed.cluster.base import ServiceTarget
-from testbed.cluster.replica import TOKEN_ENV
+from testbed.cluster.local_balancer import BalancerRotation
+from testbed.cluster.local_client import ReplicaClient
+from testbed.cluster.local_events import ClusterEvent, EventLog
+from testbed.cluster.local_interference import InterferenceTuner
+from testbed.cluster.local_launch import ReplicaLauncher
+from testbed.cluster.local_placement import GpuPlacement
+from testbed.cluster.local_replicas import ReplicaProcess, ReplicaTable
+from testbed.cluster.local_supervisor import ReplicaSupervisor
 from testbed.errors import ConfigError, ConfigProblem, StateError
 from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.window import WindowMetrics
-from testbed.net.cmd import die_with_parent
-from testbed.profiles import ServiceProfile, default_profiles, gpu_stretches
+from testbed.profiles import ServiceProfile, default_profiles
 
-log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ClusterEvent:
-    t: float  # epoch seconds
-    service: str
-    replica: str
-    kind: str  # started, ready, draining, stopped, died, replaced, failed_to_start, connection_lost
-    detail: str = ""
-
-
-@dataclass
-class ReplicaProcess:
-    service: str
-    name: str
-    state: str = "starting"  # starting → ready → draining → stopped; or died
-    proc: asyncio.subprocess.Process | None = None
-    url: str = ""
-    started: float = field(default_factory=time.monotonic)
-    ready_after_s: float | None = None
-    task: asyncio.Task[None] | None = None
-    gpu: int = 0  # which emulated GPU's share it holds
-    share: float = 25.0  # MPS share, % of that GPU
-    retiring: bool = False  # replaced by replicas with a new share: stops once they are ready
-    stretch: float = 1.0  # 1 + interference from its GPU's neighbours (interference=True)
-    told: tuple[int, float] | None = None  # (batch, stretch) the process has, as far as we know
-
-    @property
-    def live(self) -> bool:
-        return self.state in ("starting", "ready", "draining")
+__all__ = ["ClusterEvent", "LocalCluster", "ReplicaProcess"]  # ClusterEvent's old import path
 
 
 class LocalCluster:
@@ -74,6 +35,10 @@ class LocalCluster:
 
     `time_scale` divides every profile time (processing, startup) and the sampling interval, so
     a scaler period of 30 s becomes 30/time_scale s of wall time.
+
+    The scaling policy lives here (how many replicas, which stop, which replace the dead); the
+    pieces it composes do the rest: ReplicaSupervisor the processes, GpuPlacement the GPUs,
+    InterferenceTuner the stretches and batches, BalancerRotation the load balancer's rotation.
     """
 
     def __init__(
@@ -106,19 +71,10 @@ class LocalCluster:
             raise ConfigError([ConfigProblem("cluster", None, "time_scale", "must be > 0")])
         self._names = names
         self._initial = {s: (initial if isinstance(initial, int) else initial.get(s, 1)) for s in names}
-        self._total_units = total_units
         self.time_scale = time_scale
-        self.replica_host = replica_host
         self.replace_dead = replace_dead
-        self.log_dir = Path(log_dir) if log_dir else None
-        self.use_espeak = use_espeak
-        self.interference = interference
-        self._token = secrets.token_urlsafe(32)  # replicas' /_config; in their environment only
-        self._tells: set[asyncio.Task[None]] = set()
-        self._prefer: dict[str, list[int]] = {}  # GPUs a policy asked for, for replicas to come
-        self.seed = seed
-        self.on_event = on_event
-        self.events: list[ClusterEvent] = []
+        self._closing = False
+        self._change = asyncio.Event()
         self.lb = LoadBalancer(
             self.profiles,
             names,
@@ -129,22 +85,20 @@ class LocalCluster:
             advertise_host=advertise_host,
             time_scale=time_scale,
         )
-        for sb in self.lb.services.values():
-            sb.on_failure = self._on_lb_failure
-            sb.on_lost = self._on_lost_connection
-        # Emulated GPUs (issue 15): the units are DRAFAS's 25 % slices, four to a GPU; replicas
-        # hold a share of one GPU and all replicas of a service share its batch size.
-        self._gpu_caps = [100.0] * (total_units // 4) + [25.0 * (total_units % 4)] * bool(total_units % 4)
-        self._share = dict.fromkeys(names, 25.0)
-        self._batch = dict.fromkeys(names, 1)
-        self._desired = dict.fromkeys(names, 0)
-        self._replicas: dict[str, list[ReplicaProcess]] = {s: [] for s in names}
-        self._counter = itertools.count(1)
-        self._http: aiohttp.ClientSession | None = None
-        self._closing = False
-        self._change = asyncio.Event()
-        self._logs: list[IO[bytes]] = []
-        self._profile_files: tempfile.TemporaryDirectory[str] | None = None
+        token = secrets.token_urlsafe(32)  # replicas' /_config; in their environment only
+        self._table = ReplicaTable(names)
+        self._events = EventLog(on_event)
+        self._client = ReplicaClient(token)
+        self._rotation = BalancerRotation(self.lb, self._table, self._events)
+        self._placement = GpuPlacement(total_units, self._table, self.profiles)
+        self._tuner = InterferenceTuner(self._table, self.profiles, interference, self._client, self._events)
+        self._launcher = ReplicaLauncher(self.profiles, token, time_scale=time_scale,
+                                         replica_host=replica_host, use_espeak=use_espeak,
+                                         log_dir=Path(log_dir) if log_dir else None)
+        self._supervisor = ReplicaSupervisor(
+            self._table, self._placement, self._tuner, self._rotation, self._client, self._launcher,
+            self._events, seed=seed, on_ready=self._retire_replaced, on_died=self._replace_dead,
+            notify=self._notify)
 
     # ---- lifetime -------------------------------------------------------------------------
     async def __aenter__(self) -> LocalCluster:
@@ -156,11 +110,11 @@ class LocalCluster:
 
     async def start(self) -> None:
         needed = sum(self._initial[s] * self.profiles[s].units for s in self._names)
-        if needed > self._total_units:
+        if needed > self.total_units():
             raise StateError(
-                f"initial replicas need {needed} resource units, the cluster has {self._total_units}"
+                f"initial replicas need {needed} resource units, the cluster has {self.total_units()}"
             )
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0))
+        self._client.open()
         try:
             await self.lb.start()
             for s in self._names:
@@ -174,194 +128,38 @@ class LocalCluster:
         if self._closing:
             return
         self._closing = True
-        everyone = [r for reps in self._replicas.values() for r in reps if r.live]
-        for r in everyone:
-            self._stop(r)
-        tasks = [r.task for r in everyone if r.task is not None]
-        if tasks:
-            _done, pending = await asyncio.wait(tasks, timeout=grace_s)
-            for r in everyone:
-                if r.proc is not None and r.proc.returncode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        r.proc.kill()
-            if pending:
-                await asyncio.wait(pending, timeout=2.0)
+        await self._supervisor.aclose(grace_s)
         await self.lb.aclose()
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
-        for fh in self._logs:
-            fh.close()
-        if self._profile_files is not None:
-            self._profile_files.cleanup()
-            self._profile_files = None
+        await self._client.aclose()
+        self._launcher.close()
 
-    def _profile_file(self, service: str) -> str:
-        """The service's profile as a file a replica reads (a command line of kilobytes of JSON
-        is what `ps` would show otherwise); numbers only: sources stay in the profiles file."""
-        if self._profile_files is None:
-            self._profile_files = tempfile.TemporaryDirectory(prefix="testbed-profiles-")
-        path = Path(self._profile_files.name) / f"{service}.json"
-        if not path.exists():
-            path.write_text(json.dumps(self.profiles[service].model_dump(exclude={"sources"})))
-        return str(path)
+    @property
+    def events(self) -> list[ClusterEvent]:
+        return self._events.events
+
+    @property
+    def _http(self) -> aiohttp.ClientSession | None:
+        """The session to the replicas (tests reach a replica directly through it)."""
+        return self._client.session
 
     # ---- ClusterBackend ---------------------------------------------------------------------
     def services(self) -> list[str]:
         return list(self._names)
 
     def desired_replicas(self, service: str) -> int:
-        return self._desired[self._check(service)]
+        return self._table.desired[self._check(service)]
 
     def ready_replicas(self, service: str) -> int:
-        return sum(1 for r in self._replicas[self._check(service)] if r.state == "ready")
+        return self._table.ready_count(self._check(service))
 
     def units_per_replica(self, service: str) -> int:
         return self.profiles[self._check(service)].units
 
     def total_units(self) -> int:
-        return self._total_units
+        return self._placement.total_units
 
     def free_units(self) -> int:
-        if all(r.share == 25.0 for reps in self._replicas.values() for r in reps if r.live):
-            used = sum(self.profiles[s].units for s, reps in self._replicas.items() for r in reps if r.live)
-            return self._total_units - used
-        return sum(int(free / 25.0 + 1e-9) for free in self.gpu_free_pct())
-
-    # ---- GpuClusterBackend -------------------------------------------------------------------------
-    def target(self, service: str) -> ServiceTarget:
-        active = [r for r in self._replicas[self._check(service)] if r.state in ("starting", "ready")]
-        return ServiceTarget(max(len(active), 1), self._share[service], self._batch[service],
-                             tuple(r.gpu for r in active) if active else None)
-
-    def gpu_free_pct(self) -> list[float]:
-        free = list(self._gpu_caps)
-        for reps in self._replicas.values():
-            for r in reps:
-                if r.live:
-                    free[r.gpu] -= r.share
-        return [max(0.0, f) for f in free]
-
-    def share_used_pct(self, service: str) -> float:
-        return sum(r.share for r in self._replicas[self._check(service)] if r.live)
-
-    def configure(self, service: str, target: ServiceTarget) -> ServiceTarget:
-        """Batch: told to every replica at once (POST /_config). Share: new replicas start beside
-        the old ones, which stop once the new ones are ready. Applies as much as fits."""
-        self._check(service)
-        prof = self.profiles[service]
-        if prof.gpu is None and (target.batch != 1 or target.share_pct != self._share[service]):
-            raise ConfigError([ConfigProblem("services", None, f"{service}.gpu",
-                                             "the profile has no gpu curve: only batch 1 at its own share")])
-        self._batch[service] = target.batch  # ready replicas are told at the _notify() below
-        active = [r for r in self._replicas[service] if r.state in ("starting", "ready")]
-        if target.share_pct == self._share[service]:
-            fits = self._fits(target.share_pct, target.replicas - len(active))
-            self._prefer[service] = list(target.gpus[len(active):]) if target.gpus else []
-            try:
-                self.scale(service, len(active) + fits if target.replicas > len(active) else target.replicas)
-            finally:
-                self._prefer[service] = []  # a replica replaced later goes where it fits
-            return self.target(service)
-        fits = self._fits(target.share_pct, target.replicas)
-        if fits == 0:
-            self._notify()
-            return self.target(service)
-        self._share[service] = target.share_pct
-        for r in active:
-            r.retiring = True
-        self._desired[service] = fits
-        self._prefer[service] = list(target.gpus) if target.gpus else []
-        for _ in range(fits):
-            self._spawn(service)
-        self._prefer[service] = []
-        self._notify()
-        return ServiceTarget(fits, target.share_pct, target.batch)
-
-    def _fits(self, share: float, count: int) -> int:
-        free = self.gpu_free_pct()
-        n = 0
-        for _ in range(max(count, 0)):
-            g = next((k for k, f in enumerate(free) if f + 1e-9 >= share), None)
-            if g is None:
-                break
-            free[g] -= share
-            n += 1
-        return n
-
-    def _place(self, share: float, wanted: int | None = None) -> int:
-        """The GPU a policy asked for if the share fits there, else the first that fits."""
-        free = self.gpu_free_pct()
-        if wanted is not None and 0 <= wanted < len(free) and free[wanted] + 1e-9 >= share:
-            return wanted
-        return next((k for k, f in enumerate(free) if f + 1e-9 >= share), 0)
-
-    # ---- interference and reconfiguration ---------------------------------------------------------
-    def _pressing(self) -> list[ReplicaProcess]:
-        """Replicas that run kernels on their GPU: ready ones, and draining ones until they exit
-        (a starting one presses nobody yet, as in the simulator)."""
-        return [r for reps in self._replicas.values() for r in reps if r.state in ("ready", "draining")]
-
-    def _stretch_of(self, r: ReplicaProcess, pressing: list[ReplicaProcess]) -> float:
-        if not self.interference:
-            return 1.0
-        others = [x for x in pressing if x is not r]
-        placed = [(x.name, x.gpu, x.share, self.profiles[x.service].gpu) for x in [*others, r]]
-        return gpu_stretches(placed)[r.name]
-
-    def _refresh(self) -> None:
-        """Recompute every live replica's stretch from the placement; tell each ready replica
-        whose batch or stretch differs from what it has."""
-        pressing = self._pressing()
-        for reps in self._replicas.values():
-            for r in reps:
-                if r.live:
-                    r.stretch = self._stretch_of(r, pressing)
-        if self._closing or self._http is None:
-            return
-        for reps in self._replicas.values():
-            for r in reps:
-                want = (self._batch[r.service], r.stretch)
-                if r.state == "ready" and r.url and r.told != want:
-                    r.told = want
-                    task = asyncio.get_running_loop().create_task(self._tell(r, *want))
-                    self._tells.add(task)
-                    task.add_done_callback(self._tells.discard)
-
-    async def _tell(self, r: ReplicaProcess, batch: int, stretch: float) -> None:
-        assert self._http is not None
-        body = {"batch": batch, "stretch": stretch}
-        try:
-            async with self._http.post(r.url + "/_config", json=body,
-                                       headers={"Authorization": f"Bearer {self._token}"}) as resp:
-                await resp.read()
-                if resp.status != 200:
-                    raise RuntimeError(f"HTTP {resp.status}")
-        except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, RuntimeError) as exc:
-            if r.state == "ready":  # a replica that went away meanwhile needs nothing
-                r.told = None  # the next change tries again
-                self._event(r, "config_failed", f"batch {batch}, stretch {stretch:.4f}: {exc}")
-
-    async def probe(self) -> list[dict[str, object]]:
-        """What each ready replica reports (GET /healthz) beside what the cluster set for it:
-        share, batch and interference stretch."""
-        if self._http is None:
-            return []
-        ready = [r for reps in self._replicas.values() for r in reps if r.state == "ready" and r.url]
-
-        async def one(r: ReplicaProcess) -> dict[str, object]:
-            row: dict[str, object] = {"service": r.service, "replica": r.name, "gpu": r.gpu,
-                                      "share_set": r.share, "batch_set": self._batch[r.service],
-                                      "stretch_set": r.stretch}
-            try:
-                async with self._http.get(r.url + "/healthz") as resp:  # type: ignore[union-attr]
-                    doc = await resp.json(content_type=None)
-                row.update(share=doc.get("share_pct"), batch=doc.get("batch"), stretch=doc.get("stretch"))
-            except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError, ValueError) as exc:
-                row["error"] = str(exc) or type(exc).__name__
-            return row
-
-        return list(await asyncio.gather(*(one(r) for r in ready)))
+        return self._placement.free_units()
 
     def endpoint(self, service: str) -> str:
         return self.lb.endpoint(self._check(service))
@@ -374,29 +172,84 @@ class LocalCluster:
             raise StateError("the cluster is shutting down")
         if replicas < 0:
             raise StateError(f"replicas must be >= 0, got {replicas}")
-        active = [r for r in self._replicas[service] if r.state in ("starting", "ready") and not r.retiring]
+        active = [r for r in self._table.active(service) if not r.retiring]
         extra = replicas - len(active)
         if extra > 0:
-            need = extra * self.units_per_replica(service)
-            if self._share[service] != 25.0 and self._fits(self._share[service], extra) < extra:
-                raise StateError(f"scaling {service} to {replicas} replicas of {self._share[service]:g} % "
-                                 f"does not fit the GPUs' free share {self.gpu_free_pct()}")
-            if self._share[service] == 25.0 and need > self.free_units():
-                raise StateError(
-                    f"scaling {service} to {replicas} needs {need} free resource units, "
-                    f"{self.free_units()} of {self._total_units} are free"
-                )
-        self._desired[service] = replicas
+            self._check_room(service, replicas, extra)
+        self._table.desired[service] = replicas
         for _ in range(max(0, extra)):
-            self._spawn(service)
+            self._supervisor.spawn(service)
         if extra < 0:
             # Newest first, and not-yet-ready ones before ready ones (they serve nobody yet).
             victims = [r for r in reversed(active) if r.state == "starting"] + [
                 r for r in reversed(active) if r.state == "ready"
             ]
             for r in victims[:-extra]:
-                self._stop(r)
+                self._supervisor.stop(r)
         self._notify()
+
+    def _check_room(self, service: str, replicas: int, extra: int) -> None:
+        """StateError unless `extra` more replicas of the service fit."""
+        share = self._table.share[service]
+        need = extra * self.units_per_replica(service)
+        if share != 25.0 and self._placement.fits(share, extra) < extra:
+            raise StateError(f"scaling {service} to {replicas} replicas of {share:g} % "
+                             f"does not fit the GPUs' free share {self.gpu_free_pct()}")
+        if share == 25.0 and need > self.free_units():
+            raise StateError(
+                f"scaling {service} to {replicas} needs {need} free resource units, "
+                f"{self.free_units()} of {self.total_units()} are free"
+            )
+
+    # ---- GpuClusterBackend -------------------------------------------------------------------------
+    def target(self, service: str) -> ServiceTarget:
+        active = self._table.active(self._check(service))
+        return ServiceTarget(max(len(active), 1), self._table.share[service], self._table.batch[service],
+                             tuple(r.gpu for r in active) if active else None)
+
+    def gpu_free_pct(self) -> list[float]:
+        return self._placement.gpu_free_pct()
+
+    def share_used_pct(self, service: str) -> float:
+        return sum(r.share for r in self._table.by_service[self._check(service)] if r.live)
+
+    def configure(self, service: str, target: ServiceTarget) -> ServiceTarget:
+        """Batch: told to every replica at once (POST /_config). Share: new replicas start beside
+        the old ones, which stop once the new ones are ready. Applies as much as fits."""
+        self._check(service)
+        prof = self.profiles[service]
+        if prof.gpu is None and (target.batch != 1 or target.share_pct != self._table.share[service]):
+            raise ConfigError([ConfigProblem("services", None, f"{service}.gpu",
+                                             "the profile has no gpu curve: only batch 1 at its own share")])
+        self._table.batch[service] = target.batch  # ready replicas are told at the _notify() below
+        if target.share_pct != self._table.share[service]:
+            return self._reshare(service, target)
+        active = self._table.active(service)
+        fits = self._placement.fits(target.share_pct, target.replicas - len(active))
+        with self._placement.preferring(service, list(target.gpus[len(active):]) if target.gpus else []):
+            self.scale(service, len(active) + fits if target.replicas > len(active) else target.replicas)
+        return self.target(service)
+
+    def _reshare(self, service: str, target: ServiceTarget) -> ServiceTarget:
+        """A new share: as many new replicas as fit start beside the old ones, which retire."""
+        fits = self._placement.fits(target.share_pct, target.replicas)
+        if fits == 0:
+            self._notify()
+            return self.target(service)
+        self._table.share[service] = target.share_pct
+        for r in self._table.active(service):
+            r.retiring = True
+        self._table.desired[service] = fits
+        with self._placement.preferring(service, list(target.gpus) if target.gpus else []):
+            for _ in range(fits):
+                self._supervisor.spawn(service)
+        self._notify()
+        return ServiceTarget(fits, target.share_pct, target.batch)
+
+    async def probe(self) -> list[dict[str, object]]:
+        """What each ready replica reports (GET /healthz) beside what the cluster set for it:
+        share, batch and interference stretch."""
+        return await self._tuner.probe()
 
     # ---- beyond the protocol --------------------------------------------------------------------
     def window(self, seconds: float) -> dict[str, WindowMetrics]:
@@ -408,24 +261,24 @@ class LocalCluster:
         return self.lb.metrics_url
 
     def replicas(self, service: str) -> list[ReplicaProcess]:
-        return [r for r in self._replicas[self._check(service)] if r.live]
+        return [r for r in self._table.by_service[self._check(service)] if r.live]
 
     def status(self) -> dict[str, dict[str, object]]:
         return {
             s: {
-                "desired": self._desired[s],
+                "desired": self._table.desired[s],
                 "ready": self.ready_replicas(s),
-                "replicas": {r.name: r.state for r in self._replicas[s] if r.live},
+                "replicas": {r.name: r.state for r in self._table.by_service[s] if r.live},
                 "endpoint": self.lb.endpoint(s),
             }
             for s in self._names
         } | {
             "_cluster": {
-                "total_units": self._total_units,
+                "total_units": self.total_units(),
                 "free_units": self.free_units(),
                 "metrics": self.lb.metrics_url,
                 "time_scale": self.time_scale,
-                "lost_connections": {s: sb.lost_connections for s, sb in self.lb.services.items()},
+                "lost_connections": self._rotation.lost_connections(),
             }
         }
 
@@ -433,7 +286,7 @@ class LocalCluster:
         """Until every service has as many ready replicas as desired."""
         try:
             await self.wait_for(
-                lambda: all(self.ready_replicas(s) == self._desired[s] for s in self._names), timeout_s
+                lambda: all(self.ready_replicas(s) == self._table.desired[s] for s in self._names), timeout_s
             )
         except (TimeoutError, asyncio.TimeoutError):
             raise StateError(f"replicas not ready after {timeout_s:.0f} s: {self._brief()}") from None
@@ -448,152 +301,30 @@ class LocalCluster:
             with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                 await asyncio.wait_for(self._change.wait(), left)
 
-    # ---- replica processes -------------------------------------------------------------------------
-    def _spawn(self, service: str, replaces: str | None = None) -> None:
-        share = self._share[service]
-        prefer = self._prefer.get(service)
-        wanted = prefer.pop(0) if prefer else None
-        r = ReplicaProcess(service, f"{service}-{next(self._counter)}", gpu=self._place(share, wanted),
-                           share=share)
-        self._replicas[service].append(r)
-        r.task = asyncio.get_running_loop().create_task(self._run_replica(r, replaces))
-
-    async def _run_replica(self, r: ReplicaProcess, replaces: str | None) -> None:
-        args = [
-            sys.executable,
-            "-m",
-            "testbed.cluster.replica",
-            "--service",
-            r.service,
-            "--profile-file",
-            self._profile_file(r.service),
-            "--host",
-            self.replica_host,
-            "--time-scale",
-            repr(self.time_scale),
-            "--seed",
-            str(self.seed + next(self._counter)),
-            "--parent-pid",
-            str(os.getpid()),
-            "--launched-at",
-            repr(time.time()),
-        ]
-        if not self.use_espeak:
-            args.append("--no-espeak")
-        if self._batch[r.service] != 1 or r.share != 25.0:
-            args += ["--batch", str(self._batch[r.service]), "--share", repr(r.share)]
-        r.stretch = self._stretch_of(r, self._pressing())
-        if r.stretch != 1.0:
-            args += ["--stretch", repr(r.stretch)]
-        r.told = (self._batch[r.service], r.stretch)
-        stderr: IO[bytes] | int = asyncio.subprocess.DEVNULL
-        if self.log_dir is not None:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            fh = (self.log_dir / f"{r.name}.log").open("ab")
-            self._logs.append(fh)
-            stderr = fh
-        try:
-            r.proc = await asyncio.create_subprocess_exec(
-                *args,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=stderr,
-                stdin=asyncio.subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=die_with_parent(),  # a SIGKILLed harness leaves no replica behind
-                env=_child_env(self._token),
-            )  # Ctrl-C at a terminal reaches us, we stop replicas gracefully
-            self._event(
-                r,
-                "replaced" if replaces else "started",
-                f"pid {r.proc.pid}" + (f", replaces {replaces}" if replaces else ""),
-            )
-            assert r.proc.stdout is not None
-            line = await asyncio.wait_for(r.proc.stdout.readline(), 30.0)
-            if not line.startswith(b"LISTENING "):
-                raise RuntimeError(f"unexpected first line {line[:80]!r}")
-            r.url = f"http://{self._connect_host()}:{int(line.split()[1])}"
-            watcher = asyncio.create_task(r.proc.wait())
-            await self._await_ready(r, watcher)
-            await watcher
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # failed to start: record, and free its units
-            self._event(r, "failed_to_start", str(exc))
-            if r.proc is not None and r.proc.returncode is None:
-                r.proc.kill()
-                await r.proc.wait()
-            r.state = "died"
-            self._notify()
-            return
-        self._exited(r)
-
-    def _connect_host(self) -> str:
-        return "127.0.0.1" if self.replica_host in ("0.0.0.0", "") else self.replica_host
-
-    async def _await_ready(self, r: ReplicaProcess, watcher: asyncio.Task[int]) -> None:
-        assert self._http is not None
-        while r.state == "starting" and not watcher.done():
-            try:
-                async with self._http.get(r.url + "/healthz") as resp:
-                    if resp.status == 200:
-                        r.state = "ready"
-                        r.ready_after_s = time.monotonic() - r.started
-                        self.lb.services[r.service].add(r.name, r.url)
-                        self._event(r, "ready", f"after {r.ready_after_s:.2f} s")
-                        self._retire_replaced(r.service)
-                        self._notify()
-                        return
-            except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError):
-                pass
-            await asyncio.wait({watcher}, timeout=0.05)
-
-    def _retire_replaced(self, service: str) -> None:
+    # ---- the supervisor's hooks ------------------------------------------------------------------
+    def _retire_replaced(self, ready: ReplicaProcess) -> None:
         """Once every replica with the new share is ready, the ones it replaces stop."""
-        new = [r for r in self._replicas[service] if r.state in ("starting", "ready") and not r.retiring]
+        reps = self._table.by_service[ready.service]
+        new = [r for r in reps if r.active and not r.retiring]
         if new and all(r.state == "ready" for r in new):
-            for r in self._replicas[service]:
+            for r in reps:
                 if r.retiring:
-                    self._stop(r)
+                    self._supervisor.stop(r)
 
-    def _exited(self, r: ReplicaProcess) -> None:
-        code = r.proc.returncode if r.proc else None
-        self.lb.services[r.service].take_out(r.name)
-        if r.state == "draining":
-            r.state = "stopped"
-            self._event(r, "stopped", f"exit {code}")
-        else:
-            r.state = "died"
-            self._event(r, "died", f"exit {code}" + (" (SIGKILL)" if code == -signal.SIGKILL else ""))
-            log.warning("%s died (exit %s)", r.name, code)
-            active = [x for x in self._replicas[r.service] if x.state in ("starting", "ready")]
-            if self.replace_dead and not self._closing and len(active) < self._desired[r.service]:
-                self._spawn(r.service, replaces=r.name)
-        self._replicas[r.service] = [x for x in self._replicas[r.service] if x.live]
-        self._notify()
+    def _replace_dead(self, dead: ReplicaProcess) -> None:
+        active = self._table.active(dead.service)
+        if self.replace_dead and not self._closing and len(active) < self._table.desired[dead.service]:
+            self._supervisor.spawn(dead.service, replaces=dead.name)
 
-    def _stop(self, r: ReplicaProcess) -> None:
-        """Out of rotation first, then SIGTERM: the replica finishes what it admitted and exits."""
-        if r.state not in ("starting", "ready"):
-            return
-        r.state = "draining"
-        self.lb.services[r.service].take_out(r.name)
-        self._event(r, "draining")
-        if r.proc is not None and r.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                r.proc.send_signal(signal.SIGTERM)
-        elif r.proc is None and r.task is not None:
-            r.task.cancel()  # not even started: nothing to drain
-            r.state = "stopped"
-
-    def _on_lb_failure(self, service: str, replica: str) -> None:
-        # The balancer saw the connection fail; the process watcher confirms a death and replaces it.
-        for r in self._replicas[service]:
-            if r.name == replica:
-                self._event(r, "unreachable", "taken out of rotation by the load balancer")
+    def _notify(self) -> None:
+        """A replica changed: stretches and batches follow, and wait_for re-checks."""
+        self._tuner.refresh(tell=not self._closing)
+        self._change.set()
+        self._change = asyncio.Event()
 
     # ---- helpers -------------------------------------------------------------------------------
     def _check(self, service: str) -> str:
-        if service not in self._replicas:
+        if service not in self._table.by_service:
             raise ConfigError(
                 [
                     ConfigProblem(
@@ -603,33 +334,5 @@ class LocalCluster:
             )
         return service
 
-    def _on_lost_connection(self, service: str, when: str) -> None:
-        """A client closed its connection (normal during a run): one event, no console output."""
-        self._record(ClusterEvent(time.time(), service, "-", "connection_lost",
-                                  f"client closed its connection {when}"))
-
-    def _event(self, r: ReplicaProcess, kind: str, detail: str = "") -> None:
-        self._record(ClusterEvent(time.time(), r.service, r.name, kind, detail))
-
-    def _record(self, ev: ClusterEvent) -> None:
-        self.events.append(ev)
-        log.info("%s %s %s", ev.replica, ev.kind, ev.detail)
-        if self.on_event is not None:
-            self.on_event(ev)
-
-    def _notify(self) -> None:
-        self._refresh()
-        self._change.set()
-        self._change = asyncio.Event()
-
     def _brief(self) -> str:
-        return ", ".join(f"{s} {self.ready_replicas(s)}/{self._desired[s]}" for s in self._names)
-
-
-def _child_env(token: str) -> dict[str, str]:
-    # Replicas run the same testbed package as this process (a worktree copy, not an installed one).
-    root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env[TOKEN_ENV] = token
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+        return ", ".join(f"{s} {self.ready_replicas(s)}/{self._table.desired[s]}" for s in self._names)

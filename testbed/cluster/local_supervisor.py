@@ -1,0 +1,153 @@
+"""The lives of a LocalCluster's replica processes: started, watched until ready and until they
+exit, stopped gracefully, and all stopped at close."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import signal
+import time
+from collections.abc import Callable
+
+from testbed.cluster.local_balancer import BalancerRotation
+from testbed.cluster.local_client import ReplicaClient
+from testbed.cluster.local_events import EventLog, log
+from testbed.cluster.local_interference import InterferenceTuner
+from testbed.cluster.local_launch import ReplicaLauncher
+from testbed.cluster.local_placement import GpuPlacement
+from testbed.cluster.local_replicas import ReplicaProcess, ReplicaTable
+
+ReplicaHook = Callable[[ReplicaProcess], None]
+
+
+class ReplicaSupervisor:
+    """Runs one task per replica: start its process on the GPU placement picks, poll it until
+    ready (then into rotation), wait for its exit (out of rotation). The cluster's policy hears
+    of each replica that became ready (`on_ready`) or died (`on_died`), and `notify` of every
+    change. `async with` or `aclose` (safe twice) stops them all."""
+
+    def __init__(self, table: ReplicaTable, placement: GpuPlacement, tuner: InterferenceTuner,
+                 rotation: BalancerRotation, client: ReplicaClient, launcher: ReplicaLauncher,
+                 events: EventLog, *, seed: int, on_ready: ReplicaHook, on_died: ReplicaHook,
+                 notify: Callable[[], None]) -> None:
+        self._table = table
+        self._placement = placement
+        self._tuner = tuner
+        self._rotation = rotation
+        self._client = client
+        self._launcher = launcher
+        self._events = events
+        self._seed = seed
+        self._on_ready = on_ready
+        self._on_died = on_died
+        self._notify = notify
+        self._counter = itertools.count(1)  # numbers replicas' names and, after, their seeds
+        self._closed = False
+
+    async def __aenter__(self) -> ReplicaSupervisor:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self, grace_s: float = 10.0) -> None:
+        """Stop every replica gracefully, SIGKILL those still running after `grace_s`."""
+        if self._closed:
+            return
+        self._closed = True
+        everyone = self._table.live()
+        for r in everyone:
+            self.stop(r)
+        tasks = [r.task for r in everyone if r.task is not None]
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=grace_s)
+            for r in everyone:
+                if r.proc is not None and r.proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        r.proc.kill()
+            if pending:
+                await asyncio.wait(pending, timeout=2.0)
+
+    def spawn(self, service: str, replaces: str | None = None) -> None:
+        """A new replica of the service, at the service's share, started in the background."""
+        share = self._table.share[service]
+        r = ReplicaProcess(service, f"{service}-{next(self._counter)}",
+                           gpu=self._placement.place(service, share), share=share)
+        self._table.by_service[service].append(r)
+        r.task = asyncio.get_running_loop().create_task(self._run(r, replaces))
+
+    def stop(self, r: ReplicaProcess) -> None:
+        """Out of rotation first, then SIGTERM: the replica finishes what it admitted and exits."""
+        if not r.active:
+            return
+        r.state = "draining"
+        self._rotation.take_out(r)
+        self._events.replica(r, "draining")
+        if r.proc is not None and r.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                r.proc.send_signal(signal.SIGTERM)
+        elif r.proc is None and r.task is not None:
+            r.task.cancel()  # not even started: nothing to drain
+            r.state = "stopped"
+
+    async def _run(self, r: ReplicaProcess, replaces: str | None) -> None:
+        batch = self._table.batch[r.service]
+        seed = self._seed + next(self._counter)
+        r.stretch = self._tuner.stretch_of(r)
+        args = self._launcher.command(r, batch, seed)
+        r.told = (batch, r.stretch)
+        stderr = self._launcher.log_for(r)
+        try:
+            r.proc = await self._launcher.start(args, stderr)
+            self._events.replica(
+                r,
+                "replaced" if replaces else "started",
+                f"pid {r.proc.pid}" + (f", replaces {replaces}" if replaces else ""),
+            )
+            assert r.proc.stdout is not None
+            line = await asyncio.wait_for(r.proc.stdout.readline(), 30.0)
+            if not line.startswith(b"LISTENING "):
+                raise RuntimeError(f"unexpected first line {line[:80]!r}")
+            r.url = f"http://{self._launcher.connect_host}:{int(line.split()[1])}"
+            watcher = asyncio.create_task(r.proc.wait())
+            await self._await_ready(r, watcher)
+            await watcher
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # failed to start: record, and free its units
+            self._events.replica(r, "failed_to_start", str(exc))
+            if r.proc is not None and r.proc.returncode is None:
+                r.proc.kill()
+                await r.proc.wait()
+            r.state = "died"
+            self._notify()
+            return
+        self._exited(r)
+
+    async def _await_ready(self, r: ReplicaProcess, watcher: asyncio.Task[int]) -> None:
+        while r.state == "starting" and not watcher.done():
+            if await self._client.is_ready(r.url):
+                r.state = "ready"
+                r.ready_after_s = time.monotonic() - r.started
+                self._rotation.add(r)
+                self._events.replica(r, "ready", f"after {r.ready_after_s:.2f} s")
+                self._on_ready(r)
+                self._notify()
+                return
+            await asyncio.wait({watcher}, timeout=0.05)
+
+    def _exited(self, r: ReplicaProcess) -> None:
+        code = r.proc.returncode if r.proc else None
+        self._rotation.take_out(r)
+        if r.state == "draining":
+            r.state = "stopped"
+            self._events.replica(r, "stopped", f"exit {code}")
+        else:
+            r.state = "died"
+            killed = " (SIGKILL)" if code == -signal.SIGKILL else ""
+            self._events.replica(r, "died", f"exit {code}{killed}")
+            log.warning("%s died (exit %s)", r.name, code)
+            self._on_died(r)
+        self._table.prune(r.service)
+        self._notify()
