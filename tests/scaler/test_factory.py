@@ -4,8 +4,8 @@ rest, in the services' order."""
 from __future__ import annotations
 
 from testbed.profiles import default_profiles
-from testbed.scaler.factory import PolicyChoice, build_policies
 from testbed.scaler.fa2 import Fa2Policy
+from testbed.scaler.factory import PolicyChoice, build_policies
 from testbed.scaler.gslice import EqualSharePolicy
 from testbed.scaler.policies import HpaPolicy, StaticPolicy
 
