@@ -52,7 +52,7 @@ def _register() -> None:
     # Each concern adds its commands in its own module; importing it registers them on `app`.
     import importlib
 
-    for module in ("core", "lab", "net", "reproduce", "scenario", "services", "sim"):
+    for module in ("core", "lab", "net", "reproduce", "scenario", "services", "sim", "train"):
         importlib.import_module(f"testbed.cli.{module}")
     for info in [*app.registered_commands, *app.registered_groups]:
         name = info.name or (info.callback.__name__ if info.callback else "")

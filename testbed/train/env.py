@@ -14,10 +14,10 @@ from testbed.load.trace import Trace
 from testbed.profiles import ServiceProfile, default_profiles
 from testbed.profiles.paper import DEFAULT_RATIOS, HISTORY, TEST_SHIFT_HOURS, TOTAL_UNITS
 from testbed.scaler.actions import ACTIONS, action_mask, adjust_action, next_cooldown, reward
-from testbed.scaler.loop import ScalerLoop
-from testbed.scaler.policies import Policy, RuleV2
+from testbed.scaler.policies import Policy
 from testbed.scaler.state import N_METRICS, StateBuilder
-from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS, SimCluster
+from testbed.sim.cluster import DEFAULT_OPTIONS, SimCluster
+from testbed.train.episode import Episode, EpisodeDraws, Neighbours
 
 
 class ScalingEnv(gym.Env):
@@ -52,6 +52,9 @@ class ScalingEnv(gym.Env):
     into it, utilization over ready replicas, counts carried), so that an agent does not learn the
     published simulator's utilization samples, which always catch the request that arrived just
     before them, as the only reading there is (docs/table-5.4.md).
+
+    The per-episode draws are testbed.train.episode.EpisodeDraws; a shared episode's other two
+    services are its Neighbours there.
     """
 
     metadata = {"render_modes": []}  # noqa: RUF012 (gymnasium's convention)
@@ -73,24 +76,22 @@ class ScalingEnv(gym.Env):
         like_testbed: float = 0.0,
     ):
         super().__init__()
-        self.like_testbed = like_testbed
         self.options = DEFAULT_OPTIONS
         self.service = service
         self.traces = list(traces)
         self.ratio = ratio
         self.total_units = total_units
         self.base_units = total_units
-        self.scales = list(scales) if scales else None
         self.randomize_free_units = randomize_free_units
-        self.loads = list(loads) if loads else None
+        self.draws = EpisodeDraws(
+            total_units, list(scales) if scales else None, list(loads) if loads else None, like_testbed
+        )
         self.load = 1.0
         self.shared = shared
         self.pool_reward = pool_reward
         self.partners = dict(partners or {})
         self._others_reward = 0.0
-        self._neighbours: ScalerLoop | None = None
-        self._before: list[str] = []
-        self._after: list[str] = []
+        self._neighbours: Neighbours | None = None
         self.profile = profile or default_profiles()[service]
         self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(N_METRICS * HISTORY,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(len(ACTIONS))
@@ -101,46 +102,20 @@ class ScalingEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        trace = self.traces[int(self.np_random.integers(len(self.traces)))]
-        if self.scales:
-            self.total_units = int(self.scales[int(self.np_random.integers(len(self.scales)))])
-        self.load = 1.0
-        if self.loads and self.total_units == self.base_units:
-            self.load = float(self.loads[int(self.np_random.integers(len(self.loads)))])
+        episode = self.draws.draw(self.np_random, self.traces)
+        self.total_units, self.load, self.options = episode.units, episode.load, episode.options
         ratio = self.ratio * self.load * self.total_units / self.base_units
-        seed = int(self.np_random.integers(2**31))
-        if self.like_testbed:  # no draw at 0: runs without it keep their random streams
-            testbed = self.like_testbed >= 1 or self.np_random.random() < self.like_testbed
-            self.options = TESTBED_OPTIONS if testbed else DEFAULT_OPTIONS
-        self._neighbours, self._before, self._after = None, [], []
+        self._neighbours = None
         if self.shared and self.total_units == self.base_units:
-            services = list(TEST_SHIFT_HOURS)
-            others = [s for s in services if s != self.service]
-            profiles = default_profiles()
-            self._cluster = SimCluster(
-                {s: self.profile if s == self.service else profiles[s] for s in services},
-                {s: trace.window(TEST_SHIFT_HOURS[s]) for s in services},
-                {s: ratio if s == self.service else DEFAULT_RATIOS[s] * self.load for s in services},
-                total_units=self.total_units,
-                seed=seed,
-                options=self.options,
-            )
-            cluster = self._cluster
-            self._neighbours = ScalerLoop(
-                cluster,
-                {s: self.partners.get(s) or RuleV2.for_service(s) for s in others},
-                cluster.latest_window,
-                clock=lambda: cluster.now,
-            )
-            mine = services.index(self.service)
-            self._before, self._after = services[:mine], services[mine + 1 :]
+            self._cluster = shared_cluster(self.service, self.profile, episode, ratio)
+            self._neighbours = Neighbours(self._cluster, self.service, self.partners)
         else:
             self._cluster = SimCluster(
                 {self.service: self.profile},
-                {self.service: trace},
+                {self.service: episode.trace},
                 {self.service: ratio},
                 total_units=self.total_units,
-                seed=seed,
+                seed=episode.seed,
                 options=self.options,
             )
         self._state.reset()
@@ -151,18 +126,11 @@ class ScalingEnv(gym.Env):
 
     def _advance(self):
         """One period, then the neighbours that decide before the agent (the tables' order)."""
-        cluster = self._cluster
-        windows = cluster.advance()
-        window = windows[self.service]
+        windows = self._cluster.advance()
         if self._neighbours is not None:
-            self._others_reward = sum(
-                reward(w.slo_violation_rate, cluster.desired_replicas(s), self.total_units)
-                for s, w in windows.items()
-                if s != self.service
-            )
-            for s in self._before:
-                self._neighbours.decide(s)
-        return window
+            self._others_reward = self._neighbours.reward(windows, self.total_units)
+            self._neighbours.decide_before()
+        return windows[self.service]
 
     def step(self, action: int):
         cluster = self._cluster
@@ -174,8 +142,7 @@ class ScalingEnv(gym.Env):
             cluster.scale(self.service, cluster.desired_replicas(self.service) + delta)
         self._cooldown = next_cooldown(self._cooldown, delta)
         if self._neighbours is not None:
-            for s in self._after:
-                self._neighbours.decide(s)
+            self._neighbours.decide_after()
         window = self._advance()
         r = reward(window.slo_violation_rate, cluster.desired_replicas(self.service), self.total_units)
         if self.pool_reward and self._neighbours is not None:
@@ -199,3 +166,21 @@ class ScalingEnv(gym.Env):
 
     def close(self) -> None:
         self._cluster = None
+
+
+def shared_cluster(
+    service: str, profile: ServiceProfile, episode: Episode, ratio: float
+) -> SimCluster:
+    """The three paper services sharing the episode's pool as Tables 5.1 and 5.2 do: each replays
+    the episode's day shifted as the test day is, `service` at `ratio`, the others at their
+    default ratio times the episode's load."""
+    services = list(TEST_SHIFT_HOURS)
+    profiles = default_profiles()
+    return SimCluster(
+        {s: profile if s == service else profiles[s] for s in services},
+        {s: episode.trace.window(TEST_SHIFT_HOURS[s]) for s in services},
+        {s: ratio if s == service else DEFAULT_RATIOS[s] * episode.load for s in services},
+        total_units=episode.units,
+        seed=episode.seed,
+        options=episode.options,
+    )

@@ -1,0 +1,341 @@
+"""Training commands: `train` (Maskable PPO for one service, or a share allocator) and `tune`."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.table import Table
+
+from testbed.cli import TracesOpt, app, checks, console
+from testbed.cli.sim import _progress, _services
+from testbed.errors import ConfigError, ConfigProblem
+from testbed.profiles import paper
+
+if TYPE_CHECKING:
+    from testbed.load.trace import Trace
+    from testbed.train.config import TrainConfig
+
+SCALES_DEFAULT = "none"
+
+# `train`'s options, declared once here so that the command's signature reads as a list
+ServiceArg = typer.Argument(None, help="chatbot, imgcls or tts (ppo; ddpg and inss take all three).")
+PolicyOpt = typer.Option("ppo", help="ppo (Maskable PPO), ddpg (sb3 DDPG) or inss (sb3 TD3).")
+OutOpt = typer.Option(None, help="Model file (default models/SERVICE.zip or models/POLICY.zip).")
+StepsOpt = typer.Option(None, help="Step budget (ppo: the paper's 300000; ddpg/inss: 12000).")
+SeedOpt = typer.Option(0, help="Training seed.")
+GpusOpt = typer.Option(2, help="ddpg/inss: GPUs of the training cluster (Table 5.1: 8 units = 2).")
+TensorboardOpt = typer.Option(None, help="Directory for TensorBoard logs (ppo).")
+StopAtOpt = typer.Option(
+    None, help="Stop after this many steps; the learning rate still decays over --steps."
+)
+ScalesOpt = typer.Option(
+    SCALES_DEFAULT,
+    help="ppo: pool sizes (units) drawn per episode, the ratio scaled with them, e.g. "
+    "8,16,32,64,128; 'none' trains at 8 units only (the paper).",
+)
+InitFromOpt = typer.Option(
+    None, help="ppo: start from this model's weights (e.g. an agent of the 25-float observation)."
+)
+LoadScalesOpt = typer.Option(
+    None, help="ddpg/inss: LO,HI: train at Table 5.1's ratios times a factor drawn log-uniformly "
+    "in [LO, HI] per episode and validate at both (default: 1 +- 30 %)."
+)
+LoadsOpt = typer.Option(
+    "none",
+    help="ppo: ratio multipliers drawn per 8-unit episode, e.g. 1,2 (Table 5.1's and 5.2's "
+    "loads); 'none' keeps the ratio.",
+)
+SharedOpt = typer.Option(
+    False,
+    "--shared",
+    help="ppo: 8-unit episodes and validation run the three services sharing the pool as the "
+    "tables do (the other two on rule v2) instead of one service with randomised free units.",
+)
+PoolRewardOpt = typer.Option(
+    False,
+    "--pool-reward",
+    help="ppo, with --shared: shared episodes reward (and validate) the three services' "
+    "Eq. 3.2 together, so holding units another service needs costs the agent.",
+)
+PartnersOpt = typer.Option(
+    None,
+    help="ppo, with --shared: a folder of agents (SERVICE.zip, e.g. models) that decide the "
+    "other two services in shared episodes instead of rule v2.",
+)
+ValidatePoolOpt = typer.Option(
+    False,
+    "--validate-pool",
+    help="ppo, with --shared: choose checkpoints on the three services' rewards together in "
+    "shared validation (training keeps the agent's own reward).",
+)
+CheckpointsOpt = typer.Option(
+    None, help="ppo: also write every validated model to this folder (SERVICE-STEPS.zip)."
+)
+EntCoefOpt = typer.Option(
+    0.0, help="ppo: entropy bonus of the PPO loss (sb3's ent_coef; 0, sb3's default, as the "
+    "paper's Table 4.6 names none); more keeps a fine-tuned agent trying actions it rarely takes."
+)
+ReleaseBelowOpt = typer.Option(
+    None,
+    help="ppo, with --init-from: before training, teach the starting agent to scale down by one "
+    "wherever its offered load per instance (the observation's request rate) reads below this, "
+    "e.g. 0.13; PPO then fine-tunes that model.",
+)
+HoldLargestOpt = typer.Option(
+    False,
+    "--hold-largest",
+    help="ppo, with --init-from and two --scales or more: PPO trains the smaller pool sizes only "
+    "and every checkpoint is fitted to act at the largest as the starting agent does.",
+)
+LikeTestbedOpt = typer.Option(
+    0.0,
+    help="ppo: share of training episodes whose clients and balancer run as on the local "
+    "testbed (testbed.sim.cluster.TESTBED_OPTIONS), e.g. 0.5; validation then adds that setup.",
+)
+ResumeOpt = typer.Option(
+    False,
+    "--resume",
+    help="ppo, with --checkpoints DIR: go on from the newest DIR/SERVICE-STEPS.zip of an "
+    "interrupted run (its steps and validations) up to --steps, with the same options.",
+)
+
+
+@app.command("train")
+def train_cmd(
+    service: str = ServiceArg,
+    policy: str = PolicyOpt,
+    traces: Path = TracesOpt,
+    out: Path = OutOpt,
+    steps: int = StepsOpt,
+    seed: int = SeedOpt,
+    gpus: int = GpusOpt,
+    tensorboard: str = TensorboardOpt,
+    stop_at: int = StopAtOpt,
+    scales: str = ScalesOpt,
+    init_from: Path = InitFromOpt,
+    load_scales: str = LoadScalesOpt,
+    loads: str = LoadsOpt,
+    shared: bool = SharedOpt,
+    pool_reward: bool = PoolRewardOpt,
+    partners: Path = PartnersOpt,
+    validate_pool: bool = ValidatePoolOpt,
+    checkpoints: Path = CheckpointsOpt,
+    ent_coef: float = EntCoefOpt,
+    release_below: float = ReleaseBelowOpt,
+    hold_largest: bool = HoldLargestOpt,
+    like_testbed: float = LikeTestbedOpt,
+    resume: bool = ResumeOpt,
+) -> None:
+    """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
+    service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
+    DDPG-MPS slides; inss: InSS's TD3 local stage). ddpg/inss take minutes here and write an entry
+    in models/manifest.json. ppo shows the training episodes' and validation rewards as it goes
+    (sums over an episode's periods, and per period: the tables' scale) and writes the learning
+    curve beside the model (OUT.curve.json, OUT.curve.png).
+
+    Example: testbed train chatbot --traces ../shared/traces --steps 300000
+    Example: testbed train --policy ddpg --traces ../shared/traces --steps 12000
+    """
+    scales_range = _load_scales(load_scales)  # checked before anything is read or started
+    train_tr, val_tr = _training_days(traces)
+    if policy in ("ddpg", "inss"):
+        _train_share(policy, train_tr, val_tr, out, steps or 12_000, seed, gpus, scales_range)
+        return
+    if policy != "ppo":
+        raise ConfigError(
+            [ConfigProblem("--policy", None, "policy", f"unknown policy {policy!r}; use ppo, ddpg or inss")]
+        )
+    # numpy and the trainer: only once the arguments are checked
+    from testbed.train.ppo import TrainConfig
+
+    if service is None:
+        raise ConfigError([ConfigProblem("SERVICE", None, "service", "ppo trains one service: name it")])
+    (svc,) = _services(service)
+    config = TrainConfig(
+        svc, steps=steps or paper.MAX_TRAIN_STEPS, seed=seed, tensorboard=tensorboard,
+        stop_at=stop_at, scales=_scales(scales), init_from=init_from, loads=_loads(loads),
+        shared=shared, pool_reward=pool_reward, partners=partners, validate_pool=validate_pool,
+        checkpoints=checkpoints, ppo_params={"ent_coef": ent_coef} if ent_coef else None,
+        release_below=release_below, hold_largest=hold_largest, like_testbed=like_testbed,
+        resume=resume,
+    )
+    _train_ppo(config, train_tr, val_tr, out or Path("models") / f"{svc}.zip")
+
+
+def _training_days(traces: Path) -> tuple[list[Trace], list[Trace]]:
+    """The training days (train/*.txt) and the validation day (val/day6.txt) of `traces`."""
+    from testbed.load.trace import load_trace  # numpy: loaded only when this command runs
+
+    train_tr = [load_trace(p) for p in sorted((traces / "train").glob("*.txt"))]
+    if not train_tr:
+        raise ConfigError([ConfigProblem(str(traces / "train"), None, "", "no training traces (*.txt)")])
+    return train_tr, [load_trace(traces / "val" / "day6.txt")]
+
+
+def _train_ppo(config: TrainConfig, train_tr: list[Trace], val_tr: list[Trace], out: Path) -> None:
+    """Train with a progress bar, then print the best validation and what was written."""
+    from testbed.train.ppo import curve_paths, train
+
+    svc = config.service
+    with _progress() as bar:
+        task = bar.add_task(f"training {svc}", total=config.steps)
+        meta = train(
+            config, train_tr, val_tr, out,
+            progress=lambda st: bar.update(
+                task, completed=st.steps, description=f"training {svc} {st.line()}".rstrip()
+            ),
+            command=_command_line(config),
+        )
+    curve_json, curve_png = curve_paths(out)
+    periods = json.loads(curve_json.read_text())["validation_periods"]
+    console.print(
+        f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps} "
+        f"({meta.best_validation_reward / periods:.4f} per period over {periods}, the tables' scale); "
+        f"wrote {out}, learning curve {curve_png} and {curve_json.name}"
+    )
+
+
+def _command_line(config: TrainConfig) -> str:
+    """The `testbed train` command that reruns `config` (the manifest's `command`)."""
+    c = config
+    return (
+        f"testbed train {c.service} --traces TRACES --steps {c.steps} --seed {c.seed}"
+        + (f" --stop-at {c.stop_at}" if c.stop_at is not None else "")
+        + f" --scales {','.join(map(str, c.scales)) if c.scales else 'none'}"
+        + (f" --init-from {c.init_from}" if c.init_from is not None else "")
+        + (f" --loads {','.join(f'{m:g}' for m in c.loads)}" if c.loads else "")
+        + (" --shared" if c.shared else "")
+        + (" --pool-reward" if c.pool_reward else "")
+        + (f" --partners {c.partners}" if c.partners is not None else "")
+        + (" --validate-pool" if c.validate_pool else "")
+        + (f" --ent-coef {c.ent_coef:g}" if c.ent_coef else "")
+        + (f" --release-below {c.release_below:g}" if c.release_below is not None else "")
+        + (" --hold-largest" if c.hold_largest else "")
+        + (f" --like-testbed {c.like_testbed:g}" if c.like_testbed else "")
+    )
+
+
+def _scales(text: str) -> list[int] | None:
+    if text.strip().lower() in ("", "none"):
+        return None
+    try:
+        sizes = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise ConfigError(
+            [ConfigProblem("--scales", None, "scales", f"{text!r}: comma-separated unit counts, or none")]
+        )
+    return sizes
+
+
+def _load_scales(text: str | None) -> tuple[float, float] | None:
+    if text is None:
+        return None
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        lo = hi = -1.0
+    if not 0 < lo <= hi:
+        raise ConfigError([ConfigProblem("--load-scales", None, "load_scales",
+                                         f"{text!r}: LO,HI with 0 < LO <= HI, e.g. 1,8")])
+    return lo, hi
+
+
+def _loads(text: str) -> list[float] | None:
+    if text.strip().lower() in ("", "none"):
+        return None
+    try:
+        mults = sorted({float(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        mults = []
+    if not mults or min(mults) <= 0:
+        raise ConfigError(
+            [ConfigProblem("--loads", None, "loads", f"{text!r}: comma-separated multipliers > 0, or none")]
+        )
+    return mults
+
+
+def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus, load_scales=None) -> None:
+    # gymnasium, numpy and the GPU simulator: loaded only for ddpg/inss training (fast CLI start)
+    from testbed.profiles import default_profiles
+    from testbed.train.share import train_share
+
+    out = out or Path("models") / f"{policy}.zip"
+    command = "testbed " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    with _progress() as bar:
+        task = bar.add_task(f"training {policy}", total=steps)
+        meta = train_share(
+            policy,
+            default_profiles(),
+            train_tr,
+            val_tr,
+            paper.TABLE_5_1.ratios,
+            out,
+            gpus=gpus,
+            steps=steps,
+            seed=seed,
+            command=command,
+            progress=lambda n, best: bar.update(task, completed=n),
+            load_scales=load_scales,
+        )
+    console.print(
+        f"{policy}: best validation reward {meta.best_validation_reward:.4f} per step at step {meta.steps} "
+        f"({meta.train_seconds:.0f} s); wrote {out} and {out.parent / 'manifest.json'}"
+    )
+
+
+@app.command("tune")
+def tune_cmd(
+    service: str = typer.Argument(..., help="chatbot, imgcls or tts."),
+    trials: int = typer.Option(100, help="Finished trials the study should reach, every worker's "
+                               "counted (the paper: 100)."),
+    rule: str = typer.Option("v2", help="v1 or v2."),
+    traces: Path = TracesOpt,
+    seed: int = typer.Option(0, help="Seed for the sampler and the simulator."),
+    storage: str | None = typer.Option(
+        None, help="Where the study lives: a journal file's path (default: study.log in the run "
+        "directory), or any database URL Optuna accepts (sqlite:///…, postgresql://…) for "
+        "workers on several machines."),
+    study: str | None = typer.Option(None, help="The study's name: workers that give the same "
+                                     "--storage and --study share its trials."),
+    out: Path = typer.Option(Path("runs"), help="Parent folder of the run directory (tune.json)."),
+) -> None:
+    """Tune rule-based thresholds with Optuna on the validation day (Section 4.4.4); the study is
+    kept in an Optuna storage, so more workers can join it and a stopped search resumes.
+
+    Example: testbed tune imgcls --trials 100 --traces ../shared/traces
+    Several workers: testbed tune imgcls --storage sqlite:///tune.db --study imgcls-v2  (on each)
+    """
+    # numpy and the simulator (optuna when tuning starts): loaded only when this command runs
+    from testbed.load.trace import load_trace
+    from testbed.scenario.rundir import new_run_dir
+    from testbed.train.tune import tune
+
+    (svc,) = _services(service)
+    if trials < 1:
+        raise checks.bad("--trials", f"must be >= 1, got {trials}")
+    trace = load_trace(traces / "val" / "day6.txt")
+    checks.writable_dir("--out", out)
+    run_dir = new_run_dir(out, f"tune-{svc}")
+    storage = storage or str(run_dir / "study.log")
+    with _progress() as bar:
+        task = bar.add_task(f"tuning {svc} rule {rule}", total=trials)
+        result = tune(svc, trace, rule=rule, trials=trials, seed=seed, storage=storage,
+                      study_name=study, progress=lambda n, _v: bar.update(task, completed=n))
+    (run_dir / "tune.json").write_text(json.dumps(asdict(result), indent=1) + "\n")
+    table = Table(title=f"{svc} {result.rule}: {result.trials} trials on {trace.name} "
+                        f"(study {result.study})")
+    for col in ("parameter", "tuned", "paper"):
+        table.add_column(col, justify="right")
+    for name, value in result.best_params.items():
+        table.add_row(name, f"{value:.4g}", f"{result.paper_params.get(name, float('nan')):.4g}")
+    table.add_row("reward", f"{result.best_reward:.5f}", f"{result.paper_reward:.5f}")
+    console.print(table)
+    console.print(f"study: {storage} ({result.study}); result: {run_dir / 'tune.json'}")

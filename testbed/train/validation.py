@@ -1,0 +1,91 @@
+"""Scoring a PPO agent for checkpoint selection: its deterministic episode rewards on the validation
+day, over the setups a training run validates (pool sizes, loads, shared pool, testbed clients)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from testbed.load.trace import Trace
+from testbed.scaler.policies import Policy
+from testbed.train.env import ScalingEnv
+
+
+def validation_reward(
+    model,
+    service: str,
+    traces: Sequence[Trace],
+    ratio: float,
+    total_units: int,
+    episodes: int,
+    scales: Sequence[int] | None = None,
+    loads: Sequence[float] | None = None,
+    shared: bool = False,
+    pool_reward: bool = False,
+    partners: Mapping[str, Policy] | None = None,
+    like_testbed: bool = False,
+) -> float:
+    """Mean total episode reward of the deterministic agent (no free-unit randomisation).
+
+    With `scales`, the mean over the smallest and the largest pool size, `episodes` each (the
+    ratio scaled with the units as in training). With `loads`, each load multiplier counts as a
+    setup of its own at `total_units` (the largest scale stays at load 1); with `shared`, the
+    `total_units` setups run the three services sharing the pool as Tables 5.1-5.2 do (ScalingEnv),
+    the agent's own reward counted (the pool's, the three services', with `pool_reward`), the
+    other services deciding with `partners` where given (rule v2 otherwise). With `like_testbed`,
+    one more setup: `total_units` at load 1 with the clients and balancer of the local testbed
+    (ScalingEnv's `like_testbed`), shared the same way."""
+    if scales or loads or like_testbed:
+        setups = [(total_units, load, False) for load in (loads or [1.0])]
+        if like_testbed:
+            setups.append((total_units, 1.0, True))
+        if scales and max(scales) != total_units:
+            setups.append((max(scales), 1.0, False))
+        return float(
+            np.mean(
+                [
+                    episodes_reward(
+                        model, service, traces, ratio * load * u / total_units, u, episodes,
+                        shared and u == total_units, pool_reward, partners, testbed,
+                    )
+                    for u, load, testbed in setups
+                ]
+            )
+        )
+    return episodes_reward(
+        model, service, traces, ratio, total_units, episodes, shared, pool_reward, partners, False
+    )
+
+
+def episodes_reward(
+    model, service, traces, ratio, total_units, episodes, shared, pool_reward, partners, testbed,
+) -> float:
+    env = ScalingEnv(
+        service, traces, ratio, total_units=total_units, randomize_free_units=False, shared=shared,
+        pool_reward=pool_reward, partners=partners, like_testbed=1.0 if testbed else 0.0,
+    )
+    totals = []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=10_000 + ep)
+        done, total = False, 0.0
+        while not done:
+            action, _ = model.predict(obs, action_masks=env.action_masks(), deterministic=True)
+            obs, r, term, trunc, _ = env.step(int(action))
+            total += r
+            done = term or trunc
+        totals.append(total)
+    return float(np.mean(totals))
+
+
+def episode_periods(service: str, trace: Trace, ratio: float, total_units: int) -> int:
+    """The periods (agent steps) of one episode replaying `trace`: what a validation reward, a
+    sum over an episode's periods, is divided by to read as the tables' per-period mean."""
+    env = ScalingEnv(service, [trace], ratio, total_units=total_units, randomize_free_units=False)
+    env.reset(seed=0)
+    periods, done = 0, False
+    while not done:
+        mask = env.action_masks()
+        _, _, term, trunc, _ = env.step(2 if mask[2] else int(np.argmax(mask)))  # hold if allowed
+        periods, done = periods + 1, term or trunc
+    return periods
