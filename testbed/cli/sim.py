@@ -19,7 +19,9 @@ from testbed.profiles import paper
 if TYPE_CHECKING:
     from rich.progress import Progress
 
+    from testbed.cluster.base import ServiceTarget
     from testbed.profiles import ServiceProfile
+    from testbed.train.compare import PolicyResult
 
 sim_app = typer.Typer(
     help="The fast simulator: evaluate policies, reproduce Tables 5.1-5.3.", no_args_is_help=True
@@ -641,9 +643,6 @@ def tune_cmd(
     console.print(f"study: {storage} ({result.study}); result: {run_dir / 'tune.json'}")
 
 
-COMPARE_LOADS = {"5.1": 2, "5.2": 2, "5.3": 32}  # table -> GPUs (8, 8 and 128 units of 25 %)
-
-
 @sim_app.command("compare")
 def sim_compare(
     policies: str = typer.Option(
@@ -682,110 +681,81 @@ def sim_compare(
     import time as _time
 
     # the GPU simulator, the policies and the report (matplotlib): loaded only for this command
-    from testbed.cluster.base import ServiceTarget
-    from testbed.config.gpu_layout import load_layout
-    from testbed.profiles import load_profiles
-    from testbed.report.compare import chain_table, markdown_table, write_compare_report
+    from testbed.report.compare import write_compare_report
     from testbed.scaler.fa2 import Pipeline
-    from testbed.train.compare import ALL_POLICIES, bounds_for, build_policies, run_policy
-    from testbed.train.evaluate import test_day_traces
+    from testbed.train.compare import (
+        TABLE_GPUS,
+        policy_names,
+        prepare_comparison,
+        report_note,
+        run_comparison,
+    )
 
-    names = _policy_names(policies, models)
+    names = policy_names(policies, models)
     if scale <= 0:
         raise ConfigError([ConfigProblem("--scale", None, "scale", f"must be > 0, got {scale:g}")])
-    initial, layout_gpus = None, None
-    if layout is not None:
-        spec_layout = load_layout(layout)
-        layout_gpus = spec_layout.gpus
-        unknown = [s for s in spec_layout.services if s not in paper.SERVICES]
-        if unknown:
-            _services(",".join(unknown))
-        initial = {
-            s: ServiceTarget(v.replicas, v.share_pct, v.batch, tuple(v.gpus) if v.gpus is not None else None)
-            for s, v in spec_layout.services.items()
-        }
+    initial, layout_gpus = _layout_targets(layout) if layout is not None else (None, None)
     for key in load:
-        if key not in COMPARE_LOADS:
+        if key not in TABLE_GPUS:
             raise ConfigError([ConfigProblem("--table", None, "table",
                                              f"unknown {key!r}; use 5.1, 5.2 or 5.3")])
     pipes = [_pipeline(pipeline, Pipeline)] if pipeline else []
-    source = str(profiles) if profiles else "testbed/profiles/services.yaml"
-    prof = load_profiles(profiles)
-    services = list(paper.SERVICES)
-    _check_curves(prof, profiles, [n for n in names if n in ("fa2", "gslice", "inss", "ddpg")])
-    tr = test_day_traces(traces, services)
-    built = {}  # everything is checked before anything runs
-    for key in load:
-        units = (layout_gpus or COMPARE_LOADS[key]) * 4
-        for name in names:
-            built[key, name] = build_policies(name, services, prof, total_units=units, models=models,
-                                              seed=seed, pipelines=pipes, profile_source=source,
-                                              plan_chain=plan_chain)
-    assert set(names) <= set(ALL_POLICIES)
-    rows = []
+    comparison = prepare_comparison(  # everything is checked before anything runs
+        names, load, traces, models=models, profiles_path=profiles, pipelines=pipes,
+        plan_chain=plan_chain, layout_gpus=layout_gpus, initial=initial, scale=scale, seed=seed,
+        interference=interference, max_steps=steps)
     started = _time.perf_counter()
-    for key in load:
-        spec = paper.PAPER_TABLES[key]
-        ratios = {s: r * scale for s, r in spec.ratios.items()}
-        label = f"Table {key}" + (f" x{scale:g}" if scale != 1 else "")
-        gpus = layout_gpus or COMPARE_LOADS[key]
-        with console.status(f"{label}: share bound"):
-            bounds = bounds_for(prof, tr, ratios, gpus=gpus, max_steps=steps, seed=seed,
-                                services=services, pipelines=pipes)
-        for name in names:
-            with console.status(f"{label}: {name}"):
-                r = run_policy(name, built[key, name], prof, tr, ratios, gpus=gpus, load=label,
-                               seed=seed, interference=interference, max_steps=steps, bounds=bounds,
-                               initial=initial, pipelines=pipes)
-            if name == "fa2" and pipes and not plan_chain:
-                r.policy = "fa2 (per service)"
-            rows.append(r.as_json(with_series=True))
-            if as_json:
-                typer.echo(json.dumps(r.as_json()))
-            else:
-                console.print(f"  {label} {name}: SLO {r.slo_violation_rate:.4f}, "
-                              f"share {r.share_units:.2f} units, reward {r.reward:.4f}"
-                              f" ({r.run_seconds:.1f} s)")
-                for c in r.chains:
-                    console.print(f"    chain {c['pipeline']} (SLA {c['sla_ms']:g} ms): "
-                                  f"violations {c['violation_rate']:.4f} ({c['late']} late, "
-                                  f"{c['dropped']} dropped of {c['requests']}), end to end mean "
-                                  f"{c['mean_e2e_ms']:.0f} ms, p99 {c['p99_e2e_ms']:.0f} ms, "
-                                  f"{c['on_time_rps']:.2f} req/s in SLA")
+    rows = run_comparison(comparison, stage=console.status,
+                          on_result=lambda name, r: _print_compare_run(name, r, as_json))
     elapsed = _time.perf_counter() - started
     out = out or Path("runs") / (_time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime()) + "-compare")
-    note = (f"Test day, seed {seed}, interference {'on' if interference else 'off'}; "
-            f"{elapsed:.0f} s for {len(rows)} runs.")
-    if pipes:
-        note += (" Routed: " + "; ".join(f"{' -> '.join(p.services)} under {p.sla_ms:g} ms"
-                                         for p in pipes)
-                 + (" (fa2 plans the chain)" if plan_chain else " (fa2 plans each service alone)")
-                 + "; a later stage takes no arrivals from its own trace.")
-    write_compare_report(rows, out, note)
+    write_compare_report(rows, out, report_note(comparison, elapsed, len(rows)))
     if not as_json:
-        from rich.markdown import Markdown  # the report's tables, drawn for the terminal
-
-        console.print(Markdown(markdown_table(rows)))
-        if pipes:
-            console.print(Markdown(chain_table(rows)))
-        console.print(f"{len(rows)} runs in {elapsed:.0f} s; report in {out}/compare.md")
+        _print_compare_tables(rows, bool(pipes), elapsed, out)
 
 
-def _policy_names(policies: str, models: Path) -> list[str]:
-    from testbed.train.compare import ALL_POLICIES  # the simulator: not for `--help`
+def _layout_targets(layout: Path) -> tuple[dict[str, ServiceTarget], int]:
+    """The layout file's starting target per service, and its GPU count."""
+    from testbed.cluster.base import ServiceTarget  # the cluster types: not for `--help`
+    from testbed.config.gpu_layout import load_layout  # pydantic models: not for `--help`
 
-    if policies == "all":
-        have_ppo = all((models / f"{s}.zip").exists() for s in paper.SERVICES)
-        return [p for p in ALL_POLICIES if p != "ppo" or have_ppo]
-    names = [p.strip() for p in policies.split(",") if p.strip()]
-    unknown = [p for p in names if p not in ALL_POLICIES]
-    if unknown or not names:
-        raise ConfigError(
-            [ConfigProblem("--policies", None, "policies",
-                           f"unknown policy {', '.join(map(repr, unknown)) or '(none)'}; "
-                           f"known: {', '.join(ALL_POLICIES)}, all")]
-        )
-    return names
+    spec_layout = load_layout(layout)
+    unknown = [s for s in spec_layout.services if s not in paper.SERVICES]
+    if unknown:
+        _services(",".join(unknown))
+    initial = {
+        s: ServiceTarget(v.replicas, v.share_pct, v.batch, tuple(v.gpus) if v.gpus is not None else None)
+        for s, v in spec_layout.services.items()
+    }
+    return initial, spec_layout.gpus
+
+
+def _print_compare_run(name: str, r: PolicyResult, as_json: bool) -> None:
+    """One run of `sim compare` as it ends: its JSON object, or a line and one per chain."""
+    if as_json:
+        typer.echo(json.dumps(r.as_json()))
+        return
+    console.print(f"  {r.load} {name}: SLO {r.slo_violation_rate:.4f}, "
+                  f"share {r.share_units:.2f} units, reward {r.reward:.4f}"
+                  f" ({r.run_seconds:.1f} s)")
+    for c in r.chains:
+        console.print(f"    chain {c['pipeline']} (SLA {c['sla_ms']:g} ms): "
+                      f"violations {c['violation_rate']:.4f} ({c['late']} late, "
+                      f"{c['dropped']} dropped of {c['requests']}), end to end mean "
+                      f"{c['mean_e2e_ms']:.0f} ms, p99 {c['p99_e2e_ms']:.0f} ms, "
+                      f"{c['on_time_rps']:.2f} req/s in SLA")
+
+
+def _print_compare_tables(rows: list[dict], chains: bool, elapsed: float, out: Path) -> None:
+    """The report's tables, drawn for the terminal, and where the report is."""
+    from rich.markdown import Markdown  # the report's tables, drawn for the terminal
+
+    from testbed.report.compare import chain_table, markdown_table  # matplotlib: not for `--help`
+
+    console.print(Markdown(markdown_table(rows)))
+    if chains:
+        console.print(Markdown(chain_table(rows)))
+    console.print(f"{len(rows)} runs in {elapsed:.0f} s; report in {out}/compare.md")
 
 
 def _pipeline(text: str, pipeline_type):
@@ -808,23 +778,3 @@ def _pipeline(text: str, pipeline_type):
                                          f"a service appears twice in {text!r}")])
     return pipeline_type(services, sla_ms)
 
-
-def _check_curves(prof: dict[str, ServiceProfile], path: Path | None, policies: list[str]) -> None:
-    """The policies that need a gpu curve, against the profiles: file, line and field."""
-    missing = [s for s in paper.SERVICES if prof[s].gpu is None]
-    if not policies or not missing:
-        return
-    from testbed.config.yamlfile import load_yaml_file  # yaml: only on this error path
-
-    doc = load_yaml_file(path) if path is not None else None
-    raise ConfigError(
-        [
-            ConfigProblem(
-                str(path) if path else "testbed/profiles/services.yaml",
-                doc.line_of(("services", s, "gpu")) if doc else None,
-                f"services.{s}.gpu",
-                f"{', '.join(policies)} need the profile's gpu curve (batch/share times); it is missing",
-            )
-            for s in missing
-        ]
-    )
