@@ -21,7 +21,11 @@ if TYPE_CHECKING:
 
     from testbed.cluster.base import ServiceTarget
     from testbed.profiles import ServiceProfile
+    from testbed.profiles.paper import PaperResult, PaperTable
+    from testbed.reproduce.tables import Cell
     from testbed.train.compare import PolicyResult
+    from testbed.train.evaluate import ServiceResult
+    from testbed.train.oracle import OracleResult
 
 sim_app = typer.Typer(
     help="The fast simulator: evaluate policies, reproduce Tables 5.1-5.3.", no_args_is_help=True
@@ -169,10 +173,18 @@ def sim_eval(
             for s in chosen
         }
     results = evaluate(policies, tr, ratios, total_units=units, seed=seed, profiles=profiles)
-    bounds = {}
+    bounds: dict[str, OracleResult] = {}
     if with_oracle:
         with console.status("oracle bound: one static run per instance count"):
             bounds = shared_pool_oracles(profiles, tr, ratios, total_units=units, seed=seed)
+    _print_eval(policy, units, ratios, results, bounds, as_json)
+
+
+def _print_eval(
+    policy: str, units: int, ratios: dict[str, float], results: dict[str, ServiceResult],
+    bounds: dict[str, OracleResult], as_json: bool,
+) -> None:
+    """`sim eval`'s results: one JSON object per service, or one table with the bound's gap."""
     if as_json:
         for s, r in results.items():
             row = r.as_json()
@@ -199,7 +211,6 @@ def sim_eval(
             cells += [f"{bounds[s].reward:.4f}", f"{r.reward - bounds[s].reward:+.4f}"]
         table.add_row(*cells, f"{r.steps_per_second:,.0f}")
     console.print(table)
-
 
 MAX_SIM_SECONDS = 31 * 86400.0  # simulated time per run (the paper's test day is one)
 MAX_SIM_REQUESTS = 50_000_000  # arrivals the simulator holds in memory (about 0.4 GB per array)
@@ -247,11 +258,7 @@ def sim_tables(
     Example: testbed sim tables --traces ../shared/traces --table 5.3 --json
     """
     # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
-    # the verdicts: the same judge as `testbed reproduce`
-    from testbed.reproduce.tables import judge_sim_cell, judge_sim_table
     from testbed.scaler.policies import RuleV2
-    from testbed.train.evaluate import evaluate
-    from testbed.train.oracle import shared_pool_oracles
 
     known = [k for k in paper.PAPER_TABLES if k != "4.11"]
     for key in table:
@@ -265,72 +272,116 @@ def sim_tables(
     runs: dict[str, dict] = {"rule_v2": {s: RuleV2.for_service(s) for s in services}}
     if drl:
         runs = {"drl": _drl_policies(models, services), **runs}
-    verdicts: list[tuple[str, str, list[str]]] = []
-    for key in table:
-        spec = paper.PAPER_TABLES[key]
-        judged = []
-        bounds = {}
-        if with_oracle:
-            with console.status(f"{spec.name}: oracle bound"):
-                bounds = shared_pool_oracles(
-                    profiles, tr, spec.ratios, total_units=spec.total_units, seed=seed
-                )
-        out = Table(
-            title=f"{spec.name}: {spec.total_units} units, ratios "
-            + ", ".join(f"{s} {r:g}" for s, r in spec.ratios.items())
-        )
-        columns = ["service", "policy", "metric", "ours", "paper", "diff"]
-        columns += ["gap to oracle"] if bounds else []
-        for col in [*columns, "verdict"]:
-            out.add_column(col, justify="right")
-        for s, b in bounds.items():
-            out.add_row(s, "oracle", "reward", f"{b.reward:.4f}", "-", "-", "-", "")
-        for name, policies in runs.items():
-            with console.status(f"{spec.name}: {name}"):
-                ours = evaluate(
-                    policies, tr, spec.ratios, total_units=spec.total_units, seed=seed, profiles=profiles
-                )
-            for s in services:
-                theirs = spec.results[name][s]
-                cells = (
-                    ("SLO violation", ours[s].slo_violation_rate, theirs.slo_violation_rate),
-                    ("instances", ours[s].instances, theirs.instances),
-                    ("proc time (s)", ours[s].proc_time, theirs.proc_time_s),
-                    ("reward", ours[s].reward, theirs.reward),
-                )
-                if as_json:
-                    row = {"table": key, **ours[s].as_json(), "policy": name}
-                    row["paper"] = asdict(theirs)
-                    row["reward_diff"] = (ours[s].reward - theirs.reward) / abs(theirs.reward)
-                    if s in bounds:
-                        row["oracle_reward"] = bounds[s].reward
-                    typer.echo(json.dumps(row))
-                    continue
-                # the judge `testbed reproduce` applies to the same cell (docs/tolerances.md)
-                cell = judge_sim_cell(key, "ppo" if name == "drl" else name, s, {
-                    "slo_violation_rate": ours[s].slo_violation_rate,
-                    "instances": ours[s].instances, "proc_time_s": ours[s].proc_time,
-                    "reward": ours[s].reward})
-                judged.append(cell)
-                for metric, mine, ref in cells:
-                    diff = f"{(mine - ref) / abs(ref):+.1%}" if ref else "-"
-                    gap = ([f"{mine - bounds[s].reward:+.4f}" if metric == "reward" else ""]
-                           if bounds else [])
-                    verdict = ("" if metric != "reward" else
-                               "[green]PASS[/]" if cell.passed else f"[red]FAIL[/] {cell.why}")
-                    out.add_row(s, name, metric, f"{mine:.4f}", f"{ref:.4f}", diff, *gap, verdict)
-        if not as_json:
-            console.print(out)
-            result = judge_sim_table(key, judged, {s: b.reward for s, b in bounds.items()})
-            failed = [c.text for c in result.checks if not c.passed and not c.decided_by]
-            verdicts.append((spec.name, result.verdict, failed))
-            console.print(f"{spec.name}: {result.verdict}" + (
-                f" ({'; '.join(failed)})" if failed else "") + (
-                "" if bounds else " (without the oracle bound: --oracle adds its checks)"),
-                highlight=False, markup=False)
-    if verdicts and any(v == "FAIL" for _, v, _ in verdicts):
+    verdicts = [
+        _sim_table(key, runs, tr, profiles, seed=seed, with_oracle=with_oracle, as_json=as_json)
+        for key in table
+    ]
+    if any(v == "FAIL" for v in verdicts):
         raise typer.Exit(1)
 
+
+def _sim_table(
+    key: str, runs: dict[str, dict], traces: dict, profiles: dict[str, ServiceProfile], *,
+    seed: int, with_oracle: bool, as_json: bool,
+) -> str | None:
+    """One table of `sim tables`: its JSON rows, or the table beside the paper and its verdict
+    (returned; None with --json, which judges nothing)."""
+    # the verdicts: the same judge as `testbed reproduce`
+    from testbed.reproduce.tables import judge_sim_cell
+    from testbed.train.evaluate import evaluate
+    from testbed.train.oracle import shared_pool_oracles
+
+    spec = paper.PAPER_TABLES[key]
+    judged: list[Cell] = []
+    bounds: dict[str, OracleResult] = {}
+    if with_oracle:
+        with console.status(f"{spec.name}: oracle bound"):
+            bounds = shared_pool_oracles(
+                profiles, traces, spec.ratios, total_units=spec.total_units, seed=seed
+            )
+    out = _paper_table_grid(spec, bounds)
+    for name, policies in runs.items():
+        with console.status(f"{spec.name}: {name}"):
+            ours = evaluate(
+                policies, traces, spec.ratios, total_units=spec.total_units, seed=seed, profiles=profiles
+            )
+        for s in paper.SERVICES:
+            theirs = spec.results[name][s]
+            if as_json:
+                typer.echo(json.dumps(_paper_json_row(key, name, ours[s], theirs, bounds.get(s))))
+                continue
+            # the judge `testbed reproduce` applies to the same cell (docs/tolerances.md)
+            cell = judge_sim_cell(key, "ppo" if name == "drl" else name, s, {
+                "slo_violation_rate": ours[s].slo_violation_rate,
+                "instances": ours[s].instances, "proc_time_s": ours[s].proc_time,
+                "reward": ours[s].reward})
+            judged.append(cell)
+            _add_paper_rows(out, s, name, ours[s], theirs, cell, bounds)
+    if as_json:
+        return None
+    console.print(out)
+    return _print_table_verdict(key, judged, bounds)
+
+
+def _paper_table_grid(spec: PaperTable, bounds: dict[str, OracleResult]) -> Table:
+    """The empty table for one paper table, with the oracle's rows when there is a bound."""
+    out = Table(
+        title=f"{spec.name}: {spec.total_units} units, ratios "
+        + ", ".join(f"{s} {r:g}" for s, r in spec.ratios.items())
+    )
+    columns = ["service", "policy", "metric", "ours", "paper", "diff"]
+    columns += ["gap to oracle"] if bounds else []
+    for col in [*columns, "verdict"]:
+        out.add_column(col, justify="right")
+    for s, b in bounds.items():
+        out.add_row(s, "oracle", "reward", f"{b.reward:.4f}", "-", "-", "-", "")
+    return out
+
+
+def _paper_json_row(
+    key: str, name: str, ours: ServiceResult, theirs: PaperResult, bound: OracleResult | None
+) -> dict:
+    """One policy on one service of a table, beside the paper's cell, as `--json` prints it."""
+    row = {"table": key, **ours.as_json(), "policy": name}
+    row["paper"] = asdict(theirs)
+    row["reward_diff"] = (ours.reward - theirs.reward) / abs(theirs.reward)
+    if bound is not None:
+        row["oracle_reward"] = bound.reward
+    return row
+
+
+def _add_paper_rows(
+    out: Table, service: str, name: str, ours: ServiceResult, theirs: PaperResult, cell: Cell,
+    bounds: dict[str, OracleResult],
+) -> None:
+    """One row per metric: ours, the paper's, the difference, the gap and the reward's verdict."""
+    metrics = (
+        ("SLO violation", ours.slo_violation_rate, theirs.slo_violation_rate),
+        ("instances", ours.instances, theirs.instances),
+        ("proc time (s)", ours.proc_time, theirs.proc_time_s),
+        ("reward", ours.reward, theirs.reward),
+    )
+    for metric, mine, ref in metrics:
+        diff = f"{(mine - ref) / abs(ref):+.1%}" if ref else "-"
+        gap = ([f"{mine - bounds[service].reward:+.4f}" if metric == "reward" else ""]
+               if bounds else [])
+        verdict = ("" if metric != "reward" else
+                   "[green]PASS[/]" if cell.passed else f"[red]FAIL[/] {cell.why}")
+        out.add_row(service, name, metric, f"{mine:.4f}", f"{ref:.4f}", diff, *gap, verdict)
+
+
+def _print_table_verdict(key: str, judged: list[Cell], bounds: dict[str, OracleResult]) -> str:
+    """The table's verdict from its judged cells (and the bound), printed with what failed."""
+    from testbed.reproduce.tables import judge_sim_table  # the same judge as `testbed reproduce`
+
+    name = paper.PAPER_TABLES[key].name
+    result = judge_sim_table(key, judged, {s: b.reward for s, b in bounds.items()})
+    failed = [c.text for c in result.checks if not c.passed and not c.decided_by]
+    console.print(f"{name}: {result.verdict}" + (
+        f" ({'; '.join(failed)})" if failed else "") + (
+        "" if bounds else " (without the oracle bound: --oracle adds its checks)"),
+        highlight=False, markup=False)
+    return result.verdict
 
 @app.command("train")
 def train_cmd(
