@@ -17,7 +17,13 @@ from testbed.profiles import paper
 if TYPE_CHECKING:
     from rich.progress import Progress
 
+    from testbed.cluster.base import ServiceTarget
     from testbed.profiles import ServiceProfile
+    from testbed.profiles.paper import PaperResult, PaperTable
+    from testbed.reproduce.tables import Cell
+    from testbed.train.compare import PolicyResult
+    from testbed.train.evaluate import ServiceResult
+    from testbed.train.oracle import OracleResult
 
 sim_app = typer.Typer(
     help="The fast simulator: evaluate policies, reproduce Tables 5.1-5.3.", no_args_is_help=True
@@ -165,10 +171,18 @@ def sim_eval(
             for s in chosen
         }
     results = evaluate(policies, tr, ratios, total_units=units, seed=seed, profiles=profiles)
-    bounds = {}
+    bounds: dict[str, OracleResult] = {}
     if with_oracle:
         with console.status("oracle bound: one static run per instance count"):
             bounds = shared_pool_oracles(profiles, tr, ratios, total_units=units, seed=seed)
+    _print_eval(policy, units, ratios, results, bounds, as_json)
+
+
+def _print_eval(
+    policy: str, units: int, ratios: dict[str, float], results: dict[str, ServiceResult],
+    bounds: dict[str, OracleResult], as_json: bool,
+) -> None:
+    """`sim eval`'s results: one JSON object per service, or one table with the bound's gap."""
     if as_json:
         for s, r in results.items():
             row = r.as_json()
@@ -195,7 +209,6 @@ def sim_eval(
             cells += [f"{bounds[s].reward:.4f}", f"{r.reward - bounds[s].reward:+.4f}"]
         table.add_row(*cells, f"{r.steps_per_second:,.0f}")
     console.print(table)
-
 
 MAX_SIM_SECONDS = 31 * 86400.0  # simulated time per run (the paper's test day is one)
 MAX_SIM_REQUESTS = 50_000_000  # arrivals the simulator holds in memory (about 0.4 GB per array)
@@ -243,11 +256,7 @@ def sim_tables(
     Example: testbed sim tables --traces ../shared/traces --table 5.3 --json
     """
     # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
-    # the verdicts: the same judge as `testbed reproduce`
-    from testbed.reproduce.tables import judge_sim_cell, judge_sim_table
     from testbed.scaler.policies import RuleV2
-    from testbed.train.evaluate import evaluate
-    from testbed.train.oracle import shared_pool_oracles
 
     known = [k for k in paper.PAPER_TABLES if k != "4.11"]
     for key in table:
@@ -261,74 +270,118 @@ def sim_tables(
     runs: dict[str, dict] = {"rule_v2": {s: RuleV2.for_service(s) for s in services}}
     if drl:
         runs = {"drl": _drl_policies(models, services), **runs}
-    verdicts: list[tuple[str, str, list[str]]] = []
-    for key in table:
-        spec = paper.PAPER_TABLES[key]
-        judged = []
-        bounds = {}
-        if with_oracle:
-            with console.status(f"{spec.name}: oracle bound"):
-                bounds = shared_pool_oracles(
-                    profiles, tr, spec.ratios, total_units=spec.total_units, seed=seed
-                )
-        out = Table(
-            title=f"{spec.name}: {spec.total_units} units, ratios "
-            + ", ".join(f"{s} {r:g}" for s, r in spec.ratios.items())
-        )
-        columns = ["service", "policy", "metric", "ours", "paper", "diff"]
-        columns += ["gap to oracle"] if bounds else []
-        for col in [*columns, "verdict"]:
-            out.add_column(col, justify="right")
-        for s, b in bounds.items():
-            out.add_row(s, "oracle", "reward", f"{b.reward:.4f}", "-", "-", "-", "")
-        for name, policies in runs.items():
-            with console.status(f"{spec.name}: {name}"):
-                ours = evaluate(
-                    policies, tr, spec.ratios, total_units=spec.total_units, seed=seed, profiles=profiles
-                )
-            for s in services:
-                theirs = spec.results[name][s]
-                cells = (
-                    ("SLO violation", ours[s].slo_violation_rate, theirs.slo_violation_rate),
-                    ("instances", ours[s].instances, theirs.instances),
-                    ("proc time (s)", ours[s].proc_time, theirs.proc_time_s),
-                    ("reward", ours[s].reward, theirs.reward),
-                )
-                if as_json:
-                    row = {"table": key, **ours[s].as_json(), "policy": name}
-                    row["paper"] = asdict(theirs)
-                    row["reward_diff"] = (ours[s].reward - theirs.reward) / abs(theirs.reward)
-                    if s in bounds:
-                        row["oracle_reward"] = bounds[s].reward
-                    typer.echo(json.dumps(row))
-                    continue
-                # the judge `testbed reproduce` applies to the same cell (docs/tolerances.md)
-                cell = judge_sim_cell(key, "ppo" if name == "drl" else name, s, {
-                    "slo_violation_rate": ours[s].slo_violation_rate,
-                    "instances": ours[s].instances, "proc_time_s": ours[s].proc_time,
-                    "reward": ours[s].reward})
-                judged.append(cell)
-                for metric, mine, ref in cells:
-                    diff = f"{(mine - ref) / abs(ref):+.1%}" if ref else "-"
-                    gap = ([f"{mine - bounds[s].reward:+.4f}" if metric == "reward" else ""]
-                           if bounds else [])
-                    verdict = ("" if metric != "reward" else
-                               "[green]PASS[/]" if cell.passed else f"[red]FAIL[/] {cell.why}")
-                    out.add_row(s, name, metric, f"{mine:.4f}", f"{ref:.4f}", diff, *gap, verdict)
-        if not as_json:
-            console.print(out)
-            result = judge_sim_table(key, judged, {s: b.reward for s, b in bounds.items()})
-            failed = [c.text for c in result.checks if not c.passed and not c.decided_by]
-            verdicts.append((spec.name, result.verdict, failed))
-            console.print(f"{spec.name}: {result.verdict}" + (
-                f" ({'; '.join(failed)})" if failed else "") + (
-                "" if bounds else " (without the oracle bound: --oracle adds its checks)"),
-                highlight=False, markup=False)
-    if verdicts and any(v == "FAIL" for _, v, _ in verdicts):
+    verdicts = [
+        _sim_table(key, runs, tr, profiles, seed=seed, with_oracle=with_oracle, as_json=as_json)
+        for key in table
+    ]
+    if any(v == "FAIL" for v in verdicts):
         raise typer.Exit(1)
 
 
-COMPARE_LOADS = {"5.1": 2, "5.2": 2, "5.3": 32}  # table -> GPUs (8, 8 and 128 units of 25 %)
+def _sim_table(
+    key: str, runs: dict[str, dict], traces: dict, profiles: dict[str, ServiceProfile], *,
+    seed: int, with_oracle: bool, as_json: bool,
+) -> str | None:
+    """One table of `sim tables`: its JSON rows, or the table beside the paper and its verdict
+    (returned; None with --json, which judges nothing)."""
+    # the verdicts: the same judge as `testbed reproduce`
+    from testbed.reproduce.tables import judge_sim_cell
+    from testbed.train.evaluate import evaluate
+    from testbed.train.oracle import shared_pool_oracles
+
+    spec = paper.PAPER_TABLES[key]
+    judged: list[Cell] = []
+    bounds: dict[str, OracleResult] = {}
+    if with_oracle:
+        with console.status(f"{spec.name}: oracle bound"):
+            bounds = shared_pool_oracles(
+                profiles, traces, spec.ratios, total_units=spec.total_units, seed=seed
+            )
+    out = _paper_table_grid(spec, bounds)
+    for name, policies in runs.items():
+        with console.status(f"{spec.name}: {name}"):
+            ours = evaluate(
+                policies, traces, spec.ratios, total_units=spec.total_units, seed=seed, profiles=profiles
+            )
+        for s in paper.SERVICES:
+            theirs = spec.results[name][s]
+            if as_json:
+                typer.echo(json.dumps(_paper_json_row(key, name, ours[s], theirs, bounds.get(s))))
+                continue
+            # the judge `testbed reproduce` applies to the same cell (docs/tolerances.md)
+            cell = judge_sim_cell(key, "ppo" if name == "drl" else name, s, {
+                "slo_violation_rate": ours[s].slo_violation_rate,
+                "instances": ours[s].instances, "proc_time_s": ours[s].proc_time,
+                "reward": ours[s].reward})
+            judged.append(cell)
+            _add_paper_rows(out, s, name, ours[s], theirs, cell, bounds)
+    if as_json:
+        return None
+    console.print(out)
+    return _print_table_verdict(key, judged, bounds)
+
+
+def _paper_table_grid(spec: PaperTable, bounds: dict[str, OracleResult]) -> Table:
+    """The empty table for one paper table, with the oracle's rows when there is a bound."""
+    out = Table(
+        title=f"{spec.name}: {spec.total_units} units, ratios "
+        + ", ".join(f"{s} {r:g}" for s, r in spec.ratios.items())
+    )
+    columns = ["service", "policy", "metric", "ours", "paper", "diff"]
+    columns += ["gap to oracle"] if bounds else []
+    for col in [*columns, "verdict"]:
+        out.add_column(col, justify="right")
+    for s, b in bounds.items():
+        out.add_row(s, "oracle", "reward", f"{b.reward:.4f}", "-", "-", "-", "")
+    return out
+
+
+def _paper_json_row(
+    key: str, name: str, ours: ServiceResult, theirs: PaperResult, bound: OracleResult | None
+) -> dict:
+    """One policy on one service of a table, beside the paper's cell, as `--json` prints it."""
+    row = {"table": key, **ours.as_json(), "policy": name}
+    row["paper"] = asdict(theirs)
+    row["reward_diff"] = (ours.reward - theirs.reward) / abs(theirs.reward)
+    if bound is not None:
+        row["oracle_reward"] = bound.reward
+    return row
+
+
+def _add_paper_rows(
+    out: Table, service: str, name: str, ours: ServiceResult, theirs: PaperResult, cell: Cell,
+    bounds: dict[str, OracleResult],
+) -> None:
+    """One row per metric: ours, the paper's, the difference, the gap and the reward's verdict."""
+    metrics = (
+        ("SLO violation", ours.slo_violation_rate, theirs.slo_violation_rate),
+        ("instances", ours.instances, theirs.instances),
+        ("proc time (s)", ours.proc_time, theirs.proc_time_s),
+        ("reward", ours.reward, theirs.reward),
+    )
+    for metric, mine, ref in metrics:
+        diff = f"{(mine - ref) / abs(ref):+.1%}" if ref else "-"
+        gap = ([f"{mine - bounds[service].reward:+.4f}" if metric == "reward" else ""]
+               if bounds else [])
+        verdict = ("" if metric != "reward" else
+                   "[green]PASS[/]" if cell.passed else f"[red]FAIL[/] {cell.why}")
+        out.add_row(service, name, metric, f"{mine:.4f}", f"{ref:.4f}", diff, *gap, verdict)
+
+
+def _print_table_verdict(key: str, judged: list[Cell], bounds: dict[str, OracleResult]) -> str:
+    """The table's verdict from its judged cells (and the bound), printed with what failed."""
+    from testbed.reproduce.tables import judge_sim_table  # the same judge as `testbed reproduce`
+
+    name = paper.PAPER_TABLES[key].name
+    result = judge_sim_table(key, judged, {s: b.reward for s, b in bounds.items()})
+    failed = [c.text for c in result.checks if not c.passed and not c.decided_by]
+    console.print(f"{name}: {result.verdict}" + (
+        f" ({'; '.join(failed)})" if failed else "") + (
+        "" if bounds else " (without the oracle bound: --oracle adds its checks)"),
+        highlight=False, markup=False)
+    return result.verdict
+
+
 
 
 @sim_app.command("compare")
@@ -369,110 +422,81 @@ def sim_compare(
     import time as _time
 
     # the GPU simulator, the policies and the report (matplotlib): loaded only for this command
-    from testbed.cluster.base import ServiceTarget
-    from testbed.config.gpu_layout import load_layout
-    from testbed.profiles import load_profiles
-    from testbed.report.compare import chain_table, markdown_table, write_compare_report
+    from testbed.report.compare import write_compare_report
     from testbed.scaler.fa2 import Pipeline
-    from testbed.train.compare import ALL_POLICIES, bounds_for, build_policies, run_policy
-    from testbed.train.evaluate import test_day_traces
+    from testbed.train.compare import (
+        TABLE_GPUS,
+        policy_names,
+        prepare_comparison,
+        report_note,
+        run_comparison,
+    )
 
-    names = _policy_names(policies, models)
+    names = policy_names(policies, models)
     if scale <= 0:
         raise ConfigError([ConfigProblem("--scale", None, "scale", f"must be > 0, got {scale:g}")])
-    initial, layout_gpus = None, None
-    if layout is not None:
-        spec_layout = load_layout(layout)
-        layout_gpus = spec_layout.gpus
-        unknown = [s for s in spec_layout.services if s not in paper.SERVICES]
-        if unknown:
-            _services(",".join(unknown))
-        initial = {
-            s: ServiceTarget(v.replicas, v.share_pct, v.batch, tuple(v.gpus) if v.gpus is not None else None)
-            for s, v in spec_layout.services.items()
-        }
+    initial, layout_gpus = _layout_targets(layout) if layout is not None else (None, None)
     for key in load:
-        if key not in COMPARE_LOADS:
+        if key not in TABLE_GPUS:
             raise ConfigError([ConfigProblem("--table", None, "table",
                                              f"unknown {key!r}; use 5.1, 5.2 or 5.3")])
     pipes = [_pipeline(pipeline, Pipeline)] if pipeline else []
-    source = str(profiles) if profiles else "testbed/profiles/services.yaml"
-    prof = load_profiles(profiles)
-    services = list(paper.SERVICES)
-    _check_curves(prof, profiles, [n for n in names if n in ("fa2", "gslice", "inss", "ddpg")])
-    tr = test_day_traces(traces, services)
-    built = {}  # everything is checked before anything runs
-    for key in load:
-        units = (layout_gpus or COMPARE_LOADS[key]) * 4
-        for name in names:
-            built[key, name] = build_policies(name, services, prof, total_units=units, models=models,
-                                              seed=seed, pipelines=pipes, profile_source=source,
-                                              plan_chain=plan_chain)
-    assert set(names) <= set(ALL_POLICIES)
-    rows = []
+    comparison = prepare_comparison(  # everything is checked before anything runs
+        names, load, traces, models=models, profiles_path=profiles, pipelines=pipes,
+        plan_chain=plan_chain, layout_gpus=layout_gpus, initial=initial, scale=scale, seed=seed,
+        interference=interference, max_steps=steps)
     started = _time.perf_counter()
-    for key in load:
-        spec = paper.PAPER_TABLES[key]
-        ratios = {s: r * scale for s, r in spec.ratios.items()}
-        label = f"Table {key}" + (f" x{scale:g}" if scale != 1 else "")
-        gpus = layout_gpus or COMPARE_LOADS[key]
-        with console.status(f"{label}: share bound"):
-            bounds = bounds_for(prof, tr, ratios, gpus=gpus, max_steps=steps, seed=seed,
-                                services=services, pipelines=pipes)
-        for name in names:
-            with console.status(f"{label}: {name}"):
-                r = run_policy(name, built[key, name], prof, tr, ratios, gpus=gpus, load=label,
-                               seed=seed, interference=interference, max_steps=steps, bounds=bounds,
-                               initial=initial, pipelines=pipes)
-            if name == "fa2" and pipes and not plan_chain:
-                r.policy = "fa2 (per service)"
-            rows.append(r.as_json(with_series=True))
-            if as_json:
-                typer.echo(json.dumps(r.as_json()))
-            else:
-                console.print(f"  {label} {name}: SLO {r.slo_violation_rate:.4f}, "
-                              f"share {r.share_units:.2f} units, reward {r.reward:.4f}"
-                              f" ({r.run_seconds:.1f} s)")
-                for c in r.chains:
-                    console.print(f"    chain {c['pipeline']} (SLA {c['sla_ms']:g} ms): "
-                                  f"violations {c['violation_rate']:.4f} ({c['late']} late, "
-                                  f"{c['dropped']} dropped of {c['requests']}), end to end mean "
-                                  f"{c['mean_e2e_ms']:.0f} ms, p99 {c['p99_e2e_ms']:.0f} ms, "
-                                  f"{c['on_time_rps']:.2f} req/s in SLA")
+    rows = run_comparison(comparison, stage=console.status,
+                          on_result=lambda name, r: _print_compare_run(name, r, as_json))
     elapsed = _time.perf_counter() - started
     out = out or Path("runs") / (_time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime()) + "-compare")
-    note = (f"Test day, seed {seed}, interference {'on' if interference else 'off'}; "
-            f"{elapsed:.0f} s for {len(rows)} runs.")
-    if pipes:
-        note += (" Routed: " + "; ".join(f"{' -> '.join(p.services)} under {p.sla_ms:g} ms"
-                                         for p in pipes)
-                 + (" (fa2 plans the chain)" if plan_chain else " (fa2 plans each service alone)")
-                 + "; a later stage takes no arrivals from its own trace.")
-    write_compare_report(rows, out, note)
+    write_compare_report(rows, out, report_note(comparison, elapsed, len(rows)))
     if not as_json:
-        from rich.markdown import Markdown  # the report's tables, drawn for the terminal
-
-        console.print(Markdown(markdown_table(rows)))
-        if pipes:
-            console.print(Markdown(chain_table(rows)))
-        console.print(f"{len(rows)} runs in {elapsed:.0f} s; report in {out}/compare.md")
+        _print_compare_tables(rows, bool(pipes), elapsed, out)
 
 
-def _policy_names(policies: str, models: Path) -> list[str]:
-    from testbed.train.compare import ALL_POLICIES  # the simulator: not for `--help`
+def _layout_targets(layout: Path) -> tuple[dict[str, ServiceTarget], int]:
+    """The layout file's starting target per service, and its GPU count."""
+    from testbed.cluster.base import ServiceTarget  # the cluster types: not for `--help`
+    from testbed.config.gpu_layout import load_layout  # pydantic models: not for `--help`
 
-    if policies == "all":
-        have_ppo = all((models / f"{s}.zip").exists() for s in paper.SERVICES)
-        return [p for p in ALL_POLICIES if p != "ppo" or have_ppo]
-    names = [p.strip() for p in policies.split(",") if p.strip()]
-    unknown = [p for p in names if p not in ALL_POLICIES]
-    if unknown or not names:
-        raise ConfigError(
-            [ConfigProblem("--policies", None, "policies",
-                           f"unknown policy {', '.join(map(repr, unknown)) or '(none)'}; "
-                           f"known: {', '.join(ALL_POLICIES)}, all")]
-        )
-    return names
+    spec_layout = load_layout(layout)
+    unknown = [s for s in spec_layout.services if s not in paper.SERVICES]
+    if unknown:
+        _services(",".join(unknown))
+    initial = {
+        s: ServiceTarget(v.replicas, v.share_pct, v.batch, tuple(v.gpus) if v.gpus is not None else None)
+        for s, v in spec_layout.services.items()
+    }
+    return initial, spec_layout.gpus
+
+
+def _print_compare_run(name: str, r: PolicyResult, as_json: bool) -> None:
+    """One run of `sim compare` as it ends: its JSON object, or a line and one per chain."""
+    if as_json:
+        typer.echo(json.dumps(r.as_json()))
+        return
+    console.print(f"  {r.load} {name}: SLO {r.slo_violation_rate:.4f}, "
+                  f"share {r.share_units:.2f} units, reward {r.reward:.4f}"
+                  f" ({r.run_seconds:.1f} s)")
+    for c in r.chains:
+        console.print(f"    chain {c['pipeline']} (SLA {c['sla_ms']:g} ms): "
+                      f"violations {c['violation_rate']:.4f} ({c['late']} late, "
+                      f"{c['dropped']} dropped of {c['requests']}), end to end mean "
+                      f"{c['mean_e2e_ms']:.0f} ms, p99 {c['p99_e2e_ms']:.0f} ms, "
+                      f"{c['on_time_rps']:.2f} req/s in SLA")
+
+
+def _print_compare_tables(rows: list[dict], chains: bool, elapsed: float, out: Path) -> None:
+    """The report's tables, drawn for the terminal, and where the report is."""
+    from rich.markdown import Markdown  # the report's tables, drawn for the terminal
+
+    from testbed.report.compare import chain_table, markdown_table  # matplotlib: not for `--help`
+
+    console.print(Markdown(markdown_table(rows)))
+    if chains:
+        console.print(Markdown(chain_table(rows)))
+    console.print(f"{len(rows)} runs in {elapsed:.0f} s; report in {out}/compare.md")
 
 
 def _pipeline(text: str, pipeline_type):
@@ -495,23 +519,3 @@ def _pipeline(text: str, pipeline_type):
                                          f"a service appears twice in {text!r}")])
     return pipeline_type(services, sla_ms)
 
-
-def _check_curves(prof: dict[str, ServiceProfile], path: Path | None, policies: list[str]) -> None:
-    """The policies that need a gpu curve, against the profiles: file, line and field."""
-    missing = [s for s in paper.SERVICES if prof[s].gpu is None]
-    if not policies or not missing:
-        return
-    from testbed.config.yamlfile import load_yaml_file  # yaml: only on this error path
-
-    doc = load_yaml_file(path) if path is not None else None
-    raise ConfigError(
-        [
-            ConfigProblem(
-                str(path) if path else "testbed/profiles/services.yaml",
-                doc.line_of(("services", s, "gpu")) if doc else None,
-                f"services.{s}.gpu",
-                f"{', '.join(policies)} need the profile's gpu curve (batch/share times); it is missing",
-            )
-            for s in missing
-        ]
-    )

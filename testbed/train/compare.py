@@ -7,30 +7,35 @@ the SLO per second, Eq. 3.2's reward with share units in place of instances (the
 DRAFAS's 25 % slices), decision time per step, and the share bound (`oracle.share_bound`).
 With declared pipelines the simulator routes each chain (`GpuSimCluster(chains=...)`) and the row
 adds per chain its end-to-end latency, violation rate (late or dropped anywhere) and requests
-completed within the chain's SLA.
+completed within the chain's SLA. `prepare_comparison` checks and builds every run of the command
+before the first one starts; `run_comparison` runs them table by table.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.cluster.base import ServiceTarget
+from testbed.config.yamlfile import load_yaml_file
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.load.trace import Trace
-from testbed.profiles import ServiceProfile
-from testbed.profiles.paper import REWARD_ALPHA, REWARD_BETA, SERVICES
+from testbed.profiles import PACKAGED_PROFILES, ServiceProfile, load_profiles
+from testbed.profiles.paper import PAPER_TABLES, REWARD_ALPHA, REWARD_BETA, SERVICES
 from testbed.scaler.fa2 import Fa2Policy, Pipeline
 from testbed.scaler.loop import ScalerLoop
 from testbed.scaler.policies import make_policy
 from testbed.sim.gpu import UNIT_PCT, GpuSimCluster
+from testbed.train.evaluate import test_day_traces
 from testbed.train.oracle import share_bound
 
 CLASSIC = ("rule_v1", "rule_v2", "static", "hpa", "ppo")
 SHARE_POLICIES = ("fa2", "gslice", "inss", "ddpg")
 ALL_POLICIES = ("rule_v1", "rule_v2", "static", "hpa", "ppo", "fa2", "gslice", "inss", "ddpg")
+TABLE_GPUS = {"5.1": 2, "5.2": 2, "5.3": 32}  # table -> GPUs (8, 8 and 128 units of 25 %)
 
 
 @dataclass
@@ -67,7 +72,7 @@ def build_policies(
     models: Path | None,
     seed: int = 0,
     pipelines: Sequence[Pipeline] = (),
-    profile_source: str = "testbed/profiles/services.yaml",
+    profile_source: str = PACKAGED_PROFILES,
     plan_chain: bool = True,
 ) -> dict:
     """One policy object per service (shared by all services for the target policies).
@@ -140,56 +145,77 @@ def run_policy(
     total_steps = int(min(traces[s].seconds for s in services if s in traces) // cluster.step_seconds)
     if max_steps is not None:
         total_steps = min(total_steps, max_steps)
-    acc = {s: {"slo": 0.0, "reward": 0.0, "share": 0.0, "on_time": 0.0} for s in services}
-    series: list[float] = []
-    decide_ms = 0.0
+    tally = _Tally(services, total_units)
     started = time.perf_counter()
     steps = 0
     while steps < total_steps and not cluster.done:
         cluster.advance()
-        held = {s: cluster.share_used_pct(s) / UNIT_PCT for s in services}
-        series.append(sum(held.values()))
+        tally.add_step(cluster, loop, policies)
+        steps += 1
+        if progress is not None and steps % 96 == 0:
+            progress(steps, total_steps)
+    return tally.result(name, load, steps, cluster, bounds, started)
+
+
+@dataclass
+class _Tally:
+    """The sums `run_policy` keeps over the steps of one run, and the row they make."""
+
+    services: list[str]
+    total_units: int
+    sums: dict[str, dict[str, float]] = field(init=False)
+    series: list[float] = field(default_factory=list)  # share units held, per step
+    decide_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.sums = {s: {"slo": 0.0, "reward": 0.0, "share": 0.0, "on_time": 0.0} for s in self.services}
+
+    def add_step(self, cluster: GpuSimCluster, loop: ScalerLoop, policies: Mapping) -> None:
+        """One step's decisions, on the share held as the step began (before they apply)."""
+        held = {s: cluster.share_used_pct(s) / UNIT_PCT for s in self.services}
+        self.series.append(sum(held.values()))
+        # a target policy's decision carries the time it took for all its services: count it once
         seen_groups: set[int] = set()
         for d in loop.decide_all():
             group = id(policies[d.service])
             if d.target is None or group not in seen_groups:
-                decide_ms += d.decide_ms
+                self.decide_ms += d.decide_ms
                 seen_groups.add(group)
             out = cluster.last_outcome[d.service]
-            a = acc[d.service]
+            a = self.sums[d.service]
             slo = d.slo_violation_rate
             a["slo"] += slo
             a["share"] += held[d.service]
-            a["reward"] += -(REWARD_ALPHA * slo + REWARD_BETA * held[d.service] / total_units)
+            a["reward"] += -(REWARD_ALPHA * slo + REWARD_BETA * held[d.service] / self.total_units)
             a["on_time"] += out.on_time
-        steps += 1
-        if progress is not None and steps % 96 == 0:
-            progress(steps, total_steps)
-    n = max(steps, 1)
-    seconds = n * cluster.step_seconds
-    per = {
-        s: {"slo_violation_rate": a["slo"] / n, "share_units": a["share"] / n,
-            "throughput": a["on_time"] / seconds, "reward": a["reward"] / n,
-            **({"bound": bounds[s]} if bounds else {})}
-        for s, a in acc.items()
-    }
-    k = len(services)
-    chains = [{**c, "on_time_rps": c["on_time"] / seconds} for c in cluster.chain_results()]
-    return PolicyResult(
-        policy=name,
-        load=load,
-        steps=steps,
-        slo_violation_rate=sum(p["slo_violation_rate"] for p in per.values()) / k,
-        share_units=sum(series) / n,
-        throughput=sum(p["throughput"] for p in per.values()),
-        reward=sum(p["reward"] for p in per.values()) / k,
-        decide_ms=decide_ms / n,
-        bound=sum(bounds.values()) / k if bounds else float("nan"),
-        run_seconds=time.perf_counter() - started,
-        per_service=per,
-        chains=chains,
-        share_series=series,
-    )
+
+    def result(self, name: str, load: str, steps: int, cluster: GpuSimCluster,
+               bounds: Mapping[str, float] | None, started: float) -> PolicyResult:
+        n = max(steps, 1)
+        seconds = n * cluster.step_seconds
+        per = {
+            s: {"slo_violation_rate": a["slo"] / n, "share_units": a["share"] / n,
+                "throughput": a["on_time"] / seconds, "reward": a["reward"] / n,
+                **({"bound": bounds[s]} if bounds else {})}
+            for s, a in self.sums.items()
+        }
+        k = len(self.services)
+        chains = [{**c, "on_time_rps": c["on_time"] / seconds} for c in cluster.chain_results()]
+        return PolicyResult(
+            policy=name,
+            load=load,
+            steps=steps,
+            slo_violation_rate=sum(p["slo_violation_rate"] for p in per.values()) / k,
+            share_units=sum(self.series) / n,
+            throughput=sum(p["throughput"] for p in per.values()),
+            reward=sum(p["reward"] for p in per.values()) / k,
+            decide_ms=self.decide_ms / n,
+            bound=sum(bounds.values()) / k if bounds else float("nan"),
+            run_seconds=time.perf_counter() - started,
+            per_service=per,
+            chains=chains,
+            share_series=self.series,
+        )
 
 
 def bounds_for(
@@ -218,6 +244,148 @@ def bounds_for(
         if s not in routed else float("nan")
         for s in names
     }
+
+
+def policy_names(text: str, models: Path) -> list[str]:
+    """The policies `--policies` names; all: every policy, ppo only when `models` holds its agents."""
+    if text == "all":
+        have_ppo = all((models / f"{s}.zip").exists() for s in SERVICES)
+        return [p for p in ALL_POLICIES if p != "ppo" or have_ppo]
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in names if p not in ALL_POLICIES]
+    if unknown or not names:
+        raise ConfigError(
+            [ConfigProblem("--policies", None, "policies",
+                           f"unknown policy {', '.join(map(repr, unknown)) or '(none)'}; "
+                           f"known: {', '.join(ALL_POLICIES)}, all")]
+        )
+    return names
+
+
+def check_gpu_curves(
+    profiles: Mapping[str, ServiceProfile], path: Path | None, policies: Sequence[str]
+) -> None:
+    """The policies that need a gpu curve, against the profiles: file, line and field."""
+    missing = [s for s in SERVICES if profiles[s].gpu is None]
+    if not policies or not missing:
+        return
+    doc = load_yaml_file(path) if path is not None else None
+    raise ConfigError(
+        [
+            ConfigProblem(
+                str(path) if path else PACKAGED_PROFILES,
+                doc.line_of(("services", s, "gpu")) if doc else None,
+                f"services.{s}.gpu",
+                f"{', '.join(policies)} need the profile's gpu curve (batch/share times); it is missing",
+            )
+            for s in missing
+        ]
+    )
+
+
+@dataclass
+class Comparison:
+    """Every run of one `sim compare`, built and checked before the first one starts."""
+
+    names: list[str]  # the policies, in the order they run at each table
+    tables: list[str]  # the tables whose loads they run at
+    profiles: dict[str, ServiceProfile]
+    traces: dict[str, Trace]
+    policies: dict[tuple[str, str], dict]  # (table, policy name) -> its policy object per service
+    pipelines: list[Pipeline]
+    plan_chain: bool
+    layout_gpus: int | None  # the layout's GPUs in place of each table's
+    initial: Mapping[str, ServiceTarget] | None
+    scale: float
+    seed: int
+    interference: bool
+    max_steps: int | None
+
+    def gpus(self, table: str) -> int:
+        return self.layout_gpus or TABLE_GPUS[table]
+
+    def label(self, table: str) -> str:
+        return f"Table {table}" + (f" x{self.scale:g}" if self.scale != 1 else "")
+
+
+def prepare_comparison(
+    names: list[str],
+    tables: list[str],
+    traces_dir: Path,
+    *,
+    models: Path,
+    profiles_path: Path | None = None,
+    pipelines: Sequence[Pipeline] = (),
+    plan_chain: bool = True,
+    layout_gpus: int | None = None,
+    initial: Mapping[str, ServiceTarget] | None = None,
+    scale: float = 1.0,
+    seed: int = 0,
+    interference: bool = True,
+    max_steps: int | None = None,
+) -> Comparison:
+    """Load the profiles and the test day and build every policy at every table's units, so a
+    bad profile or a missing model stops the command before anything runs."""
+    source = str(profiles_path) if profiles_path else PACKAGED_PROFILES
+    profiles = load_profiles(profiles_path)
+    services = list(SERVICES)
+    check_gpu_curves(profiles, profiles_path, [n for n in names if n in SHARE_POLICIES])
+    traces = test_day_traces(traces_dir, services)
+    built = {}
+    for key in tables:
+        units = (layout_gpus or TABLE_GPUS[key]) * 4
+        for name in names:
+            built[key, name] = build_policies(name, services, profiles, total_units=units,
+                                              models=models, seed=seed, pipelines=pipelines,
+                                              profile_source=source, plan_chain=plan_chain)
+    assert set(names) <= set(ALL_POLICIES)
+    return Comparison(names, tables, profiles, traces, built, list(pipelines), plan_chain,
+                      layout_gpus, initial, scale, seed, interference, max_steps)
+
+
+def run_comparison(
+    comparison: Comparison,
+    *,
+    stage: Callable[[str], AbstractContextManager] = lambda _what: nullcontext(),
+    on_result: Callable[[str, PolicyResult], None] | None = None,
+) -> list[dict]:
+    """Every policy at every table's load, the share bound first: the report's rows (with the
+    share series). `stage(what)` wraps each step (a status line); `on_result(name, result)` gets
+    each run as it ends."""
+    c = comparison
+    services = list(SERVICES)
+    rows = []
+    for key in c.tables:
+        ratios = {s: r * c.scale for s, r in PAPER_TABLES[key].ratios.items()}
+        label = c.label(key)
+        with stage(f"{label}: share bound"):
+            bounds = bounds_for(c.profiles, c.traces, ratios, gpus=c.gpus(key), max_steps=c.max_steps,
+                                seed=c.seed, services=services, pipelines=c.pipelines)
+        for name in c.names:
+            with stage(f"{label}: {name}"):
+                result = run_policy(name, c.policies[key, name], c.profiles, c.traces, ratios,
+                                    gpus=c.gpus(key), load=label, seed=c.seed,
+                                    interference=c.interference, max_steps=c.max_steps,
+                                    bounds=bounds, initial=c.initial, pipelines=c.pipelines)
+            if name == "fa2" and c.pipelines and not c.plan_chain:
+                result.policy = "fa2 (per service)"
+            rows.append(result.as_json(with_series=True))
+            if on_result is not None:
+                on_result(name, result)
+    return rows
+
+
+def report_note(comparison: Comparison, seconds: float, runs: int) -> str:
+    """The report's line on how the runs were made."""
+    c = comparison
+    note = (f"Test day, seed {c.seed}, interference {'on' if c.interference else 'off'}; "
+            f"{seconds:.0f} s for {runs} runs.")
+    if c.pipelines:
+        note += (" Routed: " + "; ".join(f"{' -> '.join(p.services)} under {p.sla_ms:g} ms"
+                                         for p in c.pipelines)
+                 + (" (fa2 plans the chain)" if c.plan_chain else " (fa2 plans each service alone)")
+                 + "; a later stage takes no arrivals from its own trace.")
+    return note
 
 
 def default_services() -> list[str]:
