@@ -9,19 +9,30 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "testbed"
 
-# Lower number = lower layer. A package may import packages of its own layer or below, never above.
+# Lower number = lower layer. A package may import packages of its own layer or below, never above;
+# each package sits exactly one above the highest package it imports, so the numbers say how the
+# packages really stand (test_the_layers_are_as_the_imports_stand).
 LAYERS = {
-    "errors": 0, "paths": 0, "config": 0, "profiles": 0,
-    "net": 1, "ran": 1, "core": 1, "load": 1, "scaler": 1, "cluster": 1, "sim": 1, "metrics": 1,
-    "bringup": 2, "lab": 2, "train": 2,
-    "scenario": 3,
-    "report": 4,
+    "errors": 0, "paths": 0,
+    "config": 1,
+    "profiles": 2, "net": 2,
+    "metrics": 3, "core": 3,
+    "ran": 4, "cluster": 4,
+    "load": 5, "scaler": 5,
+    "sim": 6, "bringup": 6, "lab": 6,
+    "train": 7,
+    "scenario": 8,
+    "report": 9,
     # reproduce runs scenarios and the simulator and writes a report from their results: it
-    # orchestrates what sits below it (scenario, train, report), so it sits above report and
-    # below the CLI that only parses and prints
-    "reproduce": 5,
-    "cli": 6, "pytest_plugin": 6, "__main__": 6,
+    # orchestrates what sits below it (scenario, train, report), below the CLI that only parses
+    # and prints
+    "reproduce": 10,
+    "pytest_plugin": 10,
+    "cli": 11, "__main__": 12,
 }
+# The CLI imports the library inside each command so that `testbed --help`, `status` and `down`
+# start in < 0.3 s (tests/cli/test_startup.py): its function-local imports need no comment each.
+LATE_IMPORTS_EXPLAINED_ONCE = ("cli",)
 
 
 def _module_name(path: Path) -> str:
@@ -135,5 +146,67 @@ def test_the_checks_catch_a_two_way_dependency(tmp_path):
                 assert "sim" in str(exc) and "scaler" in str(exc)
             else:
                 raise AssertionError(f"{check.__name__} missed the planted loop")
+    finally:
+        ROOT = saved
+
+
+def _package_deps() -> dict[str, set[str]]:
+    deps: dict[str, set[str]] = defaultdict(set)
+    for mod, targets in _imports().items():
+        deps[_package(mod)].update(_package(t) for t in targets if _package(t) != _package(mod))
+    return deps
+
+
+def test_the_layers_are_as_the_imports_stand():
+    """Each package is one layer above the highest package it imports (0 for none): a new import
+    that lifts a package, or one that goes away, shows here and in DESIGN.md's picture."""
+    deps = _package_deps()
+    wrong = {p: (LAYERS[p], 1 + max((LAYERS[d] for d in deps.get(p, ())), default=-1))
+             for p in LAYERS if p in {_package(m) for m in _imports()} | set(deps)}
+    wrong = {p: f"LAYERS says {have}, its imports put it at {want}"
+             for p, (have, want) in wrong.items() if have != want}
+    assert not wrong, wrong
+
+
+def _late_imports() -> list[str]:
+    """The project's own modules imported inside a function with no comment on that line or the
+    three above it saying why."""
+    out = []
+    for path in sorted(ROOT.rglob("*.py")):
+        mod = _module_name(path)
+        if _package(mod) in LATE_IMPORTS_EXPLAINED_ONCE:
+            continue
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    name = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                    i = node.lineno - 1
+                    if (name or "").startswith("testbed") and not any(
+                            "#" in line for line in lines[max(i - 3, 0):i + 1]):
+                        out.append(f"{mod}:{node.lineno}: {lines[i].strip()}")
+    return sorted(set(out))
+
+
+def test_the_projects_modules_are_imported_at_the_top_unless_a_comment_says_why():
+    late = _late_imports()
+    assert not late, ("import these at the top of the module, or say in a comment why not:\n"
+                      + "\n".join(late))
+
+
+def test_the_late_import_check_sees_a_bare_one_and_a_commented_one(tmp_path):
+    global ROOT
+    pkg = tmp_path / "testbed"
+    (pkg / "sim").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sim" / "__init__.py").write_text("")
+    (pkg / "sim" / "a.py").write_text(
+        "def f():\n    from testbed.sim import b\n\n\n"
+        "def g():\n    # torch: only when training\n    from testbed.sim import c\n")
+    saved, ROOT = ROOT, pkg
+    try:
+        assert _late_imports() == ["testbed.sim.a:2: from testbed.sim import b"]
     finally:
         ROOT = saved

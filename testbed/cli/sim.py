@@ -12,6 +12,7 @@ from rich.table import Table
 
 from testbed.cli import TracesOpt, app, checks, console
 from testbed.errors import ConfigError, ConfigProblem
+from testbed.paths import MODELS_DIR
 from testbed.profiles import paper
 
 if TYPE_CHECKING:
@@ -52,7 +53,6 @@ RATE_LIMIT_HELP = (
     "profile: the per-instance rate limits of the profiles (the dissertation's published "
     "simulator's, not in its text; they explain Table 5.2's figures); none: no rate limit."
 )
-MODELS_DIR = Path(__file__).resolve().parents[2] / "models"  # the agents shipped with the repository
 
 
 def _profiles(rate_limit: str, services: list[str]) -> dict[str, ServiceProfile]:

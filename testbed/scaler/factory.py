@@ -16,6 +16,7 @@ from testbed.scaler.share import SharePolicy, default_model, read_share_meta
 
 SHARED_PLANNERS = ("fa2", "gslice")  # plan MPS shares and batches from the services' profiles
 SHARED_ACTORS = ("inss", "ddpg")  # one trained actor over the services it was trained for
+SHARE_POLICIES = SHARED_PLANNERS + SHARED_ACTORS  # the policies that set MPS shares and batches
 
 
 @dataclass(frozen=True)

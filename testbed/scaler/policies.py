@@ -16,6 +16,7 @@ import numpy as np
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles.paper import RULE_V1_THRESHOLDS, RULE_V2_THRESHOLDS
 from testbed.scaler.actions import Mask, action_index
+from testbed.scaler.ppo import MaskablePpoPolicy
 from testbed.scaler.state import latest
 
 
@@ -160,7 +161,6 @@ def make_policy(
     if name == "ppo":
         if not model:
             raise ConfigError([ConfigProblem("<policy>", None, "model", "the ppo policy needs --model FILE")])
-        from testbed.scaler.ppo import MaskablePpoPolicy
 
         return MaskablePpoPolicy.load(model, service)
     if name in ("fa2", "gslice", "inss", "ddpg"):

@@ -11,6 +11,7 @@ from testbed.config import LinkSpec, SliceSpec, TestbedSpec, UEGroupSpec, check_
 from testbed.config.testbed_spec import Name
 from testbed.errors import ConfigError
 from testbed.profiles import load_profiles
+from testbed.scaler.factory import SHARE_POLICIES
 from testbed.scaler.share import default_model, read_share_meta
 
 POLICIES = ("static", "rule_v1", "rule_v2", "hpa", "random", "ppo")
@@ -30,7 +31,6 @@ class InlineTestbed(Strict):
 
 # target policies: replicas, MPS share and batch size; inss and ddpg are trained actors that
 # plan every service they were trained for together (models/inss.zip, models/ddpg.zip by default)
-SHARE_POLICIES = ("fa2", "gslice", "inss", "ddpg")
 MODEL_POLICIES = ("inss", "ddpg")
 
 

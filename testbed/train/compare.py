@@ -26,14 +26,16 @@ from testbed.load.trace import Trace
 from testbed.profiles import PACKAGED_PROFILES, ServiceProfile, load_profiles
 from testbed.profiles.paper import PAPER_TABLES, REWARD_ALPHA, REWARD_BETA, SERVICES
 from testbed.scaler.fa2 import Fa2Policy, Pipeline
+from testbed.scaler.factory import SHARE_POLICIES
+from testbed.scaler.gslice import EqualSharePolicy
 from testbed.scaler.loop import ScalerLoop
 from testbed.scaler.policies import make_policy
+from testbed.scaler.share import SharePolicy
 from testbed.sim.gpu import UNIT_PCT, GpuSimCluster
 from testbed.train.evaluate import test_day_traces
 from testbed.train.oracle import share_bound
 
 CLASSIC = ("rule_v1", "rule_v2", "static", "hpa", "ppo")
-SHARE_POLICIES = ("fa2", "gslice", "inss", "ddpg")
 ALL_POLICIES = ("rule_v1", "rule_v2", "static", "hpa", "ppo", "fa2", "gslice", "inss", "ddpg")
 TABLE_GPUS = {"5.1": 2, "5.2": 2, "5.3": 32}  # table -> GPUs (8, 8 and 128 units of 25 %)
 
@@ -91,13 +93,9 @@ def build_policies(
                         profile_source=profile_source)
         return dict.fromkeys(services, pol)
     if name == "gslice":
-        from testbed.scaler.gslice import EqualSharePolicy
-
         pol = EqualSharePolicy({s: profiles[s] for s in services}, profile_source=profile_source)
         return dict.fromkeys(services, pol)
     if name in ("ddpg", "inss"):
-        from testbed.scaler.share import SharePolicy
-
         path = (models / f"{name}.zip") if models else None
         if path is None or not path.exists():
             raise ConfigError([ConfigProblem(

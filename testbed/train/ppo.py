@@ -20,6 +20,7 @@ from testbed.scaler.state import OBSERVATION
 from testbed.train.command import rerunnable_command
 from testbed.train.config import TrainConfig
 from testbed.train.curve import TrainingStatus, curve_paths, write_curve
+from testbed.train.distill import HeldScale, distill_release
 from testbed.train.env import ScalingEnv
 from testbed.train.model_file import latest_checkpoint, load_partners, save_model, write_meta
 from testbed.train.validation import episode_periods, episodes_reward, validation_reward
@@ -164,7 +165,6 @@ def _release_idle(  # type: ignore[no-untyped-def]
     model, config: TrainConfig, train_traces: Sequence[Trace], partners: dict[str, Policy],
 ) -> dict:
     """`release_below`: teach the starting agent to scale down at a light load; what it learnt."""
-    from testbed.train.distill import distill_release
 
     teach_env = ScalingEnv(
         config.service, train_traces, config.service_ratio, total_units=config.total_units,
@@ -182,8 +182,6 @@ class _HeldLargest:
         self, model, env: ScalingEnv, config: TrainConfig, train_traces: Sequence[Trace],
         partners: dict[str, Policy],
     ):
-        from testbed.train.distill import HeldScale
-
         largest = max(config.scales)
         self.seed = config.seed
         self.held = HeldScale(

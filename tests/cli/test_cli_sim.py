@@ -167,7 +167,7 @@ def test_sim_eval_model_of_an_older_observation(tmp_path, capsys):
 
 
 def test_sim_tables_json_with_the_shipped_agents(tmp_path, capsys):
-    from testbed.cli.sim import MODELS_DIR
+    from testbed.paths import MODELS_DIR
 
     if not all((MODELS_DIR / f"{s}.zip").is_file() for s in ("chatbot", "imgcls", "tts")):
         pytest.skip("no shipped agents in models/")
