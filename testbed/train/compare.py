@@ -65,7 +65,7 @@ class PolicyResult:
         return d
 
 
-def build_policies(
+def comparison_policies(
     name: str,
     services: Sequence[str],
     profiles: Mapping[str, ServiceProfile],
@@ -77,8 +77,11 @@ def build_policies(
     profile_source: str = PACKAGED_PROFILES,
     plan_chain: bool = True,
 ) -> dict:
-    """One policy object per service (shared by all services for the target policies).
-    `plan_chain=False`: fa2 plans every service alone under its own SLO, pipelines or not."""
+    """Policy `name` for every compared service: one object shared by all of them for the
+    share policies, an actor from `models/<name>.zip` over the services in the comparison's
+    order (a scenario's cell, which chooses a policy per service, uses
+    `testbed.scaler.factory.build_policies`). `plan_chain=False`: fa2 plans every service alone
+    under its own SLO, pipelines or not."""
     if name in ("rule_v1", "rule_v2", "static", "hpa"):
         return {s: make_policy(name, s, total_units=total_units, seed=seed) for s in services}
     if name == "ppo":
@@ -333,7 +336,7 @@ def prepare_comparison(
     for key in tables:
         units = (layout_gpus or TABLE_GPUS[key]) * 4
         for name in names:
-            built[key, name] = build_policies(name, services, profiles, total_units=units,
+            built[key, name] = comparison_policies(name, services, profiles, total_units=units,
                                               models=models, seed=seed, pipelines=pipelines,
                                               profile_source=source, plan_chain=plan_chain)
     assert set(names) <= set(ALL_POLICIES)
