@@ -45,8 +45,10 @@ def test_the_owner_is_recorded_and_live_only_while_its_own_process_runs():
     me = _state()
     assert me.owner_pid == os.getpid() and me.owner_start_time == process_start_time(os.getpid())
     assert live_owner(me) is None  # this process's own testbed: nobody else's
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                             stdin=subprocess.PIPE)
+    child = subprocess.Popen([sys.executable, "-c", "import sys; print(1, flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    # between fork and exec the child's command line is still pytest's: wait for its own
+    child.stdout.readline()
     try:
         theirs = _state()
         theirs.owner_pid, theirs.owner_start_time = child.pid, process_start_time(child.pid)
@@ -55,7 +57,7 @@ def test_the_owner_is_recorded_and_live_only_while_its_own_process_runs():
         theirs.owner_start_time += 1  # the pid reused by another process
         assert live_owner(theirs) is None
     finally:
-        child.communicate(b"")
+        child.communicate(b"")  # also closes its stdout
     theirs.owner_start_time -= 1
     assert live_owner(theirs) is None  # it exited
 
