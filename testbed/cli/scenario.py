@@ -16,7 +16,9 @@ from testbed.errors import StateError
 
 if TYPE_CHECKING:
     from testbed.scenario.expect import Outcome
+    from testbed.scenario.lab import LabOptions
     from testbed.scenario.load import LoadedScenario
+    from testbed.scenario.runner import RunResult
 
 MANIFEST_KEYS = ("scenario", "testbed", "source", "profile", "created", "host")
 
@@ -98,9 +100,7 @@ def run(
     Example: [bold]testbed run scenarios/smoke.yaml[/]   or   [bold]testbed run --from runs/X/manifest.json[/]
     Lab: [bold]testbed run --profile lab -i inventory.yml scenarios/slicing.yaml [--check][/]
     """
-    # the scenario layer (numpy, pydantic) and the report (matplotlib): loaded only for `run`
-    from testbed.report import write_report
-    from testbed.scenario.load import load_scenario
+    # the scenario layer (numpy, pydantic): loaded only for `run`
     from testbed.scenario.runner import RunOptions, run_scenario
     from testbed.scenario.spec import Scenario
 
@@ -110,35 +110,60 @@ def run(
     like_field("--duration", Scenario, "duration_s", duration)
     like_field("--repetitions", Scenario, "repetitions", repetitions)
     like_field("--metrics", Scenario, "metrics", metrics)
-    if from_manifest is not None:
-        loaded = _from_manifest(from_manifest)
-    elif scenario is not None:
-        loaded = load_scenario(scenario)
-    else:
-        raise typer.BadParameter("give a scenario file or --from RUN_DIR/manifest.json")
+    loaded = _scenario_to_run(scenario, from_manifest)
     writable_dir("--out", out)
-    lab = None
-    if profile == "lab":
-        if inventory is None:
-            raise typer.BadParameter("the lab profile needs -i INVENTORY (the inventory of "
-                                     "`testbed up --profile lab`)")
-        from testbed.scenario.lab import LabOptions
-
-        lab = LabOptions(inventory, kubeconfig=kubeconfig, prometheus=prometheus, check=check,
-                         emit=lambda line: console.print(escape(line), highlight=False,
-                                                       soft_wrap=True))
-    elif check or inventory is not None:
-        raise typer.BadParameter("-i and --check belong to the lab profile (--profile lab)")
+    lab = _lab_options(profile, inventory, kubeconfig=kubeconfig, prometheus=prometheus, check=check)
     result = run_scenario(loaded, RunOptions(out_root=out, profile=profile, time_scale=time_scale,
                                              duration_s=duration, repetitions=repetitions,
                                              metrics=metrics, progress=not no_progress and not check,
                                              console=console, lab=lab))
     if check:
-        console.print(f"check mode: nothing was changed on the lab; run directory (no "
-                      f"records): {result.run_dir}")
-        for p in result.problems:
-            console.print(f"[yellow]problem:[/] {p}")
-        return
+        _print_check_run(result)
+    else:
+        _report_run(result)
+
+
+def _scenario_to_run(scenario: Path | None, from_manifest: Path | None) -> LoadedScenario:
+    """The scenario of `--from MANIFEST` if given, else of the SCENARIO file."""
+    from testbed.scenario.load import load_scenario
+
+    if from_manifest is not None:
+        return _from_manifest(from_manifest)
+    if scenario is not None:
+        return load_scenario(scenario)
+    raise typer.BadParameter("give a scenario file or --from RUN_DIR/manifest.json")
+
+
+def _lab_options(profile: str, inventory: Path | None, *, kubeconfig: Path | None,
+                 prometheus: str | None, check: bool) -> LabOptions | None:
+    """The lab profile's options (its actions printed as they happen), None for the local one;
+    -i and --check outside the lab profile are an error."""
+    if profile != "lab":
+        if check or inventory is not None:
+            raise typer.BadParameter("-i and --check belong to the lab profile (--profile lab)")
+        return None
+    if inventory is None:
+        raise typer.BadParameter("the lab profile needs -i INVENTORY (the inventory of "
+                                 "`testbed up --profile lab`)")
+    from testbed.scenario.lab import LabOptions
+
+    return LabOptions(inventory, kubeconfig=kubeconfig, prometheus=prometheus, check=check,
+                      emit=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
+
+
+def _print_check_run(result: RunResult) -> None:
+    """What a `--check` run leaves: where its (record-less) run directory is, and its problems."""
+    console.print(f"check mode: nothing was changed on the lab; run directory (no "
+                  f"records): {result.run_dir}")
+    for p in result.problems:
+        console.print(f"[yellow]problem:[/] {p}")
+
+
+def _report_run(result: RunResult) -> None:
+    """Write the run's report, print its cells, checks and verdict, and exit 130 when it was
+    interrupted, 1 when it fails."""
+    from testbed.report import write_report  # matplotlib: loaded only once a run has results
+
     write_report(result.run_dir)
     print_cells(result.rows)
     print_outcomes(result.outcomes)

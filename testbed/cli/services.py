@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import signal
 from pathlib import Path
@@ -18,6 +19,8 @@ from testbed.profiles.paper import SERVICES
 
 if TYPE_CHECKING:
     from testbed.cluster.local import ClusterEvent
+    from testbed.load.runner import LoadSpec
+    from testbed.load.stats import LiveFigures, RunTotals
 
 services_app = typer.Typer(
     help="Emulated AI services on this machine (the local profile).", no_args_is_help=True
@@ -226,17 +229,27 @@ def load(
     Example: [b]ip netns exec tb-x-ue-embb testbed load chatbot --url http://10.200.0.2:8001
     --trace traces/test/day7-shift0h.txt --ratio 0.15 --duration 600 --out records.jsonl[/]
     """
-    # asyncio, the load client and the profile models: loaded only when this command runs
-    import asyncio
-
-    from rich.live import Live
-
-    from testbed.load.runner import LoadSpec, run_load
+    # the load client and the profile models: loaded only when this command runs
+    from testbed.load.runner import LoadSpec
     from testbed.load.stats import RunTotals
-    from testbed.load.trace import load_trace
     from testbed.profiles import load_profiles, profile_for
 
     slo_ms = profile_for(load_profiles(profiles), service, "SERVICE").slo_ms
+    _check_load_mode(trace, rate, closed, duration)
+    spec = _checked_load_spec(LoadSpec(
+        service=service, url=url, trace=trace, ratio=ratio, shift_hours=shift, start_s=start,
+        duration_s=duration, speedup=speedup, rate=rate, closed_workers=closed, out=out,
+        slice=slice_name, source_address=source, timeout_s=timeout, seed=seed, slo_ms=slo_ms,
+    ), max_error_rate)
+    totals = RunTotals(slo_ms)
+    completed = _drive_load(spec, totals, live_view=not (quiet or as_json))
+    _print_load_summary(spec, totals.summary(), interrupted=not completed, as_json=as_json)
+    _exit_past_error_rate(totals, max_error_rate, completed=completed)
+
+
+def _check_load_mode(trace: Path | None, rate: float | None, closed: int | None,
+                     duration: float | None) -> None:
+    """Exactly one of --trace, --rate, --closed; the last two need a --duration."""
     modes = sum(x is not None for x in (trace, rate, closed))
     if modes != 1:
         raise ConfigError(
@@ -246,88 +259,100 @@ def load(
         raise ConfigError(
             [ConfigProblem("testbed load", None, "--duration", "required with --rate/--closed")]
         )
-    # every value before the first request: a zero rate or a foreign --source must not print a
-    # summary and exit 0, an unwritable --out must not be found after the run
-    checks.http_url("--url", url, schemes=("http",))
-    checks.number("--rate", rate, gt=0, le=1e6)
-    checks.number("--duration", duration, gt=0, le=31 * 86400)
+
+
+def _checked_load_spec(spec: LoadSpec, max_error_rate: float) -> LoadSpec:
+    """`spec` with --source resolved, once every value has passed its check.
+
+    Every value is checked before the first request: a zero rate or a foreign --source must not
+    print a summary and exit 0, an unwritable --out must not be found after the run.
+    """
+    from testbed.load.trace import load_trace
+
+    checks.http_url("--url", spec.url, schemes=("http",))
+    checks.number("--rate", spec.rate, gt=0, le=1e6)
+    checks.number("--duration", spec.duration_s, gt=0, le=31 * 86400)
+    closed = spec.closed_workers
     if closed is not None and not 1 <= closed <= 10_000:
         raise checks.bad("--closed", f"must be 1-10000 workers, got {closed}")
-    checks.number("--ratio", ratio, ge=0, le=1e6)
-    checks.number("--speedup", speedup, gt=0, le=1e6)
-    checks.number("--shift", shift, ge=0, le=1e6)
-    checks.number("--start", start, ge=0)
-    checks.number("--timeout", timeout, gt=0, le=3600)
+    checks.number("--ratio", spec.ratio, ge=0, le=1e6)
+    checks.number("--speedup", spec.speedup, gt=0, le=1e6)
+    checks.number("--shift", spec.shift_hours, ge=0, le=1e6)
+    checks.number("--start", spec.start_s, ge=0)
+    checks.number("--timeout", spec.timeout_s, gt=0, le=3600)
     checks.number("--max-error-rate", max_error_rate, ge=0, le=1)
-    if source is not None:
-        source = checks.local_address("--source", source)
-    if trace is not None:
-        load_trace(trace)  # its errors name the file and line
-    if out is not None:
-        checks.writable_file("--out", out)
-    spec = LoadSpec(
-        service=service,
-        url=url,
-        trace=trace,
-        ratio=ratio,
-        shift_hours=shift,
-        start_s=start,
-        duration_s=duration,
-        speedup=speedup,
-        rate=rate,
-        closed_workers=closed,
-        out=out,
-        slice=slice_name,
-        source_address=source,
-        timeout_s=timeout,
-        seed=seed,
-        slo_ms=slo_ms,
-    )
+    if spec.source_address is not None:
+        spec = dataclasses.replace(spec, source_address=checks.local_address("--source",
+                                                                             spec.source_address))
+    if spec.trace is not None:
+        load_trace(spec.trace)  # its errors name the file and line
+    if spec.out is not None:
+        checks.writable_file("--out", spec.out)
+    return spec
 
-    def view(fig, in_flight: int, elapsed: float) -> Table:
-        t = Table(title=f"{service} → {url}  ({elapsed:.0f} s)")
-        for col in ("rate/s", "p50 ms", "p99 ms", "SLO viol.", "in flight", "done", "errors"):
-            t.add_column(col, justify="right")
-        fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
-        errs = ", ".join(f"{k}:{v}" for k, v in sorted(fig.errors.items())) or "0"
-        t.add_row(
-            f"{fig.rate:.1f}",
-            fmt(fig.p50_ms),
-            fmt(fig.p99_ms),
-            f"{fig.violation_rate:.1%}",
-            str(in_flight),
-            str(fig.total),
-            errs,
-        )
-        return t
 
-    totals = RunTotals(slo_ms)
+def _drive_load(spec: LoadSpec, totals: RunTotals, *, live_view: bool) -> bool:
+    """Run `spec` until its schedule ends (True) or SIGINT/SIGTERM stops it (False), counting
+    every request in `totals`; with `live_view`, a live table of the figures meanwhile."""
+    # asyncio, the load client and rich's live view: loaded only when `load` runs
+    import asyncio
+
+    from rich.live import Live
+
+    from testbed.load.runner import run_load
 
     async def main() -> bool:
-        """True when the schedule ran to its end, False when interrupted."""
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)  # type: ignore[union-attr]
         try:
-            if quiet or as_json:
+            if not live_view:
                 await run_load(spec, totals=totals)
             else:
                 with Live(console=console, refresh_per_second=4, transient=True) as live:
-                    await run_load(spec, on_tick=lambda f, n, e: live.update(view(f, n, e)),
-                                   totals=totals)
+                    await run_load(spec, on_tick=lambda f, n, e: live.update(
+                        _live_load_table(spec, f, n, e)), totals=totals)
         except asyncio.CancelledError:
             return False
         return True
 
-    completed = asyncio.run(main())
-    figures = totals.summary()
+    return asyncio.run(main())
+
+
+def _live_load_table(spec: LoadSpec, fig: LiveFigures, in_flight: int, elapsed: float) -> Table:
+    """The live view of `testbed load`: the last window's figures, redrawn every tick."""
+    t = Table(title=f"{spec.service} → {spec.url}  ({elapsed:.0f} s)")
+    for col in ("rate/s", "p50 ms", "p99 ms", "SLO viol.", "in flight", "done", "errors"):
+        t.add_column(col, justify="right")
+    fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+    errs = ", ".join(f"{k}:{v}" for k, v in sorted(fig.errors.items())) or "0"
+    t.add_row(
+        f"{fig.rate:.1f}",
+        fmt(fig.p50_ms),
+        fmt(fig.p99_ms),
+        f"{fig.violation_rate:.1%}",
+        str(in_flight),
+        str(fig.total),
+        errs,
+    )
+    return t
+
+
+def _print_load_summary(spec: LoadSpec, figures: dict[str, Any], *, interrupted: bool,
+                        as_json: bool) -> None:
+    """The end-of-run summary: one JSON line on stdout with --json, else a table."""
     if as_json:
-        print(json.dumps({"service": service, "url": url, "interrupted": not completed,
-                          "records": str(out) if out else None, **figures}))
+        print(json.dumps({"service": spec.service, "url": spec.url, "interrupted": interrupted,
+                          "records": str(spec.out) if spec.out else None, **figures}))
     else:
-        console.print(load_summary_table(service, url, figures, interrupted=not completed,
-                                         records=out))
+        console.print(load_summary_table(spec.service, spec.url, figures, interrupted=interrupted,
+                                         records=spec.out))
+
+
+def _exit_past_error_rate(totals: RunTotals, max_error_rate: float, *, completed: bool) -> None:
+    """Exit 3 when more than --max-error-rate of the finished requests failed, or when a run that
+    was not interrupted finished none."""
     if totals.finished and totals.error_rate > max_error_rate:
         err_console.print(f"error: {totals.error_rate:.1%} of {totals.finished} requests failed "
                       f"(> --max-error-rate {max_error_rate:g}): "
