@@ -78,6 +78,16 @@ def parse_yaml(text: str, source: str = "<string>") -> LocatedYaml:
     """Parse YAML text into plain data; syntax errors, duplicate keys, tags other than YAML's plain
     types, non-scalar keys, merge keys, deep nesting and alias expansion past MAX_NODES values
     become ConfigErrors with a line."""
+    node = _compose(text, source)
+    if node is None:
+        return LocatedYaml({}, {(): 1}, source)
+    plain = _PlainData(source)
+    return LocatedYaml(plain.convert(node, (), 0), plain.lines, source)
+
+
+def _compose(text: str, source: str) -> yaml.Node | None:
+    """The YAML node tree of `text` (None for an empty document); too large a text, a control
+    character and a syntax error are ConfigErrors."""
     if len(text) > MAX_YAML_BYTES:
         raise ConfigError([ConfigProblem(source, None, "", f"file too large ({len(text):,} "
                                          f"characters; the limit is {MAX_YAML_BYTES:,})")])
@@ -88,7 +98,7 @@ def parse_yaml(text: str, source: str = "<string>") -> LocatedYaml:
         raise ConfigError([ConfigProblem(source, line, "", f"invalid YAML: control character "
                                          f"U+{exc.character:04X} is not allowed")]) from None
     try:
-        node = loader.get_single_node()
+        return loader.get_single_node()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -99,64 +109,72 @@ def parse_yaml(text: str, source: str = "<string>") -> LocatedYaml:
                           ) from None
     finally:
         loader.dispose()
-    lines: dict[FieldPath, int] = {}
-    if node is None:
-        return LocatedYaml({}, {(): 1}, source)
-    constructor = yaml.SafeLoader("")
-    seen = 0
 
-    def fail(n: yaml.Node, path: FieldPath, message: str) -> ConfigError:
-        return ConfigError([ConfigProblem(source, n.start_mark.line + 1, format_path(path), message)])
 
-    def scalar(n: yaml.Node, path: FieldPath) -> Any:
+class _PlainData:
+    """Converts a composed node tree to plain data, recording the line of every path in `lines`
+    and refusing what parse_yaml refuses (counting values against MAX_NODES as it goes)."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.lines: dict[FieldPath, int] = {}
+        self.seen = 0
+        self._constructor = yaml.SafeLoader("")
+
+    def _fail(self, n: yaml.Node, path: FieldPath, message: str) -> ConfigError:
+        return ConfigError([ConfigProblem(self.source, n.start_mark.line + 1, format_path(path),
+                                          message)])
+
+    def _scalar(self, n: yaml.Node, path: FieldPath) -> Any:
         if n.tag not in _PLAIN_TAGS:
-            raise fail(n, path, f"YAML tag {n.tag!r} is not supported (plain values only)")
+            raise self._fail(n, path, f"YAML tag {n.tag!r} is not supported (plain values only)")
         try:
-            return constructor.construct_object(n, deep=True)
+            return self._constructor.construct_object(n, deep=True)
         except yaml.YAMLError as exc:
-            raise fail(n, path, f"invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+            raise self._fail(n, path, f"invalid YAML: {getattr(exc, 'problem', None) or exc}"
+                             ) from None
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
             # PyYAML's constructors fail this way on an explicit tag over text that is not of
             # that type: `!!int "abc"` (ValueError), `!!bool x` (KeyError), `!!timestamp x`
             kind = n.tag.rsplit(":", 1)[-1]
-            raise fail(n, path, f"invalid YAML: {n.value!r} is not a valid {kind} "
-                       f"(tag !!{kind})") from None
+            raise self._fail(n, path, f"invalid YAML: {n.value!r} is not a valid {kind} "
+                             f"(tag !!{kind})") from None
 
-    def convert(n: yaml.Node, path: FieldPath, depth: int) -> Any:
-        nonlocal seen
-        seen += 1
-        if seen > MAX_NODES:
-            raise fail(n, path[:1], f"more than {MAX_NODES:,} values (aliases expand to too much)")
+    def convert(self, n: yaml.Node, path: FieldPath, depth: int) -> Any:
+        self.seen += 1
+        if self.seen > MAX_NODES:
+            raise self._fail(n, path[:1], f"more than {MAX_NODES:,} values (aliases expand to too much)")
         if depth > MAX_DEPTH:
-            raise fail(n, path[:1], f"nested deeper than {MAX_DEPTH} levels (a recursive alias?)")
-        lines.setdefault(path, n.start_mark.line + 1)
+            raise self._fail(n, path[:1], f"nested deeper than {MAX_DEPTH} levels (a recursive alias?)")
+        self.lines.setdefault(path, n.start_mark.line + 1)
         if n.tag == "tag:yaml.org,2002:merge" or (isinstance(n, yaml.ScalarNode)
                                                    and n.tag.endswith(":merge")):
-            raise fail(n, path, "YAML merge keys (<<) are not supported")
+            raise self._fail(n, path, "YAML merge keys (<<) are not supported")
         if isinstance(n, yaml.MappingNode):
-            if n.tag not in _PLAIN_TAGS:
-                raise fail(n, path, f"YAML tag {n.tag!r} is not supported (plain values only)")
-            out: dict[Any, Any] = {}
-            for key_node, value_node in n.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    raise fail(key_node, path, "YAML merge keys (<<) are not supported")
-                if not isinstance(key_node, yaml.ScalarNode):
-                    raise fail(key_node, path, "a key must be a plain value, not a "
-                               + ("mapping" if isinstance(key_node, yaml.MappingNode) else "list"))
-                key = scalar(key_node, path)
-                child = (*path, key)
-                if key in out:
-                    raise fail(key_node, child, "duplicate key")
-                lines[child] = key_node.start_mark.line + 1
-                out[key] = convert(value_node, child, depth + 1)
-            return out
+            return self._mapping(n, path, depth)
         if isinstance(n, yaml.SequenceNode):
             if n.tag not in _PLAIN_TAGS:
-                raise fail(n, path, f"YAML tag {n.tag!r} is not supported (plain values only)")
-            return [convert(item, (*path, i), depth + 1) for i, item in enumerate(n.value)]
-        return scalar(n, path)
+                raise self._fail(n, path, f"YAML tag {n.tag!r} is not supported (plain values only)")
+            return [self.convert(item, (*path, i), depth + 1) for i, item in enumerate(n.value)]
+        return self._scalar(n, path)
 
-    return LocatedYaml(convert(node, (), 0), lines, source)
+    def _mapping(self, n: yaml.MappingNode, path: FieldPath, depth: int) -> dict[Any, Any]:
+        if n.tag not in _PLAIN_TAGS:
+            raise self._fail(n, path, f"YAML tag {n.tag!r} is not supported (plain values only)")
+        out: dict[Any, Any] = {}
+        for key_node, value_node in n.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise self._fail(key_node, path, "YAML merge keys (<<) are not supported")
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise self._fail(key_node, path, "a key must be a plain value, not a "
+                                 + ("mapping" if isinstance(key_node, yaml.MappingNode) else "list"))
+            key = self._scalar(key_node, path)
+            child = (*path, key)
+            if key in out:
+                raise self._fail(key_node, child, "duplicate key")
+            self.lines[child] = key_node.start_mark.line + 1
+            out[key] = self.convert(value_node, child, depth + 1)
+        return out
 
 
 def read_config_text(path: str | Path, what: str = "", limit: int = MAX_YAML_BYTES) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from testbed.profiles.paper import FIG_5_7_5_8, PAPER_TABLES, SLICING_SETUP, TABLE_5_4
 from testbed.report import plots
 from testbed.report.document import Document, Section, TableData
-from testbed.scenario.expect import evaluate_all
+from testbed.scenario.expect import Outcome, evaluate_all
 from testbed.scenario.results import run_rows
 from testbed.scenario.rundir import read_jsonl
 
@@ -36,31 +36,9 @@ def build_document(run_dir: Path) -> Document:
     plots_dir.mkdir(exist_ok=True)
     doc = Document(f"Scenario {scn['name']}")
 
-    about = Section("Run")
-    if scn.get("description"):
-        about.paragraphs.append(scn["description"].strip())
-    about.bullets += [
-        f"source `{manifest['source']}`, profile {manifest['profile']}, created {manifest['created']}",
-        f"commit `{manifest.get('commit')}`, seed {scn.get('seed')}, "
-        f"time scale {scn.get('time_scale')}, {scn.get('duration_s')} s per cell, "
-        f"{scn.get('repetitions')} repetition(s)",
-        f"host {manifest['host'].get('hostname')} ({manifest['host'].get('cpus')} CPUs, "
-        f"kernel {manifest['host'].get('kernel')}, Python {manifest['host'].get('python')})",
-        "latencies are in scenario time (wall time × time scale) and measured from send time; "
-        "'sched' latency is measured from the scheduled time and shows client lateness",
-    ]
-    if manifest.get("overrides"):
-        about.bullets.append(f"command-line overrides: {manifest['overrides']}")
-    doc.sections.append(about)
-
+    doc.sections.append(_run_section(manifest))
     if outcomes:
-        sec = Section("Expectations")
-        sec.tables.append(TableData(["check", "result", "left", "right", "why"], [
-            [f"`{o.text}`", f"**{o.verdict}**", _f(o.left, 4), _f(o.right, 4),
-             o.detail + (f"; decided by: {o.decided_by}" if o.decided_by else "")]
-            for o in outcomes]))
-        doc.sections.append(sec)
-
+        doc.sections.append(_expectations_section(outcomes))
     problems = _problems(run_dir)
     if problems:
         doc.sections.append(Section("Problems during the run", bullets=problems))
@@ -76,44 +54,13 @@ def build_document(run_dir: Path) -> Document:
     if chains:
         doc.sections.append(_chain_results(chains))
     if svc:
-        sec = Section("Results per cell")
-        sec.tables.append(TableData(
-            ["cell", "rep", "service", "requests", "errors", "SLO viol.", "mean ms", "p50 ms",
-             "p99 ms", "sched mean ms", "req/s ok", "replicas", "reward"],
-            [[r["cell"], str(r["rep"]), r["service"], str(r["requests"]), str(r["errors"]),
-              _rate(r["slo_violation_rate"]), _f(r["mean_latency_ms"]), _f(r["p50_latency_ms"]),
-              _f(r["p99_latency_ms"]), _f(r["mean_sched_latency_ms"]), _f(r["throughput_rps"], 2),
-              _f(r.get("mean_replicas"), 2), _f(r.get("reward"), 4)] for r in svc]))
-        bars = plots.service_bars(rows, plots_dir)
-        if bars:
-            sec.images.append(bars)
-        doc.sections.append(sec)
+        doc.sections.append(_service_results(svc, rows, plots_dir))
     probed = [r for r in svc if r.get("replica_probes")]
     if probed:
-        sec = Section("Replicas as they ran", paragraphs=[
-            "What the replicas reported once per scaler period: MPS share, batch size and "
-            "interference stretch (1 + InSS's term for their neighbours on the emulated GPU); "
-            "mismatches against what the cluster set and against the policy's last target."])
-        sec.tables.append(TableData(
-            ["cell", "rep", "service", "reports", "share %", "batch", "stretch", "max stretch",
-             "vs cluster", "vs target"],
-            [[r["cell"], str(r["rep"]), r["service"], str(r["replica_probes"]),
-              _f(r.get("mean_share_pct"), 1), _f(r.get("mean_batch"), 2), _f(r.get("mean_stretch"), 3),
-              _f(r.get("max_stretch"), 3), _f(r.get("config_mismatches"), 0),
-              _f(r.get("target_mismatches"), 0)] for r in probed]))
-        doc.sections.append(sec)
-
+        doc.sections.append(_replica_reports(probed))
     ip = [r for r in rows if r.get("iperf_goodput_mbit") is not None or r.get("iperf_error")]
     if ip:
-        sec = Section("Cross-traffic (iperf3)")
-        sec.tables.append(TableData(["cell", "rep", "slice", "direction", "goodput Mbit/s"], [
-            [r["cell"], str(r["rep"]), r["slice"], r["direction"],
-             _f(r.get("iperf_goodput_mbit"), 2) if not r.get("iperf_error")
-             else f"error: {r['iperf_error']}"] for r in ip]))
-        img = plots.iperf_bars(rows, plots_dir)
-        if img:
-            sec.images.append(img)
-        doc.sections.append(sec)
+        doc.sections.append(_cross_traffic(ip, rows, plots_dir))
 
     if "slicing" in scn.get("matrix", {}) and "iperf_flows" in scn.get("matrix", {}):
         doc.sections.append(_slicing_section(svc, plots_dir, rows, run_dir))
@@ -122,7 +69,87 @@ def build_document(run_dir: Path) -> Document:
     sim = _sim_section(run_dir, svc)
     if sim:
         doc.sections.append(sim)
+    over_time = _over_time(run_dir, plots_dir)
+    if over_time.images:
+        doc.sections.append(over_time)
+    return doc
 
+
+def _run_section(manifest: dict[str, Any]) -> Section:
+    scn = manifest["scenario"]
+    about = Section("Run")
+    if scn.get("description"):
+        about.paragraphs.append(scn["description"].strip())
+    about.bullets += [
+        f"source `{manifest['source']}`, profile {manifest['profile']}, created {manifest['created']}",
+        f"commit `{manifest.get('commit')}`, seed {scn.get('seed')}, "
+        f"time scale {scn.get('time_scale')}, {scn.get('duration_s')} s per cell, "
+        f"{scn.get('repetitions')} repetition(s)",
+        f"host {manifest['host'].get('hostname')} ({manifest['host'].get('cpus')} CPUs, "
+        f"kernel {manifest['host'].get('kernel')}, Python {manifest['host'].get('python')})",
+        "latencies are in scenario time (wall time × time scale) and measured from send time; "
+        "'sched' latency is measured from the scheduled time and shows client lateness",
+    ]
+    if manifest.get("overrides"):
+        about.bullets.append(f"command-line overrides: {manifest['overrides']}")
+    return about
+
+
+def _expectations_section(outcomes: list[Outcome]) -> Section:
+    sec = Section("Expectations")
+    sec.tables.append(TableData(["check", "result", "left", "right", "why"], [
+        [f"`{o.text}`", f"**{o.verdict}**", _f(o.left, 4), _f(o.right, 4),
+         o.detail + (f"; decided by: {o.decided_by}" if o.decided_by else "")]
+        for o in outcomes]))
+    return sec
+
+
+def _service_results(svc: list[dict[str, Any]], rows: list[dict[str, Any]], plots_dir: Path
+                     ) -> Section:
+    sec = Section("Results per cell")
+    sec.tables.append(TableData(
+        ["cell", "rep", "service", "requests", "errors", "SLO viol.", "mean ms", "p50 ms",
+         "p99 ms", "sched mean ms", "req/s ok", "replicas", "reward"],
+        [[r["cell"], str(r["rep"]), r["service"], str(r["requests"]), str(r["errors"]),
+          _rate(r["slo_violation_rate"]), _f(r["mean_latency_ms"]), _f(r["p50_latency_ms"]),
+          _f(r["p99_latency_ms"]), _f(r["mean_sched_latency_ms"]), _f(r["throughput_rps"], 2),
+          _f(r.get("mean_replicas"), 2), _f(r.get("reward"), 4)] for r in svc]))
+    bars = plots.service_bars(rows, plots_dir)
+    if bars:
+        sec.images.append(bars)
+    return sec
+
+
+def _replica_reports(probed: list[dict[str, Any]]) -> Section:
+    sec = Section("Replicas as they ran", paragraphs=[
+        "What the replicas reported once per scaler period: MPS share, batch size and "
+        "interference stretch (1 + InSS's term for their neighbours on the emulated GPU); "
+        "mismatches against what the cluster set and against the policy's last target."])
+    sec.tables.append(TableData(
+        ["cell", "rep", "service", "reports", "share %", "batch", "stretch", "max stretch",
+         "vs cluster", "vs target"],
+        [[r["cell"], str(r["rep"]), r["service"], str(r["replica_probes"]),
+          _f(r.get("mean_share_pct"), 1), _f(r.get("mean_batch"), 2), _f(r.get("mean_stretch"), 3),
+          _f(r.get("max_stretch"), 3), _f(r.get("config_mismatches"), 0),
+          _f(r.get("target_mismatches"), 0)] for r in probed]))
+    return sec
+
+
+def _cross_traffic(ip: list[dict[str, Any]], rows: list[dict[str, Any]], plots_dir: Path
+                   ) -> Section:
+    sec = Section("Cross-traffic (iperf3)")
+    sec.tables.append(TableData(["cell", "rep", "slice", "direction", "goodput Mbit/s"], [
+        [r["cell"], str(r["rep"]), r["slice"], r["direction"],
+         _f(r.get("iperf_goodput_mbit"), 2) if not r.get("iperf_error")
+         else f"error: {r['iperf_error']}"] for r in ip]))
+    img = plots.iperf_bars(rows, plots_dir)
+    if img:
+        sec.images.append(img)
+    return sec
+
+
+def _over_time(run_dir: Path, plots_dir: Path) -> Section:
+    """Time-series plots of each cell's first repetition (no images: nothing to show)."""
     ts = Section("Over time")
     for cell_json in sorted((run_dir / "cells").glob("*/rep-0/cell.json")):
         info = json.loads(cell_json.read_text())
@@ -135,8 +162,7 @@ def build_document(run_dir: Path) -> Document:
         ts.paragraphs.append("Ready replicas and arrivals per sample; latency (p50, p99) and "
                              "the share of requests that violated their SLO per time bucket, by "
                              "send time, in scenario time (first repetition of each cell).")
-        doc.sections.append(ts)
-    return doc
+    return ts
 
 
 def _sim_results(rows: list[dict[str, Any]]) -> Section:

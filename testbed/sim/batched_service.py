@@ -33,14 +33,8 @@ from testbed.metrics.window import WindowMetrics
 from testbed.profiles import ServiceProfile
 from testbed.profiles.paper import UNIT_PCT
 from testbed.sim.queueing import serve_fast
-from testbed.sim.service import (
-    SLO_COUNTING,
-    draw_proc_times,
-    draw_startup,
-    rate_limit_admit,
-    startup_rng,
-    window_of,
-)
+from testbed.sim.service import SLO_COUNTING, draw_proc_times, draw_startup, startup_rng
+from testbed.sim.windows import rate_limit_admit, window_of
 
 BATCH_WAIT_OF_SLO = 0.25  # a batch closes after its first request waited this fraction of the SLO
 # times (whole milliseconds held as float seconds) and summed shares (%) compare with this slack

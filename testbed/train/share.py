@@ -146,9 +146,6 @@ def train_share(
 ) -> ShareMeta:
     require_drl()
     import torch
-    from stable_baselines3 import DDPG, TD3
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.noise import NormalActionNoise
 
     torch.set_num_threads(1)
     mapper = ShareMapper(kind, profiles)
@@ -158,25 +155,7 @@ def train_share(
                  load_jitter=0.0)
         for k in (load_scales or (1.0,))
     ]
-    n_act = mapper.action_size
-    algo = DDPG if kind == "ddpg" else TD3
-    # inss: InSS Table 2's TD3 learning rate, mini-batch and exploration noise (its 256-unit layers
-    # and gamma 0.99 are not taken: 64x64 and 0.9 as ddpg, for minutes on two shared cores)
-    lr, batch, noise = (3e-4, 256, 0.1) if kind == "inss" else (1e-3, 128, 0.15)
-    model = algo(
-        "MlpPolicy",
-        env,
-        learning_rate=lr,
-        buffer_size=50_000,
-        learning_starts=500,
-        batch_size=batch,
-        gamma=0.9,
-        action_noise=NormalActionNoise(np.zeros(n_act), noise * np.ones(n_act)),
-        policy_kwargs={"net_arch": [64, 64]},
-        seed=seed,
-        device="cpu",
-        verbose=0,
-    )
+    model = _new_model(kind, env, mapper.action_size, seed)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = ShareMeta(
@@ -194,6 +173,54 @@ def train_share(
         load_scales=list(load_scales) if load_scales else None,
     )
     started = time.perf_counter()
+    callback = _keep_best(val_envs, validate_every, meta, out, started, progress)
+    model.learn(total_timesteps=steps, callback=callback, progress_bar=False)
+    if meta.best_validation_reward is None:
+        meta.best_validation_reward = float(np.mean([validate(model, v) for v in val_envs]))
+        meta.validations.append((model.num_timesteps, meta.best_validation_reward))
+        meta.steps = model.num_timesteps
+        meta.train_seconds = time.perf_counter() - started
+        save_share_model(model, out, meta)
+    update_manifest(out, meta)
+    return meta
+
+
+def _new_model(kind: str, env: ShareEnv, n_act: int, seed: int):
+    """An untrained sb3 DDPG (`ddpg`) or TD3 (`inss`) actor-critic on `env`, on the CPU."""
+    from stable_baselines3 import DDPG, TD3
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    algo = DDPG if kind == "ddpg" else TD3
+    # inss: InSS Table 2's TD3 learning rate, mini-batch and exploration noise (its 256-unit layers
+    # and gamma 0.99 are not taken: 64x64 and 0.9 as ddpg, for minutes on two shared cores)
+    lr, batch, noise = (3e-4, 256, 0.1) if kind == "inss" else (1e-3, 128, 0.15)
+    return algo(
+        "MlpPolicy",
+        env,
+        learning_rate=lr,
+        buffer_size=50_000,
+        learning_starts=500,
+        batch_size=batch,
+        gamma=0.9,
+        action_noise=NormalActionNoise(np.zeros(n_act), noise * np.ones(n_act)),
+        policy_kwargs={"net_arch": [64, 64]},
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+
+
+def _keep_best(
+    val_envs: list[ShareEnv],
+    validate_every: int,
+    meta: ShareMeta,
+    out: Path,
+    started: float,
+    progress: Callable[[int, float | None], None] | None,
+):
+    """An sb3 callback that reports progress every 100 steps and, every `validate_every`, validates
+    the actor and saves it to `out` when it beats the best so far (recorded in `meta`)."""
+    from stable_baselines3.common.callbacks import BaseCallback
 
     class Validate(BaseCallback):
         def _on_step(self) -> bool:
@@ -210,15 +237,7 @@ def train_share(
                 save_share_model(self.model, out, meta)
             return True
 
-    model.learn(total_timesteps=steps, callback=Validate(), progress_bar=False)
-    if meta.best_validation_reward is None:
-        meta.best_validation_reward = float(np.mean([validate(model, v) for v in val_envs]))
-        meta.validations.append((model.num_timesteps, meta.best_validation_reward))
-        meta.steps = model.num_timesteps
-        meta.train_seconds = time.perf_counter() - started
-        save_share_model(model, out, meta)
-    update_manifest(out, meta)
-    return meta
+    return Validate()
 
 
 def save_share_model(model, out: Path, meta: ShareMeta) -> None:

@@ -22,12 +22,10 @@ from testbed.scenario.expect import (
     PASS,
     Check,
     Term,
-    _matches,
-    _row_has,
     evaluate,
     parse,
-    skeleton_rows,
 )
+from testbed.scenario.expect_syntax import _matches, _row_has, skeleton_rows
 from testbed.scenario.load import load_scenario
 from testbed.scenario.matrix import expand
 

@@ -1,0 +1,318 @@
+"""The `expect:` language: a check's grammar, its parse tree (`Term`, `Check`) and the load-time
+checks that a scenario's checks can be read and can match its results.
+
+    slo_violation_rate[service=imgcls, slicing=on, iperf_flows=40] <= 0.01
+    mean_latency_ms[service=imgcls, slicing=off, iperf_flows=40]
+        / mean_latency_ms[service=imgcls, slicing=off, iperf_flows=10] >= 1.2
+
+A term `metric[key=value, ...]` is the mean of that metric over the result rows that match
+every selector (service, slice, rep, or any matrix key); numbers, + - * / and parentheses
+combine terms; one comparison (<, <=, >, >=, ==, !=) ends the check. The verdicts are
+testbed.scenario.expect's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from testbed.scenario.matrix import fmt_value
+from testbed.scenario.spec import Scenario
+
+# metric -> what it means; rows come from testbed.scenario.results
+METRICS = {
+    "slo_violation_rate": "violations / requests (failed, timed out or over the SLO threshold)",
+    "mean_latency_ms": "mean latency of successful requests, from send time",
+    "p50_latency_ms": "median latency of successful requests",
+    "p99_latency_ms": "99th percentile latency of successful requests",
+    "mean_sched_latency_ms": "mean latency from the scheduled time (shows coordinated omission)",
+    "throughput_rps": "successful requests per second",
+    "requests": "requests sent",
+    "errors": "requests that failed (no response, 5xx, timeout, ...)",
+    "mean_replicas": "mean ready replicas over the cell",
+    "reward": "mean reward of Eq. 3.2 over scaler periods",
+    "iperf_goodput_mbit": "iperf3 cross-traffic goodput of a slice",
+    "replica_probes": "replica reports taken (one per ready replica and scaler period, local testbed)",
+    "config_mismatches": "reports whose share, batch or interference stretch differ from what the "
+                         "cluster set (or no answer)",
+    "target_mismatches": "reports whose share or batch differ from the policy's last applied target",
+    "mean_share_pct": "mean MPS share (% of a GPU) a replica reported",
+    "mean_batch": "mean batch size a replica reported",
+    "mean_stretch": "mean interference stretch (1 + InSS's term) a replica reported",
+    "max_stretch": "largest interference stretch a replica reported",
+    "chain_violation_rate": "routed pipeline (simulator): requests late against its SLA end to end "
+                            "or dropped at any stage, over requests resolved",
+    "mean_e2e_ms": "routed pipeline: mean end-to-end latency (first arrival to last finish)",
+    "p99_e2e_ms": "routed pipeline: 99th percentile end-to-end latency",
+    "on_time_rps": "routed pipeline: requests per second completed within its SLA",
+}
+FIXED_KEYS = {"service", "slice", "rep"}
+# metrics of the rows that are not per service (testbed.scenario.results): slice rows and the
+# simulator's pipeline rows
+SLICE_METRICS = {"iperf_goodput_mbit"}
+CHAIN_METRICS = {"chain_violation_rate", "mean_e2e_ms", "p99_e2e_ms", "on_time_rps", "requests"}
+_CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+        "==": operator.eq, "!=": operator.ne}
+_TOKEN = re.compile(r"\s*(?:(?P<num>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
+                    r"|(?P<sel>\[[^\]]*\])|(?P<op><=|>=|==|!=|[<>+\-*/()]))")
+
+
+MAX_CHECK_CHARS = 2000  # one check is a line or two
+MAX_NESTING = 32  # parentheses and unary minus
+
+
+class ExpectSyntaxError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Term:
+    metric: str
+    selectors: tuple[tuple[str, str], ...]
+
+    def __str__(self) -> str:
+        sel = ", ".join(f"{k}={v}" for k, v in self.selectors)
+        return f"{self.metric}[{sel}]" if sel else self.metric
+
+
+@dataclass(frozen=True)
+class Check:
+    text: str
+    left: Any
+    op: str
+    right: Any
+
+    def terms(self) -> list[Term]:
+        out: list[Term] = []
+
+        def walk(node: Any) -> None:
+            if isinstance(node, Term):
+                out.append(node)
+            elif isinstance(node, tuple):
+                for n in node[1:]:
+                    walk(n)
+        walk(self.left)
+        walk(self.right)
+        return out
+
+
+
+def parse(text: str) -> Check:
+    if len(text) > MAX_CHECK_CHARS:
+        raise ExpectSyntaxError(f"a check is at most {MAX_CHECK_CHARS} characters, this one has "
+                                f"{len(text)}")
+    tokens = _tokenize(text)
+    pos = 0
+    depth = 0
+
+    def peek() -> tuple[str, str] | None:
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take() -> tuple[str, str]:
+        nonlocal pos
+        if pos >= len(tokens):
+            raise ExpectSyntaxError(f"unexpected end of check: {text!r}")
+        pos += 1
+        return tokens[pos - 1]
+
+    def nested(parse_inner: Any) -> Any:
+        nonlocal depth
+        depth += 1
+        if depth > MAX_NESTING:
+            raise ExpectSyntaxError(f"nested deeper than {MAX_NESTING} levels in {text[:60]!r}...")
+        try:
+            return parse_inner()
+        finally:
+            depth -= 1
+
+    def atom() -> Any:
+        kind, val = take()
+        if kind == "num":
+            return float(val)
+        if kind == "op" and val == "(":
+            node = nested(expr)
+            if take() != ("op", ")"):
+                raise ExpectSyntaxError(f"missing ')' in {text!r}")
+            return node
+        if kind == "op" and val == "-":
+            return ("neg", nested(atom))
+        if kind == "name":
+            sels: tuple[tuple[str, str], ...] = ()
+            if peek() and peek()[0] == "sel":
+                sels = _selectors(take()[1], text)
+            return Term(val, sels)
+        raise ExpectSyntaxError(f"unexpected {val!r} in {text!r}")
+
+    def product() -> Any:
+        node = atom()
+        while peek() in (("op", "*"), ("op", "/")):
+            node = (take()[1], node, atom())
+        return node
+
+    def expr() -> Any:
+        node = product()
+        while peek() in (("op", "+"), ("op", "-")):
+            node = (take()[1], node, product())
+        return node
+
+    left = expr()
+    nxt = peek()
+    if not nxt or nxt[1] not in _CMP:
+        raise ExpectSyntaxError(f"a check needs one comparison (<, <=, >, >=, ==, !=): {text!r}")
+    op = take()[1]
+    right = expr()
+    if peek() is not None:
+        raise ExpectSyntaxError(f"unexpected {peek()[1]!r} after the comparison in {text!r}")
+    return Check(text, left, op, right)
+
+
+def _tokenize(text: str) -> list[tuple[str, str]]:
+    out = []
+    pos = 0
+    text = text.rstrip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise ExpectSyntaxError(f"cannot read {text[pos:]!r} in {text!r}")
+        kind = m.lastgroup
+        out.append((kind, m.group(kind)))
+        pos = m.end()
+    return out
+
+
+def _selectors(raw: str, text: str) -> tuple[tuple[str, str], ...]:
+    body = raw[1:-1].strip()
+    if not body:
+        return ()
+    out = []
+    for part in body.split(","):
+        if "=" not in part:
+            raise ExpectSyntaxError(f"selector {part.strip()!r} needs key=value in {text!r}")
+        k, v = (x.strip() for x in part.split("=", 1))
+        out.append((k, v))
+    return tuple(out)
+
+
+def check_expectations(scn: Scenario, slices: list[str] | None = None) -> list[tuple[tuple, str]]:
+    """Syntax, metrics, selector keys and values (a service, slice, repetition or matrix value
+    that no row can have), and division by a constant zero."""
+    problems = []
+    keys = FIXED_KEYS | set(scn.matrix)
+    values: dict[str, set[str]] = {k: {_norm(v) for v in vs} for k, vs in scn.matrix.items()}
+    values.setdefault("service", {_norm(s.name) for s in scn.services})
+    values["rep"] = {_norm(r) for r in range(scn.repetitions)}
+    if slices is not None:
+        values["slice"] = {_norm(s) for s in slices}
+    for i, text in enumerate(scn.expect):
+        try:
+            check = parse(text)
+        except ExpectSyntaxError as exc:
+            problems.append((("expect", i), str(exc)))
+            continue
+        for term in check.terms():
+            if term.metric not in METRICS:
+                problems.append((("expect", i), f"unknown metric {term.metric!r} "
+                                 f"(metrics: {', '.join(METRICS)})"))
+            for k, v in term.selectors:
+                if k not in keys:
+                    problems.append((("expect", i), f"unknown selector {k!r} in {term} "
+                                     f"(keys: {', '.join(sorted(keys))})"))
+                elif k in values and _norm(v) not in values[k]:
+                    problems.append((("expect", i), f"{k}={v} in {term} matches no result "
+                                     f"({k}: {', '.join(sorted(values[k]))})"))
+        for side in (check.left, check.right):
+            zero = _constant_zero_divisor(side)
+            if zero is not None:
+                problems.append((("expect", i), f"division by zero: the divisor {zero} is always 0"))
+    return problems
+
+
+def _constant(node: Any) -> float | None:
+    """The value of a subexpression without terms, else None."""
+    if isinstance(node, float):
+        return node
+    if isinstance(node, Term):
+        return None
+    if node[0] == "neg":
+        v = _constant(node[1])
+        return None if v is None else -v
+    a, b = _constant(node[1]), _constant(node[2])
+    if a is None or b is None or (node[0] == "/" and b == 0):
+        return None
+    return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else 0.0}[node[0]]
+
+
+def _constant_zero_divisor(node: Any) -> str | None:
+    if isinstance(node, float | Term):
+        return None
+    if node[0] == "neg":
+        return _constant_zero_divisor(node[1])
+    if node[0] == "/" and _constant(node[2]) == 0:
+        return _show(node[2])
+    return _constant_zero_divisor(node[1]) or _constant_zero_divisor(node[2])
+
+
+def _show(node: Any) -> str:
+    if isinstance(node, float):
+        return f"{node:g}"
+    if isinstance(node, Term):
+        return str(node)
+    if node[0] == "neg":
+        return f"-{_show(node[1])}"
+    return f"({_show(node[1])} {node[0]} {_show(node[2])})"
+
+
+def skeleton_rows(cells: list[Any], repetitions: int, engine: str) -> list[dict[str, Any]]:
+    """The keys of every result row a run of these matrix cells (testbed.scenario.matrix.Cell)
+    will have, without values: what a selector can match."""
+    rows = []
+    for cell, rep in itertools.product(cells, range(repetitions)):
+        base = {k: v for k, v in cell.params.items() if k not in ("service", "slice")}
+        base["rep"] = rep
+        rows += [{**base, "service": s.name, "_kind": "service"} for s in cell.scenario.services]
+        if engine == "sim":
+            rows += [{**base, "pipeline": "->".join(p.services), "_kind": "chain"}
+                     for p in cell.scenario.pipelines]
+        else:
+            rows += [{**base, "slice": c.slice, "_kind": "slice"} for c in cell.scenario.cross_traffic]
+    return rows
+
+
+def _row_has(row: dict[str, Any], metric: str) -> bool:
+    kind = row["_kind"]
+    if metric in SLICE_METRICS:
+        return kind == "slice"
+    if kind == "chain":
+        return metric in CHAIN_METRICS
+    return kind == "service" and metric not in CHAIN_METRICS - {"requests"}
+
+
+def check_selectors_match(scn: Scenario, cells: list[Any]) -> list[tuple[tuple, str]]:
+    """A term whose selectors match no row any cell of the matrix will have (a combination of
+    valid values that never occurs together, a slice metric asked of a service, ...)."""
+    skeleton = skeleton_rows(cells, scn.repetitions, scn.engine)
+    problems = []
+    for i, text in enumerate(scn.expect):
+        for term in parse(text).terms():
+            if not any(_row_has(r, term.metric) and _matches(r, term.selectors) for r in skeleton):
+                problems.append((("expect", i), f"{term} matches no cell of the matrix (cells: "
+                                 + "; ".join(c.label for c in cells) + ")"))
+    return problems
+
+
+def _matches(row: dict[str, Any], selectors: tuple[tuple[str, str], ...]) -> bool:
+    return all(k in row and _norm(row[k]) == _norm(v) for k, v in selectors)
+
+
+def _norm(v: Any) -> str:
+    s = fmt_value(v) if isinstance(v, bool) else str(v)
+    s = s.strip().lower()
+    s = {"true": "on", "false": "off", "yes": "on", "no": "off"}.get(s, s)
+    try:
+        f = float(s)
+        return repr(f)
+    except ValueError:
+        return s

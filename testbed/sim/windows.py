@@ -1,0 +1,113 @@
+"""Fixed time windows over whole-millisecond times: which window a time falls in, and which arrivals
+a per-instance rate limit over such windows admits (the published simulator's token refill).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from testbed.sim.queueing import group_order
+
+_EPS = 1e-9  # times are whole milliseconds held as float seconds: edges compare with this slack
+
+
+def window_of(t: np.ndarray, t0: float, step: float) -> np.ndarray:
+    """Index of the window [t0 + k·step, t0 + (k+1)·step) holding each time."""
+    return np.floor((t - t0) / step + _EPS).astype(np.int64)
+
+
+def rate_limit_admit(
+    a: np.ndarray,
+    who: np.ndarray,
+    limit: float,
+    window: float,
+    used: list[np.ndarray],
+    cost: np.ndarray | None = None,
+) -> np.ndarray:
+    """Which of these arrivals (sorted; `who`: the instance each goes to) a per-instance rate limit
+    admits: at most `limit` per instance in each fixed window [k·w, (k+1)·w), in arrival order.
+    `used` (sorted group keys, admitted so far) carries each (instance, window)'s count from call
+    to call. With `cost` (one per arrival) an arrival takes that many tokens instead of one, and
+    is admitted while the window's tokens asked for so far, its own included, stay within `limit`.
+
+    The windows are fixed, as the published simulator refills every token at once
+    (simpy_env.py:63-67). Unlike it (:127-134), the limit is applied before the queue check, so a
+    request the full queue would drop still takes a token; both bind at once only in deep
+    overload (a rate-limited instance's queue stays short)."""
+    n = len(a)
+    bucket = np.floor(a / window + _EPS).astype(np.int64)
+    key = who.astype(np.int64) * (1 << 40) + bucket
+    # by group, arrival order within one: arrivals are sorted, so within an instance the windows
+    # already ascend and a stable sort on the instance alone orders the keys
+    single = n == 0 or who.min() == who.max()
+    order = None if single else group_order(who, int(who.max()) + 1)
+    k_sorted = key if order is None else key[order]
+    new_group = np.ones(n, dtype=bool)
+    new_group[1:] = k_sorted[1:] != k_sorted[:-1]
+    starts = np.flatnonzero(new_group)
+    sizes = np.diff(np.append(starts, n))
+    rank = np.arange(n) - np.repeat(starts, sizes)
+    groups = k_sorted[starts]
+    old_keys, old_counts = used
+    prior = np.zeros(len(groups), dtype=np.int64 if cost is None else np.float64)
+    if len(old_keys):
+        at = np.minimum(np.searchsorted(old_keys, groups), len(old_keys) - 1)
+        hit = old_keys[at] == groups
+        prior[hit] = old_counts[at[hit]]
+        keep = np.ones(len(old_keys), dtype=bool)  # groups seen again are re-added below
+        keep[at[hit]] = False
+        old_keys, old_counts = old_keys[keep], old_counts[keep]
+    if cost is None:
+        ok_sorted = rank + np.repeat(prior, sizes) < limit
+        spent = np.minimum(limit, prior + sizes)
+    else:
+        c_sorted = cost if order is None else cost[order]
+        within = np.cumsum(c_sorted) - np.repeat(np.cumsum(c_sorted)[starts] - c_sorted[starts], sizes)
+        ok_sorted = np.repeat(prior, sizes) + within <= limit + 1e-9
+        spent = np.minimum(limit, prior + np.add.reduceat(c_sorted, starts))
+    keys = np.concatenate((old_keys, groups))
+    counts = np.concatenate((old_counts.astype(spent.dtype), spent))
+    by_key = np.argsort(keys)
+    used[0], used[1] = keys[by_key], counts[by_key]
+    if order is None:
+        return ok_sorted
+    ok = np.empty(n, dtype=bool)
+    ok[order] = ok_sorted
+    return ok
+
+
+def round_robin_admit(
+    a: np.ndarray,
+    targets: list[int],
+    rr: int,
+    limit: int,
+    window: float,
+    last: dict[int, tuple[int, int]],
+) -> np.ndarray:
+    """`rate_limit_admit` (no cost) for arrivals dealt round-robin, arrival j (sorted) to instance
+    targets[(rr + j) % m], without its sort: laid out m to a row, each column holds one instance's
+    arrivals in order, so a running max down the columns finds where each (instance, window) run
+    starts. `last` (instance -> (window, admitted in it)) carries counts from call to call; it
+    keeps only each instance's latest window, the only one a later (sorted) arrival can fall in."""
+    n, m = len(a), len(targets)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    rows = -(-n // m)
+    grid = np.full(rows * m, -1, dtype=np.int64)  # -1 pads the last row: a window of no arrival
+    grid[:n] = np.floor(a / window + _EPS).astype(np.int64)
+    b = grid.reshape(rows, m)
+    row = np.arange(rows)[:, None]
+    new = np.ones((rows, m), dtype=bool)
+    new[1:] = b[1:] != b[:-1]
+    start = np.maximum.accumulate(np.where(new, row, 0), axis=0)  # row where each run starts
+    owner = [targets[(rr + c) % m] for c in range(m)]
+    prior = np.zeros(m, dtype=np.int64)  # admitted earlier in each column's first window
+    for c, k in enumerate(owner):
+        if k in last and last[k][0] == b[0, c]:
+            prior[c] = last[k][1]
+    ok = (row - start + np.where(start == 0, prior, 0) < limit).reshape(-1)[:n]
+    for c in range(min(m, n)):
+        r = (n - 1 - c) // m  # the column's last arrival
+        run = r - int(start[r, c]) + 1
+        last[owner[c]] = (int(b[r, c]), min(limit, run + (int(prior[c]) if start[r, c] == 0 else 0)))
+    return ok
