@@ -54,7 +54,10 @@ def main() -> int:
         cases = [("python3 -c pass", [sys.executable, "-c", "pass"])]
         cases += [(f"python3 -m testbed {a[0]}", [sys.executable, "-m", "testbed", *a]) for a in COMMANDS]
         script = shutil.which("testbed")
-        if script is not None:
+        broken = script is not None and subprocess.run(
+            [script, "--help"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            check=False).returncode != 0
+        if script is not None and not broken:
             cases += [(f"testbed {a[0]} (installed script)", [script, *a]) for a in COMMANDS]
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
               f"({os.cpu_count()} CPUs), {args.runs} runs each")
@@ -72,6 +75,10 @@ def main() -> int:
                   f"{statistics.median(cpus[label]) * 1000:>13.0f}")
         if script is None:
             print("(no `testbed` script on PATH: only `python3 -m testbed` measured)")
+        elif broken:
+            # timing a script that dies on import would print an import error's speed
+            print(f"(the `testbed` script on PATH, {script}, fails `--help` (an install of another "
+                  "checkout?): only `python3 -m testbed` measured)")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
