@@ -18,24 +18,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from testbed.metrics.collector import ServiceCollector
 from testbed.metrics.exposition import BalancerMetrics
 from testbed.metrics.mesh import MeshMetrics, Workload
+from testbed.metrics.meter import HOP_BY_HOP
 from testbed.metrics.window import WindowMetrics
 from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
 
 log = logging.getLogger(__name__)
-
-_HOP_BY_HOP = {
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailers",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-}
-
 
 MESH_NAMESPACE = "local"  # the `namespace` label of the local replicas' mesh-shaped series
 
@@ -150,7 +137,7 @@ class ServiceBalancer:
         except ConnectionError:  # the client left while sending its request
             self._lost("while sending the request")
             return web.Response(status=499)  # never sent: the connection is gone
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         status, reason = 0, ""
         served_by = ""  # the replica that answered; none for "no replica" (the mesh's pod label)
         response: web.StreamResponse
@@ -180,7 +167,7 @@ class ServiceBalancer:
                 ) as up:
                     data = await up.read()
                     status = up.status
-                    out_headers = {k: v for k, v in up.headers.items() if k.lower() not in _HOP_BY_HOP}
+                    out_headers = {k: v for k, v in up.headers.items() if k.lower() not in HOP_BY_HOP}
                     response = web.Response(body=data, status=status, headers=out_headers)
                 reason = "" if status < 400 else ("dropped" if status == 503 else f"http_{status // 100}xx")
                 break

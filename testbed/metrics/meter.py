@@ -68,8 +68,9 @@ class BusyMeter:
         return self._busy_s
 
 
-_HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-               "trailers", "transfer-encoding", "upgrade", "host", "content-length"}
+# headers that belong to one connection, not to the request: a proxy drops them both ways
+HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+              "trailers", "transfer-encoding", "upgrade", "host", "content-length"}
 
 
 class _BusyCollector(Collector):
@@ -118,14 +119,14 @@ class Meter:
     async def _proxy(self, request: web.Request) -> web.Response:
         assert self._session is not None
         body = await request.read()
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         self.busy.started()
         try:
             async with self._session.request(
                     request.method, self.upstream + request.rel_url.raw_path_qs, data=body or None,
                     headers=headers, timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as up:
                 data = await up.read()
-                out = {k: v for k, v in up.headers.items() if k.lower() not in _HOP_BY_HOP}
+                out = {k: v for k, v in up.headers.items() if k.lower() not in HOP_BY_HOP}
                 return web.Response(body=data, status=up.status, headers=out)
         except (aiohttp.ClientError, TimeoutError, asyncio.TimeoutError) as exc:
             return web.json_response({"error": f"upstream: {type(exc).__name__}"}, status=502)
