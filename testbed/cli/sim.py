@@ -11,12 +11,19 @@ import typer
 from rich.table import Table
 
 from testbed.cli import TracesOpt, app, checks, console
+from testbed.cli.sim_inputs import (
+    RATE_LIMIT_HELP,
+    chosen_services,
+    drl_policies,
+    model_for,
+    sim_profiles,
+    test_traces,
+)
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.paths import MODELS_DIR
 from testbed.profiles import paper
 
 if TYPE_CHECKING:
-    from rich.progress import Progress
 
     from testbed.cluster.base import ServiceTarget
     from testbed.profiles import ServiceProfile
@@ -30,96 +37,6 @@ sim_app = typer.Typer(
     help="The fast simulator: evaluate policies, reproduce Tables 5.1-5.3.", no_args_is_help=True
 )
 app.add_typer(sim_app, name="sim")
-
-
-def _services(service: str) -> list[str]:
-    chosen = list(paper.SERVICES) if service == "all" else [s.strip() for s in service.split(",")]
-    unknown = [s for s in chosen if s not in paper.SERVICES]
-    if unknown:
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    "--service",
-                    None,
-                    "service",
-                    f"unknown {', '.join(unknown)}; known: {', '.join(paper.SERVICES)}, all",
-                )
-            ]
-        )
-    return chosen
-
-
-RATE_LIMIT_HELP = (
-    "profile: the per-instance rate limits of the profiles (the dissertation's published "
-    "simulator's, not in its text; they explain Table 5.2's figures); none: no rate limit."
-)
-
-
-def _profiles(rate_limit: str, services: list[str]) -> dict[str, ServiceProfile]:
-    from testbed.profiles import default_profiles  # pydantic models: not for `--help`
-
-    if rate_limit not in ("profile", "none"):
-        raise ConfigError(
-            [ConfigProblem("--rate-limit", None, "rate_limit", f"{rate_limit!r}; use profile or none")]
-        )
-    if rate_limit == "none":
-        return {s: default_profiles()[s].replace(rate_limit=None) for s in services}
-    return {s: default_profiles()[s] for s in services}
-
-
-def _test_traces(traces: Path, services: list[str]):
-    """The test day for `services`, or one line naming the missing file and where traces are."""
-    from testbed.train.evaluate import test_day_traces  # numpy and the simulator: not for `--help`
-
-    for s in services:
-        path = traces / "test" / f"day7-shift{paper.TEST_SHIFT_HOURS[s]}h.txt"
-        if not path.is_file():
-            raise ConfigError(
-                [
-                    ConfigProblem(
-                        str(path),
-                        None,
-                        "",
-                        "no such trace file: pass --traces DIR, a folder with test/, train/ and "
-                        "val/ (the paper's traces are in the team's shared folder, ../shared/traces)",
-                    )
-                ]
-            )
-    return test_day_traces(traces, services)
-
-
-def _drl_policies(models: Path, services: list[str]) -> dict:
-    """One loaded agent per service from `models` (a directory of SERVICE.zip or, for one service,
-    a file); a missing or mismatched model is one ConfigError line naming it."""
-    from testbed.scaler.ppo import MaskablePpoPolicy  # numpy (sb3 on load): only where an agent is loaded
-
-    if not models.exists() and models.suffix != ".zip":
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    str(models),
-                    None,
-                    "",
-                    "no such model directory: the agents ship in the repository's models/; "
-                    "train one with `testbed train SERVICE --traces ../shared/traces`",
-                )
-            ]
-        )
-    return {s: MaskablePpoPolicy.load(_model_for(str(models), s), s) for s in services}
-
-
-def _progress() -> Progress:
-    # rich's progress bar (and its live display): only for the commands that show one
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
 
 
 @sim_app.command("eval")
@@ -154,20 +71,20 @@ def sim_eval(
     from testbed.train.evaluate import evaluate
     from testbed.train.oracle import shared_pool_oracles
 
-    chosen = _services(service)
+    chosen = chosen_services(service)
     checks.number("--ratio", ratio, ge=0, le=1e6)
     checks.number("--load", load, ge=0, le=1e6)
     if not 1 <= units <= 100_000:
         raise checks.bad("--units", f"must be 1-100000, got {units}")
-    profiles = _profiles(rate_limit, chosen)
-    tr = {s: load_trace(trace) for s in chosen} if trace else _test_traces(traces, chosen)
+    profiles = sim_profiles(rate_limit, chosen)
+    tr = {s: load_trace(trace) for s in chosen} if trace else test_traces(traces, chosen)
     ratios = {s: ratio if ratio is not None else paper.DEFAULT_RATIOS[s] * load for s in chosen}
     _bound_requests(tr, ratios)
     if policy == "ppo":
-        policies = _drl_policies(Path(model) if model else MODELS_DIR, chosen)
+        policies = drl_policies(Path(model) if model else MODELS_DIR, chosen)
     else:
         policies = {
-            s: make_policy(policy, s, total_units=units, seed=seed, model=_model_for(model, s))
+            s: make_policy(policy, s, total_units=units, seed=seed, model=model_for(model, s))
             for s in chosen
         }
     results = evaluate(policies, tr, ratios, total_units=units, seed=seed, profiles=profiles)
@@ -228,12 +145,6 @@ def _bound_requests(traces: dict, ratios: dict[str, float]) -> None:
                 f"the simulator takes at most {MAX_SIM_REQUESTS:,} per service")])
 
 
-def _model_for(model: str | None, service: str) -> str | None:
-    if model and Path(model).is_dir():
-        return str(Path(model) / f"{service}.zip")
-    return model
-
-
 @sim_app.command("tables")
 def sim_tables(
     models: Path = typer.Option(
@@ -265,11 +176,11 @@ def sim_tables(
                 [ConfigProblem("--table", None, "table", f"unknown {key!r}; use {', '.join(known)}")]
             )
     services = list(paper.SERVICES)
-    tr = _test_traces(traces, services)
-    profiles = _profiles(rate_limit, services)
+    tr = test_traces(traces, services)
+    profiles = sim_profiles(rate_limit, services)
     runs: dict[str, dict] = {"rule_v2": {s: RuleV2.for_service(s) for s in services}}
     if drl:
-        runs = {"drl": _drl_policies(models, services), **runs}
+        runs = {"drl": drl_policies(models, services), **runs}
     verdicts = [
         _sim_table(key, runs, tr, profiles, seed=seed, with_oracle=with_oracle, as_json=as_json)
         for key in table
@@ -463,7 +374,7 @@ def _layout_targets(layout: Path) -> tuple[dict[str, ServiceTarget], int]:
     spec_layout = load_layout(layout)
     unknown = [s for s in spec_layout.services if s not in paper.SERVICES]
     if unknown:
-        _services(",".join(unknown))
+        chosen_services(",".join(unknown))
     initial = {
         s: ServiceTarget(v.replicas, v.share_pct, v.batch, tuple(v.gpus) if v.gpus is not None else None)
         for s, v in spec_layout.services.items()

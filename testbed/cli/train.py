@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from testbed.cli import TracesOpt, app, checks, console
-from testbed.cli.sim import _progress, _services
+from testbed.cli.sim_inputs import chosen_services, progress_bar
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles import paper
 
@@ -156,7 +156,7 @@ def train_cmd(
 
     if service is None:
         raise ConfigError([ConfigProblem("SERVICE", None, "service", "ppo trains one service: name it")])
-    (svc,) = _services(service)
+    (svc,) = chosen_services(service)
     config = TrainConfig(
         svc, steps=steps or paper.MAX_TRAIN_STEPS, seed=seed, tensorboard=tensorboard,
         stop_at=stop_at, scales=_scales(scales), init_from=init_from, loads=_loads(loads),
@@ -183,7 +183,7 @@ def _train_ppo(config: TrainConfig, train_tr: list[Trace], val_tr: list[Trace], 
     from testbed.train.ppo import curve_paths, train
 
     svc = config.service
-    with _progress() as bar:
+    with progress_bar() as bar:
         task = bar.add_task(f"training {svc}", total=config.steps)
         meta = train(
             config, train_tr, val_tr, out,
@@ -269,7 +269,7 @@ def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus, load_scales=N
 
     out = out or Path("models") / f"{policy}.zip"
     command = "testbed " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    with _progress() as bar:
+    with progress_bar() as bar:
         task = bar.add_task(f"training {policy}", total=steps)
         meta = train_share(
             policy,
@@ -318,14 +318,14 @@ def tune_cmd(
     from testbed.scenario.rundir import new_run_dir
     from testbed.train.tune import tune
 
-    (svc,) = _services(service)
+    (svc,) = chosen_services(service)
     if trials < 1:
         raise checks.bad("--trials", f"must be >= 1, got {trials}")
     trace = load_trace(traces / "val" / "day6.txt")
     checks.writable_dir("--out", out)
     run_dir = new_run_dir(out, f"tune-{svc}")
     storage = storage or str(run_dir / "study.log")
-    with _progress() as bar:
+    with progress_bar() as bar:
         task = bar.add_task(f"tuning {svc} rule {rule}", total=trials)
         result = tune(svc, trace, rule=rule, trials=trials, seed=seed, storage=storage,
                       study_name=study, progress=lambda n, _v: bar.update(task, completed=n))
