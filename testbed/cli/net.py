@@ -416,16 +416,15 @@ def demo(
     for slicing in (True, False):
         spec = base.model_copy(update={"link": base.link.model_copy(update={"slicing": slicing})})
         label = "sliced" if slicing else "no slicing"
-        with console.status(f"{label}: 1 flow in {guaranteed.name!r} vs {flows} in "
-                            f"{besteffort.name!r} for {duration:g} s…"), LocalTestbed(spec) as tb:
-            a = IperfSession.start(tb.topology, guaranteed.name, flows=1, duration=duration, omit=1)
-            b = IperfSession.start(tb.topology, besteffort.name, flows=flows, duration=duration,
-                                   omit=1)
-            try:
-                ra, rb = a.wait(), b.wait()
-            finally:
-                a.stop()
-                b.stop()
+        status = console.status(f"{label}: 1 flow in {guaranteed.name!r} vs {flows} in "
+                                f"{besteffort.name!r} for {duration:g} s…")
+        # each session is stopped on the way out, the first too when the second fails to start
+        with (status, LocalTestbed(spec) as tb,
+              IperfSession.start(tb.topology, guaranteed.name, flows=1, duration=duration,
+                                 omit=1) as a,
+              IperfSession.start(tb.topology, besteffort.name, flows=flows, duration=duration,
+                                 omit=1) as b):
+            ra, rb = a.wait(), b.wait()
         rows.append((label, ra, rb))
     table = Table("shaping", f"{guaranteed.name} goodput", f"{guaranteed.name} RTT ms",
                   f"{besteffort.name} goodput ({flows} flows)", "link",

@@ -131,10 +131,12 @@ class LocalProfile:
             total_units=scn.total_units, time_scale=scn.time_scale,
             host=str(tb.topology.dn_addr), log_dir=runner.dir.logs, seed=scn.seed + runner.rep,
             on_event=on_event, interference=scn.interference)
-        async with cluster:
+        # the traffic's clients and iperf3 sessions stop on the way out, whatever happened (the
+        # cell stops them itself when it ends normally; stopping twice is a no-op)
+        async with cluster, LocalTraffic(tb.topology, runner.dir.logs) as traffic:
             backends = CellBackends(
                 cluster=cluster, metrics=BalancerMetrics(cluster.lb),
-                traffic=LocalTraffic(tb.topology, runner.dir.logs),
+                traffic=traffic,
                 wait_ready=lambda timeout_s: cluster.wait_ready(timeout_s=timeout_s),
                 clock=Clock(), probe=cluster.probe)
             if scn.metrics == "prometheus":
