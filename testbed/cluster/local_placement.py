@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Iterator
 
 from testbed.cluster.local_replicas import ReplicaTable
+from testbed.cluster.placement import first_fit
 from testbed.profiles import ServiceProfile
 
 
@@ -38,7 +39,7 @@ class GpuPlacement:
         free = self.gpu_free_pct()
         n = 0
         for _ in range(max(count, 0)):
-            g = next((k for k, f in enumerate(free) if f + 1e-9 >= share), None)
+            g = first_fit(free, share)
             if g is None:
                 break
             free[g] -= share
@@ -60,6 +61,7 @@ class GpuPlacement:
         prefer = self._prefer.get(service)
         wanted = prefer.pop(0) if prefer else None
         free = self.gpu_free_pct()
-        if wanted is not None and 0 <= wanted < len(free) and free[wanted] + 1e-9 >= share:
+        if wanted is not None and 0 <= wanted < len(free) and first_fit(free, share, [wanted]) is not None:
             return wanted
-        return next((k for k, f in enumerate(free) if f + 1e-9 >= share), 0)
+        gpu = first_fit(free, share)
+        return 0 if gpu is None else gpu

@@ -1,14 +1,15 @@
 """Where the simulator puts new instances of a share: on the GPUs a policy names, else first fit.
 
-`testbed.cluster.local` places its replicas by a rule of its own (a wanted GPU that is full falls
-back to the first that fits there; here the instance is not placed): see `place`.
+The fit rule is the local cluster's (`testbed.cluster.placement.first_fit`); what differs is the
+fallback: `testbed.cluster.local` puts a replica whose wanted GPU is full on the first that fits,
+here the instance is not placed (see `place`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from testbed.sim.batched_service import EPS
+from testbed.cluster.placement import first_fit
 
 
 def place(free: list[float], share: float, count: int, wanted: Sequence[int] | None) -> list[int]:
@@ -17,8 +18,7 @@ def place(free: list[float], share: float, count: int, wanted: Sequence[int] | N
     GPU it fits on. Returns the GPU of each instance placed, in order."""
     placed: list[int] = []
     for k in range(max(count, 0)):
-        options = [wanted[k]] if wanted is not None else range(len(free))
-        gpu = next((g for g in options if free[g] + EPS >= share), None)
+        gpu = first_fit(free, share, [wanted[k]] if wanted is not None else None)
         if gpu is None:
             continue
         free[gpu] -= share
