@@ -84,6 +84,11 @@ class LinkSpec(Strict):
     # plain FIFO) or "head" (the oldest, as fq_codel: the sender learns of the loss from the
     # packets behind it within a round trip instead of a timeout)
     flow_queue_drop: Literal["tail", "head"] = "tail"
+    # the limit of each flow queue in bytes instead of packets (a bfifo): at a flow's share of the
+    # link a byte limit is a bound on the time a packet waits, which is what CoDel keeps short,
+    # so a bulk upload's full-size packets overflow it while a stream of 66-byte ACKs never does
+    # (docs/slicing.md). Tail drop only: this kernel has no head-dropping byte FIFO.
+    flow_queue_bytes: int | None = Field(None, ge=1514, le=100_000_000)
     slicing: bool = True
 
     @field_validator("flow_queues")
@@ -93,7 +98,7 @@ class LinkSpec(Strict):
             raise ValueError(f"flow_queues must be 0 or a power of two up to 256, got {value}")
         return value
 
-    @field_validator("flow_queue_packets", "flow_queue_drop")
+    @field_validator("flow_queue_packets", "flow_queue_drop", "flow_queue_bytes")
     @classmethod
     def _needs_flow_queues(cls, value: object, info: ValidationInfo) -> object:
         # None and "tail" are the defaults, which a dumped spec repeats; flow_queues absent from
@@ -101,6 +106,17 @@ class LinkSpec(Strict):
         if value not in (None, "tail") and info.data.get("flow_queues") == 0:
             raise ValueError(f"{info.field_name} sets each flow queue and needs flow_queues > 0; "
                              "without them each class has one FIFO of queue_packets")
+        return value
+
+    @field_validator("flow_queue_bytes")
+    @classmethod
+    def _one_limit(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("flow_queue_packets") is not None:
+            raise ValueError("set flow_queue_bytes or flow_queue_packets, not both: a flow queue "
+                             "has one limit")
+        if value is not None and info.data.get("flow_queue_drop") == "head":
+            raise ValueError("flow_queue_bytes drops at the tail only (no head-dropping byte "
+                             "FIFO in this kernel); use flow_queue_packets with head drop")
         return value
 
     @property

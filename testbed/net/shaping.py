@@ -113,8 +113,7 @@ class Shaper:
                          "htb", "rate", _kbit(c.rate_mbit / n), "ceil", _kbit(c.ceil_mbit),
                          "quantum", str(QUANTUM)])
             cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", child, "handle",
-                         f"{minor:x}:", FLOW_QUEUE_QDISC[self.link.flow_queue_drop], "limit",
-                         str(self.link.flow_queue_limit)])
+                         f"{minor:x}:", *self._flow_queue_leaf()])
             cmds.append(["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio", "1",
                          "protocol", "ip", "u32", "ht", f"{table}{i:x}:", "match", "u32", "0",
                          "0", "flowid", child])
@@ -122,6 +121,11 @@ class Shaper:
                      "protocol", "ip", "u32", "match", "u32", "0", "0", "hashkey", "mask", mask,
                      "at", "20", "link", table])
         return cmds
+
+    def _flow_queue_leaf(self) -> list[str]:
+        if self.link.flow_queue_bytes is not None:
+            return ["bfifo", "limit", str(self.link.flow_queue_bytes)]
+        return [FLOW_QUEUE_QDISC[self.link.flow_queue_drop], "limit", str(self.link.flow_queue_limit)]
 
     def batch(self) -> str:
         """The same commands as one `tc -batch` script (hundreds of classes with flow queues)."""

@@ -37,6 +37,7 @@ class Setup:
     downlink_mbit: float | None = None
     flow_queues: int = 0  # 0: one FIFO per class; N: per-flow round robin over N hashed queues
     flow_queue_drop: str = "tail"  # which end of a full flow queue drops (link.flow_queue_drop)
+    flow_queue_bytes: int | None = None  # each flow queue a byte FIFO of this many (in place of packets)
     note: str = ""
 
     def describe(self) -> str:
@@ -44,12 +45,17 @@ class Setup:
         down = self.downlink_mbit or 100
         fq = (f"{self.flow_queues} {self.flow_queue_drop}-drop flow queues of "
               if self.flow_queues else "one FIFO of ")
-        return (f"iperf3 {'+'.join(self.directions)}, {fq}{self.queue_packets} packets, "
+        depth = (f"{self.flow_queue_bytes} bytes" if self.flow_queue_bytes
+                 else f"{self.queue_packets} packets")
+        return (f"iperf3 {'+'.join(self.directions)}, {fq}{depth}, "
                 f"uplink {up:g} / downlink {down:g} Mbit/s. {self.note}").strip()
 
     def link(self) -> dict[str, Any]:
         depth = "flow_queue_packets" if self.flow_queues else "queue_packets"
         link: dict[str, Any] = {"capacity_mbit": 100, depth: self.queue_packets}
+        if self.flow_queue_bytes is not None:
+            del link["flow_queue_packets"]
+            link["flow_queue_bytes"] = self.flow_queue_bytes
         if self.uplink_mbit is not None:
             link["uplink_mbit"] = self.uplink_mbit
         if self.downlink_mbit is not None:
@@ -86,6 +92,9 @@ SETUPS: dict[str, Setup] = {
                             note="shallower flow queues dropping their oldest packet (fq_codel)"),
     "up-fq-q10-head": Setup(("uplink",), 10, flow_queues=256, flow_queue_drop="head",
                             note="shallower flow queues dropping their oldest packet (fq_codel)"),
+    "up-fq-b30k": Setup(("uplink",), 100, flow_queues=256, flow_queue_bytes=30_000,
+                        note="flow queues of 30,000 bytes (20 full packets): a bound on the wait "
+                             "at a flow's share, as CoDel's; ACK streams keep a deep queue"),
     "down-q100": Setup(("downlink",), 100, note="iperf3 -R only"),
 }
 

@@ -110,6 +110,33 @@ def test_flow_queue_packets_drops_a_burst_over_it(tb_name, depth, drop, dropped)
     _assert_nothing_left(tb_name)
 
 
+@pytest.mark.parametrize("payload, dropped", [(1200, True), (20, False)])
+def test_flow_queue_bytes_drops_full_size_packets_and_keeps_small_ones(tb_name, payload, dropped):
+    """A byte limit holds a burst of small packets (an ACK stream's) that a packet limit of the
+    same full-size depth would not: 60 datagrams into 10,000-byte flow queues at 10 Mbit/s."""
+    spec = _spec(tb_name, capacity_mbit=10, flow_queues=4, flow_queue_bytes=10_000, slicing=False)
+    with LocalTestbed(spec) as tb:
+        ue = tb.topology.ues_of_slice("ai")[0]
+        send = ("import socket, sys\n"
+                "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                "s.bind((sys.argv[1], 0))\n"
+                "for _ in range(60):\n"
+                "    s.sendto(bytes(int(sys.argv[3])), (sys.argv[2], 9))\n")
+        Runner().run(in_ns(ue.host.name, [sys.executable, "-c", send, str(ue.address),
+                                          str(tb.topology.dn_addr), str(payload)]))
+        time.sleep(0.2)
+        raw = Runner().run(["tc", "-n", tb.topology.upf.name, "-s", "-j", "qdisc", "show",
+                            "dev", tb.shapers[0].device]).stdout
+        leaves = [q for q in json.loads(raw) if q["kind"] == "bfifo"]
+    assert len(leaves) == 4 and all(q["options"]["limit"] == 10_000 for q in leaves)
+    drops = sum(q["drops"] for q in leaves)
+    if dropped:  # 1,242-byte frames: 8 fit
+        assert 60 - 8 - 10 <= drops <= 60 - 8, drops
+    else:  # 62-byte frames: all 60 fit in 3,720 bytes
+        assert drops == 0 and sum(q["packets"] for q in leaves) >= 60
+    _assert_nothing_left(tb_name)
+
+
 def test_up_twice_is_an_error_and_keeps_the_first(tb_name):
     with LocalTestbed(_spec(tb_name)) as tb:
         with pytest.raises(StateError, match="already up"):

@@ -178,6 +178,22 @@ def test_flow_queue_packets_sets_each_flow_queue_and_needs_flow_queues():
     assert p.startswith("tb.yaml:5: link.flow_queue_packets:")
 
 
+def test_flow_queue_bytes_is_one_limit_in_bytes_at_the_tail_and_needs_flow_queues():
+    with_fq = GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 256\n"
+                           "  flow_queue_bytes: 30000")
+    assert load(with_fq).link.flow_queue_bytes == 30000
+    assert load(GOOD).link.flow_queue_bytes is None
+    [p] = problems(GOOD.replace("  capacity_mbit: 100",
+                                "  capacity_mbit: 100\n  flow_queue_bytes: 30000"))
+    assert p.startswith("tb.yaml:4: link.flow_queue_bytes:") and "needs flow_queues" in p
+    [p] = problems(with_fq.replace("  flow_queue_bytes", "  flow_queue_packets: 20\n  flow_queue_bytes"))
+    assert p.startswith("tb.yaml:6: link.flow_queue_bytes:") and "not both" in p
+    [p] = problems(with_fq.replace("  flow_queue_bytes", "  flow_queue_drop: head\n  flow_queue_bytes"))
+    assert p.startswith("tb.yaml:6: link.flow_queue_bytes:") and "tail only" in p
+    [p] = problems(with_fq.replace("30000", "1000"))  # less than one full frame
+    assert p.startswith("tb.yaml:5: link.flow_queue_bytes:")
+
+
 def test_flow_queue_drop_is_tail_or_head():
     base = GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 4\n"
                         "  flow_queue_drop: head")

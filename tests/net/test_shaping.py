@@ -113,6 +113,13 @@ def test_flow_queue_packets_is_the_limit_of_every_flow_queue_not_of_class_fifos(
         ["pfifo", "limit", "300"]] * 3
 
 
+def test_flow_queue_bytes_makes_every_flow_queue_a_byte_fifo():
+    up, down = _shapers(flow_queues=4, flow_queue_bytes=30000, queue_packets=300)
+    for shaper in (up, down):
+        leaves = [c for c in shaper.commands() if c[1] == "qdisc" and "parent" in c]
+        assert len(leaves) == 12 and all(c[-3:] == ["bfifo", "limit", "30000"] for c in leaves)
+
+
 def test_flow_queue_drop_head_makes_every_flow_queue_drop_its_oldest_packet():
     up, _ = _shapers(flow_queues=2, flow_queue_packets=20, flow_queue_drop="head")
     leaves = [c for c in up.commands() if c[1] == "qdisc" and "parent" in c]
