@@ -10,8 +10,11 @@ second before the client starts. Per cell: p50/p90/p99, the share over 500 ms (i
 each third of the cell (a start-up transient shows in the first third only), the ai UE's TCP
 retransmissions, the bottleneck's drops, and the CPU's busy share (the machine is shared).
 
-    python3 bench/upload_tail.py [--depths 100 30] [--flows 10 20 40] [--duration 15]
-        [--slicing off] [--drop tail head] [--json OUT.json]
+    python3 bench/upload_tail.py [--depths 100 30] [--bytes 30000] [--flows 10 20 40]
+        [--duration 15] [--slicing off] [--drop tail head] [--json OUT.json]
+
+--depths are flow-queue limits in packets (link.flow_queue_packets), --bytes in bytes
+(link.flow_queue_bytes, tail drop only; the default of slicing(-ci).yaml is 30000).
 """
 
 from __future__ import annotations
@@ -119,16 +122,17 @@ def pct(vals: list[float], q: float) -> float | None:
 
 
 def cell(depth: int, flows: int, slicing: bool, duration: float, name: str,
-         drop: str = "tail") -> dict:
+         drop: str = "tail", unit: str = "packets") -> dict:
     from testbed.bringup.local import LocalTestbed
     from testbed.config import load_testbed
     from testbed.net.cmd import die_with_parent, in_ns
     from testbed.net.iperf import IperfSession
 
     base = load_testbed()
+    limit = ({"flow_queue_packets": depth, "flow_queue_drop": drop} if unit == "packets"
+             else {"flow_queue_bytes": depth})
     link = base.link.model_copy(update={"capacity_mbit": 100.0, "slicing": slicing,
-                                        "flow_queues": 256, "flow_queue_packets": depth,
-                                        "flow_queue_drop": drop})
+                                        "flow_queues": 256, **limit})
     spec = base.model_copy(update={"name": name, "link": link})
     load0, cpu0 = os.getloadavg()[0], cpu_busy()
     with LocalTestbed(spec) as tb:
@@ -154,7 +158,8 @@ def cell(depth: int, flows: int, slicing: bool, duration: float, name: str,
             sink.wait()
     cpu1 = cpu_busy()
     recs = json.loads(client.stdout)
-    row = {"depth": depth, "drop": drop, "flows": flows, "slicing": slicing, "duration_s": duration,
+    row = {"depth": depth, "unit": unit, "drop": drop, "flows": flows, "slicing": slicing,
+           "duration_s": duration,
            "ai_retransmits": retrans, "bottleneck_drops": drops, "iperf_mbit": iperf.total_mbit,
            "load_before": load0, "load_after": os.getloadavg()[0],
            "cpu_busy": (cpu1[0] - cpu0[0]) / max(cpu1[1] - cpu0[1], 1)}
@@ -181,6 +186,8 @@ def main() -> int:
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--depths", type=int, nargs="+", default=[100, 30])
+    ap.add_argument("--bytes", type=int, nargs="+", default=[],
+                    help="flow-queue limits in bytes (link.flow_queue_bytes), tail drop")
     ap.add_argument("--flows", type=int, nargs="+", default=[10, 20, 40])
     ap.add_argument("--slicing", nargs="+", choices=["on", "off"], default=["off"])
     ap.add_argument("--drop", nargs="+", choices=["tail", "head"], default=["tail"],
@@ -191,12 +198,16 @@ def main() -> int:
 
     print("drop depth flows slice |  upload p50   p90   p99  >500ms  by third         | small p50 "
           "p99 | retrans drops | iperf Mbit/s | load  cpu")
-    plan = [(d, x, s, f) for d in args.drop for x in args.depths for s in args.slicing
+    plan = [(d, x, "packets", s, f) for d in args.drop for x in args.depths for s in args.slicing
             for f in args.flows]
-    for drop, depth, slicing, flows in plan:
-        r = cell(depth, flows, slicing == "on", args.duration, f"ut{os.getpid() % 10000}", drop)
+    plan += [("tail", x, "bytes", s, f) for x in args.bytes for s in args.slicing
+             for f in args.flows]
+    for drop, depth, unit, slicing, flows in plan:
+        r = cell(depth, flows, slicing == "on", args.duration, f"ut{os.getpid() % 10000}", drop,
+                 unit)
         u, s = r["upload"], r["small"]
-        print(f"{drop:>4} {depth:5d} {flows:5d} {slicing:>5} | {u['p50']:9.0f} {u['p90']:5.0f} "
+        shown = f"{depth:5d}" if unit == "packets" else f"{depth // 1000:4d}k"
+        print(f"{drop:>4} {shown} {flows:5d} {slicing:>5} | {u['p50']:9.0f} {u['p90']:5.0f} "
               f"{u['p99']:5.0f} {100 * u['over_slo']:5.1f}%  "
               f"{' '.join(f'{100 * x:4.1f}' for x in u['over_slo_by_third'])} % | "
               f"{s['p50']:6.1f} {s['p99']:5.1f} | {r['ai_retransmits']:7d} "
