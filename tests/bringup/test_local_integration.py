@@ -78,6 +78,25 @@ def test_slice_guarantee_holds_against_many_flows(tb_name):
     _assert_nothing_left(tb_name)
 
 
+_BURST = ("import socket, sys\n"
+          "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+          "s.bind((sys.argv[1], 0))\n"
+          "for _ in range(60):\n"
+          "    s.sendto(bytes(int(sys.argv[3])), (sys.argv[2], 9))\n")
+
+
+def _burst_into_flow_queues(tb: LocalTestbed, payload: int, kind: str) -> list[dict]:
+    """60 datagrams of `payload` bytes from an "ai" UE in one go; the uplink flow-queue leaves
+    of qdisc `kind` with their counters afterwards."""
+    ue = tb.topology.ues_of_slice("ai")[0]
+    Runner().run(in_ns(ue.host.name, [sys.executable, "-c", _BURST, str(ue.address),
+                                      str(tb.topology.dn_addr), str(payload)]))
+    time.sleep(0.2)
+    raw = Runner().run(["tc", "-n", tb.topology.upf.name, "-s", "-j", "qdisc", "show",
+                        "dev", tb.shapers[0].device]).stdout
+    return [q for q in json.loads(raw) if q["kind"] == kind]
+
+
 @pytest.mark.parametrize("depth, drop, dropped", [(8, "tail", True), (8, "head", True),
                                                   (100, "tail", False)])
 def test_flow_queue_packets_drops_a_burst_over_it(tb_name, depth, drop, dropped):
@@ -87,20 +106,9 @@ def test_flow_queue_packets_drops_a_burst_over_it(tb_name, depth, drop, dropped)
     millisecond, which passes about one of them."""
     spec = _spec(tb_name, capacity_mbit=10, flow_queues=4, flow_queue_packets=depth,
                  flow_queue_drop=drop, slicing=False)
+    kind = {"tail": "pfifo", "head": "pfifo_head_drop"}[drop]
     with LocalTestbed(spec) as tb:
-        ue = tb.topology.ues_of_slice("ai")[0]
-        send = ("import socket, sys\n"
-                "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-                "s.bind((sys.argv[1], 0))\n"
-                "for _ in range(60):\n"
-                "    s.sendto(bytes(1200), (sys.argv[2], 9))\n")
-        Runner().run(in_ns(ue.host.name, [sys.executable, "-c", send, str(ue.address),
-                                          str(tb.topology.dn_addr)]))
-        time.sleep(0.2)
-        raw = Runner().run(["tc", "-n", tb.topology.upf.name, "-s", "-j", "qdisc", "show",
-                            "dev", tb.shapers[0].device]).stdout
-        kind = {"tail": "pfifo", "head": "pfifo_head_drop"}[drop]
-        leaves = [q for q in json.loads(raw) if q["kind"] == kind]
+        leaves = _burst_into_flow_queues(tb, 1200, kind)
     assert len(leaves) == 4 and all(q["options"]["limit"] == depth for q in leaves)
     drops = sum(q["drops"] for q in leaves)
     if dropped:
@@ -116,18 +124,7 @@ def test_flow_queue_bytes_drops_full_size_packets_and_keeps_small_ones(tb_name, 
     same full-size depth would not: 60 datagrams into 10,000-byte flow queues at 10 Mbit/s."""
     spec = _spec(tb_name, capacity_mbit=10, flow_queues=4, flow_queue_bytes=10_000, slicing=False)
     with LocalTestbed(spec) as tb:
-        ue = tb.topology.ues_of_slice("ai")[0]
-        send = ("import socket, sys\n"
-                "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-                "s.bind((sys.argv[1], 0))\n"
-                "for _ in range(60):\n"
-                "    s.sendto(bytes(int(sys.argv[3])), (sys.argv[2], 9))\n")
-        Runner().run(in_ns(ue.host.name, [sys.executable, "-c", send, str(ue.address),
-                                          str(tb.topology.dn_addr), str(payload)]))
-        time.sleep(0.2)
-        raw = Runner().run(["tc", "-n", tb.topology.upf.name, "-s", "-j", "qdisc", "show",
-                            "dev", tb.shapers[0].device]).stdout
-        leaves = [q for q in json.loads(raw) if q["kind"] == "bfifo"]
+        leaves = _burst_into_flow_queues(tb, payload, "bfifo")
     assert len(leaves) == 4 and all(q["options"]["limit"] == 10_000 for q in leaves)
     drops = sum(q["drops"] for q in leaves)
     if dropped:  # 1,242-byte frames: 8 fit
