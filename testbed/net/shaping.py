@@ -71,14 +71,18 @@ class Shaper:
             ["tc", "class", "add", "dev", dev, "parent", "1:", "classid", ROOT_CLASS, "htb",
              "rate", cap, "ceil", cap, "quantum", str(QUANTUM)],
         ]
-        key = "src" if self.direction == "uplink" else "dst"
+        key = self._key
         fq = self.link.flow_queues
-        for k, c in enumerate(self.classes):
+        tables = 0  # flow queue sets so far: each has its own hash table and leaf numbers
+        for c in self.classes:
             cmds.append(["tc", "class", "add", "dev", dev, "parent", ROOT_CLASS, "classid",
                          c.classid, "htb", "rate", _kbit(c.rate_mbit), "ceil", _kbit(c.ceil_mbit),
                          "quantum", str(QUANTUM)])
             if fq:
-                cmds += self._flow_queues(k, c)
+                sets = self._flow_queue_sets(c)
+                for t, subnet in enumerate(sets, start=tables):
+                    cmds += self._flow_queues(t, c, subnet, len(sets))
+                tables += len(sets)
             else:
                 cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", c.classid, "handle",
                              c.leaf_handle, *self._leaf()])
@@ -93,33 +97,49 @@ class Shaper:
                              "prio", "2", "u32", "match", "u32", "0", "0", "flowid", c.classid])
         return cmds
 
-    def _flow_queues(self, k: int, c: SliceClass) -> list[list[str]]:
-        """Class `c` becomes an inner class over `flow_queues` leaves, one per hash bucket of the
-        UE's port (the source port uplink, the destination port downlink: bytes 20-23 of an
-        option-less IPv4 packet hold the TCP/UDP ports). HTB serves borrowing leaves round robin
-        with equal quanta, so each flow gets an equal share and a small flow never waits behind
-        a bulk one's queue — what sfq or fq_codel would do."""
+    @property
+    def _key(self) -> str:
+        """The UE's end of a packet: its source uplink, its destination downlink."""
+        return "src" if self.direction == "uplink" else "dst"
+
+    def _flow_queue_sets(self, c: SliceClass) -> list[str | None]:
+        """The UE subnets that get their own set of flow queues in class `c` (None: the rest).
+        Per slice, a class that carries several slices (the default class with slicing off)
+        gets one set per slice and one for the rest; a slice's own class carries one slice."""
+        if self.link.flow_queue_sets == "per-slice" and c.slice == "-" and not self.link.slicing:
+            return [str(s.subnet) for s in self.slices] + [None]
+        return [None]
+
+    def _flow_queues(self, t: int, c: SliceClass, subnet: str | None,
+                     sets: int) -> list[list[str]]:
+        """Flow queue set `t` of class `c`: `flow_queues` leaves under `c`, one per hash bucket
+        of the UE's port (the source port uplink, the destination port downlink: bytes 20-23 of
+        an option-less IPv4 packet hold the TCP/UDP ports), for the packets of UEs in `subnet`
+        (None: every packet of the class not taken by another set). HTB serves borrowing leaves
+        round robin with equal quanta, so each flow gets an equal share and a small flow never
+        waits behind a bulk one's queue — what sfq or fq_codel would do."""
         dev, n = self.device, self.link.flow_queues
-        table = f"{k + 2:x}:"
+        table = f"{t + 2:x}:"
         # the port's bits 1..log2(n), not 0..: Linux's connect() takes even ports, so bit 0 is
         # always 0 and half the buckets would never be used (u32 shifts by the mask's lowest bit)
         mask = f"0x{(n - 1) << 17:08x}" if self.direction == "uplink" else f"0x{(n - 1) << 1:08x}"
         cmds = [["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio", "1", "handle",
                  table, "protocol", "ip", "u32", "divisor", str(n)]]
         for i in range(n):
-            minor = 0x1000 + k * 0x100 + i
+            minor = 0x1000 + t * 0x100 + i
             child = f"1:{minor:x}"
             cmds.append(["tc", "class", "add", "dev", dev, "parent", c.classid, "classid", child,
-                         "htb", "rate", _kbit(c.rate_mbit / n), "ceil", _kbit(c.ceil_mbit),
-                         "quantum", str(QUANTUM)])
+                         "htb", "rate", _kbit(c.rate_mbit / (n * sets)), "ceil",
+                         _kbit(c.ceil_mbit), "quantum", str(QUANTUM)])
             cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", child, "handle",
                          f"{minor:x}:", *self._flow_queue_leaf()])
             cmds.append(["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio", "1",
                          "protocol", "ip", "u32", "ht", f"{table}{i:x}:", "match", "u32", "0",
                          "0", "flowid", child])
+        match = ["match", "u32", "0", "0"] if subnet is None else ["match", "ip", self._key, subnet]
         cmds.append(["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio", "1",
-                     "protocol", "ip", "u32", "match", "u32", "0", "0", "hashkey", "mask", mask,
-                     "at", "20", "link", table])
+                     "protocol", "ip", "u32", *match, "hashkey", "mask", mask, "at", "20",
+                     "link", table])
         return cmds
 
     def _flow_queue_leaf(self) -> list[str]:

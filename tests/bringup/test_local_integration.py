@@ -80,21 +80,38 @@ def test_slice_guarantee_holds_against_many_flows(tb_name):
 
 _BURST = ("import socket, sys\n"
           "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-          "s.bind((sys.argv[1], 0))\n"
-          "for _ in range(60):\n"
+          "s.bind((sys.argv[1], int(sys.argv[4])))\n"
+          "for _ in range(int(sys.argv[5])):\n"
           "    s.sendto(bytes(int(sys.argv[3])), (sys.argv[2], 9))\n")
 
 
-def _burst_into_flow_queues(tb: LocalTestbed, payload: int, kind: str) -> list[dict]:
-    """60 datagrams of `payload` bytes from an "ai" UE in one go; the uplink flow-queue leaves
-    of qdisc `kind` with their counters afterwards."""
-    ue = tb.topology.ues_of_slice("ai")[0]
+def _burst_into_flow_queues(tb: LocalTestbed, payload: int, kind: str, *, slice_: str = "ai",
+                            port: int = 0, count: int = 60) -> list[dict]:
+    """`count` datagrams of `payload` bytes from a UE of `slice_` (from `port`; 0: any) in one
+    go; the uplink flow-queue leaves of qdisc `kind` with their counters afterwards."""
+    ue = tb.topology.ues_of_slice(slice_)[0]
     Runner().run(in_ns(ue.host.name, [sys.executable, "-c", _BURST, str(ue.address),
-                                      str(tb.topology.dn_addr), str(payload)]))
+                                      str(tb.topology.dn_addr), str(payload), str(port),
+                                      str(count)]))
     time.sleep(0.2)
     raw = Runner().run(["tc", "-n", tb.topology.upf.name, "-s", "-j", "qdisc", "show",
                         "dev", tb.shapers[0].device]).stdout
     return [q for q in json.loads(raw) if q["kind"] == kind]
+
+
+@pytest.mark.parametrize("sets, shared", [("per-slice", False), ("per-class", True)])
+def test_flow_queue_sets_keep_two_slices_flows_apart_in_one_class(tb_name, sets, shared):
+    """Slicing off, an ai UE's flow and a be UE's flow from the same port hash to the same bucket:
+    per slice they still land in two flow queues (a connection never queues behind another
+    slice's bulk flow), per class in one."""
+    spec = _spec(tb_name, flow_queues=4, flow_queue_sets=sets, slicing=False)
+    with LocalTestbed(spec) as tb:
+        _burst_into_flow_queues(tb, 100, "pfifo", slice_="ai", port=40002, count=5)
+        leaves = _burst_into_flow_queues(tb, 100, "pfifo", slice_="be", port=40002, count=5)
+    used = [q["packets"] for q in leaves if q["packets"]]
+    assert len(leaves) == (4 if shared else 12)
+    assert used == ([10] if shared else [5, 5]), used
+    _assert_nothing_left(tb_name)
 
 
 @pytest.mark.parametrize("depth, drop, dropped", [(8, "tail", True), (8, "head", True),
@@ -109,7 +126,7 @@ def test_flow_queue_packets_drops_a_burst_over_it(tb_name, depth, drop, dropped)
     kind = {"tail": "pfifo", "head": "pfifo_head_drop"}[drop]
     with LocalTestbed(spec) as tb:
         leaves = _burst_into_flow_queues(tb, 1200, kind)
-    assert len(leaves) == 4 and all(q["options"]["limit"] == depth for q in leaves)
+    assert len(leaves) == 12 and all(q["options"]["limit"] == depth for q in leaves)
     drops = sum(q["drops"] for q in leaves)
     if dropped:
         assert 60 - depth - 10 <= drops <= 60 - depth, drops
@@ -125,7 +142,7 @@ def test_flow_queue_bytes_drops_full_size_packets_and_keeps_small_ones(tb_name, 
     spec = _spec(tb_name, capacity_mbit=10, flow_queues=4, flow_queue_bytes=10_000, slicing=False)
     with LocalTestbed(spec) as tb:
         leaves = _burst_into_flow_queues(tb, payload, "bfifo")
-    assert len(leaves) == 4 and all(q["options"]["limit"] == 10_000 for q in leaves)
+    assert len(leaves) == 12 and all(q["options"]["limit"] == 10_000 for q in leaves)
     drops = sum(q["drops"] for q in leaves)
     if dropped:  # 1,242-byte frames: 8 fit
         assert 60 - 8 - 10 <= drops <= 60 - 8, drops

@@ -67,7 +67,7 @@ def test_each_direction_takes_its_own_capacity():
 
 
 def test_flow_queues_make_each_class_round_robin_over_hashed_leaves():
-    up, down = _shapers(flow_queues=4, slicing=False)
+    up, down = _shapers(flow_queues=4, slicing=False, flow_queue_sets="per-class")
     cmds = [" ".join(c) for c in up.commands()]
     # the default class is inner: four leaves under it, each with its own FIFO
     leaves = [c for c in cmds if c.startswith("tc class add dev n6 parent 1:ff ")]
@@ -79,6 +79,32 @@ def test_flow_queues_make_each_class_round_robin_over_hashed_leaves():
     assert any("hashkey mask 0x00000006 at 20 link 2:" in " ".join(c) for c in down.commands())
     # HTB's default must be a leaf, so a catch-all filter sends the rest to the inner class
     assert cmds[-1].endswith("prio 2 u32 match u32 0 0 flowid 1:ff")
+
+
+def test_per_slice_flow_queues_give_each_slice_its_own_queues_in_a_shared_class():
+    """Slicing off, the ai and be slices share the default class but not a flow queue: each
+    slice's subnet is hashed into its own set of leaves (and the rest into a third)."""
+    for flow_queue_sets in (None, "per-slice"):  # the default
+        extra = {} if flow_queue_sets is None else {"flow_queue_sets": flow_queue_sets}
+        up, down = _shapers(flow_queues=4, slicing=False, **extra)
+        for shaper, key in ((up, "src"), (down, "dst")):
+            cmds = [" ".join(c) for c in shaper.commands()]
+            links = [c for c in cmds if " link " in c]
+            assert [c.split("protocol ip u32 ")[1].split(" hashkey")[0] for c in links] == [
+                f"match ip {key} 10.45.0.0/24", f"match ip {key} 10.46.0.0/24", "match u32 0 0"]
+            assert [c.split(" link ")[1] for c in links] == ["2:", "3:", "4:"]
+            leaves = [c for c in cmds if c.startswith(f"tc class add dev {shaper.device} parent 1:ff ")]
+            # 12 leaves that split the class's guarantee; no two sets share a leaf number
+            assert len(leaves) == 12 and all("rate 8333kbit ceil 100000kbit" in c for c in leaves)
+            assert len({c.split(" classid ")[1].split()[0] for c in leaves}) == 12
+            buckets = [c for c in cmds if " ht " in c]
+            assert {c.split(" ht ")[1].split(":")[0] for c in buckets} == {"2", "3", "4"}
+
+
+def test_per_slice_flow_queues_change_nothing_where_each_class_carries_one_slice():
+    per_slice, _ = _shapers(flow_queues=4)
+    per_class, _ = _shapers(flow_queues=4, flow_queue_sets="per-class")
+    assert per_slice.commands() == per_class.commands()
 
 
 def test_flow_queues_with_slices_use_one_hash_table_per_class():
