@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -221,18 +222,23 @@ def _command_line(config: TrainConfig) -> str:
     )
 
 
-def _scales(text: str) -> list[int] | None:
+def _sorted_numbers(text: str, option: str, parse: Callable[[str], Any],
+                    valid: Callable[[Any], bool], what: str) -> list[Any] | None:
+    """A comma-separated option's distinct values, sorted; None for "none" (or nothing)."""
     if text.strip().lower() in ("", "none"):
         return None
     try:
-        sizes = sorted({int(x) for x in text.split(",") if x.strip()})
+        values = sorted({parse(x) for x in text.split(",") if x.strip()})
     except ValueError:
-        sizes = []
-    if not sizes or min(sizes) < 1:
-        raise ConfigError(
-            [ConfigProblem("--scales", None, "scales", f"{text!r}: comma-separated unit counts, or none")]
-        )
-    return sizes
+        values = []
+    if not values or not all(valid(v) for v in values):
+        raise ConfigError([ConfigProblem(option, None, option.removeprefix("--"),
+                                         f"{text!r}: {what}, or none")])
+    return values
+
+
+def _scales(text: str) -> list[int] | None:
+    return _sorted_numbers(text, "--scales", int, lambda n: n >= 1, "comma-separated unit counts")
 
 
 def _load_scales(text: str | None) -> tuple[float, float] | None:
@@ -249,17 +255,8 @@ def _load_scales(text: str | None) -> tuple[float, float] | None:
 
 
 def _loads(text: str) -> list[float] | None:
-    if text.strip().lower() in ("", "none"):
-        return None
-    try:
-        mults = sorted({float(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        mults = []
-    if not mults or min(mults) <= 0:
-        raise ConfigError(
-            [ConfigProblem("--loads", None, "loads", f"{text!r}: comma-separated multipliers > 0, or none")]
-        )
-    return mults
+    return _sorted_numbers(text, "--loads", float, lambda m: m > 0,
+                           "comma-separated multipliers > 0")
 
 
 def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus, load_scales=None) -> None:
