@@ -22,6 +22,7 @@ from testbed.config import TestbedSpec
 from testbed.config.secrets import redact_testbed
 from testbed.errors import MissingRequirement, StateError
 from testbed.net.cmd import CommandFailed, Runner, require_binaries
+from testbed.net.congestion import allowed_while_building
 from testbed.net.shaping import Shaper, shapers_for
 from testbed.net.state import (
     TestbedState,
@@ -95,7 +96,8 @@ class LocalTestbed:
         try:
             if self.provision:
                 self._provision()
-            self.runner.run_all(self.topology.build_commands())
+            with allowed_while_building(self.spec.link.tcp_congestion, self.runner):
+                self.runner.run_all(self.topology.build_commands())
             if self.spec.link.delay_ms > 0:
                 self._require_netem()
             if self.spec.link.flow_queues:  # hundreds of tc commands: one tc process

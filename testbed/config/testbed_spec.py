@@ -89,13 +89,23 @@ class LinkSpec(Strict):
     # so a bulk upload's full-size packets overflow it while a stream of 66-byte ACKs never does
     # (docs/slicing.md). Tail drop only: this kernel has no head-dropping byte FIFO.
     flow_queue_bytes: int | None = Field(None, ge=1514, le=100_000_000)
-    # whose flows may hash into one flow queue. "per-slice": each slice's UEs have their own
-    # flow_queues queues, also where slices share a class (slicing off), so a UE's connection
-    # never queues behind another slice's bulk flow. "per-class": one set per class for all, as
-    # one sfq would; a connection then shares a queue with one of N bulk flows with probability
-    # 1 - (1 - 1/flow_queues)^N (15 % at 40 flows over 256), and the one run's collisions move
-    # a TTS mean by up to 30 % (docs/slicing.md)
-    flow_queue_sets: Literal["per-slice", "per-class"] = "per-slice"
+    # whose flows may hash into one flow queue. "per-class": one set per class for all, as one
+    # sfq or fq_codel would: a connection shares a queue with one of N bulk flows with
+    # probability 1 - (1 - 1/flow_queues)^N (15 % at 40 flows over 256), which is what gives
+    # Fig 5.7's SLO tail here, and moves a TTS mean by up to 30 % in the runs where it hits one
+    # of TTS's few connections. "per-slice": each slice's UEs have their own flow_queues queues,
+    # also where slices share a class (slicing off), so a UE's connection never queues behind
+    # another slice's flow (docs/slicing.md has the figures of both)
+    flow_queue_sets: Literal["per-class", "per-slice"] = "per-class"
+    # the TCP congestion control of every socket in the testbed's namespaces (UEs, UPF, data
+    # network). Set, not inherited: a namespace takes the kernel's default, which is CUBIC on
+    # most distributions (and on the paper's testbed) but BBR on some, and the two treat a
+    # shallow queue differently: CUBIC fills it and loses, BBR paces below it (docs/slicing.md)
+    tcp_congestion: Literal["cubic", "reno", "bbr"] | None = None
+    # the share of uplink packets lost at random on the way from the UEs (a radio's residual
+    # loss, or the drops of the user-space relay UERANSIM puts on the path), each packet alone.
+    # This kernel has no netem: a classic-BPF filter sends the drawn packets to a queue of 0.
+    uplink_loss: float = Field(0.0, ge=0.0, lt=1.0)
     slicing: bool = True
 
     @field_validator("flow_queues")
@@ -109,9 +119,9 @@ class LinkSpec(Strict):
                      "flow_queue_sets")
     @classmethod
     def _needs_flow_queues(cls, value: object, info: ValidationInfo) -> object:
-        # None, "tail" and "per-slice" are the defaults, which a dumped spec repeats; flow_queues
+        # None, "tail" and "per-class" are the defaults, which a dumped spec repeats; flow_queues
         # absent from info.data: it was refused itself, and one error is enough
-        if value not in (None, "tail", "per-slice") and info.data.get("flow_queues") == 0:
+        if value not in (None, "tail", "per-class") and info.data.get("flow_queues") == 0:
             raise ValueError(f"{info.field_name} sets each flow queue and needs flow_queues > 0; "
                              "without them each class has one FIFO of queue_packets")
         return value

@@ -21,6 +21,10 @@ DEFAULT_MINOR = 0xFF
 MIN_RATE_KBIT = 8  # HTB needs a positive rate: a best-effort slice gets this and borrows the rest
 QUANTUM = 1514  # equal quanta: excess bandwidth is shared evenly between borrowing classes
 FLOW_QUEUE_QDISC = {"tail": "pfifo", "head": "pfifo_head_drop"}  # by link.flow_queue_drop
+LOSS_CLASS = "1:fe"  # where link.uplink_loss sends the packets it draws: a queue of length 0
+# classic BPF: A = a random u32 (the ancillary load SKF_AD_OFF + SKF_AD_RANDOM); above the
+# threshold the filter matches (returns -1: its flowid, the loss class), else passes (0)
+_RANDOM = 0xFFFFF000 + 56
 
 
 def _kbit(mbit: float) -> str:
@@ -72,6 +76,9 @@ class Shaper:
              "rate", cap, "ceil", cap, "quantum", str(QUANTUM)],
         ]
         key = self._key
+        lossy = self.direction == "uplink" and self.link.uplink_loss > 0
+        if lossy:
+            cmds += self._loss()  # its filter first (prio 1): the slices' filters come after it
         fq = self.link.flow_queues
         tables = 0  # flow queue sets so far: each has its own hash table and leaf numbers
         for c in self.classes:
@@ -88,14 +95,29 @@ class Shaper:
                              c.leaf_handle, *self._leaf()])
             if c.slice != "-":
                 cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip",
-                             "prio", "1", "u32", "match", "ip", key, c.match,
+                             "prio", str(1 + lossy), "u32", "match", "ip", key, c.match,
                              "flowid", c.classid])
             elif fq:
                 # HTB's `default` must be a leaf: the default class is an inner one here, so a
                 # catch-all filter after the slices' sends the rest to it
                 cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip",
-                             "prio", "2", "u32", "match", "u32", "0", "0", "flowid", c.classid])
+                             "prio", str(2 + lossy), "u32", "match", "u32", "0", "0",
+                             "flowid", c.classid])
         return cmds
+
+    def _loss(self) -> list[list[str]]:
+        """Each packet lost with probability `link.uplink_loss`, before any slice's class."""
+        dev = self.device
+        keep_below = round((1 - self.link.uplink_loss) * 2**32)
+        program = f"4,32 0 0 {_RANDOM},37 0 1 {keep_below},6 0 0 4294967295,6 0 0 0"
+        return [
+            ["tc", "class", "add", "dev", dev, "parent", "1:", "classid", LOSS_CLASS, "htb",
+             "rate", _kbit(0), "quantum", str(QUANTUM)],
+            ["tc", "qdisc", "add", "dev", dev, "parent", LOSS_CLASS, "handle", "fe:", "pfifo",
+             "limit", "0"],
+            ["tc", "filter", "add", "dev", dev, "parent", "1:", "prio", "1", "protocol", "ip",
+             "bpf", "bytecode", program, "flowid", LOSS_CLASS],
+        ]
 
     @property
     def _key(self) -> str:
@@ -149,7 +171,10 @@ class Shaper:
 
     def batch(self) -> str:
         """The same commands as one `tc -batch` script (hundreds of classes with flow queues)."""
-        return "".join(" ".join(cmd[1:]) + "\n" for cmd in self.commands())
+        def word(arg: str) -> str:  # tc's batch reader takes a double-quoted word whole
+            return f'"{arg}"' if " " in arg else arg
+
+        return "".join(" ".join(word(a) for a in cmd[1:]) + "\n" for cmd in self.commands())
 
     def _leaf(self) -> list[str]:
         limit = str(self.link.queue_packets)

@@ -170,6 +170,9 @@ class Topology:
                              str(GSO_MAX_SIZE), "up"])
         cmds.append(["ip", "-n", self.upf.name, "link", "set", N3, "up"])
         cmds.append(in_ns(self.upf.name, ["sysctl", "-qw", "net.ipv4.ip_forward=1"]))
+        for h in self.hosts if self.spec.link.tcp_congestion else ():
+            cmds.append(in_ns(h.name, ["sysctl", "-qw", "net.ipv4.tcp_congestion_control="
+                                       + self.spec.link.tcp_congestion]))
         cmds.append(["ip", "-n", self.dn.name, "route", "add", "default", "via", str(self.upf_n6_addr)])
         for group, host in self.ue_hosts.items():
             gw = self.slice_of_group(group).gateway

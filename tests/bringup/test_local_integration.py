@@ -126,7 +126,7 @@ def test_flow_queue_packets_drops_a_burst_over_it(tb_name, depth, drop, dropped)
     kind = {"tail": "pfifo", "head": "pfifo_head_drop"}[drop]
     with LocalTestbed(spec) as tb:
         leaves = _burst_into_flow_queues(tb, 1200, kind)
-    assert len(leaves) == 12 and all(q["options"]["limit"] == depth for q in leaves)
+    assert len(leaves) == 4 and all(q["options"]["limit"] == depth for q in leaves)
     drops = sum(q["drops"] for q in leaves)
     if dropped:
         assert 60 - depth - 10 <= drops <= 60 - depth, drops
@@ -142,7 +142,7 @@ def test_flow_queue_bytes_drops_full_size_packets_and_keeps_small_ones(tb_name, 
     spec = _spec(tb_name, capacity_mbit=10, flow_queues=4, flow_queue_bytes=10_000, slicing=False)
     with LocalTestbed(spec) as tb:
         leaves = _burst_into_flow_queues(tb, payload, "bfifo")
-    assert len(leaves) == 12 and all(q["options"]["limit"] == 10_000 for q in leaves)
+    assert len(leaves) == 4 and all(q["options"]["limit"] == 10_000 for q in leaves)
     drops = sum(q["drops"] for q in leaves)
     if dropped:  # 1,242-byte frames: 8 fit
         assert 60 - 8 - 10 <= drops <= 60 - 8, drops
@@ -239,4 +239,22 @@ def test_missing_netem_is_reported_or_delay_is_applied(tb_name):
         rtt = IperfSession.start(tb.topology, "ai", duration=1).wait().mean_rtt_ms
         tb.down()
         assert rtt is not None and rtt >= 10  # 5 ms each way
+    _assert_nothing_left(tb_name)
+
+
+def test_uplink_loss_drops_its_share_of_a_ues_packets_and_spares_the_downlink(tb_name):
+    """link.uplink_loss 0.2 on the data plane: of 500 datagrams from a UE about 100 are lost (a
+    binomial draw: 60-140 is more than 4 standard deviations either way)."""
+    with LocalTestbed(_spec(tb_name, uplink_loss=0.2)) as tb:
+        ue = tb.topology.ues_of_slice("ai")[0]
+        Runner().run(in_ns(ue.host.name, [sys.executable, "-c", _BURST, str(ue.address),
+                                          str(tb.topology.dn_addr), "100", "0", "500"]))
+        time.sleep(0.2)
+        raw = Runner().run(["tc", "-n", tb.topology.upf.name, "-s", "-j", "qdisc", "show",
+                            "dev", tb.shapers[0].device]).stdout
+        [lost] = [q for q in json.loads(raw) if q["handle"] == "fe:"]
+        downlink = Runner().run(["tc", "-n", tb.topology.upf.name, "-j", "qdisc", "show",
+                                 "dev", tb.shapers[1].device]).stdout
+    assert 60 <= lost["drops"] <= 140, lost
+    assert not any(q["handle"] == "fe:" for q in json.loads(downlink))
     _assert_nothing_left(tb_name)

@@ -196,13 +196,13 @@ def test_flow_queue_bytes_is_one_limit_in_bytes_at_the_tail_and_needs_flow_queue
 
 def test_flow_queue_sets_are_per_slice_or_per_class_and_need_flow_queues():
     with_fq = GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 256\n"
-                           "  flow_queue_sets: per-class")
-    assert load(with_fq).link.flow_queue_sets == "per-class"
-    assert load(GOOD).link.flow_queue_sets == "per-slice"
+                           "  flow_queue_sets: per-slice")
+    assert load(with_fq).link.flow_queue_sets == "per-slice"
+    assert load(GOOD).link.flow_queue_sets == "per-class"
     [p] = problems(GOOD.replace("  capacity_mbit: 100",
-                                "  capacity_mbit: 100\n  flow_queue_sets: per-class"))
+                                "  capacity_mbit: 100\n  flow_queue_sets: per-slice"))
     assert p.startswith("tb.yaml:4: link.flow_queue_sets:") and "needs flow_queues" in p
-    [p] = problems(with_fq.replace("per-class", "per-ue"))
+    [p] = problems(with_fq.replace("per-slice", "per-ue"))
     assert p.startswith("tb.yaml:5: link.flow_queue_sets:")
 
 

@@ -67,7 +67,7 @@ def test_each_direction_takes_its_own_capacity():
 
 
 def test_flow_queues_make_each_class_round_robin_over_hashed_leaves():
-    up, down = _shapers(flow_queues=4, slicing=False, flow_queue_sets="per-class")
+    up, down = _shapers(flow_queues=4, slicing=False)  # per-class, the default
     cmds = [" ".join(c) for c in up.commands()]
     # the default class is inner: four leaves under it, each with its own FIFO
     leaves = [c for c in cmds if c.startswith("tc class add dev n6 parent 1:ff ")]
@@ -84,26 +84,24 @@ def test_flow_queues_make_each_class_round_robin_over_hashed_leaves():
 def test_per_slice_flow_queues_give_each_slice_its_own_queues_in_a_shared_class():
     """Slicing off, the ai and be slices share the default class but not a flow queue: each
     slice's subnet is hashed into its own set of leaves (and the rest into a third)."""
-    for flow_queue_sets in (None, "per-slice"):  # the default
-        extra = {} if flow_queue_sets is None else {"flow_queue_sets": flow_queue_sets}
-        up, down = _shapers(flow_queues=4, slicing=False, **extra)
-        for shaper, key in ((up, "src"), (down, "dst")):
-            cmds = [" ".join(c) for c in shaper.commands()]
-            links = [c for c in cmds if " link " in c]
-            assert [c.split("protocol ip u32 ")[1].split(" hashkey")[0] for c in links] == [
-                f"match ip {key} 10.45.0.0/24", f"match ip {key} 10.46.0.0/24", "match u32 0 0"]
-            assert [c.split(" link ")[1] for c in links] == ["2:", "3:", "4:"]
-            leaves = [c for c in cmds if c.startswith(f"tc class add dev {shaper.device} parent 1:ff ")]
-            # 12 leaves that split the class's guarantee; no two sets share a leaf number
-            assert len(leaves) == 12 and all("rate 8333kbit ceil 100000kbit" in c for c in leaves)
-            assert len({c.split(" classid ")[1].split()[0] for c in leaves}) == 12
-            buckets = [c for c in cmds if " ht " in c]
-            assert {c.split(" ht ")[1].split(":")[0] for c in buckets} == {"2", "3", "4"}
+    up, down = _shapers(flow_queues=4, slicing=False, flow_queue_sets="per-slice")
+    for shaper, key in ((up, "src"), (down, "dst")):
+        cmds = [" ".join(c) for c in shaper.commands()]
+        links = [c for c in cmds if " link " in c]
+        assert [c.split("protocol ip u32 ")[1].split(" hashkey")[0] for c in links] == [
+            f"match ip {key} 10.45.0.0/24", f"match ip {key} 10.46.0.0/24", "match u32 0 0"]
+        assert [c.split(" link ")[1] for c in links] == ["2:", "3:", "4:"]
+        leaves = [c for c in cmds if c.startswith(f"tc class add dev {shaper.device} parent 1:ff ")]
+        # 12 leaves that split the class's guarantee; no two sets share a leaf number
+        assert len(leaves) == 12 and all("rate 8333kbit ceil 100000kbit" in c for c in leaves)
+        assert len({c.split(" classid ")[1].split()[0] for c in leaves}) == 12
+        buckets = [c for c in cmds if " ht " in c]
+        assert {c.split(" ht ")[1].split(":")[0] for c in buckets} == {"2", "3", "4"}
 
 
 def test_per_slice_flow_queues_change_nothing_where_each_class_carries_one_slice():
-    per_slice, _ = _shapers(flow_queues=4)
-    per_class, _ = _shapers(flow_queues=4, flow_queue_sets="per-class")
+    per_slice, _ = _shapers(flow_queues=4, flow_queue_sets="per-slice")
+    per_class, _ = _shapers(flow_queues=4)
     assert per_slice.commands() == per_class.commands()
 
 
@@ -150,3 +148,22 @@ def test_flow_queue_drop_head_makes_every_flow_queue_drop_its_oldest_packet():
     up, _ = _shapers(flow_queues=2, flow_queue_packets=20, flow_queue_drop="head")
     leaves = [c for c in up.commands() if c[1] == "qdisc" and "parent" in c]
     assert len(leaves) == 6 and all(c[-3:] == ["pfifo_head_drop", "limit", "20"] for c in leaves)
+
+
+def test_uplink_loss_draws_packets_into_a_zero_queue_before_any_slice_filter():
+    up, down = _shapers(uplink_loss=0.01)
+    cmds = [" ".join(c) for c in up.commands()]
+    bpf = [c for c in cmds if " bpf " in c]
+    assert len(bpf) == 1 and " prio 1 " in bpf[0] and bpf[0].endswith("flowid 1:fe")
+    # A = random; A > 0.99 * 2^32 matches (1 %) and goes to 1:fe, a pfifo of length 0
+    program = bpf[0].split("bytecode ")[1].split(" flowid")[0]
+    assert program == f"4,32 0 0 {0xFFFFF000 + 56},37 0 1 {round(0.99 * 2**32)},6 0 0 4294967295,6 0 0 0"
+    assert any(c.endswith("parent 1:fe handle fe: pfifo limit 0") for c in cmds)
+    # the slices' filters move down one priority; the tc batch keeps the program one word
+    root_u32 = [c.split(" prio ")[1].split()[0] for c in cmds if "parent 1: " in c and " u32 " in c]
+    assert root_u32 == ["2", "2"]  # the ai and be slices (the default class is HTB's default)
+    assert f'bytecode "{program}" flowid 1:fe' in up.batch()
+    # the downlink and a lossless link have none of it
+    assert not any(" bpf " in " ".join(c) for c in down.commands())
+    lossless, _ = _shapers()
+    assert not any(" bpf " in " ".join(c) for c in lossless.commands())
