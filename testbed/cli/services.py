@@ -212,6 +212,9 @@ def load(
     out: Path | None = typer.Option(None, help="Append one JSON line per request here."),
     slice_name: str | None = typer.Option(None, "--slice", help="Slice name recorded with each request."),
     source: str | None = typer.Option(None, help="Bind connections to this local address."),
+    new_connections: bool = typer.Option(
+        False, "--new-connections", help="A new connection for every request (Connection: close), "
+        "as the dissertation's client sends them; default: keep-alive connections, reused."),
     timeout: float = typer.Option(4.0, help="Request timeout in seconds."),
     seed: int = typer.Option(0, help="Seed of the request content."),
     profiles: Path | None = typer.Option(None, help="Profile YAML (for the SLO threshold)."),
@@ -240,6 +243,7 @@ def load(
         service=service, url=url, trace=trace, ratio=ratio, shift_hours=shift, start_s=start,
         duration_s=duration, speedup=speedup, rate=rate, closed_workers=closed, out=out,
         slice=slice_name, source_address=source, timeout_s=timeout, seed=seed, slo_ms=slo_ms,
+        keep_alive=not new_connections,
     ), max_error_rate)
     totals = RunTotals(slo_ms)
     completed = _drive_load(spec, totals, live_view=not (quiet or as_json))

@@ -37,6 +37,7 @@ class ClientConfig:
     # Open loop wants a connection per outstanding request, but a stalled server must not make the
     # client open thousands of sockets (fd exhaustion on both sides): beyond this, requests wait.
     max_connections: int = 256
+    keep_alive: bool = True  # False: a new connection for every request (Connection: close)
     seed: int = 0
     check: bool = True  # validate response bodies against the service's API
 
@@ -77,7 +78,8 @@ class LoadClient:
 
     async def __aenter__(self) -> LoadClient:
         self._pool = ConnectionPool(self.config.base_url, limit=self.config.max_connections,
-                                    timeout_s=self.config.timeout_s, local_addr=self.config.source_address)
+                                    timeout_s=self.config.timeout_s, local_addr=self.config.source_address,
+                                    keep_alive=self.config.keep_alive)
         self._idle = asyncio.Event()
         self._idle.set()
         self._factory()  # builds the content pools now, not inside the first timed request

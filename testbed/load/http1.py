@@ -107,8 +107,10 @@ class _Connection(asyncio.Protocol):
         if done:
             ex, status, body = self.exchange, self._status, bytes(self._body)
             self.exchange = None
-            if self._keep_alive and not self._buf:
+            if self._keep_alive and not self._buf and self.pool.keep_alive:
                 self.pool._release(self)
+            elif not self._buf:
+                self.close()  # answered in full: an orderly close, as the server does
             else:
                 self.abort()
             ex.finish(status, body, None)
@@ -223,13 +225,20 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
 
 class ConnectionPool:
     """Keep-alive connections to one host:port, at most `limit` open; a request goes out on an idle
-    connection at once, else on a new one, else waits for the next connection to free up."""
+    connection at once, else on a new one, else waits for the next connection to free up. Without
+    `keep_alive` every request opens its own connection and asks the server to close it
+    (`Connection: close`), as a client without a session does."""
 
     def __init__(self, url: str, *, limit: int = 256, timeout_s: float = 4.0,
-                 local_addr: str | None = None):
+                 local_addr: str | None = None, keep_alive: bool = True):
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"{url!r}: the load client speaks plain http://host:port only")
@@ -240,6 +249,7 @@ class ConnectionPool:
         self.limit = limit
         self.timeout_s = timeout_s
         self.local_addr = (local_addr, 0) if local_addr else None
+        self.keep_alive = keep_alive
         self.loop = asyncio.get_running_loop()
         self._idle: list[_Connection] = []
         self._all: set[_Connection] = set()
@@ -256,13 +266,15 @@ class ConnectionPool:
     def request(self, method: str, target: str, headers: dict[str, str], body: bytes,
                 on_done: DoneCallback) -> Exchange:
         """Send now if a connection is free; `on_done` runs exactly once, with the answer or error."""
+        if not self.keep_alive:
+            headers = {**headers, "Connection": "close"}
         data = encode_request(method, self.prefix + target, self.host_header, headers, body)
         ex = Exchange(data, on_done)
         ex.timer = self.loop.call_later(self.timeout_s, self._timed_out, ex)
         if self._closed:
             ex.finish(0, b"", RequestCancelled("client closed"))
             return ex
-        while self._idle:
+        while self._idle and self.keep_alive:
             conn = self._idle.pop()  # the most recently used: its socket is warm
             if not conn.closed:
                 conn.send(ex)

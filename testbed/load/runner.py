@@ -32,6 +32,7 @@ class LoadSpec:
     timeout_s: float = 4.0
     seed: int = 0
     slo_ms: float = 2500.0
+    keep_alive: bool = True  # False: a new connection for every request
 
 
 async def run_load(spec: LoadSpec, on_tick: Callable[[LiveFigures, int, float], None] | None = None,
@@ -43,7 +44,8 @@ async def run_load(spec: LoadSpec, on_tick: Callable[[LiveFigures, int, float], 
     writer = RecordWriter(spec.out) if spec.out else None
     sinks = [stats] + ([writer] if writer else []) + ([totals] if totals is not None else [])
     cfg = ClientConfig(spec.service, spec.url, slice=spec.slice, timeout_s=spec.timeout_s,
-                       source_address=spec.source_address, seed=spec.seed)
+                       source_address=spec.source_address, seed=spec.seed,
+                       keep_alive=spec.keep_alive)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     try:

@@ -40,11 +40,14 @@ class LoadJob:
     shift_hours: float = 0.0
     start_s: float = 0.0
     speedup: float = 1.0
+    new_connections: bool = False  # a new connection for every request, not keep-alive ones
 
     def options(self) -> tuple[str, ...]:
         """Its `testbed load` options except the trace file (`--trace`, copied where needed)."""
         args = ["--timeout", f"{self.timeout_s:g}", "--seed", str(self.seed),
                 "--max-error-rate", f"{self.max_error_rate:g}"]
+        if self.new_connections:
+            args.append("--new-connections")
         if self.rate is None:
             args += ["--ratio", f"{self.ratio:g}", "--shift", f"{self.shift_hours:g}",
                      "--start", f"{self.start_s:g}", "--duration", f"{self.duration_s:g}",

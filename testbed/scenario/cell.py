@@ -287,15 +287,17 @@ def load_job(scn: Scenario, client: ClientSpec, index: int, rep: int, base_dir: 
     seconds = scn.duration_s + warm
     seed = scn.seed + 1000 * rep + index
     # errors are the service's, judged by the expectations: the client never fails on them
+    fresh = client.connections == "per-request"
     if client.trace:
         return LoadJob(service=client.service, timeout_s=4.0 / ts, seed=seed, max_error_rate=1.0,
-                       trace=trace_dir(scn, base_dir) / client.trace, ratio=client.ratio,
+                       new_connections=fresh, trace=trace_dir(scn, base_dir) / client.trace,
+                       ratio=client.ratio,
                        shift_hours=client.shift_hours,
                        start_s=client.start_s - warm,  # the warm-up replays the trace before the window
                        duration_s=seconds, speedup=ts)
     assert client.rate is not None  # a client has a trace or a rate (checked at load)
     return LoadJob(service=client.service, timeout_s=4.0 / ts, seed=seed, max_error_rate=1.0,
-                   rate=client.rate * ts, duration_s=seconds / ts)
+                   new_connections=fresh, rate=client.rate * ts, duration_s=seconds / ts)
 
 
 def after_warmup(scn: Scenario, samples: list[dict[str, Any]]) -> Scenario:

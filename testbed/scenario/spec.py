@@ -60,6 +60,10 @@ class ClientSpec(Strict):
     shift_hours: float = Field(0.0, ge=0, lt=24)
     start_s: float = Field(0.0, ge=0)
     rate: float | None = Field(None, gt=0)  # constant requests per second instead of a trace
+    # "keep-alive": requests reuse open connections; "per-request": each request opens its own
+    # and closes it (Connection: close), as the dissertation's client does: a new connection
+    # starts slow, and where flow queues are hashed, lands in a new queue (docs/slicing.md)
+    connections: Literal["keep-alive", "per-request"] = "keep-alive"
 
     @model_validator(mode="after")
     def _trace_or_rate(self) -> ClientSpec:

@@ -122,6 +122,24 @@ def test_body_until_close_and_connection_close_are_not_reused():
     assert srv.connections == 2
 
 
+def test_without_keep_alive_every_request_opens_and_closes_its_own_connection():
+    """As the dissertation's client (`Connection: close`): a server that would keep the
+    connection gets a new one for every request, and the client closes each once answered."""
+    async def main():
+        async with RawServer(lambda req: OK_LEN) as srv:
+            pool = ConnectionPool(srv.url, keep_alive=False)
+            results = [await fetch(pool) for _ in range(3)]
+            await asyncio.sleep(0.05)  # the closes reach the server
+            open_after = pool.open_connections
+            pool.close()
+            return results, srv, open_after
+
+    results, srv, open_after = run(main())
+    assert [r[0][:3] for r in results] == [(200, b"hello", None)] * 3
+    assert srv.connections == 3 and open_after == 0
+    assert all(b"\r\nConnection: close\r\n" in req for req in srv.requests)
+
+
 @pytest.mark.parametrize("reply,kind", [
     (lambda req: b"HTTX/1.1 200 OK\r\n\r\n", "malformed"),
     (lambda req: b"HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\n", "malformed"),

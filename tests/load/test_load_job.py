@@ -46,7 +46,13 @@ def test_a_rate_job_parses_into_its_values():
     assert p["duration"] == pytest.approx(job.duration_s, rel=1e-5)
     assert p["timeout"] == pytest.approx(job.timeout_s, rel=1e-5)
     assert (p["seed"], p["max_error_rate"], p["trace"], p["closed"]) == (1003, 1.0, None, None)
+    assert p["new_connections"] is False  # keep-alive unless the scenario asks otherwise
     assert job.offsets() == list(constant_schedule(p["rate"], p["duration"]))
+
+
+def test_a_per_request_connections_job_asks_the_client_for_new_connections():
+    job = LoadJob(service="imgcls", duration_s=10.0, rate=30.0, new_connections=True)
+    assert _parsed(_argv(_client(job), None))["new_connections"] is True
 
 
 def test_a_trace_job_parses_into_its_values(tmp_path: Path):

@@ -242,3 +242,21 @@ def test_the_cell_judges_slo_by_the_scenarios_own_profiles(tmp_path: Path):
     assert runner.info["slo_ms"]["imgcls"] == 500.0  # before the profiles are read
     runner.profiles()
     assert runner.info["slo_ms"]["imgcls"] == 750.0 and runner.info["slo_ms"]["tts"] == 2500.0
+
+
+def test_a_clients_connections_reach_its_load_job():
+    """`connections: per-request` (the dissertation's client) gives the cell's load client
+    --new-connections; keep-alive is the default; anything else is refused with its line."""
+    from testbed.scenario.cell import load_job
+
+    scenarios = Path(__file__).resolve().parents[2] / "scenarios"
+    text = (scenarios / "slicing-ci.yaml").read_text()
+    text = text.replace("  - {service: imgcls, ue_group: ai, rate: 30}",
+                        "  - {service: imgcls, ue_group: ai, rate: 30, connections: per-request}")
+    scn = parse_scenario(text, "s.yaml", scenarios).scenario
+    jobs = {c.service: load_job(scn, c, i, 0, scenarios) for i, c in enumerate(scn.clients)}
+    assert jobs["imgcls"].new_connections and "--new-connections" in jobs["imgcls"].options()
+    assert not jobs["tts"].new_connections and "--new-connections" not in jobs["tts"].options()
+    with pytest.raises(ConfigError) as err:
+        parse_scenario(text.replace("per-request}", "pooled}"), "s.yaml", scenarios)
+    assert "s.yaml:" in str(err.value) and "connections" in str(err.value)
