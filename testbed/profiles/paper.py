@@ -175,8 +175,7 @@ TABLE_4_11 = PaperTable(
 PAPER_TABLES = {"5.1": TABLE_5_1, "5.2": TABLE_5_2, "5.3": TABLE_5_3, "4.11": TABLE_4_11}
 
 # Chapter V, the testbed experiments. Table 5.4 (real testbed, DRL vs rule-based; processing
-# time in seconds). Figs 5.7/5.8 give no numbers in the text, only the qualitative result stated in
-# Section 5.3, kept here in substance as checks the report shows next to our figures.
+# time in seconds). Figs 5.7/5.8 are below it: Section 5.3's stated result and the figures' values.
 TABLE_5_4 = {
     # service: {policy: {metric: value}}
     "chatbot": {
@@ -206,6 +205,35 @@ FIG_5_7_5_8 = [
     "violation rate with or without a slice.",
     "chatbot: no difference in SLO violation rate or processing time with or without a slice.",
 ]
+
+
+@dataclass(frozen=True)
+class FigureSeries:
+    """One panel of Figs 5.7/5.8: a metric of one service at each of FIG_FLOWS iperf3 flows,
+    without and with the dedicated slice."""
+
+    service: str
+    metric: str  # a results-row field: slo_violation_rate, or mean_latency_ms (in ms here)
+    no_slice: tuple[float, float, float]
+    with_slice: tuple[float, float, float]
+
+    def value(self, slicing: bool, flows: int) -> float:
+        return (self.with_slice if slicing else self.no_slice)[FIG_FLOWS.index(flows)]
+
+
+# The values behind Figs 5.7/5.8. The dissertation draws them without printing them; the script
+# that drew them holds them: github.com/tu-nv/drafas, analysis/slicing_result.py (the mean times
+# there are in seconds). The chatbot has no figure: Section 5.3 says it shows no difference.
+FIG_FLOWS = (10, 20, 40)
+FIG_5_7_5_8_VALUES = (
+    FigureSeries("imgcls", "slo_violation_rate", (0.00124, 0.0242, 0.08628),
+                 (0.000817, 0.00085639, 0.001034)),
+    FigureSeries("imgcls", "mean_latency_ms", (147.251, 217.34, 330.698),
+                 (107.4834, 110.7978, 114.2865)),
+    FigureSeries("tts", "mean_latency_ms", (371.9, 375.869, 388.238),
+                 (368.226, 367.450, 365.5692)),
+)
+FIG_5_7_5_8_SOURCE = "github.com/tu-nv/drafas, analysis/slicing_result.py"
 
 SLICING_SETUP = ("100 Mbit/s bottleneck, 20 Mbit/s slice shared by the AI services, 6 replicas "
                  "per service, constant 10/30/10 req/s (chatbot/imgcls/tts), 10/20/40 iperf3 flows")

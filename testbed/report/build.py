@@ -6,7 +6,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from testbed.profiles.paper import FIG_5_7_5_8, PAPER_TABLES, SLICING_SETUP, TABLE_5_4
+from testbed.profiles.paper import (
+    FIG_5_7_5_8,
+    FIG_5_7_5_8_SOURCE,
+    FIG_5_7_5_8_VALUES,
+    FIG_FLOWS,
+    PAPER_TABLES,
+    SLICING_SETUP,
+    TABLE_5_4,
+)
 from testbed.report import plots
 from testbed.report.document import Document, Section, TableData
 from testbed.scenario.expect import Outcome, evaluate_all
@@ -248,7 +256,8 @@ def _slicing_section(svc: list[dict[str, Any]], plots_dir: Path, rows: list[dict
                      run_dir: Path) -> Section:
     sec = Section("Beside the paper: Figs 5.7 / 5.8 (effect of network slicing)")
     sec.paragraphs.append(f"Paper setup: {SLICING_SETUP}. The dissertation plots these figures "
-                          "without printing their values; its stated result is:")
+                          "without printing their values (they are in the script that drew them, "
+                          f"{FIG_5_7_5_8_SOURCE}); its stated result is:")
     sec.bullets += FIG_5_7_5_8
     table_rows = []
     for service in sorted({r["service"] for r in svc}):
@@ -272,9 +281,40 @@ def _slicing_section(svc: list[dict[str, Any]], plots_dir: Path, rows: list[dict
                                  "SLO viol. with slice", "mean ms no slice", "mean ms with slice",
                                  "p50 / p99 ms no slice", "p50 / p99 ms with slice"],
                                 table_rows, "Ours, in the layout of Figs 5.7/5.8"))
+    beside = beside_the_figures(svc)
+    if beside:
+        sec.tables.append(beside)
     sec.images += plots.slicing_bars(rows, plots_dir)
     sec.images += plots.latency_cdfs(run_dir, plots_dir)
     return sec
+
+
+def beside_the_figures(svc: list[dict[str, Any]]) -> TableData | None:
+    """Ours (result rows of a slicing run) beside the values behind Figs 5.7/5.8, where both have
+    the cell: each mean as its ratio without/with the slice (our services' own times differ from
+    the paper's), rates as they are."""
+    out = []
+    for series in FIG_5_7_5_8_VALUES:
+        for flows in FIG_FLOWS:
+            ours = {on: [r[series.metric] for r in svc if r["service"] == series.service
+                         and r["iperf_flows"] == flows and bool(r["slicing"]) == on
+                         and r.get(series.metric) is not None] for on in (False, True)}
+            if not (ours[False] and ours[True]):
+                continue
+            off, on = (sum(v) / len(v) for v in (ours[False], ours[True]))
+            if series.metric == "mean_latency_ms":
+                what = "mean, without / with the slice"
+                mine = _f(off / on, 2) if on else "–"
+                theirs = _f(series.value(False, flows) / series.value(True, flows), 2)
+            else:
+                what = "SLO violation rate without / with the slice"
+                mine = f"{_rate(off)} / {_rate(on)}"
+                theirs = f"{_rate(series.value(False, flows))} / {_rate(series.value(True, flows))}"
+            out.append([series.service, str(flows), what, mine, theirs])
+    if not out:
+        return None
+    return TableData(["service", "iperf3 flows", "figure", "ours", "paper's figure"], out,
+                     f"Beside the values behind Figs 5.7/5.8 ({FIG_5_7_5_8_SOURCE})")
 
 
 def _table_5_4(svc: list[dict[str, Any]]) -> Section:

@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
+from testbed.profiles.paper import FIG_5_7_5_8_VALUES, FIG_FLOWS
 from testbed.scenario.results import SLO_MS, percentile
 from testbed.scenario.rundir import read_jsonl
 
@@ -42,7 +43,10 @@ def _note_if_all_zero(ax: Any, values: list[float], what: str = "no violations")
 
 
 def slicing_bars(rows: list[dict[str, Any]], out: Path) -> list[Path]:
-    """Per service: SLO violation rate and mean latency vs iperf3 flows, slice on/off."""
+    """Per service: SLO violation rate and mean latency vs iperf3 flows, slice on/off, with the
+    values behind Figs 5.7/5.8 marked on each bar where the figures have one."""
+    figure = {(f.service, f.metric): f for f in FIG_5_7_5_8_VALUES}
+    paper_services = {f.service for f in FIG_5_7_5_8_VALUES}
     svc_rows = [r for r in rows if "service" in r and "iperf_flows" in r and "slicing" in r]
     paths = []
     for service in sorted({r["service"] for r in svc_rows}):
@@ -60,6 +64,14 @@ def slicing_bars(rows: list[dict[str, Any]], out: Path) -> list[Path]:
                 xs = [i + (k - 0.5) * width for i in range(len(flows))]
                 ax.bar(xs, ys, width, label="with slice" if slicing else "no slice",
                        color="#2a7ab9" if slicing else "#d9822b")
+                series = figure.get((service, metric))
+                marks = [(x, series.value(slicing, f)) for x, f in zip(xs, flows, strict=True)
+                         if series is not None and f in FIG_FLOWS]
+                if marks:
+                    ax.plot([x for x, _ in marks], [y for _, y in marks], linestyle="none",
+                            marker="D", markerfacecolor="white", markeredgecolor="black",
+                            label="paper's figure" if slicing else None)
+                    shown += [y for _, y in marks]
             ax.set_xticks(range(len(flows)), [str(f) for f in flows])
             ax.set_xlabel("iperf3 flows")
             ax.set_ylabel(label)
@@ -67,8 +79,11 @@ def slicing_bars(rows: list[dict[str, Any]], out: Path) -> list[Path]:
             ax.grid(axis="y", alpha=0.3)
             if metric == "slo_violation_rate":
                 _note_if_all_zero(ax, shown)
-        axes[0].legend()
-        fig.suptitle(f"{TITLES.get(service, service)}: with and without a dedicated slice")
+        for ax in axes:
+            if ax.get_legend_handles_labels()[0] and (ax is axes[0] or service in paper_services):
+                ax.legend(fontsize=8)
+        fig.suptitle(f"{TITLES.get(service, service)}: with and without a dedicated slice"
+                     + (" (◇ the paper's figure)" if service in paper_services else ""))
         path = _save(fig, out / f"slicing-{service}.png")
         paths.append(path)
     return paths

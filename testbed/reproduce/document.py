@@ -7,8 +7,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from testbed.profiles.paper import FIG_5_7_5_8, SLICING_SETUP
+from testbed.profiles.paper import FIG_5_7_5_8, FIG_5_7_5_8_SOURCE, SLICING_SETUP
+from testbed.report.build import beside_the_figures
 from testbed.report.document import Document, Section, TableData
+from testbed.report.plots import slicing_bars
 from testbed.reproduce import slicing as slicing_rules
 from testbed.reproduce import tables as table_rules
 from testbed.reproduce.model import Options, ReproResult, Verdict
@@ -75,7 +77,8 @@ def build(result: ReproResult, base: Path, options: Options) -> Document:
 def _slicing(v: Verdict, result: ReproResult, plots: Path) -> Section:
     sec = Section("Figs 5.7 / 5.8: effect of network slicing")
     sec.paragraphs.append(f"Paper setup: {SLICING_SETUP}. The paper prints no values for these "
-                          "figures; its stated result:")
+                          f"figures (they are in the script that drew them, {FIG_5_7_5_8_SOURCE}); "
+                          "its stated result:")
     sec.bullets += FIG_5_7_5_8
     outcomes = []
     for w in result.verdicts:
@@ -96,46 +99,15 @@ def _slicing(v: Verdict, result: ReproResult, plots: Path) -> Section:
         rows.append([service, flows, sl, f"{c['mean_ms']:.0f}", f"{100 * c['slo']:.2f}"])
     sec.tables.append(TableData(["service", "iperf3 flows", "slice", "mean ms", "SLO viol. %"],
                                 rows, f"Ours (scenario run: {v.run_dir}, with its own report)"))
-    img = _slicing_plot(cells, plots / "slicing.png")
-    if img:
-        sec.images.append(img)
+    # the cells as result rows: the scenario report's comparison table and plots take those
+    cell_rows = [{"service": k.split("|")[0], "iperf_flows": int(k.split("|")[1]),
+                  "slicing": k.split("|")[2] == "on", "mean_latency_ms": c["mean_ms"],
+                  "slo_violation_rate": c["slo"]} for k, c in cells.items()]
+    beside = beside_the_figures(cell_rows)
+    if beside:
+        sec.tables.append(beside)
+    sec.images += slicing_bars(cell_rows, plots)
     return sec
-
-
-def _slicing_plot(cells: dict[str, dict[str, float]], path: Path) -> Path | None:
-    if not cells:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    services = [s for s in ("imgcls", "tts", "chatbot") if any(k.startswith(s + "|") for k in cells)]
-    fig, axes = plt.subplots(2, len(services), figsize=(4 * len(services), 6), squeeze=False)
-    for j, s in enumerate(services):
-        flows = sorted({int(k.split("|")[1]) for k in cells if k.startswith(s + "|")})
-        for i, (metric, label, scale) in enumerate((("mean_ms", "mean latency (ms)", 1),
-                                                    ("slo", "SLO violation rate (%)", 100))):
-            ax = axes[i][j]
-            seen: list[float] = []
-            for k, sl in enumerate(("off", "on")):
-                ys = [cells.get(f"{s}|{f}|{sl}", {}).get(metric, float("nan")) * scale
-                      for f in flows]
-                xs = [x + (k - 0.5) * 0.38 for x in range(len(flows))]
-                ax.bar(xs, ys, 0.38, label="no slice" if sl == "off" else "20 Mbit/s slice",
-                       color="#c62828" if sl == "off" else "#1565c0")
-                seen += [y for y in ys if y == y]
-            top = max(seen, default=0.0)
-            ax.set_ylim(0, None if top > 0 else 1)  # an all-zero panel reads as zero, not noise
-            ax.set_xticks(range(len(flows)), [str(f) for f in flows])
-            ax.set_xlabel("iperf3 flows")
-            ax.set_ylabel(label)
-            ax.set_title(s)
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
 
 
 def _table(v: Verdict, plots: Path) -> Section:
