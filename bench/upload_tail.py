@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
-"""What the flow-queue depth adds on the data plane alone: loss and delay of image-sized uploads
-beside uplink iperf3 flows (prints figures; not a test). Needs root and iperf3.
+"""What the flow-queue model adds on the data plane alone: loss and delay of image-sized uploads
+and of a TTS-sized download beside uplink iperf3 flows (prints figures; not a test). Needs root
+and iperf3.
 
 No replicas and no load generator: in the "ai" UE an open-loop client sends 48 KB uploads (an
-imgcls JPEG) at 30/s and 200 B requests (a chatbot prompt) at 10/s over keep-alive
-connections to a sink in the data network that answers each with one byte; the time from send to
-answer is the network's share of a request's latency. "be" runs N uplink iperf3 flows from one
-second before the client starts. Per cell: p50/p90/p99, the share over 500 ms (imgcls's SLO) in
-each third of the cell (a start-up transient shows in the first third only), the ai UE's TCP
-retransmissions, the bottleneck's drops, and the CPU's busy share (the machine is shared).
+imgcls JPEG) at 30/s, 200 B requests (a chatbot prompt) at 10/s and 200 B requests for a 480 KB
+answer (a TTS WAV, whose ACKs cross the congested uplink) at 10/s, over keep-alive connections
+to a sink in the data network that answers each with one byte or the 480 KB; the time from send
+to answer is the network's share of a request's latency. "be" runs N uplink iperf3 flows from
+one second before the client starts. Per cell: p50/p90/p99, the share over 500 ms (imgcls's
+SLO) in each third of the cell (a start-up transient shows in the first third only), the
+download's mean and p99, the ai UE's TCP retransmissions, the bottleneck's drops, and the CPU's
+busy share (the machine is shared).
 
     python3 bench/upload_tail.py [--depths 100 30] [--bytes 30000] [--flows 10 20 40]
-        [--duration 15] [--slicing off] [--drop tail head] [--json OUT.json]
+        [--duration 15] [--slicing off] [--drop tail head] [--sets per-slice per-class]
+        [--json OUT.json]
 
 --depths are flow-queue limits in packets (link.flow_queue_packets), --bytes in bytes
-(link.flow_queue_bytes, tail drop only; the default of slicing(-ci).yaml is 30000).
+(link.flow_queue_bytes, tail drop only; the default of slicing(-ci).yaml is 30000); --sets is
+link.flow_queue_sets (per-slice, the default: the ai UE's connections never share a flow queue
+with an iperf3 flow; per-class: each does with probability 1 - (255/256)^N).
 """
 
 from __future__ import annotations
@@ -35,6 +41,13 @@ UPLOAD_BYTES = 48_000  # imgcls's JPEGs are 46-49 KB
 UPLOAD_RATE = 30.0
 SMALL_BYTES = 200
 SMALL_RATE = 10.0
+DOWNLOAD_BYTES = 480_000  # TTS's WAVs average ~489 KB
+DOWNLOAD_RATE = 10.0
+STREAMS = {  # kind: (request bytes, answer bytes, requests per second)
+    "upload": (UPLOAD_BYTES, 1, UPLOAD_RATE),
+    "small": (SMALL_BYTES, 1, SMALL_RATE),
+    "download": (SMALL_BYTES, DOWNLOAD_BYTES, DOWNLOAD_RATE),
+}
 SLO_MS = 500.0
 PORT = 5990
 
@@ -45,9 +58,9 @@ async def _sink(addr: str, port: int) -> None:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                size = int.from_bytes(await reader.readexactly(4), "big")
-                await reader.readexactly(size)
-                writer.write(b"k")
+                head = await reader.readexactly(8)
+                await reader.readexactly(int.from_bytes(head[:4], "big"))
+                writer.write(bytes(max(int.from_bytes(head[4:], "big"), 1)))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
@@ -59,36 +72,38 @@ async def _sink(addr: str, port: int) -> None:
 
 
 async def _client(src: str, dst: str, port: int, duration: float) -> None:
-    idle: dict[int, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {
-        UPLOAD_BYTES: [], SMALL_BYTES: []}
+    idle: dict[str, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {
+        kind: [] for kind in STREAMS}
     out: list[dict] = []
     t0 = time.monotonic()
 
-    async def one(size: int, sent: float) -> None:
-        pool = idle[size]
+    async def one(kind: str, sent: float) -> None:
+        size, answer, _rate = STREAMS[kind]
+        pool = idle[kind]
         conn = pool.pop() if pool else await asyncio.open_connection(
             dst, port, local_addr=(src, 0))
         reader, writer = conn
         try:
-            writer.write(size.to_bytes(4, "big") + bytes(size))
+            writer.write(size.to_bytes(4, "big") + answer.to_bytes(4, "big") + bytes(size))
             await writer.drain()
-            await asyncio.wait_for(reader.readexactly(1), 10)
+            await asyncio.wait_for(reader.readexactly(answer), 10)
             ms = (time.monotonic() - sent) * 1000
             pool.append(conn)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
             ms = None
             writer.close()
-        out.append({"size": size, "t": sent - t0, "ms": ms})
+        out.append({"kind": kind, "t": sent - t0, "ms": ms})
 
     tasks: list[asyncio.Task] = []
 
-    async def schedule(size: int, rate: float) -> None:  # open loop: never waits for answers
+    async def schedule(kind: str) -> None:  # open loop: never waits for answers
+        rate = STREAMS[kind][2]
         for k in range(int(duration * rate)):
             at = t0 + k / rate
             await asyncio.sleep(max(0.0, at - time.monotonic()))
-            tasks.append(asyncio.create_task(one(size, at)))
+            tasks.append(asyncio.create_task(one(kind, at)))
 
-    await asyncio.gather(schedule(UPLOAD_BYTES, UPLOAD_RATE), schedule(SMALL_BYTES, SMALL_RATE))
+    await asyncio.gather(*(schedule(kind) for kind in STREAMS))
     await asyncio.gather(*tasks)
     print(json.dumps(out))
 
@@ -122,7 +137,7 @@ def pct(vals: list[float], q: float) -> float | None:
 
 
 def cell(depth: int, flows: int, slicing: bool, duration: float, name: str,
-         drop: str = "tail", unit: str = "packets") -> dict:
+         drop: str = "tail", unit: str = "packets", sets: str = "per-slice") -> dict:
     from testbed.bringup.local import LocalTestbed
     from testbed.config import load_testbed
     from testbed.net.cmd import die_with_parent, in_ns
@@ -132,7 +147,8 @@ def cell(depth: int, flows: int, slicing: bool, duration: float, name: str,
     limit = ({"flow_queue_packets": depth, "flow_queue_drop": drop} if unit == "packets"
              else {"flow_queue_bytes": depth})
     link = base.link.model_copy(update={"capacity_mbit": 100.0, "slicing": slicing,
-                                        "flow_queues": 256, **limit})
+                                        "flow_queues": 256, "flow_queue_sets": sets,
+                                        **limit})
     spec = base.model_copy(update={"name": name, "link": link})
     load0, cpu0 = os.getloadavg()[0], cpu_busy()
     with LocalTestbed(spec) as tb:
@@ -158,13 +174,14 @@ def cell(depth: int, flows: int, slicing: bool, duration: float, name: str,
             sink.wait()
     cpu1 = cpu_busy()
     recs = json.loads(client.stdout)
-    row = {"depth": depth, "unit": unit, "drop": drop, "flows": flows, "slicing": slicing,
+    row = {"depth": depth, "unit": unit, "drop": drop, "sets": sets, "flows": flows,
+           "slicing": slicing,
            "duration_s": duration,
            "ai_retransmits": retrans, "bottleneck_drops": drops, "iperf_mbit": iperf.total_mbit,
            "load_before": load0, "load_after": os.getloadavg()[0],
            "cpu_busy": (cpu1[0] - cpu0[0]) / max(cpu1[1] - cpu0[1], 1)}
-    for size, label in ((UPLOAD_BYTES, "upload"), (SMALL_BYTES, "small")):
-        mine = [r for r in recs if r["size"] == size]
+    for label in STREAMS:
+        mine = [r for r in recs if r["kind"] == label]
         ok = [r["ms"] for r in mine if r["ms"] is not None]
         over = [r for r in mine if r["ms"] is None or r["ms"] > SLO_MS]
         thirds = []
@@ -192,25 +209,29 @@ def main() -> int:
     ap.add_argument("--slicing", nargs="+", choices=["on", "off"], default=["off"])
     ap.add_argument("--drop", nargs="+", choices=["tail", "head"], default=["tail"],
                     help="which end of a full flow queue drops (link.flow_queue_drop)")
+    ap.add_argument("--sets", nargs="+", choices=["per-slice", "per-class"],
+                    default=["per-slice"], help="whose flows may share a flow queue "
+                    "(link.flow_queue_sets)")
     ap.add_argument("--duration", type=float, default=15.0)
     ap.add_argument("--json", type=Path, help="append each cell's figures here (JSON lines)")
     args = ap.parse_args()
 
-    print("drop depth flows slice |  upload p50   p90   p99  >500ms  by third         | small p50 "
-          "p99 | retrans drops | iperf Mbit/s | load  cpu")
-    plan = [(d, x, "packets", s, f) for d in args.drop for x in args.depths for s in args.slicing
-            for f in args.flows]
-    plan += [("tail", x, "bytes", s, f) for x in args.bytes for s in args.slicing
-             for f in args.flows]
-    for drop, depth, unit, slicing, flows in plan:
+    print("sets      drop depth flows slice |  upload p50   p90   p99  >500ms  by third         "
+          "| small p50 p99 | download mean p99 | retrans drops | iperf Mbit/s | load  cpu")
+    plan = [(d, x, "packets", s, f, k) for d in args.drop for x in args.depths
+            for s in args.slicing for f in args.flows for k in args.sets]
+    plan += [("tail", x, "bytes", s, f, k) for x in args.bytes for s in args.slicing
+             for f in args.flows for k in args.sets]
+    for drop, depth, unit, slicing, flows, sets in plan:
         r = cell(depth, flows, slicing == "on", args.duration, f"ut{os.getpid() % 10000}", drop,
-                 unit)
-        u, s = r["upload"], r["small"]
+                 unit, sets)
+        u, s, d = r["upload"], r["small"], r["download"]
         shown = f"{depth:5d}" if unit == "packets" else f"{depth // 1000:4d}k"
-        print(f"{drop:>4} {shown} {flows:5d} {slicing:>5} | {u['p50']:9.0f} {u['p90']:5.0f} "
-              f"{u['p99']:5.0f} {100 * u['over_slo']:5.1f}%  "
+        print(f"{sets:9} {drop:>4} {shown} {flows:5d} {slicing:>5} | {u['p50']:9.0f} "
+              f"{u['p90']:5.0f} {u['p99']:5.0f} {100 * u['over_slo']:5.1f}%  "
               f"{' '.join(f'{100 * x:4.1f}' for x in u['over_slo_by_third'])} % | "
-              f"{s['p50']:6.1f} {s['p99']:5.1f} | {r['ai_retransmits']:7d} "
+              f"{s['p50']:6.1f} {s['p99']:5.1f} | {d['mean']:8.0f} {d['p99']:5.0f} | "
+              f"{r['ai_retransmits']:7d} "
               f"{r['bottleneck_drops']:5d} | {r['iperf_mbit']:8.1f} | "
               f"{r['load_before']:4.1f} {100 * r['cpu_busy']:3.0f}%", flush=True)
         if args.json:
