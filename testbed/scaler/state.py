@@ -75,6 +75,7 @@ class StateBuilder:
         self._rows = np.zeros((history + _RING_SPAN, N_METRICS), dtype=np.float32)
         self._at = history - 1
         self._empty = True
+        self._unit_cost: dict[int, float] = {}  # total units -> the sixth metric
 
     @classmethod
     def for_service(cls, service: str) -> StateBuilder:
@@ -86,20 +87,33 @@ class StateBuilder:
     def row(
         self, window: WindowMetrics, mask: Mask, instances: int, room: int, total_units: int = TOTAL_UNITS
     ) -> tuple[float, ...]:
-        """One period's metrics; `room` = instances of this service that fit in the free units."""
+        """One period's metrics; `room` = instances of this service that fit in the free units.
+
+        Written out with the window's fields and conditionals instead of its properties and
+        min/max: one row is built per decision. `x if not b < x else b` is min(x, b) and
+        `x if not b > x else b` is max(x, b), NaN and signed zeros included."""
+        seconds, arrivals = window.seconds, window.arrivals
+        request_rate = arrivals / seconds if seconds > 0 else 0.0
         if self.instance_rps:
-            load = window.request_rate / (max(instances, 1) * self.instance_rps)
-            rate = min(load / MAX_LOAD, 1.0)
+            load = request_rate / ((instances if not 1 > instances else 1) * self.instance_rps)
+            rate = load / MAX_LOAD
+            rate = rate if not 1.0 < rate else 1.0
+        elif self.max_rate > 0:
+            rate = request_rate / self.max_rate
+            rate = rate if not 1.0 < rate else 1.0
         else:
-            rate = min(window.request_rate / self.max_rate, 1.0) if self.max_rate > 0 else 0.0
-        return (
-            rate,
-            min(max(window.utilization, 0.0), 1.0),
-            mask_code(mask),
-            min(window.slo_violation_rate, 1.0),
-            instances / max(instances + max(room, 0), 1),
-            min(TOTAL_UNITS / max(total_units, 1), 1.0),
-        )
+            rate = 0.0
+        util = window.utilization
+        util = util if not 0.0 > util else 0.0
+        util = util if not 1.0 < util else 1.0
+        completed = window.completed
+        slo = window.violations / completed if completed else 0.0
+        slo = slo if not 1.0 < slo else 1.0
+        reach = instances + (room if not 0 > room else 0)
+        cost = self._unit_cost.get(total_units)
+        if cost is None:
+            cost = self._unit_cost[total_units] = min(TOTAL_UNITS / max(total_units, 1), 1.0)
+        return (rate, util, mask_code(mask), slo, instances / (reach if not 1 > reach else 1), cost)
 
     def push(
         self, window: WindowMetrics, mask: Mask, instances: int, room: int, total_units: int = TOTAL_UNITS
@@ -118,4 +132,4 @@ class StateBuilder:
                 at = h - 1
             rows[at] = row
         self._at = at
-        return rows[at - h + 1 : at + 1].T.flatten()
+        return rows[at - h + 1 : at + 1].flatten("F")  # = .T.flatten(): metric-major

@@ -85,16 +85,10 @@ class _Outcomes:
     def __getitem__(self, w: int) -> StepOutcome:
         arrivals, served, dropped, slow, proc_sum, util, ready = self.cols
         n, acc, drop, ps = arrivals[w], served[w], dropped[w], proc_sum[w]
-        window = WindowMetrics(
-            service=self.name,
-            seconds=self.step,
-            arrivals=n,
-            completed=acc + drop,
-            violations=drop + slow[w],
-            utilization=util[w],
-            instances=ready[w],
-            mean_proc_time_ms=1000.0 * ps / acc if acc else None,
-        )
+        # positional: a frozen dataclass's keywords cost a third more, and one is built per step
+        # (service, seconds, arrivals, completed, violations, utilization, instances, mean ms)
+        window = WindowMetrics(self.name, self.step, n, acc + drop, drop + slow[w], util[w], ready[w],
+                               1000.0 * ps / acc if acc else None)
         return StepOutcome(window, acc, drop, ps)
 
 
