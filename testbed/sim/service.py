@@ -274,6 +274,8 @@ class SimService:
             else:
                 limit, window = self.profile.rate_limit
                 adm = round_robin_admit(a[j0:j1], targets, rr, limit, window, tokens)
+                if adm.all():
+                    adm = slice(None)  # a view, not four copies by a mask of all True
             if self._exact:
                 f = serve_exact(
                     a[j0:j1][adm],

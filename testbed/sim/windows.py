@@ -85,29 +85,33 @@ def round_robin_admit(
     last: dict[int, tuple[int, int]],
 ) -> np.ndarray:
     """`rate_limit_admit` (no cost) for arrivals dealt round-robin, arrival j (sorted) to instance
-    targets[(rr + j) % m], without its sort: laid out m to a row, each column holds one instance's
-    arrivals in order, so a running max down the columns finds where each (instance, window) run
-    starts. `last` (instance -> (window, admitted in it)) carries counts from call to call; it
-    keeps only each instance's latest window, the only one a later (sorted) arrival can fall in."""
+    targets[(rr + j) % m], without its sort. The arrivals are sorted, so each rate-limit window's
+    arrivals are one run of indices [lo, hi), and an instance's earlier arrivals in that window
+    are every m-th index before j: arrival j ranks (j - lo) // m within its (instance, window).
+    `last` (instance -> (window, admitted in it)) carries counts from call to call; it keeps only
+    each instance's latest window, the only one a later (sorted) arrival can fall in."""
     n, m = len(a), len(targets)
     if n == 0:
         return np.zeros(0, dtype=bool)
-    rows = -(-n // m)
-    grid = np.full(rows * m, -1, dtype=np.int64)  # -1 pads the last row: a window of no arrival
-    grid[:n] = np.floor(a / window + _EPS).astype(np.int64)
-    b = grid.reshape(rows, m)
-    row = np.arange(rows)[:, None]
-    new = np.ones((rows, m), dtype=bool)
-    new[1:] = b[1:] != b[:-1]
-    start = np.maximum.accumulate(np.where(new, row, 0), axis=0)  # row where each run starts
+    bucket = np.floor(a / window + _EPS).astype(np.int64)
+    first = int(bucket[0])
+    lo = np.searchsorted(bucket, np.arange(first, int(bucket[-1]) + 2))  # each window's first arrival
+    rank = np.arange(n) - lo[bucket - first]
+    if m > 1:
+        rank //= m
+    ok = rank < limit
     owner = [targets[(rr + c) % m] for c in range(m)]
-    prior = np.zeros(m, dtype=np.int64)  # admitted earlier in each column's first window
-    for c, k in enumerate(owner):
-        if k in last and last[k][0] == b[0, c]:
-            prior[c] = last[k][1]
-    ok = (row - start + np.where(start == 0, prior, 0) < limit).reshape(-1)[:n]
+    prior = [0] * m  # admitted in earlier calls, in the window of each column's first arrival
     for c in range(min(m, n)):
-        r = (n - 1 - c) // m  # the column's last arrival
-        run = r - int(start[r, c]) + 1
-        last[owner[c]] = (int(b[r, c]), min(limit, run + (int(prior[c]) if start[r, c] == 0 else 0)))
+        seen = last.get(owner[c])
+        b = int(bucket[c])
+        if seen is not None and seen[0] == b and seen[1]:
+            prior[c] = seen[1]
+            end = int(lo[b - first + 1])  # the column's arrivals in that window: c, c + m, .. < end
+            ok[c:end:m] = rank[c:end:m] + seen[1] < limit
+    for c in range(min(m, n)):
+        j = c + (n - 1 - c) // m * m  # the column's last arrival
+        b = int(bucket[j])
+        run = int(rank[j]) + 1 + (prior[c] if b == int(bucket[c]) else 0)
+        last[owner[c]] = (b, min(limit, run))
     return ok
