@@ -101,27 +101,28 @@ def serve_fast(
     f_o = np.maximum.accumulate(x + offset) - offset + cp + s_o + t0
 
     # Drop check: request i of an instance is dropped when the (limit)-th previous request in that
-    # instance's system (pending first, then this batch) has not finished by a_i.
+    # instance's system (pending first, then this batch) has not finished by a_i. Within the batch
+    # that request is i - limit when it is the same instance's (seg equal); queues seldom fill, so
+    # the shifted comparison runs over all requests and the instance check over its few hits.
     limit = 1 + queue_limit
-    pos = np.arange(n) - np.repeat(starts, counts)
-    shifted = np.empty(n)
-    shifted[:limit] = -np.inf
-    shifted[limit:] = f_o[:-limit]
-    lagged = np.where(pos >= limit, shifted, -np.inf)
+    late = np.flatnonzero(f_o[:-limit] > a_o[limit:]) + limit if n > limit else np.empty(0, np.int64)
+    if len(late):
+        late = late[seg[late] == seg[late - limit]]
+    full = set(seg[late].tolist()) if len(late) else set()
     for k in np.flatnonzero(nonempty).tolist():
         p = pending[k]
         lo, hi = max(0, limit - len(p)), min(int(counts[k]), limit)
-        if lo < hi:  # the first requests look back into what the instance already held
+        if lo < hi and k not in full:  # the first requests look back into what the instance held
             at = int(starts[k])
-            lagged[at + lo : at + hi] = p[len(p) + lo - limit : len(p) + hi - limit]
-    dropped = lagged > a_o
+            if np.greater(p[len(p) + lo - limit : len(p) + hi - limit], a_o[at + lo : at + hi]).any():
+                full.add(k)
+    with_drops = sorted(full)
     finish = np.empty(n)
-    with_drops = np.flatnonzero(np.bincount(seg[dropped], minlength=m)).tolist() if dropped.any() else []
     for k in with_drops:
         lo, hi = int(starts[k]), int(starts[k] + counts[k])
         f_o[lo:hi], pending[k] = _serve_one_with_drops(a_o[lo:hi], s_o[lo:hi], pending[k], limit)
     for k in np.flatnonzero(nonempty).tolist():
-        if k in with_drops:
+        if k in full:
             continue
         tail = f_o[starts[k] : starts[k] + counts[k]][-limit:].tolist()
         pending[k] = (pending[k] + tail)[-limit:]
@@ -135,7 +136,7 @@ def _serve_one_with_drops(
     """One capacity-1 instance that drops requests: vectorised Lindley while no request is dropped,
     a request-by-request walk from the first drop until the instance is idle again, and repeat."""
     n = len(a)
-    out = np.full(n, np.nan)
+    out = None
     hist: deque[float] = deque(pending[-limit:], maxlen=limit)
     pos = 0
     while pos < n:
@@ -143,16 +144,13 @@ def _serve_one_with_drops(
         c_incl = np.cumsum(s[pos:])
         cp = c_incl - s[pos:]
         f = np.maximum.accumulate(np.maximum(a[pos:] - cp, busy)) + c_incl
-        lagged = np.full(n - pos, -np.inf)
-        if n - pos > limit:
-            lagged[limit:] = f[:-limit]
-        for i in range(min(limit, n - pos)):
-            j = len(hist) + i - limit
-            if j >= 0:
-                lagged[i] = hist[j]
-        bad = np.flatnonzero(lagged > a[pos:])
-        stop = int(bad[0]) if len(bad) else n - pos
-        out[pos : pos + stop] = f[:stop]
+        stop = _first_drop(a[pos:], f, hist, limit)
+        if pos == 0 and stop == n:
+            out = f  # nothing dropped: the vectorised pass is the whole answer
+        else:
+            if out is None:
+                out = np.full(n, np.nan)
+            out[pos : pos + stop] = f[:stop]
         hist.extend(f[max(0, stop - limit) : stop].tolist())
         pos += stop
         busy = hist[-1] if hist else -np.inf
@@ -167,4 +165,20 @@ def _serve_one_with_drops(
             out[pos] = busy
             hist.append(busy)
             pos += 1
-    return out, list(hist)
+    return (np.empty(0) if out is None else out), list(hist)
+
+
+def _first_drop(a: np.ndarray, f: np.ndarray, hist: deque[float], limit: int) -> int:
+    """Index of the first request the queue would drop (len(a) if none): request i finds the
+    system full when the request `limit` before it, in `hist` and then in this pass, finishes
+    after a_i. `f`: the pass's finish times assuming nothing is dropped."""
+    n, h = len(a), len(hist)
+    head = a[: min(limit, n)].tolist()
+    for i in range(max(0, limit - h), len(head)):
+        if hist[h + i - limit] > head[i]:
+            return i
+    if n > limit:
+        late = np.flatnonzero(f[:-limit] > a[limit:])
+        if len(late):
+            return int(late[0]) + limit
+    return n
