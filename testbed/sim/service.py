@@ -18,7 +18,7 @@ from testbed.metrics.window import WindowMetrics
 from testbed.profiles import ServiceProfile
 from testbed.sim.queueing import serve_exact, serve_fast
 from testbed.sim.windows import rate_limit_admit as rate_limit_admit  # re-exported for its importers
-from testbed.sim.windows import round_robin_admit, window_of
+from testbed.sim.windows import round_robin_admit, window_of, window_starts
 
 MAX_CHUNK_STEPS = 128
 RESTART_CHUNK_STEPS = 32  # after a scaling action: serving ahead costs less than another chunk
@@ -308,25 +308,32 @@ class SimService:
         owner: np.ndarray,
         start_pending: list[list[float]],
     ) -> _Outcomes:
-        window = np.minimum(window_of(a, t0, step), steps - 1)
-        ok = ~np.isnan(finish)
-        a_ok, f_ok = a[ok], finish[ok]
+        ok = finish == finish  # not NaN (dropped)
+        everything = bool(ok.all())
+        a_ok, f_ok = (a, finish) if everything else (a[ok], finish[ok])
         slo = self.profile.slo_ms / 1000.0 + 1e-6
-        arrivals = np.bincount(window, minlength=steps)
-        dropped = np.bincount(window[~ok], minlength=steps)
+        starts = window_starts(a, t0, step, steps)  # a is sorted: its windows are runs
+        arrivals = np.diff(starts)
+        if everything:
+            dropped = np.zeros(steps, dtype=np.int64)
+        else:
+            dropped = np.diff(np.searchsorted(np.flatnonzero(~ok), starts))
         if self.slo_counting == "completion":
             f_all = np.concatenate((self._done[0], f_ok))
             lat_all = np.concatenate((self._done[1], f_ok - a_ok))
-            w_done = window_of(f_all, t0, step)
-            now = w_done < steps
-            self._done = (f_all[~now], lat_all[~now])
-            w_ok, latency = w_done[now], lat_all[now]
+            w_ok, latency = window_of(f_all, t0, step), lat_all
+            # the windows past this chunk are counted by a later one: kept, and cut off below
+            # (a window's sums take its requests in the same order with or without the others)
+            later = w_ok >= steps
+            self._done = (f_all[later], lat_all[later])
         else:
-            w_ok, latency = window[ok], f_ok - a_ok
-        served = np.bincount(w_ok, minlength=steps)
-        slow = np.bincount(w_ok[latency > slo], minlength=steps)
-        proc_sum = np.bincount(w_ok, weights=latency, minlength=steps)
-        util = self._utilization(t0, step, steps, a_ok, f_ok, owner[ok], start_pending)
+            w_ok = np.minimum(window_of(a, t0, step), steps - 1)[ok]
+            latency = f_ok - a_ok
+        served = np.bincount(w_ok, minlength=steps)[:steps]
+        slow = np.bincount(w_ok[latency > slo], minlength=steps)[:steps]
+        proc_sum = np.bincount(w_ok, weights=latency, minlength=steps)[:steps]
+        util = self._utilization(t0, step, steps, a_ok, f_ok, owner if everything else owner[ok],
+                                 start_pending)
         ends = t0 + step * np.arange(1, steps + 1)
         ready = np.zeros(steps, dtype=np.int64)
         for inst in self.instances:
