@@ -18,7 +18,7 @@ from testbed.metrics.window import WindowMetrics
 from testbed.profiles import ServiceProfile
 from testbed.sim.queueing import serve_exact, serve_fast
 from testbed.sim.windows import rate_limit_admit as rate_limit_admit  # re-exported for its importers
-from testbed.sim.windows import round_robin_admit, window_of, window_starts
+from testbed.sim.windows import round_robin_admit, window_of
 
 MAX_CHUNK_STEPS = 128
 RESTART_CHUNK_STEPS = 32  # after a scaling action: serving ahead costs less than another chunk
@@ -85,10 +85,16 @@ class _Outcomes:
     def __getitem__(self, w: int) -> StepOutcome:
         arrivals, served, dropped, slow, proc_sum, util, ready = self.cols
         n, acc, drop, ps = arrivals[w], served[w], dropped[w], proc_sum[w]
-        # positional: a frozen dataclass's keywords cost a third more, and one is built per step
-        # (service, seconds, arrivals, completed, violations, utilization, instances, mean ms)
-        window = WindowMetrics(self.name, self.step, n, acc + drop, drop + slow[w], util[w], ready[w],
-                               1000.0 * ps / acc if acc else None)
+        window = WindowMetrics.fast(
+            service=self.name,
+            seconds=self.step,
+            arrivals=n,
+            completed=acc + drop,
+            violations=drop + slow[w],
+            utilization=util[w],
+            instances=ready[w],
+            mean_proc_time_ms=1000.0 * ps / acc if acc else None,
+        )
         return StepOutcome(window, acc, drop, ps)
 
 
@@ -312,12 +318,12 @@ class SimService:
         everything = bool(ok.all())
         a_ok, f_ok = (a, finish) if everything else (a[ok], finish[ok])
         slo = self.profile.slo_ms / 1000.0 + 1e-6
-        starts = window_starts(a, t0, step, steps)  # a is sorted: its windows are runs
-        arrivals = np.diff(starts)
+        window = np.minimum(window_of(a, t0, step), steps - 1)
+        arrivals = np.bincount(window, minlength=steps)
         if everything:
             dropped = np.zeros(steps, dtype=np.int64)
         else:
-            dropped = np.diff(np.searchsorted(np.flatnonzero(~ok), starts))
+            dropped = np.bincount(window[~ok], minlength=steps)
         if self.slo_counting == "completion":
             f_all = np.concatenate((self._done[0], f_ok))
             lat_all = np.concatenate((self._done[1], f_ok - a_ok))
@@ -327,7 +333,7 @@ class SimService:
             later = w_ok >= steps
             self._done = (f_all[later], lat_all[later])
         else:
-            w_ok = np.minimum(window_of(a, t0, step), steps - 1)[ok]
+            w_ok = window[ok]
             latency = f_ok - a_ok
         served = np.bincount(w_ok, minlength=steps)[:steps]
         slow = np.bincount(w_ok[latency > slo], minlength=steps)[:steps]

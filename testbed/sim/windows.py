@@ -16,28 +16,6 @@ def window_of(t: np.ndarray, t0: float, step: float) -> np.ndarray:
     return np.floor((t - t0) / step + _EPS).astype(np.int64)
 
 
-def window_starts(t: np.ndarray, t0: float, step: float, steps: int) -> np.ndarray:
-    """For sorted times: out[k] is the index of the first time `window_of` puts in window k or
-    later, the windows past steps - 1 counted in the last (out[0] = 0, out[steps] = len(t)); so
-    np.diff(out) is np.bincount(np.minimum(window_of(t, t0, step), steps - 1), minlength=steps).
-    window_of is monotone, so a search finds each edge; only the times within `near` of an edge
-    go through window_of itself (the others lie 1e-6 windows clear of it, far beyond its slack
-    and rounding)."""
-    near = 1e-6 * max(step, 1.0)
-    edges = t0 + step * np.arange(1, steps)
-    lo = np.searchsorted(t, edges - near)
-    count = np.searchsorted(t, edges + near) - lo
-    out = np.empty(steps + 1, dtype=np.int64)
-    out[0], out[steps] = 0, len(t)
-    out[1:steps] = lo
-    if count.any():  # the times next to an edge: add those window_of puts before it
-        k = np.repeat(np.arange(1, steps), count)
-        idx = np.repeat(lo - (np.cumsum(count) - count), count) + np.arange(len(k))
-        below = window_of(t[idx], t0, step) < k
-        out[1:steps] += np.bincount(k[below] - 1, minlength=steps - 1)
-    return out
-
-
 def rate_limit_admit(
     a: np.ndarray,
     who: np.ndarray,
