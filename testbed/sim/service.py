@@ -271,10 +271,13 @@ class SimService:
             if j1 == j0 or not targets:
                 continue  # no ready instance: these requests are dropped
             m, rr = len(targets), self._rr
-            slot = (rr + np.arange(j1 - j0)) % m
+            # round-robin: arrival j goes to slot (rr + j) % m, i.e. instance targets[slot]; both
+            # sequences are their period repeated, cheaper to tile than to compute
+            reps = (rr + j1 - j0 + m - 1) // m
+            slot = np.tile(np.arange(m), reps)[rr : rr + j1 - j0]
+            who = np.tile(np.asarray(targets), reps)[rr : rr + j1 - j0]
             self._rr = (rr + j1 - j0) % m
             pend = [self.instances[k].pending for k in targets]
-            who = np.asarray(targets)[slot]
             if self.profile.rate_limit is None:
                 adm = slice(None)
             else:
