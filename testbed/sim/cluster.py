@@ -109,7 +109,8 @@ class SimCluster(SimBackend[SimService, StepOutcome]):
         sim.scale(replicas, self.now)
 
     def units_per_replica(self, service: str) -> int:
-        return self._sim(service).profile.units
+        sim = self.sims.get(service) or self._sim(service)  # asked on every decision
+        return sim.units
 
     def total_units(self) -> int:
         return self._total_units

@@ -78,9 +78,10 @@ class _Outcomes:
     def __init__(self, name, step, arrivals, served, dropped, slow, proc_sum, util, ready):
         self.name, self.step = name, step
         self.cols = (arrivals, served, dropped, slow, proc_sum, util, ready)
+        self.n = len(arrivals)  # windows; read on every step, a method call dearer than the field
 
     def __len__(self) -> int:
-        return len(self.cols[0])
+        return self.n
 
     def __getitem__(self, w: int) -> StepOutcome:
         arrivals, served, dropped, slow, proc_sum, util, ready = self.cols
@@ -145,6 +146,7 @@ class SimService:
         if slo_counting not in SLO_COUNTING:
             raise ValueError(f"slo_counting {slo_counting!r}; known: {', '.join(SLO_COUNTING)}")
         self.profile = profile
+        self.units = profile.units  # read on every decision: a field, not two lookups
         self.util_counts_starting = util_counts_starting
         self.slo_counting = slo_counting
         self.util_sample_phase = util_sample_phase
@@ -175,7 +177,7 @@ class SimService:
             alive = len(self.instances)
         else:
             alive = sum(1 for i in self.instances if i.removed_at is None or i.removed_at > now)
-        return alive * self.profile.units
+        return alive * self.units
 
     def startup_delay(self) -> float:
         """Seconds from scale-up to ready: startup_ms, or a whole number of seconds drawn uniformly
@@ -206,10 +208,10 @@ class SimService:
         if (
             chunk is None
             or chunk.step != t1 - t0
-            or chunk.used >= len(chunk.outcomes)
+            or chunk.used >= chunk.outcomes.n
             or abs(chunk.t0 + chunk.used * chunk.step - t0) > 1e-9
         ):
-            if chunk is not None and chunk.used >= len(chunk.outcomes):
+            if chunk is not None and chunk.used >= chunk.outcomes.n:
                 self._next_steps = min(2 * self._next_steps, self._max_steps)
             chunk = self._chunk = self._serve_chunk(t0, t1 - t0, self._next_steps)
         out = chunk.outcomes[chunk.used]
