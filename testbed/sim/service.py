@@ -229,7 +229,7 @@ class SimService:
         finish = chunk.finish[:upto]
         # served requests not yet counted: those of earlier chunks and of the requests kept here
         # that finish at or after `now` (a window edge); the others were in windows already used
-        ok = ~np.isnan(finish)
+        ok = finish == finish  # not NaN (dropped)
         f_all = np.concatenate((chunk.done_in[0], finish[ok]))
         lat_all = np.concatenate((chunk.done_in[1], finish[ok] - chunk.arrivals[:upto][ok]))
         later = window_of(f_all, now, chunk.step) >= 0
@@ -237,9 +237,11 @@ class SimService:
         # keep what a utilization sample just before `now` still sees in flight (a request due at
         # `now` may sit a few ulps below it after a cumulative sum), as a chunk without the rewind
         # would: only the utilization depends on it
+        held = np.flatnonzero(finish > now - 1e-6)  # NaN (dropped) compares False; a few
+        held_f, held_k = finish[held].tolist(), owner[held].tolist()
         for k, inst in enumerate(self.instances):
-            mine = finish[(owner == k) & (finish > now - 1e-6)]  # NaN (dropped) compares False
-            inst.pending = sorted([f for f in chunk.start_pending[k] if f > now - 1e-6] + mine.tolist())
+            mine = [f for f, o in zip(held_f, held_k) if o == k]
+            inst.pending = sorted([f for f in chunk.start_pending[k] if f > now - 1e-6] + mine)
         self._cursor = chunk.i0 + upto
         for start, j0, rr, m in reversed(chunk.subs):
             if start <= now:
@@ -345,11 +347,6 @@ class SimService:
         proc_sum = np.bincount(w_ok, weights=latency, minlength=steps)[:steps]
         util = self._utilization(t0, step, steps, a_ok, f_ok, owner if everything else owner[ok],
                                  start_pending)
-        ends = t0 + step * np.arange(1, steps + 1)
-        ready = np.zeros(steps, dtype=np.int64)
-        for inst in self.instances:
-            if not inst.draining:
-                ready += ends >= inst.ready_at
         return _Outcomes(
             self.profile.name,
             step,
@@ -359,8 +356,19 @@ class SimService:
             slow.tolist(),
             proc_sum.tolist(),
             util.tolist(),
-            ready.tolist(),
+            self._ready_by_window(t0, step, steps),
         )
+
+    def _ready_by_window(self, t0: float, step: float, steps: int) -> list[int]:
+        """Instances (not draining) ready at the end of each window."""
+        ready_at = [inst.ready_at for inst in self.instances if not inst.draining]
+        if all(r <= t0 + step for r in ready_at):  # all ready by the first window's end
+            return [len(ready_at)] * steps
+        ends = t0 + step * np.arange(1, steps + 1)
+        ready = np.zeros(steps, dtype=np.int64)
+        for r in ready_at:
+            ready += ends >= r
+        return ready.tolist()
 
     def _utilization(
         self,
@@ -399,9 +407,12 @@ class SimService:
         enter = np.ceil(a_ok - origin).astype(np.int64)
         leave = np.minimum(np.ceil(f_ok - origin).astype(np.int64), n_samples)
         width = n_samples + 1
-        row = mine * width
-        delta = np.bincount(row + enter, minlength=m * width)
-        delta -= np.bincount(row + leave, minlength=m * width)
+        if m > 1:  # one row of samples per instance
+            row = mine * width
+            enter += row
+            leave += row
+        delta = np.bincount(enter, minlength=m * width)
+        delta -= np.bincount(leave, minlength=m * width)
         held = [len(p) for p in start_pending]
         if any(held):
             ends = np.concatenate([np.asarray(p, dtype=np.float64) for p in start_pending])
