@@ -88,17 +88,25 @@ def serve_fast(
     a_o = a[order]
     s_o = s[order]
     t0 = float(a[0])  # arrivals are sorted
+    # in place where an operand is a temporary: the same operations in the same order, fewer
+    # arrays of a chunk's size allocated and freed
     c_incl = np.cumsum(s_o)
-    c_prev = c_incl - s_o
     base = np.where(starts > 0, c_incl[starts - 1], 0.0)  # the sum before each instance's first
-    cp = c_prev - np.repeat(base, counts)  # within-instance service sum before request i
-    x = (a_o - t0) - cp
+    cp = c_incl - s_o
+    cp -= np.repeat(base, counts)  # within-instance service sum before request i
+    x = a_o - t0
+    x -= cp
     busy_until = np.array([p[-1] - t0 if p else -_SEGMENT_GAP / 4 for p in pending])
     nonempty = counts > 0
     first = starts[nonempty]
     x[first] = np.maximum(x[first], busy_until[nonempty])
     offset = seg * _SEGMENT_GAP
-    f_o = np.maximum.accumulate(x + offset) - offset + cp + s_o + t0
+    x += offset
+    f_o = np.maximum.accumulate(x, out=x)  # then - offset + cp + s_o + t0, left to right
+    f_o -= offset
+    f_o += cp
+    f_o += s_o
+    f_o += t0
 
     # Drop check: request i of an instance is dropped when the (limit)-th previous request in that
     # instance's system (pending first, then this batch) has not finished by a_i. Within the batch
@@ -142,8 +150,10 @@ def _serve_one_with_drops(
     while pos < n:
         busy = hist[-1] if hist else -np.inf
         c_incl = np.cumsum(s[pos:])
-        cp = c_incl - s[pos:]
-        f = np.maximum.accumulate(np.maximum(a[pos:] - cp, busy)) + c_incl
+        f = a[pos:] - (c_incl - s[pos:])  # in place below: max(a - cp, busy), running max, + c_incl
+        np.maximum(f, busy, out=f)
+        np.maximum.accumulate(f, out=f)
+        f += c_incl
         stop = _first_drop(a[pos:], f, hist, limit)
         if pos == 0 and stop == n:
             out = f  # nothing dropped: the vectorised pass is the whole answer
