@@ -90,7 +90,8 @@ def round_robin_admit(
     """`rate_limit_admit` (no cost) for arrivals dealt round-robin, arrival j (sorted) to instance
     targets[(rr + j) % m], without its sort. The arrivals are sorted, so each rate-limit window's
     arrivals are one run of indices [lo, hi), and an instance's earlier arrivals in that window
-    are every m-th index before j: arrival j ranks (j - lo) // m within its (instance, window).
+    are every m-th index before j: arrival j ranks (j - lo) // m within its (instance, window),
+    and the limit refuses exactly [lo + limit·m, hi), one run per window that overflows.
     `last` (instance -> (window, admitted in it)) carries counts from call to call; it keeps only
     each instance's latest window, the only one a later (sorted) arrival can fall in."""
     n, m = len(a), len(targets)
@@ -98,23 +99,30 @@ def round_robin_admit(
         return np.zeros(0, dtype=bool)
     bucket = np.floor(a / window + _EPS).astype(np.int64)
     first = int(bucket[0])
-    lo = np.searchsorted(bucket, np.arange(first, int(bucket[-1]) + 2))  # each window's first arrival
-    rank = np.arange(n) - lo[bucket - first]
-    if m > 1:
-        rank //= m
-    ok = rank < limit
+    lo = np.zeros(int(bucket[-1]) - first + 2, dtype=np.int64)  # lo[w]: window first + w's first
+    np.cumsum(np.bincount(bucket - first), out=lo[1:])
+    cut = lo[:-1] + limit * m
+    over = np.flatnonzero(cut < lo[1:])
+    if len(over):  # admitted and refused runs alternate: [0, cut), [cut, hi), [hi, next cut), ..
+        edges = np.empty(2 * len(over) + 2, dtype=np.int64)
+        edges[0], edges[-1] = 0, n
+        edges[1:-1:2], edges[2:-1:2] = cut[over], lo[1:][over]
+        ok = np.repeat(np.resize(np.array([True, False]), len(edges) - 1), np.diff(edges))
+    else:
+        ok = np.ones(n, dtype=bool)
     owner = [targets[(rr + c) % m] for c in range(m)]
-    prior = [0] * m  # admitted in earlier calls, in the window of each column's first arrival
-    for c in range(min(m, n)):
+    heads = bucket[:m].tolist()  # the window of each column's first arrival (column c: c, c+m, ..)
+    prior = [0] * m  # admitted in earlier calls, in that window
+    for c, b in enumerate(heads):
         seen = last.get(owner[c])
-        b = int(bucket[c])
         if seen is not None and seen[0] == b and seen[1]:
             prior[c] = seen[1]
-            end = int(lo[b - first + 1])  # the column's arrivals in that window: c, c + m, .. < end
-            ok[c:end:m] = rank[c:end:m] + seen[1] < limit
-    for c in range(min(m, n)):
+            start = int(lo[b - first]) + (limit - seen[1]) * m  # refused from here on ..
+            start = max(c, start + (c - start) % m)  # .. at the column's arrivals
+            ok[start : int(lo[b - first + 1]) : m] = False
+    for c, head in enumerate(heads):
         j = c + (n - 1 - c) // m * m  # the column's last arrival
         b = int(bucket[j])
-        run = int(rank[j]) + 1 + (prior[c] if b == int(bucket[c]) else 0)
+        run = (j - int(lo[b - first])) // m + 1 + (prior[c] if b == head else 0)
         last[owner[c]] = (b, min(limit, run))
     return ok
