@@ -71,9 +71,16 @@ def group_order(group: np.ndarray, groups: int) -> np.ndarray:
 
 
 def serve_fast(
-    a: np.ndarray, s: np.ndarray, slot: np.ndarray, pending: list[list[float]], queue_limit: int
+    a: np.ndarray,
+    s: np.ndarray,
+    slot: np.ndarray,
+    pending: list[list[float]],
+    queue_limit: int,
+    rr: int | None = None,
 ) -> np.ndarray:
-    """`serve_exact` for capacity 1, vectorised across instances (see module docstring); `a` sorted."""
+    """`serve_exact` for capacity 1, vectorised across instances (see module docstring); `a` sorted.
+    `rr`: arrival j went to slot (rr + j) % m, all of them (round-robin, none refused), so the
+    order by slot is known without a sort."""
     n = len(a)
     m = len(pending)
     if n == 0:
@@ -81,9 +88,14 @@ def serve_fast(
     if m == 1:  # one instance: no grouping, the single-instance walk is the whole job
         finish, pending[0] = _serve_one_with_drops(a, s, pending[0], 1 + queue_limit)
         return finish
-    order = group_order(slot, m)
+    if rr is None:
+        order = group_order(slot, m)
+        counts = np.bincount(slot, minlength=m)
+    else:  # slot k holds arrivals (k - rr) % m, then every m-th
+        runs = [range((k - rr) % m, n, m) for k in range(m)]
+        order = np.concatenate([np.arange(r.start, n, m) for r in runs])
+        counts = np.array([len(r) for r in runs])
     seg = slot[order]
-    counts = np.bincount(slot, minlength=m)
     starts = np.cumsum(counts) - counts
     a_o = a[order]
     s_o = s[order]

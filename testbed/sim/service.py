@@ -299,9 +299,9 @@ class SimService:
                     self.profile.queue_limit,
                 )
             else:
-                f = serve_fast(
-                    a[j0:j1][adm], s[j0:j1][adm], slot[adm], pend, self.profile.queue_limit
-                )
+                every = isinstance(adm, slice)  # all admitted: the slots are round-robin from rr
+                f = serve_fast(a[j0:j1][adm], s[j0:j1][adm], slot[adm], pend, self.profile.queue_limit,
+                               rr if every else None)
             for k, p in zip(targets, pend, strict=True):
                 self.instances[k].pending = p
             sub_finish = finish[j0:j1]  # a view: dropped requests stay NaN

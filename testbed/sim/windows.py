@@ -107,7 +107,9 @@ def round_robin_admit(
         edges = np.empty(2 * len(over) + 2, dtype=np.int64)
         edges[0], edges[-1] = 0, n
         edges[1:-1:2], edges[2:-1:2] = cut[over], lo[1:][over]
-        ok = np.repeat(np.resize(np.array([True, False]), len(edges) - 1), np.diff(edges))
+        admitted = np.zeros(len(edges) - 1, dtype=bool)
+        admitted[::2] = True
+        ok = np.repeat(admitted, np.diff(edges))
     else:
         ok = np.ones(n, dtype=bool)
     owner = [targets[(rr + c) % m] for c in range(m)]
