@@ -73,14 +73,14 @@ def group_order(group: np.ndarray, groups: int) -> np.ndarray:
 def serve_fast(
     a: np.ndarray,
     s: np.ndarray,
-    slot: np.ndarray,
+    slot: np.ndarray | None,
     pending: list[list[float]],
     queue_limit: int,
     rr: int | None = None,
 ) -> np.ndarray:
     """`serve_exact` for capacity 1, vectorised across instances (see module docstring); `a` sorted.
     `rr`: arrival j went to slot (rr + j) % m, all of them (round-robin, none refused), so the
-    order by slot is known without a sort."""
+    order by slot is known without a sort, and `slot` is not read (None will do)."""
     n = len(a)
     m = len(pending)
     if n == 0:
@@ -91,11 +91,12 @@ def serve_fast(
     if rr is None:
         order = group_order(slot, m)
         counts = np.bincount(slot, minlength=m)
+        seg = slot[order]
     else:  # slot k holds arrivals (k - rr) % m, then every m-th
         runs = [range((k - rr) % m, n, m) for k in range(m)]
         order = np.concatenate([np.arange(r.start, n, m) for r in runs])
         counts = np.array([len(r) for r in runs])
-    seg = slot[order]
+        seg = np.repeat(np.arange(m), counts)
     starts = np.cumsum(counts) - counts
     a_o = a[order]
     s_o = s[order]

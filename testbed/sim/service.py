@@ -278,7 +278,6 @@ class SimService:
             # round-robin: arrival j goes to slot (rr + j) % m, i.e. instance targets[slot]; both
             # sequences are their period repeated, cheaper to tile than to compute
             reps = (rr + j1 - j0 + m - 1) // m
-            slot = np.tile(np.arange(m), reps)[rr : rr + j1 - j0]
             who = np.tile(np.asarray(targets), reps)[rr : rr + j1 - j0]
             self._rr = (rr + j1 - j0) % m
             pend = [self.instances[k].pending for k in targets]
@@ -289,6 +288,8 @@ class SimService:
                 adm = round_robin_admit(a[j0:j1], targets, rr, limit, window, tokens)
                 if adm.all():
                     adm = slice(None)  # a view, not four copies by a mask of all True
+            every = isinstance(adm, slice)  # all admitted: the slots are round-robin from rr
+            slot = None if every and not self._exact else np.tile(np.arange(m), reps)[rr : rr + j1 - j0]
             if self._exact:
                 f = serve_exact(
                     a[j0:j1][adm],
@@ -299,9 +300,8 @@ class SimService:
                     self.profile.queue_limit,
                 )
             else:
-                every = isinstance(adm, slice)  # all admitted: the slots are round-robin from rr
-                f = serve_fast(a[j0:j1][adm], s[j0:j1][adm], slot[adm], pend, self.profile.queue_limit,
-                               rr if every else None)
+                f = serve_fast(a[j0:j1][adm], s[j0:j1][adm], None if every else slot[adm], pend,
+                               self.profile.queue_limit, rr if every else None)
             for k, p in zip(targets, pend, strict=True):
                 self.instances[k].pending = p
             sub_finish = finish[j0:j1]  # a view: dropped requests stay NaN
