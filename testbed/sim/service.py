@@ -415,10 +415,10 @@ class SimService:
         delta -= np.bincount(leave, minlength=m * width)
         held = [len(p) for p in start_pending]
         if any(held):
-            ends = np.concatenate([np.asarray(p, dtype=np.float64) for p in start_pending])
+            ends = np.array([f for p in start_pending for f in p], dtype=np.float64)
             who = np.repeat(np.arange(m), held)
             gone = np.minimum(np.maximum(np.ceil(ends - origin).astype(np.int64), 0), n_samples)
-            np.add.at(delta, who * width, 1)  # in flight from the first sample
+            delta[: m * width : width] += held  # in flight from the first sample of its row
             np.add.at(delta, who * width + gone, -1)
         in_flight = np.cumsum(delta.reshape(m, width)[:, :n_samples], axis=1)
         busy = np.minimum(in_flight, cap) / cap if cap != 1 else np.minimum(in_flight, 1)
