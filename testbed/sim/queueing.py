@@ -130,23 +130,20 @@ def serve_fast(
     if len(late):
         late = late[seg[late] == seg[late - limit]]
     full = set(seg[late].tolist()) if len(late) else set()
-    for k in np.flatnonzero(nonempty).tolist():
+    spans = [(k, at, at + c) for k, (at, c) in enumerate(zip(starts.tolist(), counts.tolist())) if c]
+    for k, at, end in spans:
         p = pending[k]
-        lo, hi = max(0, limit - len(p)), min(int(counts[k]), limit)
+        lo, hi = max(0, limit - len(p)), min(end - at, limit)
         if lo < hi and k not in full:  # the first requests look back into what the instance held
-            at = int(starts[k])
-            if np.greater(p[len(p) + lo - limit : len(p) + hi - limit], a_o[at + lo : at + hi]).any():
+            held, head = p[len(p) + lo - limit : len(p) + hi - limit], a_o[at + lo : at + hi].tolist()
+            if any(f > t for f, t in zip(held, head)):
                 full.add(k)
-    with_drops = sorted(full)
     finish = np.empty(n)
-    for k in with_drops:
-        lo, hi = int(starts[k]), int(starts[k] + counts[k])
-        f_o[lo:hi], pending[k] = _serve_one_with_drops(a_o[lo:hi], s_o[lo:hi], pending[k], limit)
-    for k in np.flatnonzero(nonempty).tolist():
+    for k, at, end in spans:
         if k in full:
-            continue
-        tail = f_o[starts[k] : starts[k] + counts[k]][-limit:].tolist()
-        pending[k] = (pending[k] + tail)[-limit:]
+            f_o[at:end], pending[k] = _serve_one_with_drops(a_o[at:end], s_o[at:end], pending[k], limit)
+        else:
+            pending[k] = (pending[k] + f_o[max(at, end - limit) : end].tolist())[-limit:]
     finish[order] = f_o
     return finish
 
