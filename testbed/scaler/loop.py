@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from time import perf_counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from time import perf_counter
 
 from testbed.cluster.base import ClusterBackend
 from testbed.metrics.window import WindowMetrics

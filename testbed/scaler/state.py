@@ -104,30 +104,30 @@ class StateBuilder:
         """One period's metrics; `room` = instances of this service that fit in the free units.
 
         Written out with the window's fields and conditionals instead of its properties and
-        min/max: one row is built per decision. `x if not b < x else b` is min(x, b) and
-        `x if not b > x else b` is max(x, b), NaN and signed zeros included."""
+        min/max: one row is built per decision. `b if x > b else x` is min(x, b) and
+        `b if x < b else x` is max(x, b), NaN and signed zeros included."""
         seconds, arrivals = window.seconds, window.arrivals
         request_rate = arrivals / seconds if seconds > 0 else 0.0
         if self.instance_rps:
-            load = request_rate / ((instances if not 1 > instances else 1) * self.instance_rps)
+            load = request_rate / ((1 if instances < 1 else instances) * self.instance_rps)
             rate = load / MAX_LOAD
-            rate = rate if not 1.0 < rate else 1.0
+            rate = 1.0 if rate > 1.0 else rate
         elif self.max_rate > 0:
             rate = request_rate / self.max_rate
-            rate = rate if not 1.0 < rate else 1.0
+            rate = 1.0 if rate > 1.0 else rate
         else:
             rate = 0.0
         util = window.utilization
-        util = util if not 0.0 > util else 0.0
-        util = util if not 1.0 < util else 1.0
+        util = 0.0 if util < 0.0 else util
+        util = 1.0 if util > 1.0 else util
         completed = window.completed
         slo = window.violations / completed if completed else 0.0
-        slo = slo if not 1.0 < slo else 1.0
-        reach = instances + (room if not 0 > room else 0)
+        slo = 1.0 if slo > 1.0 else slo
+        reach = instances + (0 if room < 0 else room)
         cost = self._unit_cost.get(total_units)
         if cost is None:
             cost = self._unit_cost[total_units] = min(TOTAL_UNITS / max(total_units, 1), 1.0)
-        return (rate, util, mask_code(mask), slo, instances / (reach if not 1 > reach else 1), cost)
+        return (rate, util, mask_code(mask), slo, instances / (1 if reach < 1 else reach), cost)
 
     def push(
         self, window: WindowMetrics, mask: Mask, instances: int, room: int, total_units: int = TOTAL_UNITS

@@ -130,13 +130,14 @@ def serve_fast(
     if len(late):
         late = late[seg[late] == seg[late - limit]]
     full = set(seg[late].tolist()) if len(late) else set()
-    spans = [(k, at, at + c) for k, (at, c) in enumerate(zip(starts.tolist(), counts.tolist())) if c]
+    spans = [(k, at, at + c)  # each instance's run in the sorted order
+             for k, (at, c) in enumerate(zip(starts.tolist(), counts.tolist(), strict=True)) if c]
     for k, at, end in spans:
         p = pending[k]
         lo, hi = max(0, limit - len(p)), min(end - at, limit)
         if lo < hi and k not in full:  # the first requests look back into what the instance held
             held, head = p[len(p) + lo - limit : len(p) + hi - limit], a_o[at + lo : at + hi].tolist()
-            if any(f > t for f, t in zip(held, head)):
+            if any(f > t for f, t in zip(held, head, strict=True)):
                 full.add(k)
     finish = np.empty(n)
     for k, at, end in spans:

@@ -240,7 +240,7 @@ class SimService:
         held = np.flatnonzero(finish > now - 1e-6)  # NaN (dropped) compares False; a few
         held_f, held_k = finish[held].tolist(), owner[held].tolist()
         for k, inst in enumerate(self.instances):
-            mine = [f for f, o in zip(held_f, held_k) if o == k]
+            mine = [f for f, o in zip(held_f, held_k, strict=True) if o == k]
             inst.pending = sorted([f for f in chunk.start_pending[k] if f > now - 1e-6] + mine)
         self._cursor = chunk.i0 + upto
         for start, j0, rr, m in reversed(chunk.subs):
@@ -327,10 +327,7 @@ class SimService:
         slo = self.profile.slo_ms / 1000.0 + 1e-6
         window = np.minimum(window_of(a, t0, step), steps - 1)
         arrivals = np.bincount(window, minlength=steps)
-        if everything:
-            dropped = np.zeros(steps, dtype=np.int64)
-        else:
-            dropped = np.bincount(window[~ok], minlength=steps)
+        dropped = np.zeros(steps, dtype=np.int64) if everything else np.bincount(window[~ok], minlength=steps)
         if self.slo_counting == "completion":
             f_all = np.concatenate((self._done[0], f_ok))
             lat_all = np.concatenate((self._done[1], f_ok - a_ok))
