@@ -227,20 +227,22 @@ class SimService:
         upto = int(np.searchsorted(chunk.arrivals, now, side="left"))
         owner = chunk.owner[:upto]
         finish = chunk.finish[:upto]
+        # only requests finishing within a window of `now` matter below (the others finished in
+        # windows already used); a few, found once (NaN, dropped, compares False)
+        near = np.flatnonzero(finish > now - chunk.step - 1e-6)
+        f_near = finish[near]
         # served requests not yet counted: those of earlier chunks and of the requests kept here
-        # that finish at or after `now` (a window edge); the others were in windows already used
-        ok = finish == finish  # not NaN (dropped)
-        f_all = np.concatenate((chunk.done_in[0], finish[ok]))
-        lat_all = np.concatenate((chunk.done_in[1], finish[ok] - chunk.arrivals[:upto][ok]))
+        # that finish at or after `now` (a window edge), in the order the chunk would count them
+        f_all = np.concatenate((chunk.done_in[0], f_near))
+        lat_all = np.concatenate((chunk.done_in[1], f_near - chunk.arrivals[near]))
         later = window_of(f_all, now, chunk.step) >= 0
         self._done = (f_all[later], lat_all[later])
         # keep what a utilization sample just before `now` still sees in flight (a request due at
         # `now` may sit a few ulps below it after a cumulative sum), as a chunk without the rewind
         # would: only the utilization depends on it
-        held = np.flatnonzero(finish > now - 1e-6)  # NaN (dropped) compares False; a few
-        held_f, held_k = finish[held].tolist(), owner[held].tolist()
+        held_f, held_k = f_near.tolist(), owner[near].tolist()
         for k, inst in enumerate(self.instances):
-            mine = [f for f, o in zip(held_f, held_k, strict=True) if o == k]
+            mine = [f for f, o in zip(held_f, held_k, strict=True) if o == k and f > now - 1e-6]
             inst.pending = sorted([f for f in chunk.start_pending[k] if f > now - 1e-6] + mine)
         self._cursor = chunk.i0 + upto
         for start, j0, rr, m in reversed(chunk.subs):
