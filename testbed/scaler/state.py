@@ -44,9 +44,14 @@ def _gather(history: int, ring_rows: int) -> np.ndarray:
     return table
 
 
+def latest_index(metric: str, history: int = HISTORY) -> int:
+    """Where the newest value of `metric` sits in an observation laid out metric-major."""
+    return _INDEX[metric] * history + history - 1
+
+
 def latest(observation: np.ndarray, metric: str, history: int = HISTORY) -> float:
     """The newest value of `metric` in an observation laid out metric-major, oldest first."""
-    return float(observation[_INDEX[metric] * history + history - 1])
+    return float(observation[latest_index(metric, history)])
 
 
 class StateBuilder:
