@@ -328,7 +328,9 @@ class SimService:
         a_ok, f_ok = (a, finish) if everything else (a[ok], finish[ok])
         slo = self.profile.slo_ms / 1000.0 + 1e-6
         window = np.minimum(window_of(a, t0, step), steps - 1)
-        arrivals = np.bincount(window, minlength=steps)
+        # the arrivals are sorted, so their windows are too: each window's first index by a search
+        # (the counts bincount gives, with a search per window instead of a pass over arrivals)
+        arrivals = np.diff(np.searchsorted(window, np.arange(steps + 1)))
         dropped = np.zeros(steps, dtype=np.int64) if everything else np.bincount(window[~ok], minlength=steps)
         if self.slo_counting == "completion":
             f_all = np.concatenate((self._done[0], f_ok))
