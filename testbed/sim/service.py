@@ -10,6 +10,7 @@ next chunk starts small again; chunk length doubles while the policy keeps the c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from math import ceil
 from typing import NamedTuple
 
 import numpy as np
@@ -32,6 +33,11 @@ def draw_proc_times(profile: ServiceProfile, n: int, rng: np.random.Generator) -
     if float(lo).is_integer() and float(hi).is_integer():
         return rng.integers(int(lo), int(hi) + 1, n) / 1000.0
     return rng.uniform(lo / 1000.0, hi / 1000.0, n)
+
+
+def _tiled(values, reps: int) -> np.ndarray:
+    """`values` repeated `reps` times end to end (np.tile's result, without its Python wrapper)."""
+    return np.repeat(np.asarray(values)[None], reps, axis=0).ravel()
 
 
 def startup_rng(rng: np.random.Generator) -> np.random.Generator:
@@ -280,7 +286,7 @@ class SimService:
             # round-robin: arrival j goes to slot (rr + j) % m, i.e. instance targets[slot]; both
             # sequences are their period repeated, cheaper to tile than to compute
             reps = (rr + j1 - j0 + m - 1) // m
-            who = np.tile(np.asarray(targets), reps)[rr : rr + j1 - j0]
+            who = _tiled(targets, reps)[rr : rr + j1 - j0]
             self._rr = (rr + j1 - j0) % m
             pend = [self.instances[k].pending for k in targets]
             if self.profile.rate_limit is None:
@@ -291,7 +297,7 @@ class SimService:
                 if adm.all():
                     adm = slice(None)  # a view, not four copies by a mask of all True
             every = isinstance(adm, slice)  # all admitted: the slots are round-robin from rr
-            slot = None if every and not self._exact else np.tile(np.arange(m), reps)[rr : rr + j1 - j0]
+            slot = None if every and not self._exact else _tiled(range(m), reps)[rr : rr + j1 - j0]
             if self._exact:
                 f = serve_exact(
                     a[j0:j1][adm],
@@ -306,6 +312,9 @@ class SimService:
                                self.profile.queue_limit, rr if every else None)
             for k, p in zip(targets, pend, strict=True):
                 self.instances[k].pending = p
+            if j1 - j0 == n and every:  # one sub-chunk serving all: its arrays are the chunk's
+                finish, owner = f, who
+                continue
             sub_finish = finish[j0:j1]  # a view: dropped requests stay NaN
             sub_finish[adm] = f
             owner[j0:j1] = who
@@ -414,13 +423,12 @@ class SimService:
             leave += row
         delta = np.bincount(enter, minlength=m * width)
         delta -= np.bincount(leave, minlength=m * width)
-        held = [len(p) for p in start_pending]
-        if any(held):
-            ends = np.array([f for p in start_pending for f in p], dtype=np.float64)
-            who = np.repeat(np.arange(m), held)
-            gone = np.minimum(np.maximum(np.ceil(ends - origin).astype(np.int64), 0), n_samples)
-            delta[: m * width : width] += held  # in flight from the first sample of its row
-            np.add.at(delta, who * width + gone, -1)
+        for k, held in enumerate(start_pending):  # a few requests: Python, not a dozen numpy calls
+            if held:
+                delta[k * width] += len(held)  # in flight from the first sample of its row
+                for f in held:  # until the first sample at or after its finish (in the row)
+                    gone = ceil(f - origin)
+                    delta[k * width + (0 if gone < 0 else n_samples if gone > n_samples else gone)] -= 1
         in_flight = np.cumsum(delta.reshape(m, width)[:, :n_samples], axis=1)
         busy = np.minimum(in_flight, cap) / cap if cap != 1 else np.minimum(in_flight, 1)
         if self.util_counts_starting:
