@@ -24,12 +24,12 @@ def action_mask(instances: int, free_units: int, units_per_instance: int, cooldo
     the cooldown after a scale-up. Free units are counted in instances of this service."""
     down = cooldown <= 0
     room = free_units // max(units_per_instance, 1)
-    return (
-        int(down and instances > 2),
-        int(down and instances > 1),
+    return (  # conditionals, not int(bool): built on every decision
+        1 if down and instances > 2 else 0,
+        1 if down and instances > 1 else 0,
         1,
-        int(room > 0),
-        int(room > 1),
+        1 if room > 0 else 0,
+        1 if room > 1 else 0,
     )
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from time import perf_counter
 
 from testbed.cluster.base import ClusterBackend
 from testbed.metrics.window import WindowMetrics
 from testbed.scaler.actions import (
+    ACTIONS,
     Mask,
-    action_delta,
-    action_index,
     action_mask,
     adjust_action,
     next_cooldown,
@@ -129,34 +129,38 @@ class ScalerLoop:
         total = backend.total_units()
         before = backend.desired_replicas(service)
         free = backend.free_units()
-        units = max(backend.units_per_replica(service), 1)
-        mask = action_mask(before, free, units, self._cooldown[service])
+        units = backend.units_per_replica(service)
+        units = units if units > 1 else 1
+        cooldown = self._cooldown[service]
+        mask = action_mask(before, free, units, cooldown)
         obs = self._states[service].push(window, mask, before, free // units, total)
         if self._counted[service]:
             policy.replicas = before  # a policy that needs the count (HPA) gets it here
-        started = time.perf_counter()
-        proposed = action_delta(policy.act(obs, mask))
-        decide_ms = 1000.0 * (time.perf_counter() - started)
+        started = perf_counter()
+        proposed = ACTIONS[policy.act(obs, mask)]
+        decide_ms = 1000.0 * (perf_counter() - started)
         applied = adjust_action(proposed, mask)
-        if not mask[action_index(applied)]:
+        if not mask[applied + 2]:  # action_index(applied)
             applied = 0  # a policy may propose anything; only valid actions reach the cluster
         if applied:
             backend.scale(service, before + applied)
-        self._cooldown[service] = next_cooldown(self._cooldown[service], applied)
-        slo = window.slo_violation_rate
+        self._cooldown[service] = next_cooldown(cooldown, applied)
+        seconds, completed = window.seconds, window.completed
+        slo = window.violations / completed if completed else 0.0  # window.slo_violation_rate
         return Decision(
-            time=self.clock(),
-            service=service,
-            policy=policy.name,
-            request_rate=window.request_rate,
-            utilization=window.utilization,
-            slo_violation_rate=slo,
-            mask=mask,
-            proposed=proposed,
-            applied=applied,
-            replicas_before=before,
-            replicas_after=before + applied,
-            free_units=free,
-            reward=reward(slo, before, total),
-            decide_ms=decide_ms,
+            self.clock(),
+            service,
+            policy.name,
+            window.arrivals / seconds if seconds > 0 else 0.0,  # window.request_rate
+            window.utilization,
+            slo,
+            mask,
+            proposed,
+            applied,
+            before,
+            before + applied,
+            free,
+            reward(slo, before, total),
+            None,
+            decide_ms,
         )

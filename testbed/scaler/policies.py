@@ -17,7 +17,11 @@ from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles.paper import RULE_V1_THRESHOLDS, RULE_V2_THRESHOLDS
 from testbed.scaler.actions import Mask, action_index
 from testbed.scaler.ppo import MaskablePpoPolicy
-from testbed.scaler.state import latest
+from testbed.scaler.state import latest_index
+
+# where the newest utilization and SLO violation rate sit in an observation (rules read them per step)
+_UTIL = latest_index("utilization")
+_SLO = latest_index("slo_violation_rate")
 
 
 @runtime_checkable
@@ -42,7 +46,7 @@ class RuleV1:
         return cls(**_thresholds(RULE_V1_THRESHOLDS, service, "rule_v1"))
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
-        util = latest(observation, "utilization")
+        util = float(observation[_UTIL])
         if util > self.inst_util_high_2:
             delta = 2
         elif util > self.inst_util_high_1:
@@ -72,8 +76,8 @@ class RuleV2:
         return cls(**_thresholds(RULE_V2_THRESHOLDS, service, "rule_v2"))
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
-        slo = latest(observation, "slo_violation_rate")
-        util = latest(observation, "utilization")
+        slo = float(observation[_SLO])
+        util = float(observation[_UTIL])
         if slo > self.slo_high or util > self.inst_util_high:
             return action_index(1)
         if slo < self.slo_low and util < self.inst_util_low:
@@ -104,7 +108,7 @@ class HpaPolicy:
     replicas: int = 1
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
-        util = latest(observation, "utilization")
+        util = float(observation[_UTIL])
         n = max(1, self.replicas)
         ratio = util / self.target
         if abs(ratio - 1.0) <= self.tolerance:

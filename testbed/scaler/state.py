@@ -5,6 +5,8 @@ OBSERVATION names the normalisation; a trained model records it and refuses anot
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from testbed.metrics.window import WindowMetrics
@@ -15,7 +17,7 @@ from testbed.scaler.actions import Mask, mask_code
 METRICS = ("request_rate", "utilization", "action_mask", "slo_violation_rate", "instances", "unit_cost")
 N_METRICS = len(METRICS)
 OBSERVATION = "load-per-instance/reachable-instances/unit-cost/2"
-_RING_SPAN = 1024  # periods pushed before the ring copies its last rows back to the start
+_RING_SPAN = 256  # periods pushed before the ring copies its last rows back to the start
 MAX_LOAD = 2.0  # the request-rate metric covers offered loads up to twice what the instances serve
 
 
@@ -32,9 +34,24 @@ def instance_rps(service: str) -> float | None:
 _INDEX = {m: i for i, m in enumerate(METRICS)}
 
 
+@functools.cache
+def _gather(history: int, ring_rows: int) -> np.ndarray:
+    """Row p: the indices into the flattened period-major ring of the observation whose newest
+    period is ring row p, metric-major (one fancy index: a fifth of a transposed copy's cost)."""
+    periods = np.arange(ring_rows)[:, None, None] - (history - 1) + np.arange(history)[None, None, :]
+    table = (periods * N_METRICS + np.arange(N_METRICS)[None, :, None]).reshape(ring_rows, -1)
+    table.flags.writeable = False  # shared by every builder of this size
+    return table
+
+
+def latest_index(metric: str, history: int = HISTORY) -> int:
+    """Where the newest value of `metric` sits in an observation laid out metric-major."""
+    return _INDEX[metric] * history + history - 1
+
+
 def latest(observation: np.ndarray, metric: str, history: int = HISTORY) -> float:
     """The newest value of `metric` in an observation laid out metric-major, oldest first."""
-    return float(observation[_INDEX[metric] * history + history - 1])
+    return float(observation[latest_index(metric, history)])
 
 
 class StateBuilder:
@@ -73,8 +90,11 @@ class StateBuilder:
         # period-major ring: row p is one period; the observation is rows p-history+1..p,
         # transposed. Rows run on past the history so that a push shifts nothing.
         self._rows = np.zeros((history + _RING_SPAN, N_METRICS), dtype=np.float32)
+        self._flat = self._rows.reshape(-1)  # a view
+        self._gather = _gather(history, len(self._rows))
         self._at = history - 1
         self._empty = True
+        self._unit_cost: dict[int, float] = {}  # total units -> the sixth metric
 
     @classmethod
     def for_service(cls, service: str) -> StateBuilder:
@@ -86,20 +106,33 @@ class StateBuilder:
     def row(
         self, window: WindowMetrics, mask: Mask, instances: int, room: int, total_units: int = TOTAL_UNITS
     ) -> tuple[float, ...]:
-        """One period's metrics; `room` = instances of this service that fit in the free units."""
+        """One period's metrics; `room` = instances of this service that fit in the free units.
+
+        Written out with the window's fields and conditionals instead of its properties and
+        min/max: one row is built per decision. `b if x > b else x` is min(x, b) and
+        `b if x < b else x` is max(x, b), NaN and signed zeros included."""
+        seconds, arrivals = window.seconds, window.arrivals
+        request_rate = arrivals / seconds if seconds > 0 else 0.0
         if self.instance_rps:
-            load = window.request_rate / (max(instances, 1) * self.instance_rps)
-            rate = min(load / MAX_LOAD, 1.0)
+            load = request_rate / ((1 if instances < 1 else instances) * self.instance_rps)
+            rate = load / MAX_LOAD
+            rate = 1.0 if rate > 1.0 else rate
+        elif self.max_rate > 0:
+            rate = request_rate / self.max_rate
+            rate = 1.0 if rate > 1.0 else rate
         else:
-            rate = min(window.request_rate / self.max_rate, 1.0) if self.max_rate > 0 else 0.0
-        return (
-            rate,
-            min(max(window.utilization, 0.0), 1.0),
-            mask_code(mask),
-            min(window.slo_violation_rate, 1.0),
-            instances / max(instances + max(room, 0), 1),
-            min(TOTAL_UNITS / max(total_units, 1), 1.0),
-        )
+            rate = 0.0
+        util = window.utilization
+        util = 0.0 if util < 0.0 else util
+        util = 1.0 if util > 1.0 else util
+        completed = window.completed
+        slo = window.violations / completed if completed else 0.0
+        slo = 1.0 if slo > 1.0 else slo
+        reach = instances + (0 if room < 0 else room)
+        cost = self._unit_cost.get(total_units)
+        if cost is None:
+            cost = self._unit_cost[total_units] = min(TOTAL_UNITS / max(total_units, 1), 1.0)
+        return (rate, util, mask_code(mask), slo, instances / (1 if reach < 1 else reach), cost)
 
     def push(
         self, window: WindowMetrics, mask: Mask, instances: int, room: int, total_units: int = TOTAL_UNITS
@@ -118,4 +151,4 @@ class StateBuilder:
                 at = h - 1
             rows[at] = row
         self._at = at
-        return rows[at - h + 1 : at + 1].T.flatten()
+        return self._flat[self._gather[at]]  # = rows[at - h + 1 : at + 1].T.flatten()

@@ -47,7 +47,7 @@ class SimBackend(Generic[SimT, OutcomeT]):
         return list(self.sims)
 
     def desired_replicas(self, service: str) -> int:
-        return self._sim(service).desired()
+        return (self.sims.get(service) or self._sim(service)).desired()  # asked on every decision
 
     def ready_replicas(self, service: str) -> int:
         return self._sim(service).ready(self.now)

@@ -109,7 +109,8 @@ class SimCluster(SimBackend[SimService, StepOutcome]):
         sim.scale(replicas, self.now)
 
     def units_per_replica(self, service: str) -> int:
-        return self._sim(service).profile.units
+        sim = self.sims.get(service) or self._sim(service)  # asked on every decision
+        return sim.units
 
     def total_units(self) -> int:
         return self._total_units
@@ -123,8 +124,12 @@ class SimCluster(SimBackend[SimService, StepOutcome]):
     # -- simulation ----------------------------------------------------------------------------------
     def advance(self) -> dict[str, WindowMetrics]:
         """Simulate one period for every service; returns each service's window."""
+        self.simulate()
+        return {name: out.window for name, out in self.last_outcome.items()}
+
+    def simulate(self) -> None:
+        """`advance` for a caller that reads `last_outcome` (the evaluator): no windows' dict."""
         t0, t1 = self.now, self.now + self.step_seconds
         self.last_outcome = {name: sim.advance(t0, t1) for name, sim in self.sims.items()}
         self.now = t1
-        return {name: out.window for name, out in self.last_outcome.items()}
 

@@ -71,9 +71,16 @@ def group_order(group: np.ndarray, groups: int) -> np.ndarray:
 
 
 def serve_fast(
-    a: np.ndarray, s: np.ndarray, slot: np.ndarray, pending: list[list[float]], queue_limit: int
+    a: np.ndarray,
+    s: np.ndarray,
+    slot: np.ndarray | None,
+    pending: list[list[float]],
+    queue_limit: int,
+    rr: int | None = None,
 ) -> np.ndarray:
-    """`serve_exact` for capacity 1, vectorised across instances (see module docstring); `a` sorted."""
+    """`serve_exact` for capacity 1, vectorised across instances (see module docstring); `a` sorted.
+    `rr`: arrival j went to slot (rr + j) % m, all of them (round-robin, none refused), so the
+    order by slot is known without a sort, and `slot` is not read (None will do)."""
     n = len(a)
     m = len(pending)
     if n == 0:
@@ -81,50 +88,63 @@ def serve_fast(
     if m == 1:  # one instance: no grouping, the single-instance walk is the whole job
         finish, pending[0] = _serve_one_with_drops(a, s, pending[0], 1 + queue_limit)
         return finish
-    order = group_order(slot, m)
-    seg = slot[order]
-    counts = np.bincount(slot, minlength=m)
+    if rr is None:
+        order = group_order(slot, m)
+        counts = np.bincount(slot, minlength=m)
+        seg = slot[order]
+    else:  # slot k holds arrivals (k - rr) % m, then every m-th
+        runs = [range((k - rr) % m, n, m) for k in range(m)]
+        order = np.concatenate([np.arange(r.start, n, m) for r in runs])
+        counts = np.array([len(r) for r in runs])
+        seg = np.repeat(np.arange(m), counts)
     starts = np.cumsum(counts) - counts
     a_o = a[order]
     s_o = s[order]
     t0 = float(a[0])  # arrivals are sorted
+    # in place where an operand is a temporary: the same operations in the same order, fewer
+    # arrays of a chunk's size allocated and freed
     c_incl = np.cumsum(s_o)
-    c_prev = c_incl - s_o
     base = np.where(starts > 0, c_incl[starts - 1], 0.0)  # the sum before each instance's first
-    cp = c_prev - np.repeat(base, counts)  # within-instance service sum before request i
-    x = (a_o - t0) - cp
+    cp = c_incl - s_o
+    cp -= np.repeat(base, counts)  # within-instance service sum before request i
+    x = a_o - t0
+    x -= cp
     busy_until = np.array([p[-1] - t0 if p else -_SEGMENT_GAP / 4 for p in pending])
     nonempty = counts > 0
     first = starts[nonempty]
     x[first] = np.maximum(x[first], busy_until[nonempty])
     offset = seg * _SEGMENT_GAP
-    f_o = np.maximum.accumulate(x + offset) - offset + cp + s_o + t0
+    x += offset
+    f_o = np.maximum.accumulate(x, out=x)  # then - offset + cp + s_o + t0, left to right
+    f_o -= offset
+    f_o += cp
+    f_o += s_o
+    f_o += t0
 
     # Drop check: request i of an instance is dropped when the (limit)-th previous request in that
-    # instance's system (pending first, then this batch) has not finished by a_i.
+    # instance's system (pending first, then this batch) has not finished by a_i. Within the batch
+    # that request is i - limit when it is the same instance's (seg equal); queues seldom fill, so
+    # the shifted comparison runs over all requests and the instance check over its few hits.
     limit = 1 + queue_limit
-    pos = np.arange(n) - np.repeat(starts, counts)
-    shifted = np.empty(n)
-    shifted[:limit] = -np.inf
-    shifted[limit:] = f_o[:-limit]
-    lagged = np.where(pos >= limit, shifted, -np.inf)
-    for k in np.flatnonzero(nonempty).tolist():
+    late = np.flatnonzero(f_o[:-limit] > a_o[limit:]) + limit if n > limit else np.empty(0, np.int64)
+    if len(late):
+        late = late[seg[late] == seg[late - limit]]
+    full = set(seg[late].tolist()) if len(late) else set()
+    spans = [(k, at, at + c)  # each instance's run in the sorted order
+             for k, (at, c) in enumerate(zip(starts.tolist(), counts.tolist(), strict=True)) if c]
+    for k, at, end in spans:
         p = pending[k]
-        lo, hi = max(0, limit - len(p)), min(int(counts[k]), limit)
-        if lo < hi:  # the first requests look back into what the instance already held
-            at = int(starts[k])
-            lagged[at + lo : at + hi] = p[len(p) + lo - limit : len(p) + hi - limit]
-    dropped = lagged > a_o
+        lo, hi = max(0, limit - len(p)), min(end - at, limit)
+        if lo < hi and k not in full:  # the first requests look back into what the instance held
+            held, head = p[len(p) + lo - limit : len(p) + hi - limit], a_o[at + lo : at + hi].tolist()
+            if any(f > t for f, t in zip(held, head, strict=True)):
+                full.add(k)
     finish = np.empty(n)
-    with_drops = np.flatnonzero(np.bincount(seg[dropped], minlength=m)).tolist() if dropped.any() else []
-    for k in with_drops:
-        lo, hi = int(starts[k]), int(starts[k] + counts[k])
-        f_o[lo:hi], pending[k] = _serve_one_with_drops(a_o[lo:hi], s_o[lo:hi], pending[k], limit)
-    for k in np.flatnonzero(nonempty).tolist():
-        if k in with_drops:
-            continue
-        tail = f_o[starts[k] : starts[k] + counts[k]][-limit:].tolist()
-        pending[k] = (pending[k] + tail)[-limit:]
+    for k, at, end in spans:
+        if k in full:
+            f_o[at:end], pending[k] = _serve_one_with_drops(a_o[at:end], s_o[at:end], pending[k], limit)
+        else:
+            pending[k] = (pending[k] + f_o[max(at, end - limit) : end].tolist())[-limit:]
     finish[order] = f_o
     return finish
 
@@ -135,24 +155,23 @@ def _serve_one_with_drops(
     """One capacity-1 instance that drops requests: vectorised Lindley while no request is dropped,
     a request-by-request walk from the first drop until the instance is idle again, and repeat."""
     n = len(a)
-    out = np.full(n, np.nan)
+    out = None
     hist: deque[float] = deque(pending[-limit:], maxlen=limit)
     pos = 0
     while pos < n:
         busy = hist[-1] if hist else -np.inf
         c_incl = np.cumsum(s[pos:])
-        cp = c_incl - s[pos:]
-        f = np.maximum.accumulate(np.maximum(a[pos:] - cp, busy)) + c_incl
-        lagged = np.full(n - pos, -np.inf)
-        if n - pos > limit:
-            lagged[limit:] = f[:-limit]
-        for i in range(min(limit, n - pos)):
-            j = len(hist) + i - limit
-            if j >= 0:
-                lagged[i] = hist[j]
-        bad = np.flatnonzero(lagged > a[pos:])
-        stop = int(bad[0]) if len(bad) else n - pos
-        out[pos : pos + stop] = f[:stop]
+        f = a[pos:] - (c_incl - s[pos:])  # in place below: max(a - cp, busy), running max, + c_incl
+        np.maximum(f, busy, out=f)
+        np.maximum.accumulate(f, out=f)
+        f += c_incl
+        stop = _first_drop(a[pos:], f, hist, limit)
+        if pos == 0 and stop == n:
+            out = f  # nothing dropped: the vectorised pass is the whole answer
+        else:
+            if out is None:
+                out = np.full(n, np.nan)
+            out[pos : pos + stop] = f[:stop]
         hist.extend(f[max(0, stop - limit) : stop].tolist())
         pos += stop
         busy = hist[-1] if hist else -np.inf
@@ -167,4 +186,20 @@ def _serve_one_with_drops(
             out[pos] = busy
             hist.append(busy)
             pos += 1
-    return out, list(hist)
+    return (np.empty(0) if out is None else out), list(hist)
+
+
+def _first_drop(a: np.ndarray, f: np.ndarray, hist: deque[float], limit: int) -> int:
+    """Index of the first request the queue would drop (len(a) if none): request i finds the
+    system full when the request `limit` before it, in `hist` and then in this pass, finishes
+    after a_i. `f`: the pass's finish times assuming nothing is dropped."""
+    n, h = len(a), len(hist)
+    head = a[: min(limit, n)].tolist()
+    for i in range(max(0, limit - h), len(head)):
+        if hist[h + i - limit] > head[i]:
+            return i
+    if n > limit:
+        late = np.flatnonzero(f[:-limit] > a[limit:])
+        if len(late):
+            return int(late[0]) + limit
+    return n

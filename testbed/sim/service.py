@@ -10,6 +10,7 @@ next chunk starts small again; chunk length doubles while the policy keeps the c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from math import ceil
 from typing import NamedTuple
 
 import numpy as np
@@ -32,6 +33,11 @@ def draw_proc_times(profile: ServiceProfile, n: int, rng: np.random.Generator) -
     if float(lo).is_integer() and float(hi).is_integer():
         return rng.integers(int(lo), int(hi) + 1, n) / 1000.0
     return rng.uniform(lo / 1000.0, hi / 1000.0, n)
+
+
+def _tiled(values, reps: int) -> np.ndarray:
+    """`values` repeated `reps` times end to end (np.tile's result, without its Python wrapper)."""
+    return np.repeat(np.asarray(values)[None], reps, axis=0).ravel()
 
 
 def startup_rng(rng: np.random.Generator) -> np.random.Generator:
@@ -78,14 +84,15 @@ class _Outcomes:
     def __init__(self, name, step, arrivals, served, dropped, slow, proc_sum, util, ready):
         self.name, self.step = name, step
         self.cols = (arrivals, served, dropped, slow, proc_sum, util, ready)
+        self.n = len(arrivals)  # windows; read on every step, a method call dearer than the field
 
     def __len__(self) -> int:
-        return len(self.cols[0])
+        return self.n
 
     def __getitem__(self, w: int) -> StepOutcome:
         arrivals, served, dropped, slow, proc_sum, util, ready = self.cols
         n, acc, drop, ps = arrivals[w], served[w], dropped[w], proc_sum[w]
-        window = WindowMetrics(
+        window = WindowMetrics.fast(
             service=self.name,
             seconds=self.step,
             arrivals=n,
@@ -145,6 +152,7 @@ class SimService:
         if slo_counting not in SLO_COUNTING:
             raise ValueError(f"slo_counting {slo_counting!r}; known: {', '.join(SLO_COUNTING)}")
         self.profile = profile
+        self.units = profile.units  # read on every decision: a field, not two lookups
         self.util_counts_starting = util_counts_starting
         self.slo_counting = slo_counting
         self.util_sample_phase = util_sample_phase
@@ -175,7 +183,7 @@ class SimService:
             alive = len(self.instances)
         else:
             alive = sum(1 for i in self.instances if i.removed_at is None or i.removed_at > now)
-        return alive * self.profile.units
+        return alive * self.units
 
     def startup_delay(self) -> float:
         """Seconds from scale-up to ready: startup_ms, or a whole number of seconds drawn uniformly
@@ -206,10 +214,10 @@ class SimService:
         if (
             chunk is None
             or chunk.step != t1 - t0
-            or chunk.used >= len(chunk.outcomes)
+            or chunk.used >= chunk.outcomes.n
             or abs(chunk.t0 + chunk.used * chunk.step - t0) > 1e-9
         ):
-            if chunk is not None and chunk.used >= len(chunk.outcomes):
+            if chunk is not None and chunk.used >= chunk.outcomes.n:
                 self._next_steps = min(2 * self._next_steps, self._max_steps)
             chunk = self._chunk = self._serve_chunk(t0, t1 - t0, self._next_steps)
         out = chunk.outcomes[chunk.used]
@@ -225,19 +233,23 @@ class SimService:
         upto = int(np.searchsorted(chunk.arrivals, now, side="left"))
         owner = chunk.owner[:upto]
         finish = chunk.finish[:upto]
+        # only requests finishing within a window of `now` matter below (the others finished in
+        # windows already used); a few, found once (NaN, dropped, compares False)
+        near = np.flatnonzero(finish > now - chunk.step - 1e-6)
+        f_near = finish[near]
         # served requests not yet counted: those of earlier chunks and of the requests kept here
-        # that finish at or after `now` (a window edge); the others were in windows already used
-        ok = ~np.isnan(finish)
-        f_all = np.concatenate((chunk.done_in[0], finish[ok]))
-        lat_all = np.concatenate((chunk.done_in[1], finish[ok] - chunk.arrivals[:upto][ok]))
+        # that finish at or after `now` (a window edge), in the order the chunk would count them
+        f_all = np.concatenate((chunk.done_in[0], f_near))
+        lat_all = np.concatenate((chunk.done_in[1], f_near - chunk.arrivals[near]))
         later = window_of(f_all, now, chunk.step) >= 0
         self._done = (f_all[later], lat_all[later])
         # keep what a utilization sample just before `now` still sees in flight (a request due at
         # `now` may sit a few ulps below it after a cumulative sum), as a chunk without the rewind
         # would: only the utilization depends on it
+        held_f, held_k = f_near.tolist(), owner[near].tolist()
         for k, inst in enumerate(self.instances):
-            mine = finish[(owner == k) & (finish > now - 1e-6)]  # NaN (dropped) compares False
-            inst.pending = sorted([f for f in chunk.start_pending[k] if f > now - 1e-6] + mine.tolist())
+            mine = [f for f, o in zip(held_f, held_k, strict=True) if o == k and f > now - 1e-6]
+            inst.pending = sorted([f for f in chunk.start_pending[k] if f > now - 1e-6] + mine)
         self._cursor = chunk.i0 + upto
         for start, j0, rr, m in reversed(chunk.subs):
             if start <= now:
@@ -271,15 +283,21 @@ class SimService:
             if j1 == j0 or not targets:
                 continue  # no ready instance: these requests are dropped
             m, rr = len(targets), self._rr
-            slot = (rr + np.arange(j1 - j0)) % m
+            # round-robin: arrival j goes to slot (rr + j) % m, i.e. instance targets[slot]; both
+            # sequences are their period repeated, cheaper to tile than to compute
+            reps = (rr + j1 - j0 + m - 1) // m
+            who = _tiled(targets, reps)[rr : rr + j1 - j0]
             self._rr = (rr + j1 - j0) % m
             pend = [self.instances[k].pending for k in targets]
-            who = np.asarray(targets)[slot]
             if self.profile.rate_limit is None:
                 adm = slice(None)
             else:
                 limit, window = self.profile.rate_limit
                 adm = round_robin_admit(a[j0:j1], targets, rr, limit, window, tokens)
+                if adm.all():
+                    adm = slice(None)  # a view, not four copies by a mask of all True
+            every = isinstance(adm, slice)  # all admitted: the slots are round-robin from rr
+            slot = None if every and not self._exact else _tiled(range(m), reps)[rr : rr + j1 - j0]
             if self._exact:
                 f = serve_exact(
                     a[j0:j1][adm],
@@ -290,11 +308,13 @@ class SimService:
                     self.profile.queue_limit,
                 )
             else:
-                f = serve_fast(
-                    a[j0:j1][adm], s[j0:j1][adm], slot[adm], pend, self.profile.queue_limit
-                )
+                f = serve_fast(a[j0:j1][adm], s[j0:j1][adm], None if every else slot[adm], pend,
+                               self.profile.queue_limit, rr if every else None)
             for k, p in zip(targets, pend, strict=True):
                 self.instances[k].pending = p
+            if j1 - j0 == n and every:  # one sub-chunk serving all: its arrays are the chunk's
+                finish, owner = f, who
+                continue
             sub_finish = finish[j0:j1]  # a view: dropped requests stay NaN
             sub_finish[adm] = f
             owner[j0:j1] = who
@@ -312,30 +332,31 @@ class SimService:
         owner: np.ndarray,
         start_pending: list[list[float]],
     ) -> _Outcomes:
-        window = np.minimum(window_of(a, t0, step), steps - 1)
-        ok = ~np.isnan(finish)
-        a_ok, f_ok = a[ok], finish[ok]
+        ok = finish == finish  # not NaN (dropped)
+        everything = bool(ok.all())
+        a_ok, f_ok = (a, finish) if everything else (a[ok], finish[ok])
         slo = self.profile.slo_ms / 1000.0 + 1e-6
-        arrivals = np.bincount(window, minlength=steps)
-        dropped = np.bincount(window[~ok], minlength=steps)
+        window = np.minimum(window_of(a, t0, step), steps - 1)
+        # the arrivals are sorted, so their windows are too: each window's first index by a search
+        # (the counts bincount gives, with a search per window instead of a pass over arrivals)
+        arrivals = np.diff(np.searchsorted(window, np.arange(steps + 1)))
+        dropped = np.zeros(steps, dtype=np.int64) if everything else np.bincount(window[~ok], minlength=steps)
         if self.slo_counting == "completion":
             f_all = np.concatenate((self._done[0], f_ok))
             lat_all = np.concatenate((self._done[1], f_ok - a_ok))
-            w_done = window_of(f_all, t0, step)
-            now = w_done < steps
-            self._done = (f_all[~now], lat_all[~now])
-            w_ok, latency = w_done[now], lat_all[now]
+            w_ok, latency = window_of(f_all, t0, step), lat_all
+            # the windows past this chunk are counted by a later one: kept, and cut off below
+            # (a window's sums take its requests in the same order with or without the others)
+            later = w_ok >= steps
+            self._done = (f_all[later], lat_all[later])
         else:
-            w_ok, latency = window[ok], f_ok - a_ok
-        served = np.bincount(w_ok, minlength=steps)
-        slow = np.bincount(w_ok[latency > slo], minlength=steps)
-        proc_sum = np.bincount(w_ok, weights=latency, minlength=steps)
-        util = self._utilization(t0, step, steps, a_ok, f_ok, owner[ok], start_pending)
-        ends = t0 + step * np.arange(1, steps + 1)
-        ready = np.zeros(steps, dtype=np.int64)
-        for inst in self.instances:
-            if not inst.draining:
-                ready += ends >= inst.ready_at
+            w_ok = window[ok]
+            latency = f_ok - a_ok
+        served = np.bincount(w_ok, minlength=steps)[:steps]
+        slow = np.bincount(w_ok[latency > slo], minlength=steps)[:steps]
+        proc_sum = np.bincount(w_ok, weights=latency, minlength=steps)[:steps]
+        util = self._utilization(t0, step, steps, a_ok, f_ok, owner if everything else owner[ok],
+                                 start_pending)
         return _Outcomes(
             self.profile.name,
             step,
@@ -345,8 +366,19 @@ class SimService:
             slow.tolist(),
             proc_sum.tolist(),
             util.tolist(),
-            ready.tolist(),
+            self._ready_by_window(t0, step, steps),
         )
+
+    def _ready_by_window(self, t0: float, step: float, steps: int) -> list[int]:
+        """Instances (not draining) ready at the end of each window."""
+        ready_at = [inst.ready_at for inst in self.instances if not inst.draining]
+        if all(r <= t0 + step for r in ready_at):  # all ready by the first window's end
+            return [len(ready_at)] * steps
+        ends = t0 + step * np.arange(1, steps + 1)
+        ready = np.zeros(steps, dtype=np.int64)
+        for r in ready_at:
+            ready += ends >= r
+        return ready.tolist()
 
     def _utilization(
         self,
@@ -385,16 +417,18 @@ class SimService:
         enter = np.ceil(a_ok - origin).astype(np.int64)
         leave = np.minimum(np.ceil(f_ok - origin).astype(np.int64), n_samples)
         width = n_samples + 1
-        row = mine * width
-        delta = np.bincount(row + enter, minlength=m * width)
-        delta -= np.bincount(row + leave, minlength=m * width)
-        held = [len(p) for p in start_pending]
-        if any(held):
-            ends = np.concatenate([np.asarray(p, dtype=np.float64) for p in start_pending])
-            who = np.repeat(np.arange(m), held)
-            gone = np.minimum(np.maximum(np.ceil(ends - origin).astype(np.int64), 0), n_samples)
-            np.add.at(delta, who * width, 1)  # in flight from the first sample
-            np.add.at(delta, who * width + gone, -1)
+        if m > 1:  # one row of samples per instance
+            row = mine * width
+            enter += row
+            leave += row
+        delta = np.bincount(enter, minlength=m * width)
+        delta -= np.bincount(leave, minlength=m * width)
+        for k, held in enumerate(start_pending):  # a few requests: Python, not a dozen numpy calls
+            if held:
+                delta[k * width] += len(held)  # in flight from the first sample of its row
+                for f in held:  # until the first sample at or after its finish (in the row)
+                    gone = ceil(f - origin)
+                    delta[k * width + (0 if gone < 0 else n_samples if gone > n_samples else gone)] -= 1
         in_flight = np.cumsum(delta.reshape(m, width)[:, :n_samples], axis=1)
         busy = np.minimum(in_flight, cap) / cap if cap != 1 else np.minimum(in_flight, 1)
         if self.util_counts_starting:

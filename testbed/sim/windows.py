@@ -13,7 +13,10 @@ _EPS = 1e-9  # times are whole milliseconds held as float seconds: edges compare
 
 def window_of(t: np.ndarray, t0: float, step: float) -> np.ndarray:
     """Index of the window [t0 + k·step, t0 + (k+1)·step) holding each time."""
-    return np.floor((t - t0) / step + _EPS).astype(np.int64)
+    x = t - t0  # then / step + _EPS, floored: in place, one array instead of three
+    x /= step
+    x += _EPS
+    return np.floor(x, out=x).astype(np.int64)
 
 
 def rate_limit_admit(
@@ -85,29 +88,43 @@ def round_robin_admit(
     last: dict[int, tuple[int, int]],
 ) -> np.ndarray:
     """`rate_limit_admit` (no cost) for arrivals dealt round-robin, arrival j (sorted) to instance
-    targets[(rr + j) % m], without its sort: laid out m to a row, each column holds one instance's
-    arrivals in order, so a running max down the columns finds where each (instance, window) run
-    starts. `last` (instance -> (window, admitted in it)) carries counts from call to call; it
-    keeps only each instance's latest window, the only one a later (sorted) arrival can fall in."""
+    targets[(rr + j) % m], without its sort. The arrivals are sorted, so each rate-limit window's
+    arrivals are one run of indices [lo, hi), and an instance's earlier arrivals in that window
+    are every m-th index before j: arrival j ranks (j - lo) // m within its (instance, window),
+    and the limit refuses exactly [lo + limit·m, hi), one run per window that overflows.
+    `last` (instance -> (window, admitted in it)) carries counts from call to call; it keeps only
+    each instance's latest window, the only one a later (sorted) arrival can fall in."""
     n, m = len(a), len(targets)
     if n == 0:
         return np.zeros(0, dtype=bool)
-    rows = -(-n // m)
-    grid = np.full(rows * m, -1, dtype=np.int64)  # -1 pads the last row: a window of no arrival
-    grid[:n] = np.floor(a / window + _EPS).astype(np.int64)
-    b = grid.reshape(rows, m)
-    row = np.arange(rows)[:, None]
-    new = np.ones((rows, m), dtype=bool)
-    new[1:] = b[1:] != b[:-1]
-    start = np.maximum.accumulate(np.where(new, row, 0), axis=0)  # row where each run starts
+    bucket = np.floor(a / window + _EPS).astype(np.int64)
+    first = int(bucket[0])
+    lo = np.zeros(int(bucket[-1]) - first + 2, dtype=np.int64)  # lo[w]: window first + w's first
+    np.cumsum(np.bincount(bucket - first), out=lo[1:])
+    cut = lo[:-1] + limit * m
+    over = np.flatnonzero(cut < lo[1:])
+    if len(over):  # admitted and refused runs alternate: [0, cut), [cut, hi), [hi, next cut), ..
+        edges = np.empty(2 * len(over) + 2, dtype=np.int64)
+        edges[0], edges[-1] = 0, n
+        edges[1:-1:2], edges[2:-1:2] = cut[over], lo[1:][over]
+        admitted = np.zeros(len(edges) - 1, dtype=bool)
+        admitted[::2] = True
+        ok = np.repeat(admitted, np.diff(edges))
+    else:
+        ok = np.ones(n, dtype=bool)
     owner = [targets[(rr + c) % m] for c in range(m)]
-    prior = np.zeros(m, dtype=np.int64)  # admitted earlier in each column's first window
-    for c, k in enumerate(owner):
-        if k in last and last[k][0] == b[0, c]:
-            prior[c] = last[k][1]
-    ok = (row - start + np.where(start == 0, prior, 0) < limit).reshape(-1)[:n]
-    for c in range(min(m, n)):
-        r = (n - 1 - c) // m  # the column's last arrival
-        run = r - int(start[r, c]) + 1
-        last[owner[c]] = (int(b[r, c]), min(limit, run + (int(prior[c]) if start[r, c] == 0 else 0)))
+    heads = bucket[:m].tolist()  # the window of each column's first arrival (column c: c, c+m, ..)
+    prior = [0] * m  # admitted in earlier calls, in that window
+    for c, b in enumerate(heads):
+        seen = last.get(owner[c])
+        if seen is not None and seen[0] == b and seen[1]:
+            prior[c] = seen[1]
+            start = int(lo[b - first]) + (limit - seen[1]) * m  # refused from here on ..
+            start = max(c, start + (c - start) % m)  # .. at the column's arrivals
+            ok[start : int(lo[b - first + 1]) : m] = False
+    for c, head in enumerate(heads):
+        j = c + (n - 1 - c) // m * m  # the column's last arrival
+        b = int(bucket[j])
+        run = (j - int(lo[b - first])) // m + 1 + (prior[c] if b == head else 0)
+        last[owner[c]] = (b, min(limit, run))
     return ok

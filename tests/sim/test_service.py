@@ -162,6 +162,21 @@ def test_fast_kernel_matches_exact_walk(seed, m):
     np.testing.assert_allclose(f_fast, f_exact, equal_nan=True)
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("m", [2, 3, 5])
+def test_fast_kernel_told_the_round_robin_pointer_is_the_same_to_the_bit(seed, m):
+    rng = np.random.default_rng(seed)
+    n, q, rr = int(rng.integers(1, 400)), 2, int(rng.integers(0, 2 * m))
+    a = np.sort(rng.integers(0, 60_000, n)) / 1000.0
+    s = rng.integers(100, 1500, n) / 1000.0
+    slot = (rr + np.arange(n)) % m
+    pend = [[1.0, 2.5], [], [0.5], [3.0], []][:m]
+    copies = [list(p) for p in pend]
+    sorted_ = serve_fast(a, s, slot, pend, q)
+    told = serve_fast(a, s, slot, copies, q, rr)
+    assert sorted_.tobytes() == told.tobytes() and pend == copies
+
+
 def test_exact_kernel_handles_capacity_two():
     a = np.array([0.0, 0.0, 0.0, 0.0])
     s = np.array([1.0, 1.0, 1.0, 1.0])

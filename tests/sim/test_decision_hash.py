@@ -1,0 +1,79 @@
+"""Every decision of rule v1/v2, random and HPA on Tables 5.1/5.2 over the whole test day (each
+service alone and the three together, default and testbed options) hashes as it did before the
+simulator's speed-ups of issue 27: a speed-up that changed any bit of a figure fails here."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from testbed.profiles import default_profiles
+from testbed.profiles.paper import TABLE_5_1, TABLE_5_2, TOTAL_UNITS
+from testbed.scaler.policies import make_policy
+from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS, SimCluster
+from testbed.train.evaluate import evaluate
+from testbed.train.evaluate import test_day_traces as day_traces  # not collected as a test
+
+TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+POLICIES = ("rule_v1", "rule_v2", "random", "hpa")
+SETUPS = (("chatbot",), ("imgcls",), ("tts",), ("chatbot", "imgcls", "tts"))
+# computed at 57aba8d, before the speed-ups (sha256 of the records below, one per line)
+PINNED = {
+    "default": "9d319ec1d0b78cc85a839da71e4cbf3a6d51ee2cb26a044598a84aa933850f75",
+    "testbed": "908126eba40a13ace32c41c0b9479fc4e9c1ecc113a6b352c1a0be5e67d49505",
+}
+
+
+def _records(traces, table, services, policy_name, options):
+    """One line per decision: every field of the decision, the period's outcome and the
+    observation's bytes; then one line per service with the run's figures."""
+    lines: list[str] = []
+    policies = {s: make_policy(policy_name, s, total_units=TOTAL_UNITS) for s in services}
+    for s, p in policies.items():
+        act = p.act
+
+        def seen(obs: np.ndarray, mask, act=act, s=s) -> int:
+            lines.append(f"obs {s} {np.asarray(obs, dtype=np.float32).tobytes().hex()}")
+            return act(obs, mask)
+
+        p.act = seen  # type: ignore[method-assign]
+    cluster = SimCluster({s: default_profiles()[s] for s in services}, {s: traces[s] for s in services},
+                         {s: table.ratios[s] for s in services}, options=options)
+
+    def record(d) -> None:
+        out = cluster.last_outcome[d.service]
+        lines.append(repr((d.time, d.service, d.policy, d.request_rate, d.utilization,
+                           d.slo_violation_rate, d.mask, d.proposed, d.applied, d.replicas_before,
+                           d.replicas_after, d.free_units, d.reward, d.target)))
+        lines.append(repr((out.window, out.served, out.dropped, out.proc_time_sum_s)))
+
+    results = evaluate(policies, traces, table.ratios, on_decision=record, options=options, cluster=cluster)
+    for r in results.values():
+        lines.append(repr((r.service, r.policy, r.steps, r.slo_violation_rate, r.instances,
+                           r.proc_time, r.reward)))
+    return lines
+
+
+def decision_hash(traces_dir: Path, options) -> str:
+    traces = day_traces(traces_dir)
+    h = hashlib.sha256()
+    for table in (TABLE_5_1, TABLE_5_2):
+        for services in SETUPS:
+            for name in POLICIES:
+                for line in _records(traces, table, services, name, options):
+                    h.update(line.encode() + b"\n")
+    return h.hexdigest()
+
+
+@pytest.mark.skipif(not (TRACES / "test").is_dir(), reason=f"needs the paper's traces in {TRACES}")
+@pytest.mark.parametrize("name, options", [("default", DEFAULT_OPTIONS), ("testbed", TESTBED_OPTIONS)])
+def test_every_decision_of_the_test_day_is_as_before_the_speed_ups(name, options):
+    assert decision_hash(TRACES, options) == PINNED[name]
+
+
+if __name__ == "__main__":
+    for name, options in (("default", DEFAULT_OPTIONS), ("testbed", TESTBED_OPTIONS)):
+        print(name, decision_hash(TRACES, options))
