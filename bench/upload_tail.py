@@ -148,6 +148,7 @@ def cell(depth: int, flows: int, slicing: bool, duration: float, name: str,
              else {"flow_queue_bytes": depth})
     link = base.link.model_copy(update={"capacity_mbit": 100.0, "slicing": slicing,
                                         "flow_queues": 256, "flow_queue_sets": sets,
+                                        "tcp_congestion": "bbr",  # as slicing(-ci).yaml
                                         **limit})
     spec = base.model_copy(update={"name": name, "link": link})
     load0, cpu0 = os.getloadavg()[0], cpu_busy()
@@ -202,7 +203,8 @@ def main() -> int:
         asyncio.run(_client(sys.argv[2], sys.argv[3], PORT, float(sys.argv[4])))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--depths", type=int, nargs="+", default=[100, 30])
+    ap.add_argument("--depths", type=int, nargs="*", default=[100, 30],
+                    help="flow-queue limits in packets (none: only --bytes)")
     ap.add_argument("--bytes", type=int, nargs="+", default=[],
                     help="flow-queue limits in bytes (link.flow_queue_bytes), tail drop")
     ap.add_argument("--flows", type=int, nargs="+", default=[10, 20, 40])
