@@ -5,6 +5,7 @@ client, placed where `start_clients` puts its processes, so no root or namespace
 from __future__ import annotations
 
 import asyncio
+import signal
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,11 @@ async def _cell(traffic: LocalTraffic, started: list[asyncio.subprocess.Process]
                 *, fail: bool) -> None:
     job = ClientJob(0, "imgcls", "ai", "http://10.0.0.1:8000", tmp_path / "imgcls-ai-0.jsonl")
     async with traffic:
-        started.append(await asyncio.create_subprocess_exec("sleep", "60"))
+        # SIGINT back to its default: a shell that runs the tests in the background (`cmd &`)
+        # starts them with SIGINT ignored, and `sleep` would inherit that (a real client sets
+        # its own handler)
+        started.append(await asyncio.create_subprocess_exec(
+            "sleep", "60", preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)))
         traffic._procs.append((job, started[-1]))
         assert traffic.clients_running()
         if fail:
