@@ -246,10 +246,12 @@ class SimService:
         # keep what a utilization sample just before `now` still sees in flight (a request due at
         # `now` may sit a few ulps below it after a cumulative sum), as a chunk without the rewind
         # would: only the utilization depends on it
-        held_f, held_k = f_near.tolist(), owner[near].tolist()
-        for k, inst in enumerate(self.instances):
-            mine = [f for f, o in zip(held_f, held_k, strict=True) if o == k and f > now - 1e-6]
-            inst.pending = sorted([f for f in chunk.start_pending[k] if f > now - 1e-6] + mine)
+        held = [[f for f in p if f > now - 1e-6] for p in chunk.start_pending]
+        for f, k in zip(f_near.tolist(), owner[near].tolist(), strict=True):  # one pass, not one per instance
+            if f > now - 1e-6:
+                held[k].append(f)
+        for inst, mine in zip(self.instances, held, strict=True):
+            inst.pending = sorted(mine)
         self._cursor = chunk.i0 + upto
         for start, j0, rr, m in reversed(chunk.subs):
             if start <= now:
