@@ -313,8 +313,9 @@ def rule_text() -> list[str]:
         f"chatbot: off/on mean within {100 * SAME_MEAN:g} % and SLO violation rates within "
         f"{100 * SAME_SLO:g} percentage point at every count",
         f"against the values behind Figs 5.7/5.8 ({FIG_5_7_5_8_SOURCE}), in a run with all "
-        f"their flow counts ({', '.join(map(str, FIG_FLOWS))}): each mean panel's ratio without/with the slice within "
-        f"max({FIG_RATIO_ABS:g}, {100 * FIG_RATIO_REL:g} % of (the figure's ratio - 1)) of the "
+        f"their flow counts ({', '.join(map(str, FIG_FLOWS))}): each mean panel's ratio "
+        f"without/with the slice within max({FIG_RATIO_ABS:g}, {100 * FIG_RATIO_REL:g} % of "
+        f"(the figure's ratio - 1)) of the "
         f"figure's ratio (imgcls, tts); imgcls's SLO violation rate without the slice within a "
         f"factor {FIG_SLO_FACTOR:g} of the figure's where that is {100 * FIG_SLO_MIN:g} % or "
         f"more",

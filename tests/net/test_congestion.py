@@ -51,9 +51,9 @@ def test_an_allowed_algorithm_or_none_changes_nothing(tmp_path):
 def test_an_algorithm_the_kernel_lacks_is_tried_as_a_module_then_refused(tmp_path):
     fake = _fake_sysctl(tmp_path, "reno cubic", "reno cubic")
     runner = NoModprobe()
-    with pytest.raises(MissingRequirement, match="no TCP congestion control 'bbr'.*reno, cubic"):
-        with allowed_while_building("bbr", runner, fake):
-            pass
+    with (pytest.raises(MissingRequirement, match=r"no TCP congestion control 'bbr'.*reno, cubic"),
+          allowed_while_building("bbr", runner, fake)):
+        pass
     assert runner.calls == [["modprobe", "tcp_bbr"]]
 
 
