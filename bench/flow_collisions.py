@@ -28,15 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from testbed.net.shaping import flow_bucket  # noqa: E402
 from testbed.reproduce.slicing import SETUPS, slicing_scenario  # noqa: E402
 
 ADDRS = re.compile(r"\s*\d+\s+\d+\s+\S+:(\d+)\s+\S+:\d+")
 RTT = re.compile(r" rtt:([\d.]+)/")
-
-
-def bucket(port: int, queues: int = 256) -> int:
-    """The uplink flow queue of a UE's port (the mask of testbed.net.shaping: bits 1..log2 N)."""
-    return (port >> 1) & (queues - 1)
+QUEUES = 256  # the slicing scenarios' link.flow_queues
 
 
 def sample(stop: threading.Event, out: list[tuple[str, str]]) -> None:
@@ -105,16 +102,17 @@ def main() -> int:
     for k in range(args.repeat):
         mean, samples = run_cell(args.service, args.flows, args.duration, args.setup)
         ai, be = connections(samples)
-        iperf_buckets = Counter(bucket(p) for p in be)
-        shared = [p for p in ai if iperf_buckets.get(bucket(p))]
+        iperf_buckets = Counter(flow_bucket(p, QUEUES) for p in be)
+        shared = [p for p in ai if iperf_buckets.get(flow_bucket(p, QUEUES))]
         print(f"cell {k + 1}: {args.service}, {args.flows} flows, no slice, {args.setup}: mean "
               f"{mean:.1f} ms; {len(shared)} of {len(ai)} connections share an iperf3 flow's "
               f"queue ({len(be)} iperf3 connections in {len(iperf_buckets)} buckets)")
         for port, rtts in sorted(ai.items(), key=lambda kv: -len(kv[1])):
             if not rtts:
                 continue
-            print(f"  port {port:5d}  bucket {bucket(port):3d}  iperf3 flows in it "
-                  f"{iperf_buckets.get(bucket(port), 0)}  RTT median {statistics.median(rtts):7.2f}"
+            b = flow_bucket(port, QUEUES)
+            print(f"  port {port:5d}  bucket {b:3d}  iperf3 flows in it "
+                  f"{iperf_buckets.get(b, 0)}  RTT median {statistics.median(rtts):7.2f}"
                   f" ms  max {max(rtts):7.2f} ms  ({len(rtts)} samples)")
         time.sleep(1)
     return 0

@@ -27,6 +27,12 @@ LOSS_CLASS = "1:fe"  # where link.uplink_loss sends the packets it draws: a queu
 _RANDOM = 0xFFFFF000 + 56
 
 
+def flow_bucket(port: int, queues: int) -> int:
+    """The flow queue a UE's port hashes to: its bits 1..log2(queues), as the u32 mask of
+    `Shaper._flow_queues` takes them (tests/net/test_shaping.py holds the two together)."""
+    return (port >> 1) & (queues - 1)
+
+
 def _kbit(mbit: float) -> str:
     return f"{max(round(mbit * 1000), MIN_RATE_KBIT)}kbit"
 

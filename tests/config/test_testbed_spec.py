@@ -31,6 +31,12 @@ def load(text: str):
     return testbed_from_yaml(parse_yaml(text, "tb.yaml"))
 
 
+def with_link(*lines: str) -> str:
+    """GOOD with these lines added to its `link:` block (after capacity_mbit, line 4 on)."""
+    return GOOD.replace("  capacity_mbit: 100",
+                        "\n".join(["  capacity_mbit: 100", *(f"  {line}" for line in lines)]))
+
+
 def problems(text: str) -> list[str]:
     with pytest.raises(ConfigError) as exc:
         load(text)
@@ -143,48 +149,44 @@ def test_missing_required_field():
 
 
 def test_per_direction_capacity_defaults_to_capacity():
-    spec = load(GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  downlink_mbit: 400"))
+    spec = load(with_link("downlink_mbit: 400"))
     assert spec.link.rate_mbit("downlink") == 400
     assert spec.link.rate_mbit("uplink") == 100
     assert spec.link.narrowest_mbit == 100
 
 
 def test_guarantees_must_fit_the_narrower_direction():
-    [p] = problems(GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  uplink_mbit: 15"))
+    [p] = problems(with_link("uplink_mbit: 15"))
     assert "slices[0].guaranteed_mbit" in p and "above the link capacity 15" in p
 
 
 def test_per_direction_capacity_must_be_positive():
-    [p] = problems(GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  uplink_mbit: 0"))
+    [p] = problems(with_link("uplink_mbit: 0"))
     assert p.startswith("tb.yaml:4: link.uplink_mbit:")
 
 
 def test_flow_queues_must_be_a_power_of_two():
-    [p] = problems(GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 100"))
+    [p] = problems(with_link("flow_queues: 100"))
     assert p.startswith("tb.yaml:4: link.flow_queues:") and "power of two" in p
-    assert load(GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 256")
+    assert load(with_link("flow_queues: 256")
                 ).link.flow_queues == 256
 
 
 def test_flow_queue_packets_sets_each_flow_queue_and_needs_flow_queues():
-    with_fq = GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 256\n"
-                           "  flow_queue_packets: 30")
+    with_fq = with_link("flow_queues: 256", "flow_queue_packets: 30")
     assert load(with_fq).link.flow_queue_limit == 30
     assert load(GOOD).link.flow_queue_limit == 100  # deep: no tail unless asked for
-    [p] = problems(GOOD.replace("  capacity_mbit: 100",
-                                "  capacity_mbit: 100\n  flow_queue_packets: 30"))
+    [p] = problems(with_link("flow_queue_packets: 30"))
     assert p.startswith("tb.yaml:4: link.flow_queue_packets:") and "needs flow_queues" in p
     [p] = problems(with_fq.replace("flow_queue_packets: 30", "flow_queue_packets: 1"))
     assert p.startswith("tb.yaml:5: link.flow_queue_packets:")
 
 
 def test_flow_queue_bytes_is_one_limit_in_bytes_at_the_tail_and_needs_flow_queues():
-    with_fq = GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 256\n"
-                           "  flow_queue_bytes: 30000")
+    with_fq = with_link("flow_queues: 256", "flow_queue_bytes: 30000")
     assert load(with_fq).link.flow_queue_bytes == 30000
     assert load(GOOD).link.flow_queue_bytes is None
-    [p] = problems(GOOD.replace("  capacity_mbit: 100",
-                                "  capacity_mbit: 100\n  flow_queue_bytes: 30000"))
+    [p] = problems(with_link("flow_queue_bytes: 30000"))
     assert p.startswith("tb.yaml:4: link.flow_queue_bytes:") and "needs flow_queues" in p
     [p] = problems(with_fq.replace("  flow_queue_bytes", "  flow_queue_packets: 20\n  flow_queue_bytes"))
     assert p.startswith("tb.yaml:6: link.flow_queue_bytes:") and "not both" in p
@@ -195,24 +197,20 @@ def test_flow_queue_bytes_is_one_limit_in_bytes_at_the_tail_and_needs_flow_queue
 
 
 def test_flow_queue_sets_are_per_slice_or_per_class_and_need_flow_queues():
-    with_fq = GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 256\n"
-                           "  flow_queue_sets: per-slice")
+    with_fq = with_link("flow_queues: 256", "flow_queue_sets: per-slice")
     assert load(with_fq).link.flow_queue_sets == "per-slice"
     assert load(GOOD).link.flow_queue_sets == "per-class"
-    [p] = problems(GOOD.replace("  capacity_mbit: 100",
-                                "  capacity_mbit: 100\n  flow_queue_sets: per-slice"))
+    [p] = problems(with_link("flow_queue_sets: per-slice"))
     assert p.startswith("tb.yaml:4: link.flow_queue_sets:") and "needs flow_queues" in p
     [p] = problems(with_fq.replace("per-slice", "per-ue"))
     assert p.startswith("tb.yaml:5: link.flow_queue_sets:")
 
 
 def test_flow_queue_drop_is_tail_or_head():
-    base = GOOD.replace("  capacity_mbit: 100", "  capacity_mbit: 100\n  flow_queues: 4\n"
-                        "  flow_queue_drop: head")
+    base = with_link("flow_queues: 4", "flow_queue_drop: head")
     assert load(base).link.flow_queue_drop == "head"
     assert load(GOOD).link.flow_queue_drop == "tail"
     [p] = problems(base.replace("flow_queue_drop: head", "flow_queue_drop: middle"))
     assert p.startswith("tb.yaml:5: link.flow_queue_drop:") and "'tail' or 'head'" in p
-    [p] = problems(GOOD.replace("  capacity_mbit: 100",
-                                "  capacity_mbit: 100\n  flow_queue_drop: head"))
+    [p] = problems(with_link("flow_queue_drop: head"))
     assert p.startswith("tb.yaml:4: link.flow_queue_drop:") and "needs flow_queues" in p

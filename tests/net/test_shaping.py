@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from testbed.config import load_testbed
-from testbed.net.shaping import Shaper, shapers_for
+from testbed.net.shaping import Shaper, flow_bucket, shapers_for
 
 
 def _shapers(**link):
@@ -123,6 +123,9 @@ def test_flow_queue_hash_spreads_the_even_ports_connect_picks():
         shift = (mask & -mask).bit_length() - 1
         buckets = {((word_of(port) & mask) >> shift) & 255 for port in range(32768, 60999, 2)}
         assert buckets == set(range(256))
+        # flow_bucket (what the benches hash ports with) is the filter's rule, port for port
+        assert all(((word_of(port) & mask) >> shift) & 255 == flow_bucket(port, 256)
+                   for port in range(32768, 61000))
 
 
 def test_flow_queue_packets_is_the_limit_of_every_flow_queue_not_of_class_fifos():
