@@ -13,7 +13,7 @@ from collections import deque
 
 import numpy as np
 
-_SEGMENT_GAP = 1.0e7  # offset between instances in the segmented cumulative max (s)
+SEGMENT_GAP = 1.0e7  # offset between instances in the segmented cumulative max (s)
 _INT16_MAX = 32767
 
 
@@ -109,11 +109,11 @@ def serve_fast(
     cp -= np.repeat(base, counts)  # within-instance service sum before request i
     x = a_o - t0
     x -= cp
-    busy_until = np.array([p[-1] - t0 if p else -_SEGMENT_GAP / 4 for p in pending])
+    busy_until = np.array([p[-1] - t0 if p else -SEGMENT_GAP / 4 for p in pending])
     nonempty = counts > 0
     first = starts[nonempty]
     x[first] = np.maximum(x[first], busy_until[nonempty])
-    offset = seg * _SEGMENT_GAP
+    offset = seg * SEGMENT_GAP
     x += offset
     f_o = np.maximum.accumulate(x, out=x)  # then - offset + cp + s_o + t0, left to right
     f_o -= offset

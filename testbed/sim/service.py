@@ -9,8 +9,11 @@ next chunk starts small again; chunk length doubles while the policy keeps the c
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from functools import cache
 from math import ceil
+from types import ModuleType
 from typing import NamedTuple
 
 import numpy as np
@@ -24,6 +27,26 @@ from testbed.sim.windows import round_robin_admit, window_of
 MAX_CHUNK_STEPS = 128
 RESTART_CHUNK_STEPS = 32  # after a scaling action: serving ahead costs less than another chunk
 SLO_COUNTING = ("completion", "arrival")
+_NO_TOKENS = (-(2**62), 0)  # a rate-limit window no arrival is in, and nothing taken in it
+COMPILED_ENV = "TESTBED_SIM_COMPILED"  # "0": serve with the numpy kernels even where numba imports
+
+
+@cache
+def _compiled_module() -> ModuleType | None:
+    try:
+        # numba takes ~0.3 s to import and is optional (the `fast` extra): only a simulation loads it
+        from testbed.sim import compiled
+    except ImportError:
+        return None
+    return compiled
+
+
+def compiled_kernels() -> ModuleType | None:
+    """`testbed.sim.compiled` (the per-request passes compiled by numba, equal to the numpy ones to
+    the bit) when numba is installed and the environment does not set TESTBED_SIM_COMPILED=0."""
+    if os.environ.get(COMPILED_ENV, "1") == "0":
+        return None
+    return _compiled_module()
 
 
 def draw_proc_times(profile: ServiceProfile, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -165,6 +188,7 @@ class SimService:
         self._cursor = 0
         self._rr = 0
         self._exact = exact or profile.capacity != 1
+        self._kernels = None if self._exact else compiled_kernels()
         self._chunk: _Chunk | None = None
         self._next_steps = 1
         self._max_steps = max_chunk_steps
@@ -285,6 +309,10 @@ class SimService:
             if j1 == j0 or not targets:
                 continue  # no ready instance: these requests are dropped
             m, rr = len(targets), self._rr
+            if self._kernels is not None:
+                self._serve_compiled(a[j0:j1], s[j0:j1], targets, rr, tokens, finish[j0:j1], owner[j0:j1])
+                self._rr = (rr + j1 - j0) % m
+                continue
             # round-robin: arrival j goes to slot (rr + j) % m, i.e. instance targets[slot]; both
             # sequences are their period repeated, cheaper to tile than to compute
             reps = (rr + j1 - j0 + m - 1) // m
@@ -324,6 +352,29 @@ class SimService:
         outcomes = self._outcomes(t0, step, steps, a, finish, owner, start_pending)
         return _Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes, done_in)
 
+    def _serve_compiled(self, a, s, targets, rr, tokens, finish, owner) -> None:
+        """One sub-chunk through `compiled.serve_round_robin`: what the numpy path above does, with
+        the instances' queues and the rate limit's tokens handed over as arrays and back."""
+        m = len(targets)
+        rate = self.profile.rate_limit
+        prior = [tokens.get(targets[(rr + col) % m], _NO_TOKENS) for col in range(m)]
+        pending = [self.instances[k].pending for k in targets]
+        width = max(1, max(map(len, pending)))
+        new, new_len, changed, window, count, seen = self._kernels.serve_round_robin(
+            a, s, np.array(targets), rr, 0 if rate is None else int(rate[0]),
+            1.0 if rate is None else float(rate[1]),
+            np.array([w for w, _ in prior]), np.array([c for _, c in prior]),
+            np.array([p + [0.0] * (width - len(p)) for p in pending]),
+            np.array([len(p) for p in pending]), 1 + self.profile.queue_limit, finish, owner)
+        for k, inst in enumerate(targets):
+            if changed[k]:
+                self.instances[inst].pending = new[k, : new_len[k]].tolist()
+        if rate is not None:
+            columns = zip(window.tolist(), count.tolist(), seen.tolist(), strict=True)
+            for col, (w, c, hit) in enumerate(columns):
+                if hit:
+                    tokens[targets[(rr + col) % m]] = (w, c)
+
     def _outcomes(
         self,
         t0: float,
@@ -334,6 +385,8 @@ class SimService:
         owner: np.ndarray,
         start_pending: list[list[float]],
     ) -> _Outcomes:
+        if self._kernels is not None:
+            return self._outcomes_compiled(t0, step, steps, a, finish, owner, start_pending)
         ok = finish == finish  # not NaN (dropped)
         everything = bool(ok.all())
         a_ok, f_ok = (a, finish) if everything else (a[ok], finish[ok])
@@ -359,6 +412,39 @@ class SimService:
         proc_sum = np.bincount(w_ok, weights=latency, minlength=steps)[:steps]
         util = self._utilization(t0, step, steps, a_ok, f_ok, owner if everything else owner[ok],
                                  start_pending)
+        return _Outcomes(
+            self.profile.name,
+            step,
+            arrivals.tolist(),
+            served.tolist(),
+            dropped.tolist(),
+            slow.tolist(),
+            proc_sum.tolist(),
+            util.tolist(),
+            self._ready_by_window(t0, step, steps),
+        )
+
+    def _outcomes_compiled(self, t0, step, steps, a, finish, owner, start_pending) -> _Outcomes:
+        """`_outcomes` through `compiled.count_chunk`, which counts up to the busy samples."""
+        completion = self.slo_counting == "completion"
+        held = [(k, f) for k, p in enumerate(start_pending) for f in p]
+        alive = [not inst.draining for inst in self.instances] if self.util_counts_starting else []
+        arrivals, dropped, served, slow, proc_sum, busy, left_finish, left_latency = (
+            self._kernels.count_chunk(
+                a, finish, owner, t0, step, steps, self.profile.slo_ms / 1000.0 + 1e-6, completion,
+                self._done[0], self._done[1], t0 + self.util_sample_phase - 1e-6,
+                steps * round(step), len(self.instances),
+                np.array([k for k, _ in held], dtype=np.int64), np.array([f for _, f in held]),
+                np.array(alive, dtype=np.bool_)))
+        if completion:
+            self._done = (left_finish, left_latency)
+        if self.util_counts_starting:
+            n_alive = sum(alive)
+            per_window = round(step)
+            util = ((busy[0] / n_alive).reshape(steps, per_window).sum(axis=1) / per_window
+                    if n_alive else np.zeros(steps))
+        else:
+            util = self._utilization_of(busy, t0, step, steps)
         return _Outcomes(
             self.profile.name,
             step,
@@ -433,13 +519,20 @@ class SimService:
                     delta[k * width + (0 if gone < 0 else n_samples if gone > n_samples else gone)] -= 1
         in_flight = np.cumsum(delta.reshape(m, width)[:, :n_samples], axis=1)
         busy = np.minimum(in_flight, cap) / cap if cap != 1 else np.minimum(in_flight, 1)
+        return self._utilization_of(busy, t0, step, steps)
+
+    def _utilization_of(self, busy: np.ndarray, t0: float, step: float, steps: int) -> np.ndarray:
+        """Per window, the mean utilization of the busy samples (instance by sample, each the
+        fraction of its capacity in use): see `_utilization`."""
+        per_window = round(step)
+        n_samples = steps * per_window
         if self.util_counts_starting:
             # the same instances count at every sample: sum their rows, divide by their number
             # (leaving out rows of zeros changes no bit of the running sum over instances)
             alive = [k for k, inst in enumerate(self.instances) if not inst.draining]
             if not alive:
                 return np.zeros(steps)
-            total = busy.sum(axis=0) if len(alive) == m else busy[alive].sum(axis=0)
+            total = busy.sum(axis=0) if len(alive) == len(busy) else busy[alive].sum(axis=0)
             frac = (total / len(alive)).reshape(steps, per_window)
             return frac.sum(axis=1) / per_window
         samples = t0 + self.util_sample_phase + np.arange(n_samples, dtype=np.float64) - 1e-6

@@ -8,14 +8,14 @@ import numpy as np
 
 from testbed.sim.queueing import group_order
 
-_EPS = 1e-9  # times are whole milliseconds held as float seconds: edges compare with this slack
+EPS = 1e-9  # times are whole milliseconds held as float seconds: edges compare with this slack
 
 
 def window_of(t: np.ndarray, t0: float, step: float) -> np.ndarray:
     """Index of the window [t0 + k·step, t0 + (k+1)·step) holding each time."""
-    x = t - t0  # then / step + _EPS, floored: in place, one array instead of three
+    x = t - t0  # then / step + EPS, floored: in place, one array instead of three
     x /= step
-    x += _EPS
+    x += EPS
     return np.floor(x, out=x).astype(np.int64)
 
 
@@ -38,7 +38,7 @@ def rate_limit_admit(
     request the full queue would drop still takes a token; both bind at once only in deep
     overload (a rate-limited instance's queue stays short)."""
     n = len(a)
-    bucket = np.floor(a / window + _EPS).astype(np.int64)
+    bucket = np.floor(a / window + EPS).astype(np.int64)
     key = who.astype(np.int64) * (1 << 40) + bucket
     # by group, arrival order within one: arrivals are sorted, so within an instance the windows
     # already ascend and a stable sort on the instance alone orders the keys
@@ -97,7 +97,7 @@ def round_robin_admit(
     n, m = len(a), len(targets)
     if n == 0:
         return np.zeros(0, dtype=bool)
-    bucket = np.floor(a / window + _EPS).astype(np.int64)
+    bucket = np.floor(a / window + EPS).astype(np.int64)
     first = int(bucket[0])
     lo = np.zeros(int(bucket[-1]) - first + 2, dtype=np.int64)  # lo[w]: window first + w's first
     np.cumsum(np.bincount(bucket - first), out=lo[1:])

@@ -1,6 +1,7 @@
 """Every decision of rule v1/v2, random and HPA on Tables 5.1/5.2 over the whole test day (each
 service alone and the three together, default and testbed options) hashes as it did before the
-simulator's speed-ups of issue 27: a speed-up that changed any bit of a figure fails here."""
+simulator's speed-ups of issue 27, on the numpy path and on the compiled one: a speed-up that
+changed any bit of a figure fails here."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from testbed.profiles import default_profiles
 from testbed.profiles.paper import TABLE_5_1, TABLE_5_2, TOTAL_UNITS
 from testbed.scaler.policies import make_policy
 from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS, SimCluster
+from testbed.sim.service import COMPILED_ENV
 from testbed.train.evaluate import evaluate
 from testbed.train.evaluate import test_day_traces as day_traces  # not collected as a test
 
@@ -69,8 +71,13 @@ def decision_hash(traces_dir: Path, options) -> str:
 
 
 @pytest.mark.skipif(not (TRACES / "test").is_dir(), reason=f"needs the paper's traces in {TRACES}")
+@pytest.mark.parametrize("passes", ["compiled", "numpy"])
 @pytest.mark.parametrize("name, options", [("default", DEFAULT_OPTIONS), ("testbed", TESTBED_OPTIONS)])
-def test_every_decision_of_the_test_day_is_as_before_the_speed_ups(name, options):
+def test_every_decision_of_the_test_day_is_as_before_the_speed_ups(name, options, passes, monkeypatch):
+    """Both paths of the simulator: the numba-compiled passes (the fast extra) and numpy's."""
+    if passes == "compiled":
+        pytest.importorskip("numba", reason="the compiled passes need the fast extra (numba)")
+    monkeypatch.setenv(COMPILED_ENV, "1" if passes == "compiled" else "0")
     assert decision_hash(TRACES, options) == PINNED[name]
 
 

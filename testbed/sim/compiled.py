@@ -1,0 +1,360 @@
+"""A simulated service's per-request passes as numba-compiled loops (the optional `fast` extra).
+
+Each loop repeats the numpy kernel it stands for with the same IEEE operations in the same order
+(the running sums left to right, the closed-form Lindley line, the drop walk, the bincounts'
+accumulation order), so a compiled run equals a numpy run to the bit: `SimService` takes this
+module when numba imports, and `tests/sim/test_decision_hash.py` pins both paths. Where numpy's
+order is hard to repeat (a pairwise sum), the loop stops short and numpy finishes the job.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from testbed.sim.queueing import SEGMENT_GAP
+from testbed.sim.windows import EPS
+
+_jit = numba.njit(cache=True, nogil=True)
+
+
+@_jit
+def _max(x: float, y: float) -> float:
+    return x if x >= y else y  # numpy's maximum on two non-NaN floats, the tie to the first
+
+
+@_jit
+def _push(hist: np.ndarray, used: int, f: float) -> int:
+    """Append `f` to a queue's last finish times (oldest first, at most len(hist) of them)."""
+    if used == len(hist):
+        hist[:-1] = hist[1:]
+        hist[-1] = f
+        return used
+    hist[used] = f
+    return used + 1
+
+
+@_jit
+def _serve_one(a, s, lo, hi, hist, used, out):
+    """`queueing._serve_one_with_drops` on a[lo:hi]: writes out[lo:hi] (left NaN where dropped)
+    and returns how many finish times `hist` (the instance's last `len(hist)`) now holds.
+
+    The closed-form pass runs only up to the first drop (`queueing._first_drop`), which is where
+    numpy's pass over the whole rest stops being used: a prefix of a running sum and a running
+    max is the same whatever follows it."""
+    limit = len(hist)
+    pos = lo
+    while pos < hi:
+        busy = hist[used - 1] if used else -np.inf
+        acc = 0.0
+        run = 0.0
+        stop = hi
+        for i in range(pos, hi):  # cumsum, a - (c - s), max with busy, running max, + c
+            if i - pos < limit:  # the request `limit` before it is in what the queue held
+                if i - pos >= limit - used and hist[used + i - pos - limit] > a[i]:
+                    stop = i
+                    break
+            elif out[i - limit] > a[i]:
+                stop = i
+                break
+            acc += s[i]
+            v = _max(a[i] - (acc - s[i]), busy)
+            run = v if i == pos else _max(run, v)
+            out[i] = run + acc
+        for i in range(max(pos, stop - limit), stop):
+            used = _push(hist, used, out[i])
+        pos = stop
+        busy = hist[used - 1] if used else -np.inf
+        while pos < hi:
+            t = a[pos]
+            if busy <= t:
+                break  # idle again: back to the closed form
+            if used == limit and hist[0] > t:
+                pos += 1  # dropped
+                continue
+            busy = busy + s[pos]
+            out[pos] = busy
+            used = _push(hist, used, busy)
+            pos += 1
+    return used
+
+
+@_jit
+def _bucket(t: float, width: float) -> int:
+    return np.int64(math.floor(t / width + EPS))  # windows.round_robin_admit's window of t
+
+
+@_jit
+def _bucket_edge(bucket: int, width: float) -> float:
+    """A time below which every later time (they are sorted) is still in `bucket`, a thousandth
+    of a window below the next window's start: t / width + EPS then stays a thousandth below
+    bucket + 1, far beyond the rounding of any bucket under 1e9 (-inf past that: divide always)."""
+    return (bucket + 1) * width - 1e-3 * width if bucket < 1_000_000_000 else -np.inf
+
+
+@_jit
+def serve_round_robin(a, s, targets, rr, rate_limit, rate_window, prior_window, prior_count,
+                      pending, pending_len, limit, finish, owner):
+    """One sub-chunk of `SimService._serve_chunk`: arrival j (sorted) goes to slot (rr + j) % m,
+    instance targets[slot] (written to `owner`); the rate limit (`windows.round_robin_admit`,
+    none when `rate_limit` is 0) admits some, and those are served as `queueing.serve_fast`
+    serves them, finish times written to `finish` (NaN-filled: refused and dropped stay NaN).
+
+    `prior_window`/`prior_count` (per column c, slot (rr + c) % m): the rate-limit window and
+    count its instance carries from earlier calls. `pending` (per slot, `pending_len` of them):
+    the instance's finish times. Returns (new pending rows, their lengths, whether a slot's
+    pending changed, each column's latest rate-limit window and count, and whether the column
+    saw an arrival)."""
+    n, m = len(a), len(targets)
+    rr = rr % m  # a pointer left by a sub-chunk with more or fewer instances
+    last_window = prior_window.copy()
+    last_count = prior_count.copy()
+    seen = np.zeros(m, dtype=np.bool_)
+    ok = np.ones(n, dtype=np.bool_)
+    # Column c of the round robin is every m-th arrival from c, all of them to one slot. The rate
+    # limit admits an arrival while fewer than `rate_limit` of its column came before it in its
+    # window, i.e. while fewer than rate_limit·m arrivals did (round_robin_admit's runs), less
+    # what the column's instance took in that window in earlier calls. The window is found by a
+    # division only near its edges: the window of t only grows with t, and arrivals are sorted.
+    na = n
+    if rate_limit > 0:
+        na = 0
+        col, b, lo = 0, np.int64(0), 0
+        edge = -np.inf
+        last_rank = np.zeros(m, dtype=np.int64)
+        for j in range(n):
+            t = a[j]
+            if t >= edge:
+                nb = _bucket(t, rate_window)
+                edge = _bucket_edge(nb, rate_window)
+                if nb != b or j == 0:
+                    b, lo = nb, j
+            room = rate_limit * m
+            if b == prior_window[col]:
+                room = (rate_limit - prior_count[col]) * m
+            if j - lo < room:
+                na += 1
+            else:
+                ok[j] = False
+            last_window[col] = b
+            last_rank[col] = j - lo
+            col = col + 1 if col + 1 < m else 0
+        for c in range(min(n, m)):
+            held = last_rank[c] // m + 1 + (prior_count[c] if last_window[c] == prior_window[c] else 0)
+            last_count[c] = held if held < rate_limit else rate_limit
+    slot = rr
+    for j in range(n):
+        owner[j] = targets[slot]
+        slot = slot + 1 if slot + 1 < m else 0
+    for c in range(min(n, m)):
+        seen[c] = True
+    width = max(limit, pending.shape[1])
+    new_pending = np.empty((m, width))
+    new_len = pending_len.copy()
+    changed = np.zeros(m, dtype=np.bool_)
+    if na == 0:
+        return new_pending, new_len, changed, last_window, last_count, seen
+    first = 0
+    while not ok[first]:
+        first += 1
+    t0 = a[first]  # the first admitted arrival
+    hist = np.empty(limit)
+    if m == 1:  # serve_fast's one-instance walk
+        used = 0
+        for i in range(max(0, pending_len[0] - limit), pending_len[0]):
+            used = _push(hist, used, pending[0, i])
+        if na == n:
+            used = _serve_one(a, s, 0, n, hist, used, finish)
+        else:
+            at = np.flatnonzero(ok)
+            out = np.full(na, np.nan)
+            used = _serve_one(a[at], s[at], 0, na, hist, used, out)
+            for i in range(na):
+                finish[at[i]] = out[i]
+        new_pending[0, :used] = hist[:used]
+        new_len[0] = used
+        changed[0] = True
+        return new_pending, new_len, changed, last_window, last_count, seen
+    # serve_fast's closed form, f_i = C_i + max(b, max_j (a_j - C_(j-1))), over the instances'
+    # admitted arrivals slot after slot in one pass: the running sum, the first request's max
+    # with what the instance holds, the running max over offset segments, and the drop check
+    # against the request `limit` before (in the queue's history or in `recent`)
+    recent = np.empty(limit)  # the slot's last `limit` finish times, a ring
+    acc = 0.0
+    run = 0.0
+    started = False
+    for k in range(m):
+        p = pending_len[k]
+        full = False
+        base = acc
+        busy = pending[k, p - 1] - t0 if p else -SEGMENT_GAP / 4
+        offset = k * SEGMENT_GAP
+        q = 0  # requests of this slot so far
+        ring = 0
+        for j in range(k - rr if k >= rr else k - rr + m, n, m):
+            if not ok[j]:
+                continue
+            aj, sj = a[j], s[j]
+            if q < limit:
+                if q >= limit - p and pending[k, p + q - limit] > aj:
+                    full = True  # the request `limit` before it, still in the queue
+            elif recent[ring] > aj:
+                full = True
+            acc += sj
+            cp = (acc - sj) - base
+            x = (aj - t0) - cp
+            if q == 0:
+                x = _max(x, busy)
+            v = x + offset
+            run = _max(run, v) if started else v
+            started = True
+            f = (((run - offset) + cp) + sj) + t0
+            finish[j] = f
+            recent[ring] = f
+            ring = ring + 1 if ring + 1 < limit else 0
+            q += 1
+        if q == 0:
+            continue
+        changed[k] = True
+        if full:  # its queue fills: request by request from the first drop
+            at = np.empty(q, dtype=np.int64)
+            i = 0
+            for j in range(k - rr if k >= rr else k - rr + m, n, m):
+                if ok[j]:
+                    at[i] = j
+                    i += 1
+            out = np.full(q, np.nan)
+            used = 0
+            for i in range(max(0, p - limit), p):
+                used = _push(hist, used, pending[k, i])
+            used = _serve_one(a[at], s[at], 0, q, hist, used, out)
+            for i in range(q):
+                finish[at[i]] = out[i]
+            new_pending[k, :used] = hist[:used]
+            new_len[k] = used
+        else:  # (pending + the last finish times)[-limit:]
+            tail = min(q, limit)
+            keep = min(p, limit - tail)
+            new_pending[k, :keep] = pending[k, p - keep : p]
+            for i in range(tail):  # the ring's oldest first
+                r = ring - tail + i
+                new_pending[k, keep + i] = recent[r if r >= 0 else r + limit]
+            new_len[k] = keep + tail
+    return new_pending, new_len, changed, last_window, last_count, seen
+
+
+@_jit
+def _window(t: float, t0: float, step: float) -> int:
+    return np.int64(math.floor((t - t0) / step + EPS))  # windows.window_of
+
+
+@_jit
+def count_chunk(a, finish, owner, t0, step, steps, slo, completion, done_finish, done_latency,
+                origin, n_samples, m, held_instance, held_finish, counted):
+    """`SimService._outcomes`'s counts up to the utilization's busy samples: per window the
+    arrivals, drops, served, late and summed latency; the served requests that finish past the
+    chunk (completion counting); and the busy samples, min(in flight, 1) per instance and sample:
+    summed over the instances marked in `counted` (one row), or all rows when `counted` is empty.
+
+    A window is found by a division only where a time leaves the last one's interval, which sits a
+    thousandth of a step inside the window's edges: far beyond the rounding of (t - t0) / step."""
+    arrivals = np.zeros(steps, dtype=np.int64)
+    dropped = np.zeros(steps, dtype=np.int64)
+    served = np.zeros(steps, dtype=np.int64)
+    slow = np.zeros(steps, dtype=np.int64)
+    proc_sum = np.zeros(steps)
+    width = n_samples + 1
+    delta = np.zeros(m * width, dtype=np.int64)
+    n = len(a)
+    n_done = len(done_finish)
+    later = np.empty(n_done + n, dtype=np.int64)  # indices (earlier chunks' first) counted later
+    n_later = 0
+    margin = 1e-3 * step
+    lo, hi, w = np.inf, -np.inf, np.int64(0)  # finish times in [lo, hi) are in window w
+    if completion:
+        for i in range(n_done):  # requests of earlier chunks first, as they are concatenated
+            f = done_finish[i]
+            if not lo <= f < hi:
+                w = _window(f, t0, step)
+                lo, hi = t0 + w * step + margin, t0 + (w + 1) * step - margin
+            if w >= steps:
+                later[n_later] = i
+                n_later += 1
+                continue
+            served[w] += 1
+            if done_latency[i] > slo:
+                slow[w] += 1
+            proc_sum[w] += done_latency[i]
+    # each window's sums are held in registers while its requests follow each other (the same
+    # additions in the same order as adding into the arrays)
+    edge, wa = -np.inf, np.int64(-1)  # arrivals are sorted: below `edge`, still in window wa
+    arrived = 0
+    cur = np.int64(-1)
+    n_served, n_slow, latency_sum = 0, 0, 0.0
+    for i in range(n):
+        t = a[i]
+        if t >= edge:
+            if wa >= 0:
+                arrivals[wa if wa < steps - 1 else steps - 1] += arrived
+            arrived = 0
+            wa = _window(t, t0, step)
+            edge = t0 + (wa + 1) * step - margin
+        arrived += 1
+        wi = wa if wa < steps - 1 else steps - 1
+        f = finish[i]
+        if f != f:  # NaN: dropped
+            dropped[wi] += 1
+            continue
+        latency = f - t
+        if completion:
+            if not lo <= f < hi:
+                w = _window(f, t0, step)
+                lo, hi = t0 + w * step + margin, t0 + (w + 1) * step - margin
+            wi = w
+        if wi >= steps:
+            later[n_later] = n_done + i
+            n_later += 1
+        else:
+            if wi != cur:
+                if cur >= 0:
+                    served[cur], slow[cur], proc_sum[cur] = n_served, n_slow, latency_sum
+                cur = wi
+                n_served, n_slow, latency_sum = served[wi], slow[wi], proc_sum[wi]
+            n_served += 1
+            if latency > slo:
+                n_slow += 1
+            latency_sum += latency
+        row = owner[i] * width if m > 1 else 0
+        delta[row + np.int64(math.ceil(t - origin))] += 1
+        delta[row + min(np.int64(math.ceil(f - origin)), n_samples)] -= 1
+    if wa >= 0:
+        arrivals[wa if wa < steps - 1 else steps - 1] += arrived
+    if cur >= 0:
+        served[cur], slow[cur], proc_sum[cur] = n_served, n_slow, latency_sum
+    for i in range(len(held_instance)):  # requests in flight from the chunk's first sample
+        row = held_instance[i] * width
+        delta[row] += 1
+        gone = np.int64(math.ceil(held_finish[i] - origin))
+        delta[row + (0 if gone < 0 else n_samples if gone > n_samples else gone)] -= 1
+    rows = 1 if len(counted) else m
+    busy = np.zeros((rows, n_samples), dtype=np.int64)
+    for k in range(m):
+        if len(counted) and not counted[k]:
+            continue
+        r = 0 if len(counted) else k
+        level = 0
+        for j in range(n_samples):
+            level += delta[k * width + j]
+            busy[r, j] += 1 if level > 1 else level
+    left_finish = np.empty(n_later)
+    left_latency = np.empty(n_later)
+    for j in range(n_later):
+        i = later[j]
+        if i < n_done:
+            left_finish[j], left_latency[j] = done_finish[i], done_latency[i]
+        else:
+            left_finish[j] = finish[i - n_done]
+            left_latency[j] = finish[i - n_done] - a[i - n_done]
+    return arrivals, dropped, served, slow, proc_sum, busy, left_finish, left_latency
