@@ -26,11 +26,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from testbed.profiles.paper import DEFAULT_RATIOS, TABLE_5_1, TABLE_5_2
 from testbed.scaler.policies import RandomPolicy, RuleV2, StaticPolicy
+from testbed.sim.service import COMPILED_ENV, compiled_kernels
 from testbed.train.evaluate import evaluate, test_day_traces
 
 FLOOR = 100.0  # issue 27: ours >= 100x the published simulator per step, on every service
 NOT_RUN = ("speed ratio: none; the published simulator was not run "
            "(--reference DIR runs it beside ours and prints the ratio of the two)")
+
+
+def passes() -> str:
+    """Which of the simulator's two paths ours runs on (the figures are equal to the bit)."""
+    if compiled_kernels() is not None:
+        import numba
+
+        return f"ours: the compiled passes (numba {numba.__version__}; {COMPILED_ENV}=0 runs the numpy ones)"
+    return "ours: the numpy passes (numba not installed, or " + COMPILED_ENV + "=0)"
 
 
 def alone(traces, steps: int) -> None:
@@ -84,6 +94,7 @@ def against_reference(traces_dir: str, ref_dir: str, steps: int, repeat: int, sh
     setups = [(s,) for s in traces] + ([tuple(traces)] if shared else [])
     print(f"\nboth simulators, rule v2 on 8 units, {steps} steps, {repeat} repetitions "
           "(ratios of the two measured back to back; ours: median of 5 runs)")
+    print(passes())
     print(f"{'ratios':9} {'service':8} {'ours steps/s':>12} {'published':>9} "
           f"{'wall ratio min/med':>19} {'CPU ratio min/med':>18}")
     worst: dict[str, float] = {}
@@ -118,6 +129,7 @@ def main() -> None:
         against_reference(args.traces, args.reference, args.steps, args.repeat, args.shared)
         return
     traces = test_day_traces(args.traces)
+    print(passes())
     alone(traces, args.steps)
     all_policies = {s: RuleV2.for_service(s) for s in traces}
     r = evaluate(all_policies, traces, DEFAULT_RATIOS, max_steps=args.steps)
