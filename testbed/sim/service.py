@@ -412,6 +412,10 @@ class SimService:
         proc_sum = np.bincount(w_ok, weights=latency, minlength=steps)[:steps]
         util = self._utilization(t0, step, steps, a_ok, f_ok, owner if everything else owner[ok],
                                  start_pending)
+        return self._listed(t0, step, steps, arrivals, served, dropped, slow, proc_sum, util)
+
+    def _listed(self, t0, step, steps, arrivals, served, dropped, slow, proc_sum, util) -> _Outcomes:
+        """A chunk's per-window arrays as the `_Outcomes` a step reads (lists: Python numbers)."""
         return _Outcomes(
             self.profile.name,
             step,
@@ -438,24 +442,8 @@ class SimService:
                 np.array(alive, dtype=np.bool_)))
         if completion:
             self._done = (left_finish, left_latency)
-        if self.util_counts_starting:
-            n_alive = sum(alive)
-            per_window = round(step)
-            util = ((busy[0] / n_alive).reshape(steps, per_window).sum(axis=1) / per_window
-                    if n_alive else np.zeros(steps))
-        else:
-            util = self._utilization_of(busy, t0, step, steps)
-        return _Outcomes(
-            self.profile.name,
-            step,
-            arrivals.tolist(),
-            served.tolist(),
-            dropped.tolist(),
-            slow.tolist(),
-            proc_sum.tolist(),
-            util.tolist(),
-            self._ready_by_window(t0, step, steps),
-        )
+        util = self._utilization_of(busy, t0, step, steps, summed=self.util_counts_starting)
+        return self._listed(t0, step, steps, arrivals, served, dropped, slow, proc_sum, util)
 
     def _ready_by_window(self, t0: float, step: float, steps: int) -> list[int]:
         """Instances (not draining) ready at the end of each window."""
@@ -521,9 +509,12 @@ class SimService:
         busy = np.minimum(in_flight, cap) / cap if cap != 1 else np.minimum(in_flight, 1)
         return self._utilization_of(busy, t0, step, steps)
 
-    def _utilization_of(self, busy: np.ndarray, t0: float, step: float, steps: int) -> np.ndarray:
+    def _utilization_of(
+        self, busy: np.ndarray, t0: float, step: float, steps: int, summed: bool = False
+    ) -> np.ndarray:
         """Per window, the mean utilization of the busy samples (instance by sample, each the
-        fraction of its capacity in use): see `_utilization`."""
+        fraction of its capacity in use; `summed`: one row, already summed over the instances
+        that count): see `_utilization`."""
         per_window = round(step)
         n_samples = steps * per_window
         if self.util_counts_starting:
@@ -532,7 +523,10 @@ class SimService:
             alive = [k for k, inst in enumerate(self.instances) if not inst.draining]
             if not alive:
                 return np.zeros(steps)
-            total = busy.sum(axis=0) if len(alive) == len(busy) else busy[alive].sum(axis=0)
+            if summed:
+                total = busy[0]
+            else:
+                total = busy.sum(axis=0) if len(alive) == len(busy) else busy[alive].sum(axis=0)
             frac = (total / len(alive)).reshape(steps, per_window)
             return frac.sum(axis=1) / per_window
         samples = t0 + self.util_sample_phase + np.arange(n_samples, dtype=np.float64) - 1e-6
