@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from testbed.profiles.paper import DEFAULT_RATIOS, TABLE_5_1, TABLE_5_2
 from testbed.scaler.policies import RandomPolicy, RuleV2, StaticPolicy
-from testbed.sim.service import COMPILED_ENV, compiled_kernels
+from testbed.sim.passes import COMPILED_ENV, compiled_kernels
 from testbed.train.evaluate import evaluate, test_day_traces
 
 FLOOR = 100.0  # issue 27: ours >= 100x the published simulator per step, on every service

@@ -95,6 +95,123 @@ def _bucket_edge(bucket: int, width: float) -> float:
 
 
 @_jit
+def _admit(a, m, rate_limit, rate_window, prior_window, prior_count, ok, last_window, last_count):
+    """The rate limit (`windows.round_robin_admit`) over arrivals dealt round-robin to m columns:
+    clears `ok` where it refuses, leaves each column's latest window and count in `last_window` and
+    `last_count`, and returns how many it admits.
+
+    Column c of the round robin is every m-th arrival from c, all of them to one instance. An
+    arrival is admitted while fewer than `rate_limit` of its column came before it in its window,
+    i.e. while fewer than rate_limit·m arrivals did (round_robin_admit's runs), less what the
+    column's instance took in that window in earlier calls (`prior_window`, `prior_count`). The
+    window is found by a division only near its edges: it only grows with t, and arrivals are
+    sorted."""
+    n = len(a)
+    admitted = 0
+    col, b, lo = 0, np.int64(0), 0
+    edge = -np.inf
+    last_rank = np.zeros(m, dtype=np.int64)
+    for j in range(n):
+        t = a[j]
+        if t >= edge:
+            nb = _bucket(t, rate_window)
+            edge = _bucket_edge(nb, rate_window)
+            if nb != b or j == 0:
+                b, lo = nb, j
+        room = rate_limit * m
+        if b == prior_window[col]:
+            room = (rate_limit - prior_count[col]) * m
+        if j - lo < room:
+            admitted += 1
+        else:
+            ok[j] = False
+        last_window[col] = b
+        last_rank[col] = j - lo
+        col = col + 1 if col + 1 < m else 0
+    for c in range(min(n, m)):
+        held = last_rank[c] // m + 1 + (prior_count[c] if last_window[c] == prior_window[c] else 0)
+        last_count[c] = held if held < rate_limit else rate_limit
+    return admitted
+
+
+@_jit
+def _closed_form(a, s, ok, first, m, t0, busy, offset, pending_row, p, recent, acc, run, started,
+                 finish):
+    """`queueing.serve_fast`'s closed form, f_i = C_i + max(b, max_j (a_j - C_(j-1))), over one
+    slot's admitted arrivals (every m-th from `first`), carrying the running sum `acc` and the
+    running max `run` over the offset segments from the slots before it; writes `finish` and the
+    slot's last finish times into the ring `recent`. Also checks each request against the one
+    `len(recent)` before it (in what the instance held, `pending_row[:p]`, or in the ring): the
+    queue fills when that one has not finished by its arrival. Returns (acc, run, started,
+    requests, ring position, whether the queue fills)."""
+    limit = len(recent)
+    base = acc
+    q = 0
+    ring = 0
+    full = False
+    for j in range(first, len(a), m):
+        if not ok[j]:
+            continue
+        aj, sj = a[j], s[j]
+        if q < limit:
+            if q >= limit - p and pending_row[p + q - limit] > aj:
+                full = True
+        elif recent[ring] > aj:
+            full = True
+        acc += sj
+        cp = (acc - sj) - base
+        x = (aj - t0) - cp
+        if q == 0:
+            x = _max(x, busy)
+        v = x + offset
+        run = _max(run, v) if started else v
+        started = True
+        f = (((run - offset) + cp) + sj) + t0
+        finish[j] = f
+        recent[ring] = f
+        ring = ring + 1 if ring + 1 < limit else 0
+        q += 1
+    return acc, run, started, q, ring, full
+
+
+@_jit
+def _walk(a, s, ok, first, m, count, pending_row, p, hist, finish, new_row):
+    """One instance whose queue fills, walked as `queueing._serve_one_with_drops` walks it: its
+    `count` admitted arrivals (every m-th from `first`) after what it held (`pending_row[:p]`);
+    writes `finish` (NaN where dropped) and its last finish times to `new_row`, and returns how
+    many those are."""
+    at = np.empty(count, dtype=np.int64)
+    i = 0
+    for j in range(first, len(a), m):
+        if ok[j]:
+            at[i] = j
+            i += 1
+    used = 0
+    for i in range(max(0, p - len(hist)), p):
+        used = _push(hist, used, pending_row[i])
+    out = np.full(count, np.nan)
+    used = _serve_one(a[at], s[at], 0, count, hist, used, out)
+    for i in range(count):
+        finish[at[i]] = out[i]
+    new_row[:used] = hist[:used]
+    return used
+
+
+@_jit
+def _kept(pending_row, p, recent, ring, q, new_row):
+    """(what the instance held + its last finish times)[-limit:], the ring read oldest first;
+    returns how many that is."""
+    limit = len(recent)
+    tail = min(q, limit)
+    keep = min(p, limit - tail)
+    new_row[:keep] = pending_row[p - keep : p]
+    for i in range(tail):
+        r = ring - tail + i
+        new_row[keep + i] = recent[r if r >= 0 else r + limit]
+    return keep + tail
+
+
+@_jit
 def serve_round_robin(a, s, targets, rr, rate_limit, rate_window, prior_window, prior_count,
                       pending, pending_len, limit, finish, owner):
     """One sub-chunk of `SimService._serve_chunk`: arrival j (sorted) goes to slot (rr + j) % m,
@@ -111,137 +228,49 @@ def serve_round_robin(a, s, targets, rr, rate_limit, rate_window, prior_window, 
     rr = rr % m  # a pointer left by a sub-chunk with more or fewer instances
     last_window = prior_window.copy()
     last_count = prior_count.copy()
-    seen = np.zeros(m, dtype=np.bool_)
     ok = np.ones(n, dtype=np.bool_)
-    # Column c of the round robin is every m-th arrival from c, all of them to one slot. The rate
-    # limit admits an arrival while fewer than `rate_limit` of its column came before it in its
-    # window, i.e. while fewer than rate_limit·m arrivals did (round_robin_admit's runs), less
-    # what the column's instance took in that window in earlier calls. The window is found by a
-    # division only near its edges: the window of t only grows with t, and arrivals are sorted.
-    na = n
+    admitted = n
     if rate_limit > 0:
-        na = 0
-        col, b, lo = 0, np.int64(0), 0
-        edge = -np.inf
-        last_rank = np.zeros(m, dtype=np.int64)
-        for j in range(n):
-            t = a[j]
-            if t >= edge:
-                nb = _bucket(t, rate_window)
-                edge = _bucket_edge(nb, rate_window)
-                if nb != b or j == 0:
-                    b, lo = nb, j
-            room = rate_limit * m
-            if b == prior_window[col]:
-                room = (rate_limit - prior_count[col]) * m
-            if j - lo < room:
-                na += 1
-            else:
-                ok[j] = False
-            last_window[col] = b
-            last_rank[col] = j - lo
-            col = col + 1 if col + 1 < m else 0
-        for c in range(min(n, m)):
-            held = last_rank[c] // m + 1 + (prior_count[c] if last_window[c] == prior_window[c] else 0)
-            last_count[c] = held if held < rate_limit else rate_limit
+        admitted = _admit(a, m, rate_limit, rate_window, prior_window, prior_count, ok,
+                          last_window, last_count)
+    seen = np.zeros(m, dtype=np.bool_)
+    seen[: min(n, m)] = True
     slot = rr
     for j in range(n):
         owner[j] = targets[slot]
         slot = slot + 1 if slot + 1 < m else 0
-    for c in range(min(n, m)):
-        seen[c] = True
-    width = max(limit, pending.shape[1])
-    new_pending = np.empty((m, width))
+    new_pending = np.empty((m, max(limit, pending.shape[1])))
     new_len = pending_len.copy()
     changed = np.zeros(m, dtype=np.bool_)
-    if na == 0:
+    if admitted == 0:
+        return new_pending, new_len, changed, last_window, last_count, seen
+    hist = np.empty(limit)
+    if m == 1:  # serve_fast's one-instance walk
+        new_len[0] = _walk(a, s, ok, 0, 1, admitted, pending[0], pending_len[0], hist, finish,
+                           new_pending[0])
+        changed[0] = True
         return new_pending, new_len, changed, last_window, last_count, seen
     first = 0
     while not ok[first]:
         first += 1
     t0 = a[first]  # the first admitted arrival
-    hist = np.empty(limit)
-    if m == 1:  # serve_fast's one-instance walk
-        used = 0
-        for i in range(max(0, pending_len[0] - limit), pending_len[0]):
-            used = _push(hist, used, pending[0, i])
-        if na == n:
-            used = _serve_one(a, s, 0, n, hist, used, finish)
-        else:
-            at = np.flatnonzero(ok)
-            out = np.full(na, np.nan)
-            used = _serve_one(a[at], s[at], 0, na, hist, used, out)
-            for i in range(na):
-                finish[at[i]] = out[i]
-        new_pending[0, :used] = hist[:used]
-        new_len[0] = used
-        changed[0] = True
-        return new_pending, new_len, changed, last_window, last_count, seen
-    # serve_fast's closed form, f_i = C_i + max(b, max_j (a_j - C_(j-1))), over the instances'
-    # admitted arrivals slot after slot in one pass: the running sum, the first request's max
-    # with what the instance holds, the running max over offset segments, and the drop check
-    # against the request `limit` before (in the queue's history or in `recent`)
+    # slot after slot, as serve_fast orders them: the running sum and max carry across slots
     recent = np.empty(limit)  # the slot's last `limit` finish times, a ring
-    acc = 0.0
-    run = 0.0
-    started = False
+    acc, run, started = 0.0, 0.0, False
     for k in range(m):
         p = pending_len[k]
-        full = False
-        base = acc
         busy = pending[k, p - 1] - t0 if p else -SEGMENT_GAP / 4
-        offset = k * SEGMENT_GAP
-        q = 0  # requests of this slot so far
-        ring = 0
-        for j in range(k - rr if k >= rr else k - rr + m, n, m):
-            if not ok[j]:
-                continue
-            aj, sj = a[j], s[j]
-            if q < limit:
-                if q >= limit - p and pending[k, p + q - limit] > aj:
-                    full = True  # the request `limit` before it, still in the queue
-            elif recent[ring] > aj:
-                full = True
-            acc += sj
-            cp = (acc - sj) - base
-            x = (aj - t0) - cp
-            if q == 0:
-                x = _max(x, busy)
-            v = x + offset
-            run = _max(run, v) if started else v
-            started = True
-            f = (((run - offset) + cp) + sj) + t0
-            finish[j] = f
-            recent[ring] = f
-            ring = ring + 1 if ring + 1 < limit else 0
-            q += 1
+        first = k - rr if k >= rr else k - rr + m
+        acc, run, started, q, ring, full = _closed_form(
+            a, s, ok, first, m, t0, busy, k * SEGMENT_GAP, pending[k], p, recent, acc, run,
+            started, finish)
         if q == 0:
             continue
         changed[k] = True
         if full:  # its queue fills: request by request from the first drop
-            at = np.empty(q, dtype=np.int64)
-            i = 0
-            for j in range(k - rr if k >= rr else k - rr + m, n, m):
-                if ok[j]:
-                    at[i] = j
-                    i += 1
-            out = np.full(q, np.nan)
-            used = 0
-            for i in range(max(0, p - limit), p):
-                used = _push(hist, used, pending[k, i])
-            used = _serve_one(a[at], s[at], 0, q, hist, used, out)
-            for i in range(q):
-                finish[at[i]] = out[i]
-            new_pending[k, :used] = hist[:used]
-            new_len[k] = used
-        else:  # (pending + the last finish times)[-limit:]
-            tail = min(q, limit)
-            keep = min(p, limit - tail)
-            new_pending[k, :keep] = pending[k, p - keep : p]
-            for i in range(tail):  # the ring's oldest first
-                r = ring - tail + i
-                new_pending[k, keep + i] = recent[r if r >= 0 else r + limit]
-            new_len[k] = keep + tail
+            new_len[k] = _walk(a, s, ok, first, m, q, pending[k], p, hist, finish, new_pending[k])
+        else:
+            new_len[k] = _kept(pending[k], p, recent, ring, q, new_pending[k])
     return new_pending, new_len, changed, last_window, last_count, seen
 
 
@@ -251,49 +280,49 @@ def _window(t: float, t0: float, step: float) -> int:
 
 
 @_jit
-def count_chunk(a, finish, owner, t0, step, steps, slo, completion, done_finish, done_latency,
-                origin, n_samples, m, held_instance, held_finish, counted):
-    """`SimService._outcomes`'s counts up to the utilization's busy samples: per window the
-    arrivals, drops, served, late and summed latency; the served requests that finish past the
-    chunk (completion counting); and the busy samples, min(in flight, 1) per instance and sample:
-    summed over the instances marked in `counted` (one row), or all rows when `counted` is empty.
-
-    A window is found by a division only where a time leaves the last one's interval, which sits a
-    thousandth of a step inside the window's edges: far beyond the rounding of (t - t0) / step."""
-    arrivals = np.zeros(steps, dtype=np.int64)
-    dropped = np.zeros(steps, dtype=np.int64)
-    served = np.zeros(steps, dtype=np.int64)
-    slow = np.zeros(steps, dtype=np.int64)
-    proc_sum = np.zeros(steps)
-    width = n_samples + 1
-    delta = np.zeros(m * width, dtype=np.int64)
-    n = len(a)
-    n_done = len(done_finish)
-    later = np.empty(n_done + n, dtype=np.int64)  # indices (earlier chunks' first) counted later
+def _count_earlier(done_finish, done_latency, t0, step, steps, slo, served, slow, proc_sum, later):
+    """Requests of earlier chunks that finish in this one's windows (completion counting), counted
+    before this chunk's, as numpy concatenates them first; those finishing later still have their
+    indices put in `later`, and their number is returned."""
     n_later = 0
     margin = 1e-3 * step
     lo, hi, w = np.inf, -np.inf, np.int64(0)  # finish times in [lo, hi) are in window w
-    if completion:
-        for i in range(n_done):  # requests of earlier chunks first, as they are concatenated
-            f = done_finish[i]
-            if not lo <= f < hi:
-                w = _window(f, t0, step)
-                lo, hi = t0 + w * step + margin, t0 + (w + 1) * step - margin
-            if w >= steps:
-                later[n_later] = i
-                n_later += 1
-                continue
-            served[w] += 1
-            if done_latency[i] > slo:
-                slow[w] += 1
-            proc_sum[w] += done_latency[i]
-    # each window's sums are held in registers while its requests follow each other (the same
-    # additions in the same order as adding into the arrays)
+    for i in range(len(done_finish)):
+        f = done_finish[i]
+        if not lo <= f < hi:
+            w = _window(f, t0, step)
+            lo, hi = t0 + w * step + margin, t0 + (w + 1) * step - margin
+        if w >= steps:
+            later[n_later] = i
+            n_later += 1
+            continue
+        served[w] += 1
+        if done_latency[i] > slo:
+            slow[w] += 1
+        proc_sum[w] += done_latency[i]
+    return n_later
+
+
+@_jit
+def _count_requests(a, finish, owner, t0, step, slo, completion, origin, n_samples, m, n_done,
+                    counts, proc_sum, later, n_later, delta):
+    """This chunk's requests: per window (`counts` rows: arrivals, drops, served, late) and their
+    summed latency, each served request's entry and exit in `delta` (its instance's row of
+    samples), and the indices of those finishing past the chunk (after `n_later` of them from
+    earlier chunks) in `later`; returns how many of those there are now.
+
+    Each window's sums are held in registers while its requests follow each other: the same
+    additions in the same order as numpy's bincounts."""
+    arrivals, dropped, served, slow = counts[0], counts[1], counts[2], counts[3]
+    steps = len(proc_sum)
+    width = n_samples + 1
+    margin = 1e-3 * step
+    lo, hi, w = np.inf, -np.inf, np.int64(0)  # finish times in [lo, hi) are in window w
     edge, wa = -np.inf, np.int64(-1)  # arrivals are sorted: below `edge`, still in window wa
     arrived = 0
     cur = np.int64(-1)
     n_served, n_slow, latency_sum = 0, 0, 0.0
-    for i in range(n):
+    for i in range(len(a)):
         t = a[i]
         if t >= edge:
             if wa >= 0:
@@ -333,21 +362,55 @@ def count_chunk(a, finish, owner, t0, step, steps, slo, completion, done_finish,
         arrivals[wa if wa < steps - 1 else steps - 1] += arrived
     if cur >= 0:
         served[cur], slow[cur], proc_sum[cur] = n_served, n_slow, latency_sum
-    for i in range(len(held_instance)):  # requests in flight from the chunk's first sample
+    return n_later
+
+
+@_jit
+def _busy_samples(delta, m, n_samples, held_instance, held_finish, origin, counted):
+    """min(in flight, 1) per instance and sample from the entries and exits in `delta`, with the
+    requests held from before the chunk in flight from its first sample; summed over the
+    instances marked in `counted` (one row), or one row per instance when it is empty."""
+    width = n_samples + 1
+    for i in range(len(held_instance)):
         row = held_instance[i] * width
         delta[row] += 1
         gone = np.int64(math.ceil(held_finish[i] - origin))
         delta[row + (0 if gone < 0 else n_samples if gone > n_samples else gone)] -= 1
-    rows = 1 if len(counted) else m
-    busy = np.zeros((rows, n_samples), dtype=np.int64)
+    summed = len(counted) > 0
+    busy = np.zeros((1 if summed else m, n_samples), dtype=np.int64)
     for k in range(m):
-        if len(counted) and not counted[k]:
+        if summed and not counted[k]:
             continue
-        r = 0 if len(counted) else k
+        r = 0 if summed else k
         level = 0
         for j in range(n_samples):
             level += delta[k * width + j]
             busy[r, j] += 1 if level > 1 else level
+    return busy
+
+
+@_jit
+def count_chunk(a, finish, owner, t0, step, steps, slo, completion, done_finish, done_latency,
+                origin, n_samples, m, held_instance, held_finish, counted):
+    """`SimService._outcomes`'s counts up to the utilization's busy samples: per window the
+    arrivals, drops, served, late and summed latency; the served requests that finish past the
+    chunk (completion counting); and the busy samples, min(in flight, 1) per instance and sample:
+    summed over the instances marked in `counted` (one row), or all rows when `counted` is empty.
+
+    A window is found by a division only where a time leaves the last one's interval, which sits a
+    thousandth of a step inside the window's edges: far beyond the rounding of (t - t0) / step."""
+    counts = np.zeros((4, steps), dtype=np.int64)  # arrivals, dropped, served, slow
+    proc_sum = np.zeros(steps)
+    n, n_done = len(a), len(done_finish)
+    later = np.empty(n_done + n, dtype=np.int64)  # indices (earlier chunks' first) counted later
+    n_later = 0
+    if completion:
+        n_later = _count_earlier(done_finish, done_latency, t0, step, steps, slo, counts[2],
+                                 counts[3], proc_sum, later)
+    delta = np.zeros(m * (n_samples + 1), dtype=np.int64)
+    n_later = _count_requests(a, finish, owner, t0, step, slo, completion, origin, n_samples, m,
+                              n_done, counts, proc_sum, later, n_later, delta)
+    busy = _busy_samples(delta, m, n_samples, held_instance, held_finish, origin, counted)
     left_finish = np.empty(n_later)
     left_latency = np.empty(n_later)
     for j in range(n_later):
@@ -357,4 +420,4 @@ def count_chunk(a, finish, owner, t0, step, steps, slo, completion, done_finish,
         else:
             left_finish[j] = finish[i - n_done]
             left_latency[j] = finish[i - n_done] - a[i - n_done]
-    return arrivals, dropped, served, slow, proc_sum, busy, left_finish, left_latency
+    return counts[0], counts[1], counts[2], counts[3], proc_sum, busy, left_finish, left_latency

@@ -9,17 +9,15 @@ next chunk starts small again; chunk length doubles while the policy keeps the c
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from functools import cache
 from math import ceil
-from types import ModuleType
 from typing import NamedTuple
 
 import numpy as np
 
 from testbed.metrics.window import WindowMetrics
 from testbed.profiles import ServiceProfile
+from testbed.sim.passes import compiled_passes
 from testbed.sim.queueing import serve_exact, serve_fast
 from testbed.sim.windows import rate_limit_admit as rate_limit_admit  # re-exported for its importers
 from testbed.sim.windows import round_robin_admit, window_of
@@ -27,27 +25,6 @@ from testbed.sim.windows import round_robin_admit, window_of
 MAX_CHUNK_STEPS = 128
 RESTART_CHUNK_STEPS = 32  # after a scaling action: serving ahead costs less than another chunk
 SLO_COUNTING = ("completion", "arrival")
-_NO_TOKENS = (-(2**62), 0)  # a rate-limit window no arrival is in, and nothing taken in it
-COMPILED_ENV = "TESTBED_SIM_COMPILED"  # "0": serve with the numpy kernels even where numba imports
-
-
-@cache
-def _compiled_module() -> ModuleType | None:
-    try:
-        # numba takes ~0.3 s to import and is optional (the `fast` extra): only a simulation loads it
-        from testbed.sim import compiled
-    except ImportError:
-        return None
-    return compiled
-
-
-def compiled_kernels() -> ModuleType | None:
-    """`testbed.sim.compiled` (the per-request passes compiled by numba, equal to the numpy ones to
-    the bit) when numba is installed and the environment does not set TESTBED_SIM_COMPILED=0."""
-    if os.environ.get(COMPILED_ENV, "1") == "0":
-        return None
-    return _compiled_module()
-
 
 def draw_proc_times(profile: ServiceProfile, n: int, rng: np.random.Generator) -> np.ndarray:
     """Processing times (s) of `n` requests: whole milliseconds, uniform over the range inclusive,
@@ -188,7 +165,7 @@ class SimService:
         self._cursor = 0
         self._rr = 0
         self._exact = exact or profile.capacity != 1
-        self._kernels = None if self._exact else compiled_kernels()
+        self._passes = compiled_passes(profile, self._exact)  # None: the numpy kernels
         self._chunk: _Chunk | None = None
         self._next_steps = 1
         self._max_steps = max_chunk_steps
@@ -309,8 +286,12 @@ class SimService:
             if j1 == j0 or not targets:
                 continue  # no ready instance: these requests are dropped
             m, rr = len(targets), self._rr
-            if self._kernels is not None:
-                self._serve_compiled(a[j0:j1], s[j0:j1], targets, rr, tokens, finish[j0:j1], owner[j0:j1])
+            if self._passes is not None:
+                pending = [inst.pending for inst in self.instances]
+                self._passes.serve(pending, a[j0:j1], s[j0:j1], targets, rr, tokens, finish[j0:j1],
+                                   owner[j0:j1])
+                for inst, p in zip(self.instances, pending, strict=True):
+                    inst.pending = p
                 self._rr = (rr + j1 - j0) % m
                 continue
             # round-robin: arrival j goes to slot (rr + j) % m, i.e. instance targets[slot]; both
@@ -352,29 +333,6 @@ class SimService:
         outcomes = self._outcomes(t0, step, steps, a, finish, owner, start_pending)
         return _Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes, done_in)
 
-    def _serve_compiled(self, a, s, targets, rr, tokens, finish, owner) -> None:
-        """One sub-chunk through `compiled.serve_round_robin`: what the numpy path above does, with
-        the instances' queues and the rate limit's tokens handed over as arrays and back."""
-        m = len(targets)
-        rate = self.profile.rate_limit
-        prior = [tokens.get(targets[(rr + col) % m], _NO_TOKENS) for col in range(m)]
-        pending = [self.instances[k].pending for k in targets]
-        width = max(1, max(map(len, pending)))
-        new, new_len, changed, window, count, seen = self._kernels.serve_round_robin(
-            a, s, np.array(targets), rr, 0 if rate is None else int(rate[0]),
-            1.0 if rate is None else float(rate[1]),
-            np.array([w for w, _ in prior]), np.array([c for _, c in prior]),
-            np.array([p + [0.0] * (width - len(p)) for p in pending]),
-            np.array([len(p) for p in pending]), 1 + self.profile.queue_limit, finish, owner)
-        for k, inst in enumerate(targets):
-            if changed[k]:
-                self.instances[inst].pending = new[k, : new_len[k]].tolist()
-        if rate is not None:
-            columns = zip(window.tolist(), count.tolist(), seen.tolist(), strict=True)
-            for col, (w, c, hit) in enumerate(columns):
-                if hit:
-                    tokens[targets[(rr + col) % m]] = (w, c)
-
     def _outcomes(
         self,
         t0: float,
@@ -385,7 +343,7 @@ class SimService:
         owner: np.ndarray,
         start_pending: list[list[float]],
     ) -> _Outcomes:
-        if self._kernels is not None:
+        if self._passes is not None:
             return self._outcomes_compiled(t0, step, steps, a, finish, owner, start_pending)
         ok = finish == finish  # not NaN (dropped)
         everything = bool(ok.all())
@@ -429,21 +387,16 @@ class SimService:
         )
 
     def _outcomes_compiled(self, t0, step, steps, a, finish, owner, start_pending) -> _Outcomes:
-        """`_outcomes` through `compiled.count_chunk`, which counts up to the busy samples."""
+        """`_outcomes` through the compiled passes, which count up to the busy samples."""
         completion = self.slo_counting == "completion"
-        held = [(k, f) for k, p in enumerate(start_pending) for f in p]
-        alive = [not inst.draining for inst in self.instances] if self.util_counts_starting else []
-        arrivals, dropped, served, slow, proc_sum, busy, left_finish, left_latency = (
-            self._kernels.count_chunk(
-                a, finish, owner, t0, step, steps, self.profile.slo_ms / 1000.0 + 1e-6, completion,
-                self._done[0], self._done[1], t0 + self.util_sample_phase - 1e-6,
-                steps * round(step), len(self.instances),
-                np.array([k for k, _ in held], dtype=np.int64), np.array([f for _, f in held]),
-                np.array(alive, dtype=np.bool_)))
+        counted = [not inst.draining for inst in self.instances] if self.util_counts_starting else []
+        columns, busy, left = self._passes.count(
+            t0, step, steps, a, finish, owner, start_pending, self._done, completion,
+            t0 + self.util_sample_phase - 1e-6, counted)
         if completion:
-            self._done = (left_finish, left_latency)
+            self._done = left
         util = self._utilization_of(busy, t0, step, steps, summed=self.util_counts_starting)
-        return self._listed(t0, step, steps, arrivals, served, dropped, slow, proc_sum, util)
+        return self._listed(t0, step, steps, *columns, util)
 
     def _ready_by_window(self, t0: float, step: float, steps: int) -> list[int]:
         """Instances (not draining) ready at the end of each window."""

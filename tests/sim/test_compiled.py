@@ -8,8 +8,9 @@ import pytest
 
 from testbed.load.trace import Trace, arrival_times
 from testbed.profiles import ServiceProfile, default_profiles
+from testbed.sim.passes import COMPILED_ENV, compiled_kernels
 from testbed.sim.queueing import serve_fast
-from testbed.sim.service import COMPILED_ENV, SimInstance, SimService, compiled_kernels
+from testbed.sim.service import SimService
 from testbed.sim.windows import round_robin_admit
 
 pytest.importorskip("numba", reason="the simulator's compiled passes need the fast extra (numba)")
@@ -21,7 +22,7 @@ def _service(profile: ServiceProfile, monkeypatch, compiled: bool, arrivals=None
     monkeypatch.setenv(COMPILED_ENV, "1" if compiled else "0")
     arrivals = np.array([0.0]) if arrivals is None else arrivals
     svc = SimService(profile, arrivals, np.random.default_rng(0), **options)
-    assert (svc._kernels is not None) == compiled
+    assert (svc._passes is not None) == compiled
     return svc
 
 
@@ -70,15 +71,15 @@ def test_a_sub_chunk_is_served_as_the_numpy_kernels_serve_it(seed, monkeypatch):
     numpy_tokens = dict(tokens)
     finish, owner = _numpy_sub_chunk(a, s, targets, rr, rate, numpy_pending, queue_limit, numpy_tokens)
 
-    svc = _service(profile, monkeypatch, compiled=True)
-    svc.instances = [SimInstance(ready_at=0.0, pending=list(held.get(k, []))) for k in range(7)]
+    passes = _service(profile, monkeypatch, compiled=True)._passes
+    c_pending = [list(held.get(k, [])) for k in range(7)]
     c_finish, c_owner = np.full(n, np.nan), np.full(n, -1, dtype=np.int64)
     c_tokens = dict(tokens)
-    svc._serve_compiled(a, s, targets, rr, c_tokens, c_finish, c_owner)
+    passes.serve(c_pending, a, s, targets, rr, c_tokens, c_finish, c_owner)
 
     assert _bits(c_finish) == _bits(finish)
     assert c_owner.tolist() == owner.tolist()
-    assert [svc.instances[k].pending for k in targets] == numpy_pending
+    assert [c_pending[k] for k in targets] == numpy_pending
     assert c_tokens == numpy_tokens
     if seed == 1:  # the comparison sees one ulp
         assert np.isnan(finish).sum() < n
@@ -128,11 +129,11 @@ def test_a_service_stepped_and_scaled_is_the_same_on_both_paths(service, options
 def test_the_compiled_path_is_taken_where_it_can_be(monkeypatch):
     monkeypatch.delenv(COMPILED_ENV, raising=False)
     assert compiled_kernels() is not None
-    assert _service(PROFILES["chatbot"], monkeypatch, compiled=True)._kernels is not None
+    assert _service(PROFILES["chatbot"], monkeypatch, compiled=True)._passes is not None
     monkeypatch.setenv(COMPILED_ENV, "0")
     assert compiled_kernels() is None
     monkeypatch.setenv(COMPILED_ENV, "1")
     # the numpy path only: several requests at once per instance, the exact reference walk
     chatbot = PROFILES["chatbot"]
     for profile, kw in ((chatbot.replace(capacity=2), {}), (chatbot, {"exact": True})):
-        assert SimService(profile, np.array([0.0]), np.random.default_rng(0), **kw)._kernels is None
+        assert SimService(profile, np.array([0.0]), np.random.default_rng(0), **kw)._passes is None

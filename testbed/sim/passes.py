@@ -1,0 +1,87 @@
+"""Whether a simulated service runs its per-request passes compiled, and the hand-over to them: its
+instances' queues and its rate-limit tokens as arrays to `testbed.sim.compiled` and back."""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from types import ModuleType
+
+import numpy as np
+
+from testbed.profiles import ServiceProfile
+
+COMPILED_ENV = "TESTBED_SIM_COMPILED"  # "0": serve with the numpy kernels even where numba imports
+_NO_TOKENS = (-(2**62), 0)  # a rate-limit window no arrival is in, and nothing taken in it
+
+
+@cache
+def _compiled_module() -> ModuleType | None:
+    try:
+        # numba takes ~0.3 s to import and is optional (the `fast` extra): only a simulation loads it
+        from testbed.sim import compiled
+    except ImportError:
+        return None
+    return compiled
+
+
+def compiled_kernels() -> ModuleType | None:
+    """`testbed.sim.compiled` (the per-request passes compiled by numba, equal to the numpy ones to
+    the bit) when numba is installed and the environment does not set TESTBED_SIM_COMPILED=0."""
+    if os.environ.get(COMPILED_ENV, "1") == "0":
+        return None
+    return _compiled_module()
+
+
+def compiled_passes(profile: ServiceProfile, exact: bool) -> CompiledPasses | None:
+    """The compiled passes for a service, where they stand for its numpy kernels: one request at a
+    time per instance (`queueing.serve_fast`'s case), not the exact reference walk, numba there."""
+    kernels = None if exact or profile.capacity != 1 else compiled_kernels()
+    return None if kernels is None else CompiledPasses(kernels, profile)
+
+
+class CompiledPasses:
+    """A service's chunk through `compiled.serve_round_robin` and `compiled.count_chunk`."""
+
+    def __init__(self, kernels: ModuleType, profile: ServiceProfile):
+        self.kernels = kernels
+        rate = profile.rate_limit
+        self.rate_limit, self.rate_window = (0, 1.0) if rate is None else (int(rate[0]), float(rate[1]))
+        self.queue = 1 + profile.queue_limit  # requests an instance holds
+        self.slo = profile.slo_ms / 1000.0 + 1e-6
+
+    def serve(self, pending: list[list[float]], a, s, targets: list[int], rr: int,
+              tokens: dict[int, tuple[int, int]], finish: np.ndarray, owner: np.ndarray) -> None:
+        """One sub-chunk, as `SimService._serve_chunk`'s numpy branch serves it: `pending` (every
+        instance's finish times) and `tokens` (instance -> its latest rate-limit window and count)
+        are updated; `finish` (NaN-filled) and `owner` are written."""
+        m = len(targets)
+        prior = [tokens.get(targets[(rr + col) % m], _NO_TOKENS) for col in range(m)]
+        held = [pending[k] for k in targets]
+        width = max(1, max(map(len, held)))
+        new, new_len, changed, window, count, seen = self.kernels.serve_round_robin(
+            a, s, np.array(targets), rr, self.rate_limit, self.rate_window,
+            np.array([w for w, _ in prior]), np.array([c for _, c in prior]),
+            np.array([p + [0.0] * (width - len(p)) for p in held]), np.array([len(p) for p in held]),
+            self.queue, finish, owner)
+        for k, inst in enumerate(targets):
+            if changed[k]:
+                pending[inst] = new[k, : new_len[k]].tolist()
+        if self.rate_limit:
+            columns = zip(window.tolist(), count.tolist(), seen.tolist(), strict=True)
+            for col, (w, c, hit) in enumerate(columns):
+                if hit:
+                    tokens[targets[(rr + col) % m]] = (w, c)
+
+    def count(self, t0: float, step: float, steps: int, a, finish, owner, start_pending,
+              done: tuple[np.ndarray, np.ndarray], completion: bool, sample_origin: float,
+              counted: list[bool]) -> tuple:
+        """A chunk's per-window columns (arrivals, served, dropped, slow, summed latency), its busy
+        samples (summed over the `counted` instances, or one row per instance when that is empty)
+        and the served requests left for a later chunk (finish, latency)."""
+        held = [(k, f) for k, p in enumerate(start_pending) for f in p]
+        arrivals, dropped, served, slow, proc_sum, busy, left_finish, left_latency = self.kernels.count_chunk(
+            a, finish, owner, t0, step, steps, self.slo, completion, done[0], done[1], sample_origin,
+            steps * round(step), len(start_pending), np.array([k for k, _ in held], dtype=np.int64),
+            np.array([f for _, f in held]), np.array(counted, dtype=np.bool_))
+        return (arrivals, served, dropped, slow, proc_sum), busy, (left_finish, left_latency)
