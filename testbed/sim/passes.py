@@ -52,21 +52,20 @@ class CompiledPasses:
 
     def serve(self, pending: list[list[float]], a, s, targets: list[int], rr: int,
               tokens: dict[int, tuple[int, int]], finish: np.ndarray, owner: np.ndarray) -> None:
-        """One sub-chunk, as `SimService._serve_chunk`'s numpy branch serves it: `pending` (every
-        instance's finish times) and `tokens` (instance -> its latest rate-limit window and count)
-        are updated; `finish` (NaN-filled) and `owner` are written."""
+        """One sub-chunk, as `SimService._serve_numpy` serves it: `pending` (the finish times of
+        each of `targets`) and `tokens` (instance -> its latest rate-limit window and count) are
+        updated; `finish` (NaN-filled) and `owner` are written."""
         m = len(targets)
         prior = [tokens.get(targets[(rr + col) % m], _NO_TOKENS) for col in range(m)]
-        held = [pending[k] for k in targets]
-        width = max(1, max(map(len, held)))
+        width = max(1, max(map(len, pending)))
         new, new_len, changed, window, count, seen = self.kernels.serve_round_robin(
             a, s, np.array(targets), rr, self.rate_limit, self.rate_window,
             np.array([w for w, _ in prior]), np.array([c for _, c in prior]),
-            np.array([p + [0.0] * (width - len(p)) for p in held]), np.array([len(p) for p in held]),
-            self.queue, finish, owner)
-        for k, inst in enumerate(targets):
+            np.array([p + [0.0] * (width - len(p)) for p in pending]),
+            np.array([len(p) for p in pending]), self.queue, finish, owner)
+        for k in range(m):
             if changed[k]:
-                pending[inst] = new[k, : new_len[k]].tolist()
+                pending[k] = new[k, : new_len[k]].tolist()
         if self.rate_limit:
             columns = zip(window.tolist(), count.tolist(), seen.tolist(), strict=True)
             for col, (w, c, hit) in enumerate(columns):

@@ -26,6 +26,7 @@ MAX_CHUNK_STEPS = 128
 RESTART_CHUNK_STEPS = 32  # after a scaling action: serving ahead costs less than another chunk
 SLO_COUNTING = ("completion", "arrival")
 
+
 def draw_proc_times(profile: ServiceProfile, n: int, rng: np.random.Generator) -> np.ndarray:
     """Processing times (s) of `n` requests: whole milliseconds, uniform over the range inclusive,
     when the range's ends are whole (the published simulator's `random.randint`), else uniform."""
@@ -286,52 +287,49 @@ class SimService:
             if j1 == j0 or not targets:
                 continue  # no ready instance: these requests are dropped
             m, rr = len(targets), self._rr
-            if self._passes is not None:
-                pending = [inst.pending for inst in self.instances]
-                self._passes.serve(pending, a[j0:j1], s[j0:j1], targets, rr, tokens, finish[j0:j1],
-                                   owner[j0:j1])
-                for inst, p in zip(self.instances, pending, strict=True):
-                    inst.pending = p
-                self._rr = (rr + j1 - j0) % m
-                continue
-            # round-robin: arrival j goes to slot (rr + j) % m, i.e. instance targets[slot]; both
-            # sequences are their period repeated, cheaper to tile than to compute
-            reps = (rr + j1 - j0 + m - 1) // m
-            who = _tiled(targets, reps)[rr : rr + j1 - j0]
             self._rr = (rr + j1 - j0) % m
-            pend = [self.instances[k].pending for k in targets]
-            if self.profile.rate_limit is None:
-                adm = slice(None)
+            pend = [self.instances[k].pending for k in targets]  # each updated by the serving
+            if self._passes is not None:
+                self._passes.serve(pend, a[j0:j1], s[j0:j1], targets, rr, tokens, finish[j0:j1],
+                                   owner[j0:j1])
             else:
-                limit, window = self.profile.rate_limit
-                adm = round_robin_admit(a[j0:j1], targets, rr, limit, window, tokens)
-                if adm.all():
-                    adm = slice(None)  # a view, not four copies by a mask of all True
-            every = isinstance(adm, slice)  # all admitted: the slots are round-robin from rr
-            slot = None if every and not self._exact else _tiled(range(m), reps)[rr : rr + j1 - j0]
-            if self._exact:
-                f = serve_exact(
-                    a[j0:j1][adm],
-                    s[j0:j1][adm],
-                    slot[adm],
-                    pend,
-                    self.profile.capacity,
-                    self.profile.queue_limit,
-                )
-            else:
-                f = serve_fast(a[j0:j1][adm], s[j0:j1][adm], None if every else slot[adm], pend,
-                               self.profile.queue_limit, rr if every else None)
+                finish, owner = self._serve_numpy(a, s, j0, j1, targets, rr, tokens, pend, finish, owner)
             for k, p in zip(targets, pend, strict=True):
                 self.instances[k].pending = p
-            if j1 - j0 == n and every:  # one sub-chunk serving all: its arrays are the chunk's
-                finish, owner = f, who
-                continue
-            sub_finish = finish[j0:j1]  # a view: dropped requests stay NaN
-            sub_finish[adm] = f
-            owner[j0:j1] = who
         done_in = self._done
         outcomes = self._outcomes(t0, step, steps, a, finish, owner, start_pending)
         return _Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes, done_in)
+
+    def _serve_numpy(self, a, s, j0, j1, targets, rr, tokens, pend, finish, owner):
+        """Arrivals [j0, j1) of a chunk through the numpy kernels: writes their finish times and
+        instances into the chunk's `finish` and `owner` (or, when they are the whole chunk and all
+        admitted, returns the kernels' arrays as those)."""
+        m = len(targets)
+        # round-robin: arrival j goes to slot (rr + j) % m, i.e. instance targets[slot]; both
+        # sequences are their period repeated, cheaper to tile than to compute
+        reps = (rr + j1 - j0 + m - 1) // m
+        who = _tiled(targets, reps)[rr : rr + j1 - j0]
+        if self.profile.rate_limit is None:
+            adm = slice(None)
+        else:
+            limit, window = self.profile.rate_limit
+            adm = round_robin_admit(a[j0:j1], targets, rr, limit, window, tokens)
+            if adm.all():
+                adm = slice(None)  # a view, not four copies by a mask of all True
+        every = isinstance(adm, slice)  # all admitted: the slots are round-robin from rr
+        slot = None if every and not self._exact else _tiled(range(m), reps)[rr : rr + j1 - j0]
+        if self._exact:
+            f = serve_exact(a[j0:j1][adm], s[j0:j1][adm], slot[adm], pend, self.profile.capacity,
+                            self.profile.queue_limit)
+        else:
+            f = serve_fast(a[j0:j1][adm], s[j0:j1][adm], None if every else slot[adm], pend,
+                           self.profile.queue_limit, rr if every else None)
+        if j1 - j0 == len(a) and every:  # one sub-chunk serving all: its arrays are the chunk's
+            return f, who
+        sub_finish = finish[j0:j1]  # a view: dropped requests stay NaN
+        sub_finish[adm] = f
+        owner[j0:j1] = who
+        return finish, owner
 
     def _outcomes(
         self,

@@ -9,9 +9,7 @@ import pytest
 from testbed.load.trace import Trace, arrival_times
 from testbed.profiles import ServiceProfile, default_profiles
 from testbed.sim.passes import COMPILED_ENV, compiled_kernels
-from testbed.sim.queueing import serve_fast
 from testbed.sim.service import SimService
-from testbed.sim.windows import round_robin_admit
 
 pytest.importorskip("numba", reason="the simulator's compiled passes need the fast extra (numba)")
 
@@ -28,21 +26,6 @@ def _service(profile: ServiceProfile, monkeypatch, compiled: bool, arrivals=None
 
 def _bits(x: np.ndarray) -> bytes:
     return np.ascontiguousarray(x, dtype=np.float64).tobytes()
-
-
-def _numpy_sub_chunk(a, s, targets, rr, rate, pending, queue_limit, tokens):
-    """What SimService._serve_chunk's numpy branch does with one sub-chunk."""
-    n, m = len(a), len(targets)
-    owner = np.array([targets[(rr + j) % m] for j in range(n)], dtype=np.int64)
-    adm = slice(None) if rate is None else round_robin_admit(a, targets, rr, rate[0], rate[1], tokens)
-    if not isinstance(adm, slice) and adm.all():
-        adm = slice(None)
-    every = isinstance(adm, slice)
-    slot = (rr + np.arange(n)) % m
-    f = serve_fast(a[adm], s[adm], None if every else slot[adm], pending, queue_limit, rr if every else None)
-    finish = np.full(n, np.nan)
-    finish[adm] = f
-    return finish, owner
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -69,17 +52,19 @@ def test_a_sub_chunk_is_served_as_the_numpy_kernels_serve_it(seed, monkeypatch):
 
     numpy_pending = [list(held[k]) for k in targets]
     numpy_tokens = dict(tokens)
-    finish, owner = _numpy_sub_chunk(a, s, targets, rr, rate, numpy_pending, queue_limit, numpy_tokens)
+    finish, owner = _service(profile, monkeypatch, compiled=False)._serve_numpy(
+        a, s, 0, n, targets, rr, numpy_tokens, numpy_pending, np.full(n, np.nan),
+        np.full(n, -1, dtype=np.int64))
 
     passes = _service(profile, monkeypatch, compiled=True)._passes
-    c_pending = [list(held.get(k, [])) for k in range(7)]
+    c_pending = [list(held[k]) for k in targets]
     c_finish, c_owner = np.full(n, np.nan), np.full(n, -1, dtype=np.int64)
     c_tokens = dict(tokens)
     passes.serve(c_pending, a, s, targets, rr, c_tokens, c_finish, c_owner)
 
     assert _bits(c_finish) == _bits(finish)
     assert c_owner.tolist() == owner.tolist()
-    assert [c_pending[k] for k in targets] == numpy_pending
+    assert c_pending == numpy_pending
     assert c_tokens == numpy_tokens
     if seed == 1:  # the comparison sees one ulp
         assert np.isnan(finish).sum() < n
