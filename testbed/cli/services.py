@@ -199,7 +199,8 @@ def _service_list(text: str, profs: dict) -> list[str]:
 
 @app.command("load")
 def load(
-    service: str = typer.Argument(..., help="chatbot, imgcls or tts."),
+    service: str = typer.Argument(..., help="A registered service (chatbot, imgcls, tts, or one of "
+                                  "--profiles FILE)."),
     url: str = typer.Option(..., help="The service's endpoint (load balancer), e.g. http://10.200.0.2:8001"),
     trace: Path | None = typer.Option(None, help="Trace file of 'DURATION COUNT' lines."),
     ratio: float = typer.Option(1.0, help="Request-scaling ratio applied to the trace's counts."),
@@ -237,13 +238,14 @@ def load(
     from testbed.load.stats import RunTotals
     from testbed.profiles import load_profiles, profile_for
 
-    slo_ms = profile_for(load_profiles(profiles), service, "SERVICE").slo_ms
+    profile = profile_for(load_profiles(profiles), service, "SERVICE")
+    slo_ms = profile.slo_ms
     _check_load_mode(trace, rate, closed, duration)
     spec = _checked_load_spec(LoadSpec(
         service=service, url=url, trace=trace, ratio=ratio, shift_hours=shift, start_s=start,
         duration_s=duration, speedup=speedup, rate=rate, closed_workers=closed, out=out,
         slice=slice_name, source_address=source, timeout_s=timeout, seed=seed, slo_ms=slo_ms,
-        keep_alive=not new_connections,
+        keep_alive=not new_connections, profile=profile,
     ), max_error_rate)
     totals = RunTotals(slo_ms)
     completed = _drive_load(spec, totals, live_view=not (quiet or as_json))
@@ -393,7 +395,8 @@ def load_summary_table(service: str, url: str, f: dict[str, Any], *, interrupted
 
 @app.command("profile")
 def profile(
-    service: str = typer.Argument(..., help="chatbot, imgcls or tts."),
+    service: str = typer.Argument(..., help="A registered service (chatbot, imgcls, tts, or one of "
+                                  "--profiles FILE)."),
     url: str = typer.Option(..., help="One replica's (or the service's) URL."),
     out: Path = typer.Option(Path("profiles.yaml"), help="Profile YAML to write (merged over existing)."),
     requests: int = typer.Option(50, help="Closed-loop requests for the processing time."),

@@ -24,9 +24,8 @@ import time
 from pathlib import Path
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 
-from testbed.cluster import payload
+from testbed.cluster.handlers import handler_for
 from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
 
 TOKEN_ENV = "TESTBED_REPLICA_TOKEN"  # the cluster's token for /_config
@@ -48,9 +47,8 @@ class EmulatedReplica:
         stretch: float = 1.0,
         admin_token: str | None = None,
     ):
-        if service not in ("chatbot", "imgcls", "tts"):
-            raise ValueError(f"unknown service {service!r}")
         self.service = service
+        self.handler = handler_for(profile, service)  # what a request to this service does
         self.profile = profile
         self.time_scale = time_scale
         self.use_espeak = use_espeak
@@ -108,12 +106,7 @@ class EmulatedReplica:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/", self.healthz)
         app.router.add_post("/_config", self.set_config)
-        if self.service == "chatbot":
-            app.router.add_post("/api/generate", self.generate)
-        elif self.service == "imgcls":
-            app.router.add_post("/classify_batch", self.classify_batch)
-        else:
-            app.router.add_get("/api/tts", self.tts)
+        app.router.add_route(self.handler.method, self.handler.path, self.serve_request)
         return app
 
     async def healthz(self, request: web.Request) -> web.Response:
@@ -250,77 +243,18 @@ class EmulatedReplica:
             self.in_process = 0
         self._idle.set()
 
-    async def generate(self, request: web.Request) -> web.StreamResponse:
-        try:
-            doc = await request.json()
-            prompt = doc["prompt"]
-            if not isinstance(prompt, str):
-                raise TypeError
-        except (ValueError, KeyError, TypeError):
-            return web.json_response({"error": "body must be JSON with a 'prompt' string"}, status=400)
-
-        async def work() -> web.Response:
-            t0 = time.monotonic_ns()
-            answer = payload.chatbot_answer(prompt)
-            return web.json_response(
-                {
-                    "model": doc.get("model", "llama3.2:1b"),
-                    "created_at": _iso_now(),
-                    "response": answer,
-                    "done": True,
-                    "done_reason": "stop",
-                    "total_duration": time.monotonic_ns() - t0,
-                    "prompt_eval_count": len(prompt.split()),
-                    "eval_count": len(answer.split()),
-                }
-            )
-
-        return await self._run(work)
-
-    async def classify_batch(self, request: web.Request) -> web.StreamResponse:
-        files: list[bytes] = []
-        bad = web.json_response({"error": "expected multipart/form-data with field 'files'"}, status=400)
-        if request.content_type != "multipart/form-data":
-            return bad  # also a POST without Content-Type (aiohttp's reader raises KeyError)
-        try:
-            reader = await request.multipart()
-            async for part in reader:
-                if getattr(part, "name", None) == "files":
-                    files.append(await part.read())  # type: ignore[union-attr]
-        except (ValueError, AssertionError, KeyError, HttpProcessingError):
-            return bad  # a malformed part header is the client's fault, not a 500
-        if not files:
-            return web.json_response({"error": "no 'files' in the form"}, status=400)
-
-        async def work() -> web.Response:
-            try:
-                preds = await asyncio.to_thread(payload.classify_images, files)
-            except ValueError as exc:
-                return web.json_response({"error": str(exc)}, status=400)
-            return web.json_response({"predictions": preds, "model": "emulated-resnet152"})
-
-        return await self._run(work)
-
-    async def tts(self, request: web.Request) -> web.StreamResponse:
-        text = request.query.get("text", "")
-        if not text.strip():
-            return web.json_response({"error": "query parameter 'text' is required"}, status=400)
-        speaker = request.query.get("speaker_id", "")
-
-        async def work() -> web.Response:
-            wav = await asyncio.to_thread(payload.synthesize_wav, text, speaker, self.use_espeak)
-            return web.Response(body=wav, content_type="audio/wav")
-
-        return await self._run(work)
+    async def serve_request(self, request: web.Request) -> web.StreamResponse:
+        """Let the service's handler read the request, then run its work under this replica's
+        admission and timing (an immediate answer, e.g. a 400, is not admitted)."""
+        prepared = await self.handler.prepare(request, self)
+        if isinstance(prepared, web.StreamResponse):
+            return prepared
+        return await self._run(prepared)
 
     async def drain(self) -> None:
         """Refuse new requests (and report not ready), then wait for admitted ones to finish."""
         self.draining = True
         await self._idle.wait()
-
-
-def _iso_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 async def serve(
@@ -360,7 +294,7 @@ async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m testbed.cluster.replica", description=__doc__)
-    ap.add_argument("--service", required=True, choices=["chatbot", "imgcls", "tts"])
+    ap.add_argument("--service", required=True, help="the service's name (its profile says what it does)")
     given = ap.add_mutually_exclusive_group(required=True)
     given.add_argument("--profile", help="ServiceProfile as JSON")
     given.add_argument("--profile-file", help="a file holding the ServiceProfile as JSON")

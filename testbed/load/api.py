@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import urlencode
 
+from testbed.errors import ConfigError, ConfigProblem
 from testbed.load.content import ContentSet
+from testbed.plugins import load_ref
+from testbed.profiles import RequestSpec, ServiceProfile, default_profiles, profile_for
 
 CHATBOT_MODEL = "llama3.2:1b"
 
@@ -54,34 +58,123 @@ def tts_request(text: str, speaker_id: str = "p225") -> PreparedRequest:
     return PreparedRequest("GET", "/api/tts?" + urlencode({"text": text, "speaker_id": speaker_id}))
 
 
-def build_request(service: str, content: ContentSet) -> PreparedRequest:
-    if service == "chatbot":
+class ServiceClient(Protocol):
+    """What a load client needs of a service: a request to send and a check of each 200 answer.
+
+    A profile's `client: module:attr` names an object with these two methods, or a class that
+    builds one without arguments."""
+
+    def build(self, content: ContentSet) -> PreparedRequest:
+        """The next request, its content drawn from `content` (seeded: the same run sends the same)."""
+        ...
+
+    def check(self, body: bytes) -> None:
+        """Raise MalformedResponse unless `body` is a valid answer."""
+        ...
+
+
+class ChatbotClient:
+    """Ollama `POST /api/generate` with a question; the answer is JSON with a `response` text."""
+
+    def build(self, content: ContentSet) -> PreparedRequest:
         return chatbot_request(content.question())
-    if service == "imgcls":
-        return imgcls_request(content.images(4))
-    if service == "tts":
-        return tts_request(content.sentence())
-    raise ValueError(f"unknown service {service!r} (known: chatbot, imgcls, tts)")
 
-
-def check_response(service: str, body: bytes) -> None:
-    """Raise MalformedResponse unless `body` is a valid answer of `service`'s API."""
-    if service == "tts":
-        if len(body) < 44 or body[:4] != b"RIFF" or body[8:12] != b"WAVE":
-            raise MalformedResponse("not a WAV file")
-        return
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise MalformedResponse("not JSON") from None
-    if service == "chatbot":
+    def check(self, body: bytes) -> None:
+        doc = _json(body)
         if not isinstance(doc, dict) or not isinstance(doc.get("response"), str):
             raise MalformedResponse("no 'response' text")
-    elif service == "imgcls":
+
+
+class ImgclsClient:
+    """`POST /classify_batch` with four JPEGs; the answer is JSON with a `predictions` list."""
+
+    def build(self, content: ContentSet) -> PreparedRequest:
+        return imgcls_request(content.images(4))
+
+    def check(self, body: bytes) -> None:
+        doc = _json(body)
         preds = doc.get("predictions") if isinstance(doc, dict) else None
         if not isinstance(preds, list) or not preds or not all(
             isinstance(p, dict) and isinstance(p.get("label"), str) for p in preds
         ):
             raise MalformedResponse("no 'predictions' list of labels")
-    else:
-        raise ValueError(f"unknown service {service!r}")
+
+
+class TtsClient:
+    """Coqui TTS `GET /api/tts` with a sentence; the answer is a WAV file."""
+
+    def build(self, content: ContentSet) -> PreparedRequest:
+        return tts_request(content.sentence())
+
+    def check(self, body: bytes) -> None:
+        if len(body) < 44 or body[:4] != b"RIFF" or body[8:12] != b"WAVE":
+            raise MalformedResponse("not a WAV file")
+
+
+@dataclass(frozen=True)
+class SizedClient:
+    """The default client of a service without `client:`: `upload_bytes` of payload to its path,
+    answered with exactly `response_bytes` (what the default replica handler sends)."""
+
+    service: str
+    spec: RequestSpec
+
+    def build(self, content: ContentSet) -> PreparedRequest:
+        path = self.spec.path_for(self.service)
+        if self.spec.method == "GET":
+            return PreparedRequest("GET", path)
+        return PreparedRequest("POST", path, content.blob(self.spec.upload_bytes),
+                               {"Content-Type": "application/octet-stream"})
+
+    def check(self, body: bytes) -> None:
+        if len(body) != self.spec.response_bytes:
+            raise MalformedResponse(f"{len(body)} bytes, not the profile's {self.spec.response_bytes}")
+
+
+def _json(body: bytes) -> object:
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise MalformedResponse("not JSON") from None
+
+
+def client_for(profile: ServiceProfile, service: str = "") -> ServiceClient:
+    """The client of a service: the object its profile's `client:` names, else a SizedClient of its
+    `request:` sizes. A profile that names neither `client:` nor `request:` (one built in code for a
+    known service) takes the registered service's.
+
+    Args:
+        profile: the service's profile.
+        service: the service's name (default: the profile's).
+
+    Raises:
+        ConfigError: the reference fails to import, or names no object with `build` and `check`.
+    """
+    service = service or profile.name
+    if profile.client is None and profile.request is None and service in default_profiles():
+        profile = default_profiles()[service]
+    if profile.client is None:
+        return SizedClient(service, profile.request_spec)
+    obj = load_ref(profile.client, source=f"service {profile.name}", field="client")
+    client = obj() if isinstance(obj, type) else obj
+    missing = [m for m in ("build", "check") if not callable(getattr(client, m, None))]
+    if missing:
+        raise ConfigError([ConfigProblem(f"service {profile.name}", None, "client",
+                                         f"{profile.client} has no {' or '.join(missing)} method "
+                                         "(a client builds requests and checks answers)")])
+    return client
+
+
+def build_request(service: str, content: ContentSet) -> PreparedRequest:
+    """The next request of the registered `service` (a one-off: a client keeps `service_client`'s)."""
+    return service_client(service).build(content)
+
+
+def check_response(service: str, body: bytes) -> None:
+    """Raise MalformedResponse unless `body` is a valid answer of the registered `service`'s API."""
+    service_client(service).check(body)
+
+
+def service_client(service: str, profile: ServiceProfile | None = None) -> ServiceClient:
+    """`client_for` the service's profile: `profile`, else the registry's profile of `service`."""
+    return client_for(profile or profile_for(default_profiles(), service, "service"), service)

@@ -16,10 +16,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from testbed.load.api import MalformedResponse, PreparedRequest, build_request, check_response
+from testbed.load.api import MalformedResponse, PreparedRequest, service_client
 from testbed.load.content import ContentSet
 from testbed.load.http1 import ConnectionDropped, ConnectionPool, ProtocolViolation, RequestCancelled
 from testbed.load.records import RequestRecord
+from testbed.profiles import ServiceProfile
 
 Sink = Callable[[RequestRecord], None]
 
@@ -40,6 +41,7 @@ class ClientConfig:
     keep_alive: bool = True  # False: a new connection for every request (Connection: close)
     seed: int = 0
     check: bool = True  # validate response bodies against the service's API
+    profile: ServiceProfile | None = None  # the service's profile (default: the registry's)
 
 
 @dataclass
@@ -61,7 +63,8 @@ class LoadClient:
         self.config = config
         self.sinks = list(sinks)
         self.content = content or ContentSet(seed=config.seed)
-        self._factory = request_factory or (lambda: build_request(config.service, self.content))
+        self.api = service_client(config.service, config.profile)  # builds requests, checks answers
+        self._factory = request_factory or (lambda: self.api.build(self.content))
         self.summary = ClientSummary()
         self.in_flight = 0
         self._pool: ConnectionPool | None = None
@@ -209,7 +212,7 @@ class LoadClient:
             return "http_4xx"
         if self.config.check:
             try:
-                check_response(self.config.service, body)
+                self.api.check(body)
             except MalformedResponse:
                 return "malformed"
         return None

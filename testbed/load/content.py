@@ -166,16 +166,23 @@ class ContentSet:
         self.rng = random.Random(self.seed + 7)
 
     def question(self) -> str:
+        """A chatbot question."""
         if self._questions is None:
             self._questions = questions(seed=self.seed)
         return self.rng.choice(self._questions)
 
     def sentence(self) -> str:
+        """A sentence to speak."""
         if self._sentences is None:
             self._sentences = sentences(seed=self.seed)
         return self.rng.choice(self._sentences)
 
     def images(self, k: int = 4) -> list[bytes]:
+        """`k` JPEG images to classify."""
         if self._images is None:
             self._images = jpeg_images(self.n_images, seed=self.seed)
         return [self.rng.choice(self._images) for _ in range(k)]
+
+    def blob(self, n: int) -> bytes:
+        """`n` bytes of payload (a default request's body: incompressible, from the seeded RNG)."""
+        return self.rng.randbytes(n)

@@ -12,6 +12,7 @@ from testbed.load.client import ClientConfig, ClientSummary, LoadClient
 from testbed.load.records import RecordWriter
 from testbed.load.stats import LiveFigures, LiveStats, RunTotals
 from testbed.load.trace import constant_schedule, load_trace, schedule_from_trace
+from testbed.profiles import ServiceProfile
 
 
 @dataclass
@@ -33,6 +34,7 @@ class LoadSpec:
     seed: int = 0
     slo_ms: float = 2500.0
     keep_alive: bool = True  # False: a new connection for every request
+    profile: ServiceProfile | None = None  # the service's profile (default: the registry's)
 
 
 async def run_load(spec: LoadSpec, on_tick: Callable[[LiveFigures, int, float], None] | None = None,
@@ -45,7 +47,7 @@ async def run_load(spec: LoadSpec, on_tick: Callable[[LiveFigures, int, float], 
     sinks = [stats] + ([writer] if writer else []) + ([totals] if totals is not None else [])
     cfg = ClientConfig(spec.service, spec.url, slice=spec.slice, timeout_s=spec.timeout_s,
                        source_address=spec.source_address, seed=spec.seed,
-                       keep_alive=spec.keep_alive)
+                       keep_alive=spec.keep_alive, profile=spec.profile)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     try:

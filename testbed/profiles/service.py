@@ -3,19 +3,15 @@ emulated replicas, the load balancer, the simulator and the lab read, loaded fro
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Hashable, Iterable
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from testbed.config.yamlfile import load_yaml_file, parse_yaml, validate
-from testbed.errors import ConfigError, ConfigProblem
+from testbed.profiles.parts import DeploySpec, Ref, RequestSpec, RuleThresholds
 
-PACKAGED_PROFILES = "testbed/profiles/services.yaml"  # as the docs and errors name it
 # a service's HTTP servers (each replica and the balancer before them) close a connection that
 # stays idle, or has not sent its whole headers, this long (aiohttp's keep-alive timer)
 HEADER_TIMEOUT_S = 60.0
@@ -118,10 +114,23 @@ class ServiceProfile(BaseModel):
     gpu: GpuCurve | None = Field(
         default=None, description="batch/share/interference curve; None: only DRAFAS's 25 %, batch 1"
     )
+    request: RequestSpec | None = Field(
+        default=None, description="the default request's sizes (without `client:`; default RequestSpec())")
+    client: Ref | None = Field(
+        default=None, description="module:attr, a request builder and response check (testbed.load.api)")
+    handler: Ref | None = Field(
+        default=None, description="module:attr, what an emulated replica runs (testbed.cluster.handlers); "
+                                  "None: the default handler spends the processing time")
+    rule: RuleThresholds = Field(default_factory=RuleThresholds,
+                                 description="rule v1/v2 thresholds (defaults: RuleThresholds)")
+    deploy: DeploySpec | None = Field(default=None, description="the lab's container (needed on the lab)")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where its number comes from")
 
     @model_validator(mode="after")
     def _check(self) -> ServiceProfile:
+        if self.request is not None and self.client is not None:
+            raise ValueError("give `request:` (sizes of the default request) or `client:` (a builder "
+                             "of your own), not both")
         lo, hi = self.proc_time_ms
         if lo < 0 or hi < lo:
             raise ValueError(f"proc_time_ms must be [min, max] with 0 <= min <= max, got [{lo}, {hi}]")
@@ -134,7 +143,20 @@ class ServiceProfile(BaseModel):
 
     @property
     def mean_proc_time_ms(self) -> float:
+        """The mean of the processing-time range, ms."""
         return (self.proc_time_ms[0] + self.proc_time_ms[1]) / 2
+
+    @property
+    def instance_rps(self) -> float:
+        """Requests per second one replica serves flat out: capacity / mean processing time."""
+        lo, hi = self.proc_time_ms
+        return self.capacity * 2000.0 / (lo + hi) if hi > 0 else float("inf")
+
+    @property
+    def request_spec(self) -> RequestSpec:
+        """The default request: `request:`, or RequestSpec()'s sizes when neither it nor `client:` is
+        given (with `client:` the client's builder makes the request, and this is unused)."""
+        return self.request if self.request is not None else RequestSpec()
 
     def time_ms(
         self, batch: int = 1, share_pct: float | None = None, stretch: float = 1.0, *, tail: bool = False
@@ -186,59 +208,6 @@ def _entry(name: str, entry: Any, shared: Any) -> Any:
     return out
 
 
-def default_profiles() -> dict[str, ServiceProfile]:
-    """The packaged profiles (Table 4.4 of the dissertation; each number names its source).
-    A new dict each call; the profiles in it are frozen and shared."""
-    return dict(_packaged_profiles())
-
-
-@functools.cache
-def _packaged_profiles() -> dict[str, ServiceProfile]:
-    # parsed once per process: every evaluation and state builder asks for them (~40 ms a parse)
-    text = resources.files("testbed.profiles").joinpath("services.yaml").read_text(encoding="utf-8")
-    return validate(ProfileSet, parse_yaml(text, PACKAGED_PROFILES)).services
-
-
-def load_profiles(path: str | Path | None = None) -> dict[str, ServiceProfile]:
-    """Profiles from `path` merged over the defaults: a file may describe only some services, and
-    only some fields of a known service (the rest, and their sources, stay the packaged ones)."""
-    profiles = default_profiles()
-    if path is None:
-        return profiles
-    doc = load_yaml_file(path)
-    services = doc.data.get("services") if isinstance(doc.data, dict) else None
-    shared = doc.data.get("sources") if isinstance(doc.data, dict) else None
-    if isinstance(services, dict):
-        for name, entry in services.items():
-            if isinstance(entry, dict) and name in profiles:
-                services[name] = _over(profiles[name], entry, shared, str(path))
-    profiles.update(validate(ProfileSet, doc).services)
-    return profiles
-
-
-def _over(base: ServiceProfile, entry: dict[str, Any], shared: Any, source: str) -> dict[str, Any]:
-    fields = base.model_dump(exclude={"name", "sources"})
-    given = {k for k in entry if k in fields}
-    sources = {k: v for k, v in base.sources.items() if k not in given}
-    sources.update({k: f"given in {source}" for k in given})
-    for stated in (shared, entry.get("sources")):
-        if isinstance(stated, dict):
-            sources.update(stated)
-    return {**fields, **entry, "sources": sources}
-
-
-def profile_for(
-    profiles: dict[str, ServiceProfile], service: str, source: str = "services"
-) -> ServiceProfile:
-    try:
-        return profiles[service]
-    except KeyError:
-        known = ", ".join(sorted(profiles))
-        raise ConfigError(
-            [ConfigProblem(source, None, service, f"unknown service (known: {known})")]
-        ) from None
-
-
 def dump_profiles(profiles: dict[str, ServiceProfile]) -> str:
     """YAML text in the same format `load_profiles` reads."""
     data = {"services": {name: _plain(p) for name, p in sorted(profiles.items())}}
@@ -254,6 +223,11 @@ def _plain(p: ServiceProfile) -> dict[str, object]:
     d["proc_time_ms"] = [round(float(x), 3) for x in p.proc_time_ms]
     if p.rate_limit is not None:
         d["rate_limit"] = list(p.rate_limit)
+    for key in ("request", "client", "handler", "deploy"):
+        if d[key] is None:
+            del d[key]
+    if p.rule == RuleThresholds():
+        del d["rule"]
     if p.gpu is None:
         del d["gpu"]
     else:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.load.stats import percentile
-from testbed.profiles.service import default_profiles
+from testbed.profiles import default_profiles
 from testbed.scenario.rundir import read_jsonl
 
 # the packaged profiles' thresholds (services.yaml, Table 4.4): the ones the scaler and the balancer

@@ -1,0 +1,182 @@
+"""What an emulated replica does with a request of its service: read it, and do the payload work
+that the replica runs under its capacity, queue and processing time.
+
+A profile's `handler: module:attr` names an object (or a class built without arguments) with a
+`method`, a `path` and `async prepare(request, replica)`, which returns either the work (an async
+function with no arguments returning the response) or an answer to send at once (a 400, say), which
+the replica does not admit. Without `handler:` a service gets a SizedHandler: it reads the body and
+answers with the profile's `request.response_bytes`, spending only the processing time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from testbed.cluster import payload
+from testbed.errors import ConfigError, ConfigProblem
+from testbed.plugins import load_ref
+from testbed.profiles import RequestSpec, ServiceProfile, default_profiles
+
+Work = Callable[[], Awaitable[web.StreamResponse]]
+
+
+class EmulatedReplica(Protocol):
+    """What a handler may read of the replica it runs in (testbed.cluster.replica.EmulatedReplica)."""
+
+    service: str
+    profile: ServiceProfile
+    use_espeak: bool
+
+
+class Handler(Protocol):
+    """The route a service answers on and what a request to it does."""
+
+    method: str  # "GET" or "POST"
+    path: str  # e.g. "/api/generate"
+
+    async def prepare(self, request: web.Request, replica: EmulatedReplica) -> Work | web.StreamResponse:
+        """Read `request`; return the work to run under `replica`'s admission, or an answer now."""
+        ...
+
+
+class ChatbotHandler:
+    """Ollama's `POST /api/generate` (stream false): an answer text and Ollama's fields."""
+
+    method, path = "POST", "/api/generate"
+
+    async def prepare(self, request: web.Request, replica: EmulatedReplica) -> Work | web.StreamResponse:
+        try:
+            doc = await request.json()
+            prompt = doc["prompt"]
+            if not isinstance(prompt, str):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": "body must be JSON with a 'prompt' string"}, status=400)
+
+        async def work() -> web.Response:
+            t0 = time.monotonic_ns()
+            answer = payload.chatbot_answer(prompt)
+            return web.json_response(
+                {
+                    "model": doc.get("model", "llama3.2:1b"),
+                    "created_at": _iso_now(),
+                    "response": answer,
+                    "done": True,
+                    "done_reason": "stop",
+                    "total_duration": time.monotonic_ns() - t0,
+                    "prompt_eval_count": len(prompt.split()),
+                    "eval_count": len(answer.split()),
+                }
+            )
+
+        return work
+
+
+class ImgclsHandler:
+    """The ResNet152 server's `POST /classify_batch`: multipart JPEGs in, a label per image out."""
+
+    method, path = "POST", "/classify_batch"
+
+    async def prepare(self, request: web.Request, replica: EmulatedReplica) -> Work | web.StreamResponse:
+        files: list[bytes] = []
+        bad = web.json_response({"error": "expected multipart/form-data with field 'files'"}, status=400)
+        if request.content_type != "multipart/form-data":
+            return bad  # also a POST without Content-Type (aiohttp's reader raises KeyError)
+        try:
+            reader = await request.multipart()
+            async for part in reader:
+                if getattr(part, "name", None) == "files":
+                    files.append(await part.read())  # type: ignore[union-attr]
+        except (ValueError, AssertionError, KeyError, HttpProcessingError):
+            return bad  # a malformed part header is the client's fault, not a 500
+        if not files:
+            return web.json_response({"error": "no 'files' in the form"}, status=400)
+
+        async def work() -> web.Response:
+            try:
+                preds = await asyncio.to_thread(payload.classify_images, files)
+            except ValueError as exc:
+                return web.json_response({"error": str(exc)}, status=400)
+            return web.json_response({"predictions": preds, "model": "emulated-resnet152"})
+
+        return work
+
+
+class TtsHandler:
+    """Coqui TTS's `GET /api/tts?text=...`: a WAV file (espeak-ng, or a tone without it)."""
+
+    method, path = "GET", "/api/tts"
+
+    async def prepare(self, request: web.Request, replica: EmulatedReplica) -> Work | web.StreamResponse:
+        text = request.query.get("text", "")
+        if not text.strip():
+            return web.json_response({"error": "query parameter 'text' is required"}, status=400)
+        speaker = request.query.get("speaker_id", "")
+
+        async def work() -> web.Response:
+            wav = await asyncio.to_thread(payload.synthesize_wav, text, speaker, replica.use_espeak)
+            return web.Response(body=wav, content_type="audio/wav")
+
+        return work
+
+
+@dataclass(frozen=True)
+class SizedHandler:
+    """The default handler: reads the request's body and answers `response_bytes` of payload; the
+    replica spends the profile's processing time around it."""
+
+    method: str
+    path: str
+    response_bytes: int
+
+    @classmethod
+    def for_request(cls, service: str, spec: RequestSpec) -> SizedHandler:
+        """The handler that answers the default client of `spec` for `service`."""
+        return cls(spec.method, spec.path_for(service), spec.response_bytes)
+
+    async def prepare(self, request: web.Request, replica: EmulatedReplica) -> Work | web.StreamResponse:
+        await request.read()
+        body = bytes(self.response_bytes)
+
+        async def work() -> web.Response:
+            return web.Response(body=body, content_type="application/octet-stream")
+
+        return work
+
+
+def handler_for(profile: ServiceProfile, service: str = "") -> Handler:
+    """The handler of a service: the object its profile's `handler:` names, else a SizedHandler. A
+    profile that names neither `handler:` nor `request:` (one built in code for a known service)
+    takes the registered service's.
+
+    Args:
+        profile: the service's profile.
+        service: the service's name (default: the profile's).
+
+    Raises:
+        ConfigError: the reference fails to import, or names no object with method, path and prepare.
+    """
+    service = service or profile.name
+    if profile.handler is None and profile.request is None and service in default_profiles():
+        profile = default_profiles()[service]
+    if profile.handler is None:
+        return SizedHandler.for_request(service, profile.request_spec)
+    obj = load_ref(profile.handler, source=f"service {profile.name}", field="handler")
+    handler = obj() if isinstance(obj, type) else obj
+    missing = [a for a in ("method", "path", "prepare") if not hasattr(handler, a)]
+    if missing or not callable(handler.prepare):
+        raise ConfigError([ConfigProblem(f"service {profile.name}", None, "handler",
+                                         f"{profile.handler} lacks {', '.join(missing) or 'prepare()'} "
+                                         "(a handler has method, path and async prepare(request, replica))")])
+    return handler
+
+
+def _iso_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
