@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from time import perf_counter
+from typing import TYPE_CHECKING
 
 from testbed.cluster.base import ClusterBackend
 from testbed.metrics.window import WindowMetrics
@@ -20,6 +21,9 @@ from testbed.scaler.actions import (
 from testbed.scaler.policies import Policy
 from testbed.scaler.state import StateBuilder
 from testbed.scaler.target import ServiceTarget, TargetPolicy, apply_target, cluster_view
+
+if TYPE_CHECKING:
+    from testbed.profiles import ServiceProfile
 
 
 @dataclass(slots=True)
@@ -48,7 +52,9 @@ class ScalerLoop:
     """Per service: last window -> state -> mask -> policy -> Algorithm 3 -> backend.scale.
 
     `metrics(service)` returns the latest period's WindowMetrics; `clock()` stamps decisions
-    (simulated time in the simulator, wall time on a testbed).
+    (simulated time in the simulator, wall time on a testbed); `profiles`: the profiles the
+    services run with, whose `instance_rps` normalises the observation's request rate (without
+    them, the registry's).
     """
 
     def __init__(
@@ -58,12 +64,16 @@ class ScalerLoop:
         metrics: Callable[[str], WindowMetrics],
         *,
         clock: Callable[[], float] = time.time,
+        profiles: Mapping[str, ServiceProfile] | None = None,
     ):
         self.backend = backend
         self.policies = dict(policies)
         self.metrics = metrics
         self.clock = clock
-        self._states = {s: StateBuilder.for_service(s) for s in self.policies}
+        # the observation's request rate per instance comes from the profile in use (a user's
+        # file, a scenario's), the registry's only where the caller gives none
+        self._states = {s: StateBuilder.for_profile(profiles[s]) if profiles and s in profiles
+                        else StateBuilder.for_service(s) for s in self.policies}
         self._cooldown = dict.fromkeys(self.policies, 0)
         # isinstance on a Protocol walks its members: decided once here, not on every decision
         self._targeted = {s: isinstance(p, TargetPolicy) for s, p in self.policies.items()}

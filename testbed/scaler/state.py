@@ -6,6 +6,7 @@ OBSERVATION names the normalisation; a trained model records it and refuses anot
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,6 +14,9 @@ from testbed.metrics.window import WindowMetrics
 from testbed.profiles import default_profiles
 from testbed.profiles.paper import HISTORY, TOTAL_UNITS, TRACE_MAX_RPS
 from testbed.scaler.actions import Mask, mask_code
+
+if TYPE_CHECKING:
+    from testbed.profiles import ServiceProfile
 
 METRICS = ("request_rate", "utilization", "action_mask", "slo_violation_rate", "instances", "unit_cost")
 N_METRICS = len(METRICS)
@@ -22,13 +26,19 @@ MAX_LOAD = 2.0  # the request-rate metric covers offered loads up to twice what 
 
 
 def instance_rps(service: str) -> float | None:
-    """Requests per second one instance of `service` serves flat out (capacity / mean processing
-    time, Table 4.4), or None for a service without a paper profile."""
+    """Requests per second one instance of a registered `service` serves flat out (capacity / mean
+    processing time, Table 4.4 for the paper's three), or None for a service the registry does not
+    know. A loop over a profile of its own (a user's file) uses `profile_rps` on that profile."""
     profile = default_profiles().get(service)
-    if profile is None:
-        return None
+    return None if profile is None else profile_rps(profile)
+
+
+def profile_rps(profile: ServiceProfile) -> float | None:
+    """Requests per second one instance with `profile` serves flat out: capacity / mean processing
+    time (the same arithmetic, in the same order, for every caller: observations equal to the bit);
+    None for a zero processing time (the rate is then divided by `max_rate`)."""
     lo, hi = profile.proc_time_ms
-    return profile.capacity * 2000.0 / (lo + hi)
+    return profile.capacity * 2000.0 / (lo + hi) if lo + hi > 0 else None
 
 
 _INDEX = {m: i for i, m in enumerate(METRICS)}
@@ -98,7 +108,14 @@ class StateBuilder:
 
     @classmethod
     def for_service(cls, service: str) -> StateBuilder:
+        """A builder for a registered service's default profile (None: divided by `max_rate`)."""
         return cls(instance_rps(service))
+
+    @classmethod
+    def for_profile(cls, profile: ServiceProfile) -> StateBuilder:
+        """A builder for the profile in use (a user's file, a scenario's `service_profiles:`), so
+        that the request-rate metric means load per instance for any service."""
+        return cls(profile_rps(profile))
 
     def reset(self) -> None:
         self._empty = True

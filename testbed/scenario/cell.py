@@ -187,10 +187,12 @@ class CellRunner:
                 self.problem(p)
             for p in await traffic.start_clients(self.client_jobs(b.cluster)):
                 self.problem(p)
-            policies = self._policies(self.profiles())
+            profiles = self.profiles()
+            policies = self._policies(profiles)
             period = scn.scaler_period_s / ts
             latest: dict[str, Any] = {}
-            loop = ScalerLoop(b.cluster, policies, lambda s: latest[s], clock=clock.time)
+            loop = ScalerLoop(b.cluster, policies, lambda s: latest[s], clock=clock.time,
+                              profiles=profiles)
             # clients take a moment to start (Python, imports): the warm-up, the samples and the
             # scaler periods begin with the first request, the measured window after the warm-up
             await self._first_arrival(b, timeout_s=60)

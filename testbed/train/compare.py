@@ -142,7 +142,8 @@ def run_policy(
         chains=pipelines,
     )
     total_units = cluster.total_units()
-    loop = ScalerLoop(cluster, policies, cluster.latest_window, clock=lambda: cluster.now)
+    loop = ScalerLoop(cluster, policies, cluster.latest_window, clock=lambda: cluster.now,
+                      profiles=profiles)
     total_steps = int(min(traces[s].seconds for s in services if s in traces) // cluster.step_seconds)
     if max_steps is not None:
         total_steps = min(total_steps, max_steps)

@@ -96,7 +96,7 @@ class ScalingEnv(gym.Env):
         self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(N_METRICS * HISTORY,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(len(ACTIONS))
         self._cluster: SimCluster | None = None
-        self._state = StateBuilder.for_service(service)
+        self._state = StateBuilder.for_profile(self.profile)
         self._mask = (0, 0, 1, 0, 0)
         self._cooldown = 0
 

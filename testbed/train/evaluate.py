@@ -78,7 +78,8 @@ def evaluate(
             seed=seed,
             options=options,
         )
-    loop = ScalerLoop(cluster, policies, cluster.latest_window, clock=lambda: cluster.now)
+    loop = ScalerLoop(cluster, policies, cluster.latest_window, clock=lambda: cluster.now,
+                      profiles=chosen)
     sums = {s: [0.0, 0.0, 0.0, 0.0, 0] for s in chosen}  # slo, instances, reward, proc, periods
     total_steps = int(min(t.seconds for t in traces.values()) // cluster.step_seconds)
     if max_steps is not None:
