@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,11 +13,18 @@ from rich.table import Table
 from testbed.cli import TracesOpt, app, checks, console
 from testbed.cli.sim_inputs import (
     RATE_LIMIT_HELP,
+    ChosenTraces,
+    ProfilesOpt,
+    TraceOpt,
     chosen_services,
+    chosen_traces,
+    default_ratio,
     drl_policies,
+    known_profiles,
     model_for,
+    note_left_out,
+    scaler_policy,
     sim_profiles,
-    test_traces,
 )
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.paths import MODELS_DIR
@@ -27,7 +34,7 @@ if TYPE_CHECKING:
 
     from testbed.cluster.base import ServiceTarget
     from testbed.profiles import ServiceProfile
-    from testbed.profiles.paper import PaperResult, PaperTable
+    from testbed.profiles.paper import PaperResult
     from testbed.reproduce.tables import Cell
     from testbed.train.compare import PolicyResult
     from testbed.train.evaluate import ServiceResult
@@ -42,14 +49,17 @@ app.add_typer(sim_app, name="sim")
 @sim_app.command("eval")
 def sim_eval(
     policy: str = typer.Option("rule_v2", help="rule_v1, rule_v2, static, hpa, random or ppo."),
-    service: str = typer.Option("all", help="Service(s), comma-separated, or all (they share the units)."),
-    ratio: float = typer.Option(None, help="Request ratio for every chosen service (default: the paper's)."),
-    load: float = typer.Option(1.0, help="Multiply the paper's ratios (2 = Table 5.2's load)."),
+    service: str = typer.Option(
+        "all", help="Service(s), comma-separated, each a registered one or one of --profiles; all: "
+        "the paper's three (chatbot, imgcls, tts). The chosen services share the units."),
+    ratio: float = typer.Option(
+        None, help="Request ratio for every chosen service (default: the paper's for its three, "
+        "1 for any other service)."),
+    load: float = typer.Option(1.0, help="Multiply the default ratios (2 = Table 5.2's load)."),
     units: int = typer.Option(paper.TOTAL_UNITS, help="Total resource units."),
-    trace: Path = typer.Option(
-        None, help="One trace file for all chosen services (default: test day, shifted)."
-    ),
+    trace: list[str] = TraceOpt,
     traces: Path = TracesOpt,
+    profiles_path: Path = ProfilesOpt,
     model: str = typer.Option(
         None, help="PPO model file, or a directory holding SERVICE.zip files (default: models/)."
     ),
@@ -64,51 +74,55 @@ def sim_eval(
     and the oracle bound's reward with the policy's gap to it (policy minus oracle).
 
     Example: testbed sim eval --policy rule_v2 --service all --traces ../shared/traces --json
+    Example: testbed sim eval --service asr --profiles asr.yaml --trace asr-day.txt
     """
     # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
-    from testbed.load.trace import load_trace
-    from testbed.scaler.policies import make_policy
     from testbed.train.evaluate import evaluate
     from testbed.train.oracle import shared_pool_oracles
 
-    chosen = chosen_services(service)
+    known = known_profiles(profiles_path)
+    chosen = chosen_services(service, known)
+    note_left_out(known, chosen, profiles_path)
     checks.number("--ratio", ratio, ge=0, le=1e6)
     checks.number("--load", load, ge=0, le=1e6)
     if not 1 <= units <= 100_000:
         raise checks.bad("--units", f"must be 1-100000, got {units}")
-    profiles = sim_profiles(rate_limit, chosen)
-    tr = {s: load_trace(trace) for s in chosen} if trace else test_traces(traces, chosen)
-    ratios = {s: ratio if ratio is not None else paper.DEFAULT_RATIOS[s] * load for s in chosen}
-    _bound_requests(tr, ratios)
+    profiles = sim_profiles(rate_limit, chosen, known)
+    tr = chosen_traces(trace, traces, chosen)
+    ratios = {s: ratio if ratio is not None else default_ratio(s) * load for s in chosen}
+    _bound_requests(tr.traces, ratios)
     if policy == "ppo":
         policies = drl_policies(Path(model) if model else MODELS_DIR, chosen)
     else:
         policies = {
-            s: make_policy(policy, s, total_units=units, seed=seed, model=model_for(model, s))
+            s: scaler_policy(policy, profiles[s], total_units=units, seed=seed, model=model_for(model, s))
             for s in chosen
         }
-    results = evaluate(policies, tr, ratios, total_units=units, seed=seed, profiles=profiles)
+    results = evaluate(policies, tr.traces, ratios, total_units=units, seed=seed, profiles=profiles)
     bounds: dict[str, OracleResult] = {}
     if with_oracle:
         with console.status("oracle bound: one static run per instance count"):
-            bounds = shared_pool_oracles(profiles, tr, ratios, total_units=units, seed=seed)
-    _print_eval(policy, units, ratios, results, bounds, as_json)
+            bounds = shared_pool_oracles(profiles, tr.traces, ratios, total_units=units, seed=seed)
+    _print_eval(policy, units, ratios, results, bounds, as_json, tr)
 
 
 def _print_eval(
     policy: str, units: int, ratios: dict[str, float], results: dict[str, ServiceResult],
-    bounds: dict[str, OracleResult], as_json: bool,
+    bounds: dict[str, OracleResult], as_json: bool, traces: ChosenTraces,
 ) -> None:
-    """`sim eval`'s results: one JSON object per service, or one table with the bound's gap."""
+    """`sim eval`'s results: one JSON object per service (with its trace's name), or one table
+    with the bound's gap, titled with the traces it ran on."""
     if as_json:
         for s, r in results.items():
-            row = r.as_json()
+            row = {**r.as_json(), "trace": traces.traces[s].name}
             if s in bounds:
                 row["oracle_reward"] = bounds[s].reward
                 row["gap"] = r.reward - bounds[s].reward
             typer.echo(json.dumps(row))
         return
-    table = Table(title=f"{policy} on the simulator ({units} units)")
+    shared = f"shared by {len(results)} services" if len(results) > 1 else ""
+    table = Table(title=f"{policy} on the simulator ({units} units{', ' if shared else ''}{shared}), "
+                        f"on {traces.label()}")
     cols = ["service", "ratio", "SLO violation", "instances", "proc time (s)", "reward"]
     cols += ["oracle reward", "gap"] if bounds else []
     for col in [*cols, "steps/s"]:
@@ -152,6 +166,11 @@ def sim_tables(
     ),
     drl: bool = typer.Option(True, "--drl/--no-drl", help="Also run the DRL agents (default)."),
     traces: Path = TracesOpt,
+    trace: list[str] = TraceOpt,
+    service: list[str] = typer.Option(
+        ["all"], help="Services (repeatable or comma-separated; all: the paper's three, the tables' "
+        "own). A service the paper did not run takes ratio 1 and has no paper figures."),
+    profiles_path: Path = ProfilesOpt,
     table: list[str] = typer.Option(["5.1", "5.2", "5.3"], help="Which tables (repeatable)."),
     seed: int = typer.Option(0, help="Simulation seed."),
     rate_limit: str = typer.Option("profile", help=RATE_LIMIT_HELP),
@@ -162,61 +181,83 @@ def sim_tables(
         False, "--json", help="One JSON object per table, policy and service instead of tables."
     ),
 ) -> None:
-    """Reproduce Tables 5.1-5.3 (DRL agents and rule-based v2) beside the paper.
+    """Reproduce Tables 5.1-5.3 (DRL agents and rule-based v2) beside the paper. With --trace or
+    other services, the tables' setups (units, ratios) run on them, named by their traces, with
+    no paper comparison.
 
     Example: testbed sim tables --traces ../shared/traces --table 5.3 --json
+    Example: testbed sim tables --no-drl --trace my-day.txt --table 5.1
     """
-    # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
-    from testbed.scaler.policies import RuleV2
-
     known = [k for k in paper.PAPER_TABLES if k != "4.11"]
     for key in table:
         if key not in known:
             raise ConfigError(
                 [ConfigProblem("--table", None, "table", f"unknown {key!r}; use {', '.join(known)}")]
             )
-    services = list(paper.SERVICES)
-    tr = test_traces(traces, services)
-    profiles = sim_profiles(rate_limit, services)
-    runs: dict[str, dict] = {"rule_v2": {s: RuleV2.for_service(s) for s in services}}
+    registry = known_profiles(profiles_path)
+    services = chosen_services(service, registry)
+    note_left_out(registry, services, profiles_path)
+    tr = chosen_traces(trace, traces, services)
+    profiles = sim_profiles(rate_limit, services, registry)
+    runs: dict[str, dict] = {"rule_v2": {
+        s: scaler_policy("rule_v2", profiles[s], total_units=paper.TOTAL_UNITS) for s in services}}
     if drl:
         runs = {"drl": drl_policies(models, services), **runs}
-    verdicts = [
-        _sim_table(key, runs, tr, profiles, seed=seed, with_oracle=with_oracle, as_json=as_json)
-        for key in table
-    ]
+    setup = _TableSetup(tr, profiles, seed=seed, with_oracle=with_oracle, as_json=as_json,
+                        paper=tr.paper and services == list(paper.SERVICES))
+    verdicts = [_sim_table(key, runs, setup) for key in table]
     if any(v == "FAIL" for v in verdicts):
         raise typer.Exit(1)
 
 
-def _sim_table(
-    key: str, runs: dict[str, dict], traces: dict, profiles: dict[str, ServiceProfile], *,
-    seed: int, with_oracle: bool, as_json: bool,
-) -> str | None:
+@dataclass(frozen=True)
+class _TableSetup:
+    """What every table of one `sim tables` shares."""
+
+    traces: ChosenTraces
+    profiles: dict[str, ServiceProfile]
+    seed: int
+    with_oracle: bool
+    as_json: bool
+    paper: bool  # the paper's three on the test day: judged beside the paper
+
+
+def _sim_table(key: str, runs: dict[str, dict], setup: _TableSetup) -> str | None:
     """One table of `sim tables`: its JSON rows, or the table beside the paper and its verdict
-    (returned; None with --json, which judges nothing)."""
+    (returned; None with --json, which judges nothing, or off the paper's setup)."""
     # the verdicts: the same judge as `testbed reproduce`
     from testbed.reproduce.tables import judge_sim_cell
     from testbed.train.evaluate import evaluate
     from testbed.train.oracle import shared_pool_oracles
 
     spec = paper.PAPER_TABLES[key]
+    services = list(setup.profiles)
+    ratios = {s: spec.ratios.get(s, default_ratio(s)) for s in services}
+    traces, profiles, seed = setup.traces.traces, setup.profiles, setup.seed
+    title = spec.name if setup.paper else f"{setup.traces.label()} ({spec.name}'s units and ratios)"
     judged: list[Cell] = []
     bounds: dict[str, OracleResult] = {}
-    if with_oracle:
-        with console.status(f"{spec.name}: oracle bound"):
+    if setup.with_oracle:
+        with console.status(f"{title}: oracle bound"):
             bounds = shared_pool_oracles(
-                profiles, traces, spec.ratios, total_units=spec.total_units, seed=seed
+                profiles, traces, ratios, total_units=spec.total_units, seed=seed
             )
-    out = _paper_table_grid(spec, bounds)
+    out = _paper_table_grid(title, spec.total_units, ratios, bounds, setup.paper)
     for name, policies in runs.items():
-        with console.status(f"{spec.name}: {name}"):
+        with console.status(f"{title}: {name}"):
             ours = evaluate(
-                policies, traces, spec.ratios, total_units=spec.total_units, seed=seed, profiles=profiles
+                policies, traces, ratios, total_units=spec.total_units, seed=seed, profiles=profiles
             )
-        for s in paper.SERVICES:
+        for s in services:
+            if not setup.paper:
+                if setup.as_json:
+                    typer.echo(json.dumps(_own_json_row(key, name, ours[s], traces[s].name,
+                                                        bounds.get(s))))
+                else:
+                    _add_own_rows(out, s, name, ours[s], bounds)
+                continue
             theirs = spec.results[name][s]
-            if as_json:
+            if setup.as_json:
                 typer.echo(json.dumps(_paper_json_row(key, name, ours[s], theirs, bounds.get(s))))
                 continue
             # the judge `testbed reproduce` applies to the same cell (docs/tolerances.md)
@@ -226,25 +267,53 @@ def _sim_table(
                 "reward": ours[s].reward})
             judged.append(cell)
             _add_paper_rows(out, s, name, ours[s], theirs, cell, bounds)
-    if as_json:
+    if setup.as_json:
         return None
     console.print(out)
+    if not setup.paper:
+        console.print(f"{title}: not the paper's setup ({setup.traces.label()}, "
+                      f"{', '.join(services)}), so no comparison with {spec.name}",
+                      highlight=False, markup=False)
+        return None
     return _print_table_verdict(key, judged, bounds)
 
 
-def _paper_table_grid(spec: PaperTable, bounds: dict[str, OracleResult]) -> Table:
-    """The empty table for one paper table, with the oracle's rows when there is a bound."""
+def _paper_table_grid(title: str, units: int, ratios: dict[str, float],
+                      bounds: dict[str, OracleResult], beside_paper: bool) -> Table:
+    """The empty table for one paper table (or its setup on other traces or services), with the
+    oracle's rows when there is a bound."""
     out = Table(
-        title=f"{spec.name}: {spec.total_units} units, ratios "
-        + ", ".join(f"{s} {r:g}" for s, r in spec.ratios.items())
+        title=f"{title}: {units} units shared by {len(ratios)} services, ratios "
+        + ", ".join(f"{s} {r:g}" for s, r in ratios.items())
     )
-    columns = ["service", "policy", "metric", "ours", "paper", "diff"]
+    columns = ["service", "policy", "metric", "ours"]
+    columns += ["paper", "diff"] if beside_paper else []
     columns += ["gap to oracle"] if bounds else []
-    for col in [*columns, "verdict"]:
+    for col in [*columns, *(["verdict"] if beside_paper else [])]:
         out.add_column(col, justify="right")
     for s, b in bounds.items():
-        out.add_row(s, "oracle", "reward", f"{b.reward:.4f}", "-", "-", "-", "")
+        out.add_row(s, "oracle", "reward", f"{b.reward:.4f}",
+                    *(["-", "-", "-", ""] if beside_paper else ["-"]))
     return out
+
+
+def _own_json_row(key: str, name: str, ours: ServiceResult, trace: str,
+                  bound: OracleResult | None) -> dict:
+    """One policy on one service at a table's setup off the paper's: named by its trace."""
+    row = {"table_setup": key, "trace": trace, **ours.as_json(), "policy": name}
+    if bound is not None:
+        row["oracle_reward"] = bound.reward
+    return row
+
+
+def _add_own_rows(out: Table, service: str, name: str, ours: ServiceResult,
+                  bounds: dict[str, OracleResult]) -> None:
+    """One row per metric, ours only (and the gap to the bound)."""
+    for metric, mine in (("SLO violation", ours.slo_violation_rate), ("instances", ours.instances),
+                         ("proc time (s)", ours.proc_time), ("reward", ours.reward)):
+        gap = ([f"{mine - bounds[service].reward:+.4f}" if metric == "reward" else ""]
+               if bounds else [])
+        out.add_row(service, name, metric, f"{mine:.4f}", *gap)
 
 
 def _paper_json_row(
@@ -305,8 +374,14 @@ def sim_compare(
                                    help="Table whose load and units to use (repeatable); --load "
                                    "is its older name (elsewhere --load is a multiplier)."),
     traces: Path = TracesOpt,
+    trace: list[str] = TraceOpt,
+    service: list[str] = typer.Option(
+        ["all"], help="Services compared, sharing the GPUs (repeatable or comma-separated): any "
+        "registered one or one of --profiles; all: the paper's three. A service the table does not "
+        "list takes ratio 1; fa2, gslice, inss and ddpg need its profile's gpu: curve."),
     models: Path = typer.Option(Path("models"), help="Directory with ddpg.zip, inss.zip (and PPO's)."),
-    profiles: Path = typer.Option(None, help="Profile file over the packaged one (gpu curves)."),
+    profiles: Path = typer.Option(None, "--profiles", help="Profile file merged over the registry's "
+                                  "(gpu curves; services of your own)."),
     pipeline: str = typer.Option(
         None, help="A chain under one SLA, e.g. 'imgcls,tts:3000' (ms): the simulator routes each "
         "request imgcls completes to tts (tts ignores its own trace), every policy is measured end to "
@@ -329,6 +404,7 @@ def sim_compare(
     used over time and a Pareto plot.
 
     Example: testbed sim compare --traces ../shared/traces --table 5.1 --policies fa2,rule_v2,ddpg
+    Example: testbed sim compare --service asr --profiles asr.yaml --trace asr=day.txt --policies rule_v2
     """
     import time as _time
 
@@ -343,17 +419,24 @@ def sim_compare(
         run_comparison,
     )
 
-    names = policy_names(policies, models)
+    known = known_profiles(profiles)
+    services = chosen_services(service, known)
+    note_left_out(known, services, profiles)
+    names = policy_names(policies, models, services)
     if scale <= 0:
         raise ConfigError([ConfigProblem("--scale", None, "scale", f"must be > 0, got {scale:g}")])
-    initial, layout_gpus = _layout_targets(layout) if layout is not None else (None, None)
+    initial, layout_gpus = (_layout_targets(layout, services) if layout is not None
+                            else (None, None))
     for key in load:
         if key not in TABLE_GPUS:
             raise ConfigError([ConfigProblem("--table", None, "table",
                                              f"unknown {key!r}; use 5.1, 5.2 or 5.3")])
-    pipes = [_pipeline(pipeline, Pipeline)] if pipeline else []
+    pipes = [_pipeline(pipeline, Pipeline, services)] if pipeline else []
+    tr = chosen_traces(trace, traces, services)
     comparison = prepare_comparison(  # everything is checked before anything runs
-        names, load, traces, models=models, profiles_path=profiles, pipelines=pipes,
+        names, load, tr.traces, models=models, services=services,
+        trace_label="" if tr.paper else tr.label(), profiles=known,
+        profiles_path=profiles, pipelines=pipes,
         plan_chain=plan_chain, layout_gpus=layout_gpus, initial=initial, scale=scale, seed=seed,
         interference=interference, max_steps=steps)
     started = _time.perf_counter()
@@ -366,15 +449,17 @@ def sim_compare(
         _print_compare_tables(rows, bool(pipes), elapsed, out)
 
 
-def _layout_targets(layout: Path) -> tuple[dict[str, ServiceTarget], int]:
-    """The layout file's starting target per service, and its GPU count."""
+def _layout_targets(layout: Path, services: list[str]) -> tuple[dict[str, ServiceTarget], int]:
+    """The layout file's starting target per service (each one compared), and its GPU count."""
     from testbed.cluster.base import ServiceTarget  # the cluster types: not for `--help`
     from testbed.config.gpu_layout import load_layout  # pydantic models: not for `--help`
 
     spec_layout = load_layout(layout)
-    unknown = [s for s in spec_layout.services if s not in paper.SERVICES]
+    unknown = [s for s in spec_layout.services if s not in services]
     if unknown:
-        chosen_services(",".join(unknown))
+        raise ConfigError([ConfigProblem(
+            str(layout), None, "services", f"{', '.join(unknown)} not compared here (compared: "
+            f"{', '.join(services)}; --service adds services)")])
     initial = {
         s: ServiceTarget(v.replicas, v.share_pct, v.batch, tuple(v.gpus) if v.gpus is not None else None)
         for s, v in spec_layout.services.items()
@@ -410,7 +495,7 @@ def _print_compare_tables(rows: list[dict], chains: bool, elapsed: float, out: P
     console.print(f"{len(rows)} runs in {elapsed:.0f} s; report in {out}/compare.md")
 
 
-def _pipeline(text: str, pipeline_type):
+def _pipeline(text: str, pipeline_type, known: list[str]):
     chain, _, sla = text.partition(":")
     services = tuple(s.strip() for s in chain.split(",") if s.strip())
     try:
@@ -420,11 +505,11 @@ def _pipeline(text: str, pipeline_type):
     if not services or sla_ms <= 0:
         raise ConfigError([ConfigProblem("--pipeline", None, "pipeline",
                                          f"expected SERVICE,SERVICE:SLA_MS, got {text!r}")])
-    unknown = [s for s in services if s not in paper.SERVICES]
+    unknown = [s for s in services if s not in known]
     if unknown:
         raise ConfigError([ConfigProblem("--pipeline", None, "pipeline",
                                          f"unknown service {', '.join(map(repr, unknown))} in "
-                                         f"{text!r}; known: {', '.join(paper.SERVICES)}")])
+                                         f"{text!r}; compared: {', '.join(known)}")])
     if len(set(services)) < len(services):
         raise ConfigError([ConfigProblem("--pipeline", None, "pipeline",
                                          f"a service appears twice in {text!r}")])

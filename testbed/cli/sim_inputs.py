@@ -1,36 +1,156 @@
-"""What the simulator and training commands share: the services chosen, their profiles, the test
-day's traces, the shipped agents and one progress bar (each check one `ConfigError` line)."""
+"""What the simulator and training commands share: the services chosen, their profiles, their
+traces (the test day's, or the user's own files), the shipped agents and one progress bar (each
+check one `ConfigError` line)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from testbed.cli import console
+import typer
+
+from testbed.cli import console, err_console
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles import paper
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
+    from testbed.load.trace import Trace
     from testbed.profiles import ServiceProfile
 
+# one option, one meaning for every command that runs services on traces
+TraceOpt = typer.Option(
+    None, "--trace",
+    help="A trace file of your own ('DURATION COUNT' lines), in place of the test day: FILE for "
+    "every service of the command, or SERVICE=FILE for one (repeatable).")
+ProfilesOpt = typer.Option(
+    None, "--profiles",
+    help="Profile file merged over the registry's (services.yaml's format): it may change a "
+    "service's fields or add services of your own.")
 
-def chosen_services(service: str) -> list[str]:
-    chosen = list(paper.SERVICES) if service == "all" else [s.strip() for s in service.split(",")]
-    unknown = [s for s in chosen if s not in paper.SERVICES]
-    if unknown:
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    "--service",
-                    None,
-                    "service",
-                    f"unknown {', '.join(unknown)}; known: {', '.join(paper.SERVICES)}, all",
-                )
-            ]
-        )
+
+def known_profiles(path: Path | None) -> dict[str, ServiceProfile]:
+    """Every registered service's profile, with `path`'s (a user's profile file) merged over them."""
+    from testbed.profiles import load_profiles  # pydantic models: not for `--help`
+
+    return load_profiles(path)
+
+
+def chosen_services(service: str | Sequence[str],
+                    known: Mapping[str, ServiceProfile] | None = None) -> list[str]:
+    """The services a `--service` names: comma-separated or repeated names, each a registered
+    service or one of `known` (the profiles in use); `all` is the paper's three, not every
+    registered service. An unknown name is one line listing the known ones."""
+    if known is None:
+        known = known_profiles(None)
+    texts = [service] if isinstance(service, str) else list(service)
+    names = [s.strip() for text in texts for s in text.split(",") if s.strip()]
+    chosen: list[str] = []
+    for name in names:
+        for s in paper.SERVICES if name == "all" else (name,):
+            if s not in chosen:
+                chosen.append(s)
+    unknown = [s for s in chosen if s not in known]
+    if unknown or not chosen:
+        raise ConfigError([ConfigProblem(
+            "--service", None, "service",
+            f"unknown {', '.join(unknown) or '(none)'}; known: {', '.join(known)} "
+            f"(all: the paper's three, {', '.join(paper.SERVICES)}; --profiles FILE adds services)")])
     return chosen
+
+
+def note_left_out(known: Mapping[str, ServiceProfile], services: Sequence[str],
+                  path: Path | None) -> None:
+    """Say which services a profile file adds that the command does not run (on stderr: --json
+    output stays clean), rather than leaving them out silently."""
+    if path is None:
+        return
+    registered = known_profiles(None)
+    left = [s for s in known if s not in registered and s not in services]
+    if left:
+        err_console.print(
+            f"note: {', '.join(left)} from {path} not run here (services: {', '.join(services)}); "
+            f"--service {','.join([*services, *left])} adds {'them' if len(left) > 1 else 'it'}",
+            highlight=False, markup=False)
+
+
+def default_ratio(service: str) -> float:
+    """The request ratio of a service's trace counts (`testbed.train.evaluate.default_ratio`)."""
+    from testbed.train.evaluate import default_ratio as ratio  # numpy: not for `--help`
+
+    return ratio(service)
+
+
+@dataclass(frozen=True)
+class ChosenTraces:
+    """Each service's trace, and the services that run on a file of the user's (`--trace`)."""
+
+    traces: dict[str, Trace]
+    own: dict[str, str]  # service -> its trace's file name, where not the paper's test day
+
+    @property
+    def paper(self) -> bool:
+        """Every service on the paper's test day: the paper's figures are comparable."""
+        return not self.own
+
+    def label(self) -> str:
+        """The traces for a title: 'the test day', or the file names of the user's traces."""
+        names = sorted(set(self.own.values()))
+        if not names:
+            return "the test day"
+        return ", ".join(names) + ("" if len(self.own) == len(self.traces) else " and the test day")
+
+
+def trace_choice(texts: Sequence[str] | None, services: Sequence[str]
+                 ) -> tuple[Path | None, dict[str, Path]]:
+    """`--trace` values: a bare FILE (for every service), SERVICE=FILE (for one). A missing file,
+    a service the command does not run, or two files for one service is one line."""
+    every: Path | None = None
+    each: dict[str, Path] = {}
+    for text in texts or ():
+        name, sep, rest = text.partition("=")
+        if sep and "/" not in name and not Path(text).exists():
+            if name not in services:
+                raise ConfigError([ConfigProblem(
+                    "--trace", None, "trace", f"{text!r} names {name!r}, which this command does "
+                    f"not run (its services: {', '.join(services)})")])
+            if name in each:
+                raise ConfigError([ConfigProblem("--trace", None, "trace",
+                                                 f"two trace files for {name}")])
+            each[name] = Path(rest)
+        elif every is not None:
+            raise ConfigError([ConfigProblem(
+                "--trace", None, "trace", f"two trace files for every service ({every}, {text}): "
+                "give SERVICE=FILE for each")])
+        else:
+            every = Path(text)
+    for path in [*([every] if every else []), *each.values()]:
+        if not path.is_file():
+            raise ConfigError([ConfigProblem(str(path), None, "", "no such trace file")])
+    return every, each
+
+
+def chosen_traces(texts: Sequence[str] | None, traces_dir: Path, services: Sequence[str]
+                  ) -> ChosenTraces:
+    """Each service's trace: its `--trace SERVICE=FILE`, else the bare `--trace FILE`, else its
+    test day in `traces_dir` (the paper's three only)."""
+    from testbed.load.trace import load_trace  # numpy: not for `--help`
+
+    every, each = trace_choice(texts, services)
+    files = {s: each.get(s, every) for s in services}
+    own = {s: f.name for s, f in files.items() if f is not None}
+    need_day = [s for s in services if s not in own]
+    no_day = [s for s in need_day if s not in paper.TEST_SHIFT_HOURS]
+    if no_day:
+        raise ConfigError([ConfigProblem(
+            "--trace", None, "trace", f"no trace for {', '.join(no_day)}: the test day has the "
+            f"paper's services only; pass --trace {no_day[0]}=FILE (or --trace FILE for all)")])
+    loaded = {f: load_trace(f) for f in set(files.values()) if f is not None}
+    day = test_traces(traces_dir, need_day) if need_day else {}
+    return ChosenTraces({s: loaded[files[s]] if s in own else day[s] for s in services}, own)
 
 
 RATE_LIMIT_HELP = (
@@ -39,16 +159,26 @@ RATE_LIMIT_HELP = (
 )
 
 
-def sim_profiles(rate_limit: str, services: list[str]) -> dict[str, ServiceProfile]:
-    from testbed.profiles import default_profiles  # pydantic models: not for `--help`
-
+def sim_profiles(rate_limit: str, services: list[str],
+                 known: Mapping[str, ServiceProfile] | None = None) -> dict[str, ServiceProfile]:
+    """The chosen services' profiles from `known` (the profiles in use; default the registry's)."""
     if rate_limit not in ("profile", "none"):
         raise ConfigError(
             [ConfigProblem("--rate-limit", None, "rate_limit", f"{rate_limit!r}; use profile or none")]
         )
+    if known is None:
+        known = known_profiles(None)
     if rate_limit == "none":
-        return {s: default_profiles()[s].replace(rate_limit=None) for s in services}
-    return {s: default_profiles()[s] for s in services}
+        return {s: known[s].replace(rate_limit=None) for s in services}
+    return {s: known[s] for s in services}
+
+
+def scaler_policy(name: str, profile: ServiceProfile, *, total_units: int, seed: int = 0,
+                  model: str | None = None):
+    """A policy for the profile in use (`testbed.train.evaluate.scaler_policy`)."""
+    from testbed.train.evaluate import scaler_policy as build  # numpy: not for `--help`
+
+    return build(name, profile, total_units=total_units, seed=seed, model=model)
 
 
 def test_traces(traces: Path, services: list[str]):

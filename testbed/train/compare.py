@@ -32,7 +32,7 @@ from testbed.scaler.loop import ScalerLoop
 from testbed.scaler.policies import make_policy
 from testbed.scaler.share import SharePolicy
 from testbed.sim.gpu import UNIT_PCT, GpuSimCluster
-from testbed.train.evaluate import test_day_traces
+from testbed.train.evaluate import default_ratio, scaler_policy, test_day_traces
 from testbed.train.oracle import share_bound
 
 CLASSIC = ("rule_v1", "rule_v2", "static", "hpa", "ppo")
@@ -83,7 +83,8 @@ def comparison_policies(
     `testbed.scaler.factory.build_policies`). `plan_chain=False`: fa2 plans every service alone
     under its own SLO, pipelines or not."""
     if name in ("rule_v1", "rule_v2", "static", "hpa"):
-        return {s: make_policy(name, s, total_units=total_units, seed=seed) for s in services}
+        return {s: scaler_policy(name, profiles[s], total_units=total_units, seed=seed)
+                for s in services}
     if name == "ppo":
         files = {s: (models / f"{s}.zip") if models else None for s in services}
         missing = [str(f) for f in files.values() if f is None or not f.exists()]
@@ -248,10 +249,11 @@ def bounds_for(
     }
 
 
-def policy_names(text: str, models: Path) -> list[str]:
-    """The policies `--policies` names; all: every policy, ppo only when `models` holds its agents."""
+def policy_names(text: str, models: Path, services: Sequence[str] = SERVICES) -> list[str]:
+    """The policies `--policies` names; all: every policy, ppo only when `models` holds the
+    agents of `services`."""
     if text == "all":
-        have_ppo = all((models / f"{s}.zip").exists() for s in SERVICES)
+        have_ppo = all((models / f"{s}.zip").exists() for s in services)
         return [p for p in ALL_POLICIES if p != "ppo" or have_ppo]
     names = [p.strip() for p in text.split(",") if p.strip()]
     unknown = [p for p in names if p not in ALL_POLICIES]
@@ -265,10 +267,12 @@ def policy_names(text: str, models: Path) -> list[str]:
 
 
 def check_gpu_curves(
-    profiles: Mapping[str, ServiceProfile], path: Path | None, policies: Sequence[str]
+    profiles: Mapping[str, ServiceProfile], path: Path | None, policies: Sequence[str],
+    services: Sequence[str] = SERVICES,
 ) -> None:
-    """The policies that need a gpu curve, against the profiles: file, line and field."""
-    missing = [s for s in SERVICES if profiles[s].gpu is None]
+    """The policies that need a gpu curve, against the compared services' profiles: file, line
+    and field (a service of one's own without `gpu:` runs DRAFAS's policies only)."""
+    missing = [s for s in services if profiles[s].gpu is None]
     if not policies or not missing:
         return
     doc = load_yaml_file(path) if path is not None else None
@@ -278,7 +282,9 @@ def check_gpu_curves(
                 str(path) if path else PACKAGED_PROFILES,
                 doc.line_of(("services", s, "gpu")) if doc else None,
                 f"services.{s}.gpu",
-                f"{', '.join(policies)} need the profile's gpu curve (batch/share times); it is missing",
+                f"{', '.join(policies)} need the profile's gpu curve (batch/share times); it is "
+                f"missing (compare {s} with rule_v1, rule_v2, static, hpa or ppo only, or give it "
+                "a gpu: block)",
             )
             for s in missing
         ]
@@ -291,6 +297,7 @@ class Comparison:
 
     names: list[str]  # the policies, in the order they run at each table
     tables: list[str]  # the tables whose loads they run at
+    services: list[str]  # the services compared, sharing the GPUs
     profiles: dict[str, ServiceProfile]
     traces: dict[str, Trace]
     policies: dict[tuple[str, str], dict]  # (table, policy name) -> its policy object per service
@@ -302,20 +309,34 @@ class Comparison:
     seed: int
     interference: bool
     max_steps: int | None
+    trace_label: str = ""  # the user's traces' file names; empty: the paper's test day
 
     def gpus(self, table: str) -> int:
         return self.layout_gpus or TABLE_GPUS[table]
 
     def label(self, table: str) -> str:
-        return f"Table {table}" + (f" x{self.scale:g}" if self.scale != 1 else "")
+        """A run's load: the table's (the paper's), or the user's traces at the table's load."""
+        scaled = f" x{self.scale:g}" if self.scale != 1 else ""
+        if self.trace_label:
+            return f"{self.trace_label} at Table {table}'s load{scaled}"
+        return f"Table {table}{scaled}"
+
+    def ratios(self, table: str) -> dict[str, float]:
+        """Each compared service's request ratio at `table`'s load (a service the table does not
+        list: its trace's counts as they are), times `scale`."""
+        given = PAPER_TABLES[table].ratios
+        return {s: given.get(s, default_ratio(s)) * self.scale for s in self.services}
 
 
 def prepare_comparison(
     names: list[str],
     tables: list[str],
-    traces_dir: Path,
+    traces: Mapping[str, Trace] | Path,
     *,
     models: Path,
+    services: Sequence[str] = SERVICES,
+    trace_label: str = "",
+    profiles: Mapping[str, ServiceProfile] | None = None,
     profiles_path: Path | None = None,
     pipelines: Sequence[Pipeline] = (),
     plan_chain: bool = True,
@@ -326,13 +347,16 @@ def prepare_comparison(
     interference: bool = True,
     max_steps: int | None = None,
 ) -> Comparison:
-    """Load the profiles and the test day and build every policy at every table's units, so a
-    bad profile or a missing model stops the command before anything runs."""
+    """Load the profiles (unless given: those of `profiles_path` over the registry's) and the
+    traces (a folder: its test day; or each service's own, named by `trace_label`) and build every
+    policy at every table's units for `services`, so a bad profile or a missing model stops the
+    command before anything runs."""
     source = str(profiles_path) if profiles_path else PACKAGED_PROFILES
-    profiles = load_profiles(profiles_path)
-    services = list(SERVICES)
-    check_gpu_curves(profiles, profiles_path, [n for n in names if n in SHARE_POLICIES])
-    traces = test_day_traces(traces_dir, services)
+    profiles = dict(profiles) if profiles is not None else load_profiles(profiles_path)
+    services = list(services)
+    check_gpu_curves(profiles, profiles_path, [n for n in names if n in SHARE_POLICIES], services)
+    traces = (test_day_traces(traces, services) if isinstance(traces, Path)
+              else {s: traces[s] for s in services})
     built = {}
     for key in tables:
         units = (layout_gpus or TABLE_GPUS[key]) * 4
@@ -341,8 +365,8 @@ def prepare_comparison(
                                               models=models, seed=seed, pipelines=pipelines,
                                               profile_source=source, plan_chain=plan_chain)
     assert set(names) <= set(ALL_POLICIES)
-    return Comparison(names, tables, profiles, traces, built, list(pipelines), plan_chain,
-                      layout_gpus, initial, scale, seed, interference, max_steps)
+    return Comparison(names, tables, services, profiles, traces, built, list(pipelines), plan_chain,
+                      layout_gpus, initial, scale, seed, interference, max_steps, trace_label)
 
 
 def run_comparison(
@@ -355,10 +379,10 @@ def run_comparison(
     share series). `stage(what)` wraps each step (a status line); `on_result(name, result)` gets
     each run as it ends."""
     c = comparison
-    services = list(SERVICES)
+    services = c.services
     rows = []
     for key in c.tables:
-        ratios = {s: r * c.scale for s, r in PAPER_TABLES[key].ratios.items()}
+        ratios = c.ratios(key)
         label = c.label(key)
         with stage(f"{label}: share bound"):
             bounds = bounds_for(c.profiles, c.traces, ratios, gpus=c.gpus(key), max_steps=c.max_steps,
@@ -380,8 +404,9 @@ def run_comparison(
 def report_note(comparison: Comparison, seconds: float, runs: int) -> str:
     """The report's line on how the runs were made."""
     c = comparison
-    note = (f"Test day, seed {c.seed}, interference {'on' if c.interference else 'off'}; "
-            f"{seconds:.0f} s for {runs} runs.")
+    note = (f"{'Traces ' + c.trace_label if c.trace_label else 'Test day'}, services "
+            f"{', '.join(c.services)}, seed {c.seed}, interference "
+            f"{'on' if c.interference else 'off'}; {seconds:.0f} s for {runs} runs.")
     if c.pipelines:
         note += (" Routed: " + "; ".join(f"{' -> '.join(p.services)} under {p.sla_ms:g} ms"
                                          for p in c.pipelines)
