@@ -112,3 +112,63 @@ def test_a_pipeline_naming_an_unknown_service_is_one_error(tmp_path, traces, cap
     assert rc != 0
     err = " ".join(capsys.readouterr().err.split())
     assert "--pipeline: pipeline: unknown service 'ocr'" in err and not out.exists()
+
+
+ASR = """\
+services:
+  asr:
+    capacity: 1
+    queue_limit: 11
+    proc_time_ms: [150, 250]
+    startup_ms: 5000
+    slo_ms: 800
+    units: 1
+    initial_replicas: 1
+"""
+
+
+def _asr(tmp_path):
+    prof = tmp_path / "asr.yaml"
+    prof.write_text(ASR)
+    trace = tmp_path / "asr-day.txt"
+    trace.write_text("".join(f"1 {2 + (i // 60) % 3}\n" for i in range(600)))
+    return str(prof), str(trace)
+
+
+def test_compare_runs_a_service_of_ones_own_on_its_trace_and_names_the_trace(tmp_path, traces, capsys):
+    prof, trace = _asr(tmp_path)
+    rc, out = _compare(tmp_path, traces, "--service", "asr", "--trace", f"asr={trace}",
+                       "--profiles", prof, "--policies", "rule_v2,static", "--json")
+    assert rc == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [r["policy"] for r in rows] == ["rule_v2", "static"]
+    for r in rows:
+        assert list(r["per_service"]) == ["asr"] and r["steps"] == 20
+        assert r["load"] == "asr-day.txt at Table 5.1's load"
+    assert "asr-day.txt" in (out / "compare.md").read_text()
+
+
+def test_compare_refuses_a_share_policy_for_a_service_without_a_gpu_curve(tmp_path, traces, capsys):
+    prof, trace = _asr(tmp_path)
+    rc, out = _compare(tmp_path, traces, "--service", "asr", "--trace", f"asr={trace}",
+                       "--profiles", prof, "--policies", "rule_v2,fa2")
+    assert rc != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "services.asr.gpu: fa2 need the profile's gpu curve" in err
+    assert "compare asr with rule_v1, rule_v2, static, hpa or ppo only" in err
+    assert not out.exists()
+
+
+def test_compare_with_a_fourth_service_in_the_profile_file(tmp_path, traces, capsys):
+    prof, trace = _asr(tmp_path)
+    rc, _ = _compare(tmp_path, traces, "--profiles", prof, "--policies", "rule_v2", "--json")
+    assert rc == 0  # the paper's three, and a line naming the one left out
+    captured = capsys.readouterr()
+    (row,) = [json.loads(line) for line in captured.out.splitlines() if line.startswith("{")]
+    assert list(row["per_service"]) == ["chatbot", "imgcls", "tts"] and row["load"] == "Table 5.1"
+    assert "asr from" in captured.err
+    rc, _ = _compare(tmp_path, traces, "--profiles", prof, "--policies", "rule_v2", "--json",
+                     "--service", "all,asr", "--trace", f"asr={trace}")
+    assert rc == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert list(row["per_service"]) == ["chatbot", "imgcls", "tts", "asr"]

@@ -301,3 +301,98 @@ def test_train_resume_without_checkpoints_is_one_line(tmp_path, capsys):
     (line,) = _error_lines(capsys)
     assert "no checkpoint chatbot-STEPS.zip" in line and str(tmp_path / "ck") in line
     assert not out.exists()
+
+
+# -- any trace, any service: a user's trace file and a fourth service from a profile file ---------
+
+ASR = """\
+services:
+  asr:
+    capacity: 1
+    queue_limit: 11
+    proc_time_ms: [150, 250]
+    startup_ms: 5000
+    slo_ms: 800
+    units: 1
+    initial_replicas: 1
+"""
+
+
+def _asr(tmp_path) -> tuple[str, str]:
+    """A profile file with a fourth service, asr, and a 10-minute trace of 2-4 requests a second."""
+    prof = tmp_path / "asr.yaml"
+    prof.write_text(ASR)
+    trace = tmp_path / "asr-day.txt"
+    trace.write_text("".join(f"1 {2 + (i // 60) % 3}\n" for i in range(600)))
+    return str(prof), str(trace)
+
+
+def test_sim_eval_runs_a_service_of_ones_own_on_ones_own_trace_and_names_it(tmp_path, capsys):
+    prof, trace = _asr(tmp_path)
+    rc = main(["sim", "eval", "--trace", trace, "--service", "asr", "--profiles", prof, "--json"])
+    assert rc == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["service"] == "asr" and row["trace"] == "asr-day.txt" and row["steps"] == 20
+    # 2-4 req/s at ratio 1 on replicas serving 5 req/s: rule v2 adds one, nothing is late
+    assert row["instances"] > 1.0 and row["slo_violation_rate"] == 0.0
+    assert row["reward"] <= row["oracle_reward"] + 1e-12
+    rc = main(["sim", "eval", "--trace", f"asr={trace}", "--service", "asr", "--profiles", prof,
+               "--no-oracle"])
+    assert rc == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "on asr-day.txt" in out and "Table" not in out
+
+
+def test_sim_eval_an_unknown_service_lists_the_known_ones(tmp_path, capsys):
+    _, trace = _asr(tmp_path)
+    rc = main(["sim", "eval", "--trace", trace, "--service", "asr"])  # without its profile file
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert "unknown asr; known: chatbot, imgcls, tts" in line and "--profiles" in line
+
+
+def test_sim_eval_all_is_the_papers_three_even_with_a_fourth_service(tmp_path, capsys):
+    prof, trace = _asr(tmp_path)
+    rc = main(["sim", "eval", "--trace", trace, "--profiles", prof, "--json", "--no-oracle"])
+    assert rc == 0
+    captured = capsys.readouterr()
+    rows = [json.loads(line) for line in captured.out.splitlines()]
+    assert [r["service"] for r in rows] == ["chatbot", "imgcls", "tts"]
+    assert "asr from" in captured.err and "--service chatbot,imgcls,tts,asr adds it" in captured.err
+
+
+def test_sim_eval_a_service_off_the_test_day_needs_a_trace(tmp_path, capsys):
+    prof, _ = _asr(tmp_path)
+    rc = main(["sim", "eval", "--traces", str(_traces(tmp_path)), "--service", "asr",
+               "--profiles", prof])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert "no trace for asr" in line and "--trace asr=FILE" in line
+
+
+def test_sim_tables_with_a_fourth_service_and_a_trace_names_it_and_judges_nothing(tmp_path, capsys):
+    prof, trace = _asr(tmp_path)
+    rc = main(["sim", "tables", "--no-drl", "--trace", trace, "--service", "all,asr",
+               "--profiles", prof, "--table", "5.1", "--json"])
+    assert rc == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["service"] for r in rows] == ["chatbot", "imgcls", "tts", "asr"]
+    for r in rows:
+        assert r["trace"] == "asr-day.txt" and r["table_setup"] == "5.1" and "paper" not in r
+    rc = main(["sim", "tables", "--no-drl", "--trace", trace, "--service", "asr",
+               "--profiles", prof, "--table", "5.3"])
+    assert rc == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "asr-day.txt (Table 5.3's units and ratios): 128 units" in out
+    assert "no comparison with Table 5.3" in out and "PASS" not in out and "FAIL" not in out
+
+
+def test_sim_tables_on_the_test_day_with_a_fourth_service_registered(tmp_path, capsys):
+    prof, _ = _asr(tmp_path)
+    rc = main(["sim", "tables", "--no-drl", "--traces", str(_traces(tmp_path)), "--profiles", prof,
+               "--table", "5.1", "--json"])
+    assert rc == 0  # the paper's three, beside the paper; asr is named as not run
+    captured = capsys.readouterr()
+    rows = [json.loads(line) for line in captured.out.splitlines()]
+    assert [r["service"] for r in rows] == ["chatbot", "imgcls", "tts"]
+    assert all("paper" in r for r in rows) and "asr from" in captured.err
