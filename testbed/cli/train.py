@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from testbed.cli import TracesOpt, app, checks, console
-from testbed.cli.sim_inputs import chosen_services, progress_bar
+from testbed.cli.sim_inputs import ProfilesOpt, chosen_services, known_profiles, progress_bar
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles import paper
 
@@ -25,7 +25,14 @@ if TYPE_CHECKING:
 SCALES_DEFAULT = "none"
 
 # `train`'s options, declared once here so that the command's signature reads as a list
-ServiceArg = typer.Argument(None, help="chatbot, imgcls or tts (ppo; ddpg and inss take all three).")
+ServiceArg = typer.Argument(None, help="A registered service or one of --profiles (ppo; ddpg and "
+                            "inss take the paper's three).")
+TrainTraceOpt = typer.Option(
+    None, "--trace", help="A training trace of your own ('DURATION COUNT' lines; repeatable), in "
+    "place of --traces' train/*.txt.")
+ValTraceOpt = typer.Option(
+    None, help="The validation trace, in place of --traces' val/day6.txt (needed with --trace "
+    "when --traces has no val/day6.txt).")
 PolicyOpt = typer.Option("ppo", help="ppo (Maskable PPO), ddpg (sb3 DDPG) or inss (sb3 TD3).")
 OutOpt = typer.Option(None, help="Model file (default models/SERVICE.zip or models/POLICY.zip).")
 StepsOpt = typer.Option(None, help="Step budget (ppo: the paper's 300000; ddpg/inss: 12000).")
@@ -112,6 +119,9 @@ def train_cmd(
     service: str = ServiceArg,
     policy: str = PolicyOpt,
     traces: Path = TracesOpt,
+    trace: list[Path] = TrainTraceOpt,
+    val_trace: Path = ValTraceOpt,
+    profiles_path: Path = ProfilesOpt,
     out: Path = OutOpt,
     steps: int = StepsOpt,
     seed: int = SeedOpt,
@@ -142,11 +152,14 @@ def train_cmd(
 
     Example: testbed train chatbot --traces ../shared/traces --steps 300000
     Example: testbed train --policy ddpg --traces ../shared/traces --steps 12000
+    Example: testbed train asr --profiles asr.yaml --trace day1.txt --trace day2.txt --val-trace day3.txt
     """
     scales_range = _load_scales(load_scales)  # checked before anything is read or started
-    train_tr, val_tr = _training_days(traces)
+    known = known_profiles(profiles_path)
+    train_tr, val_tr = _training_days(traces, trace, val_trace)
     if policy in ("ddpg", "inss"):
-        _train_share(policy, train_tr, val_tr, out, steps or 12_000, seed, gpus, scales_range)
+        _train_share(policy, train_tr, val_tr, out, steps or 12_000, seed, gpus, scales_range,
+                     {s: known[s] for s in paper.TABLE_5_1.ratios})
         return
     if policy != "ppo":
         raise ConfigError(
@@ -157,29 +170,49 @@ def train_cmd(
 
     if service is None:
         raise ConfigError([ConfigProblem("SERVICE", None, "service", "ppo trains one service: name it")])
-    (svc,) = chosen_services(service)
+    svc = _one_service(service, known)
     config = TrainConfig(
         svc, steps=steps or paper.MAX_TRAIN_STEPS, seed=seed, tensorboard=tensorboard,
         stop_at=stop_at, scales=_scales(scales), init_from=init_from, loads=_loads(loads),
         shared=shared, pool_reward=pool_reward, partners=partners, validate_pool=validate_pool,
         checkpoints=checkpoints, ppo_params={"ent_coef": ent_coef} if ent_coef else None,
         release_below=release_below, hold_largest=hold_largest, like_testbed=like_testbed,
-        resume=resume,
+        resume=resume, profile=known[svc],
     )
-    _train_ppo(config, train_tr, val_tr, out or Path("models") / f"{svc}.zip")
+    _train_ppo(config, train_tr, val_tr, out or Path("models") / f"{svc}.zip",
+               bool(trace or val_trace))
 
 
-def _training_days(traces: Path) -> tuple[list[Trace], list[Trace]]:
-    """The training days (train/*.txt) and the validation day (val/day6.txt) of `traces`."""
+def _one_service(service: str, known: dict) -> str:
+    """The one service `train`/`tune` names, from the profiles in use."""
+    chosen = chosen_services(service, known)
+    if len(chosen) != 1:
+        raise ConfigError([ConfigProblem("SERVICE", None, "service",
+                                         f"one service, got {', '.join(chosen)}")])
+    return chosen[0]
+
+
+def _training_days(traces: Path, own: list[Path] | None = None,
+                   val: Path | None = None) -> tuple[list[Trace], list[Trace]]:
+    """The training traces (`own`, else train/*.txt of `traces`) and the validation trace
+    (`val`, else val/day6.txt of `traces`); a missing file is one line."""
     from testbed.load.trace import load_trace  # numpy: loaded only when this command runs
 
-    train_tr = [load_trace(p) for p in sorted((traces / "train").glob("*.txt"))]
-    if not train_tr:
-        raise ConfigError([ConfigProblem(str(traces / "train"), None, "", "no training traces (*.txt)")])
-    return train_tr, [load_trace(traces / "val" / "day6.txt")]
+    files = list(own) if own else sorted((traces / "train").glob("*.txt"))
+    if not files:
+        raise ConfigError([ConfigProblem(str(traces / "train"), None, "",
+                                         "no training traces (*.txt); or pass --trace FILE")])
+    val = val or traces / "val" / "day6.txt"
+    for path in [*files, val]:
+        if not path.is_file():
+            hint = (" (pass --val-trace FILE with --trace)" if own and path == val
+                    else "")
+            raise ConfigError([ConfigProblem(str(path), None, "", "no such trace file" + hint)])
+    return [load_trace(p) for p in files], [load_trace(val)]
 
 
-def _train_ppo(config: TrainConfig, train_tr: list[Trace], val_tr: list[Trace], out: Path) -> None:
+def _train_ppo(config: TrainConfig, train_tr: list[Trace], val_tr: list[Trace], out: Path,
+               own_traces: bool = False) -> None:
     """Train with a progress bar, then print the best validation and what was written."""
     from testbed.train.ppo import curve_paths, train
 
@@ -191,22 +224,27 @@ def _train_ppo(config: TrainConfig, train_tr: list[Trace], val_tr: list[Trace], 
             progress=lambda st: bar.update(
                 task, completed=st.steps, description=f"training {svc} {st.line()}".rstrip()
             ),
-            command=_command_line(config),
+            command=_command_line(config, train_tr, val_tr if own_traces else None),
         )
     curve_json, curve_png = curve_paths(out)
     periods = json.loads(curve_json.read_text())["validation_periods"]
     console.print(
-        f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps} "
+        f"{svc}: best validation reward {meta.best_validation_reward:.3f} at step {meta.steps} on "
+        f"{val_tr[0].name} "
         f"({meta.best_validation_reward / periods:.4f} per period over {periods}, the tables' scale); "
         f"wrote {out}, learning curve {curve_png} and {curve_json.name}"
     )
 
 
-def _command_line(config: TrainConfig) -> str:
-    """The `testbed train` command that reruns `config` (the manifest's `command`)."""
+def _command_line(config: TrainConfig, train_tr: list[Trace] | None = None,
+                  val_tr: list[Trace] | None = None) -> str:
+    """The `testbed train` command that reruns `config` (the manifest's `command`); with
+    `val_tr`, the run's own trace files by name."""
     c = config
+    where = ("--traces TRACES" if val_tr is None else
+             " ".join(f"--trace {t.name}" for t in train_tr or []) + f" --val-trace {val_tr[0].name}")
     return (
-        f"testbed train {c.service} --traces TRACES --steps {c.steps} --seed {c.seed}"
+        f"testbed train {c.service} {where} --steps {c.steps} --seed {c.seed}"
         + (f" --stop-at {c.stop_at}" if c.stop_at is not None else "")
         + f" --scales {','.join(map(str, c.scales)) if c.scales else 'none'}"
         + (f" --init-from {c.init_from}" if c.init_from is not None else "")
@@ -259,9 +297,9 @@ def _loads(text: str) -> list[float] | None:
                            "comma-separated multipliers > 0")
 
 
-def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus, load_scales=None) -> None:
+def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus, load_scales=None,
+                 profiles=None) -> None:
     # gymnasium, numpy and the GPU simulator: loaded only for ddpg/inss training (fast CLI start)
-    from testbed.profiles import default_profiles
     from testbed.train.share import train_share
 
     out = out or Path("models") / f"{policy}.zip"
@@ -270,7 +308,7 @@ def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus, load_scales=N
         task = bar.add_task(f"training {policy}", total=steps)
         meta = train_share(
             policy,
-            default_profiles(),
+            profiles,
             train_tr,
             val_tr,
             paper.TABLE_5_1.ratios,
@@ -290,11 +328,14 @@ def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus, load_scales=N
 
 @app.command("tune")
 def tune_cmd(
-    service: str = typer.Argument(..., help="chatbot, imgcls or tts."),
+    service: str = typer.Argument(..., help="A registered service or one of --profiles."),
     trials: int = typer.Option(100, help="Finished trials the study should reach, every worker's "
                                "counted (the paper: 100)."),
     rule: str = typer.Option("v2", help="v1 or v2."),
     traces: Path = TracesOpt,
+    trace: Path = typer.Option(None, "--trace", help="A trace file of your own ('DURATION COUNT' "
+                               "lines) in place of --traces' validation day, val/day6.txt."),
+    profiles_path: Path = ProfilesOpt,
     seed: int = typer.Option(0, help="Seed for the sampler and the simulator."),
     storage: str | None = typer.Option(
         None, help="Where the study lives: a journal file's path (default: study.log in the run "
@@ -315,21 +356,29 @@ def tune_cmd(
     from testbed.scenario.rundir import new_run_dir
     from testbed.train.tune import tune
 
-    (svc,) = chosen_services(service)
+    known = known_profiles(profiles_path)
+    svc = _one_service(service, known)
     if trials < 1:
         raise checks.bad("--trials", f"must be >= 1, got {trials}")
-    trace = load_trace(traces / "val" / "day6.txt")
+    day = trace or traces / "val" / "day6.txt"
+    if not day.is_file():
+        raise ConfigError([ConfigProblem(str(day), None, "", "no such trace file" + (
+            "" if trace else ": pass --traces DIR (with val/day6.txt) or --trace FILE"))])
+    trace_ = load_trace(day)
     checks.writable_dir("--out", out)
     run_dir = new_run_dir(out, f"tune-{svc}")
     storage = storage or str(run_dir / "study.log")
     with progress_bar() as bar:
         task = bar.add_task(f"tuning {svc} rule {rule}", total=trials)
-        result = tune(svc, trace, rule=rule, trials=trials, seed=seed, storage=storage,
-                      study_name=study, progress=lambda n, _v: bar.update(task, completed=n))
+        result = tune(svc, trace_, rule=rule, trials=trials, seed=seed, storage=storage,
+                      study_name=study, progress=lambda n, _v: bar.update(task, completed=n),
+                      profile=known[svc])
     (run_dir / "tune.json").write_text(json.dumps(asdict(result), indent=1) + "\n")
-    table = Table(title=f"{svc} {result.rule}: {result.trials} trials on {trace.name} "
+    table = Table(title=f"{svc} {result.rule}: {result.trials} trials on {trace_.name} "
                         f"(study {result.study})")
-    for col in ("parameter", "tuned", "paper"):
+    # the thresholds it started from: the paper's (Tables 4.9/4.10) for its three on its day
+    start = "paper" if svc in paper.RULE_V2_THRESHOLDS and trace is None else "profile's rule:"
+    for col in ("parameter", "tuned", start):
         table.add_column(col, justify="right")
     for name, value in result.best_params.items():
         table.add_row(name, f"{value:.4g}", f"{result.paper_params.get(name, float('nan')):.4g}")

@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles import paper
+
+if TYPE_CHECKING:
+    from testbed.profiles import ServiceProfile
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class TrainConfig:
     hold_largest: bool = False
     like_testbed: float = 0.0
     resume: bool = False
+    profile: ServiceProfile | None = None  # the service's profile in use; None: the registry's
 
     def __post_init__(self) -> None:
         problem = self.problem()
@@ -98,6 +103,9 @@ class TrainConfig:
             (self.ent_coef < 0, "--ent-coef", "ent_coef", f"{self.ent_coef:g}: must be >= 0"),
             (self.resume and self.checkpoints is None, "--resume", "resume",
              "resuming continues from the checkpoints of a run: add --checkpoints DIR"),
+            (self.shared and self.service not in paper.TEST_SHIFT_HOURS, "--shared", "shared",
+             f"shared episodes run the paper's three services on the test day's shifts; "
+             f"{self.service} is not one of them"),
             (self.resume and self.hold_largest, "--resume", "resume",
              "a --hold-largest checkpoint is the fitted copy, not the model PPO goes on from"),
         )
@@ -113,8 +121,9 @@ class TrainConfig:
 
     @property
     def service_ratio(self) -> float:
-        """The request ratio the agent's own service trains at (`ratio`, or the paper's default)."""
-        return paper.DEFAULT_RATIOS[self.service] if self.ratio is None else self.ratio
+        """The request ratio the agent's own service trains at (`ratio`, or the default: the
+        paper's for its three services, 1 for another)."""
+        return paper.DEFAULT_RATIOS.get(self.service, 1.0) if self.ratio is None else self.ratio
 
     @property
     def train_scales(self) -> list[int] | None:

@@ -61,6 +61,7 @@ def train(
         config.service, train_traces, config.service_ratio, total_units=config.total_units,
         scales=config.train_scales, loads=config.loads, shared=config.shared,
         pool_reward=config.pool_reward, partners=partners, like_testbed=config.like_testbed,
+        profile=config.profile,
     )
     model = _new_model(env, config)
     if resume_from is not None:
@@ -169,7 +170,7 @@ def _release_idle(  # type: ignore[no-untyped-def]
     teach_env = ScalingEnv(
         config.service, train_traces, config.service_ratio, total_units=config.total_units,
         randomize_free_units=False, scales=config.scales, loads=config.loads, shared=config.shared,
-        partners=partners,
+        partners=partners, profile=config.profile,
     )
     return asdict(distill_release(model, teach_env, config.release_below, seed=config.seed))
 
@@ -188,7 +189,7 @@ class _HeldLargest:
             model,
             ScalingEnv(
                 config.service, train_traces, config.service_ratio * largest / config.total_units,
-                total_units=largest, randomize_free_units=False,
+                total_units=largest, randomize_free_units=False, profile=config.profile,
             ),
             seed=config.seed,
         )
@@ -196,6 +197,7 @@ class _HeldLargest:
             config.service, train_traces, config.service_ratio, total_units=config.total_units,
             randomize_free_units=False, scales=config.train_scales, loads=config.loads,
             shared=config.shared, partners=partners, like_testbed=config.like_testbed,
+            profile=config.profile,
         )
         self.fitted = _new_model(env, config)
 
@@ -250,7 +252,7 @@ class _Run:
         if self.checkpoints is not None:
             self.checkpoints.mkdir(parents=True, exist_ok=True)
         self.val_periods = episode_periods(
-            config.service, val_traces[0], config.service_ratio, config.total_units
+            config.service, val_traces[0], config.service_ratio, config.total_units, config.profile
         )
         self.episodes: list[tuple[int, float, int]] = []  # step at the end, reward, periods
         self.stale = 0  # validations since the best one
@@ -260,7 +262,7 @@ class _Run:
         return validation_reward(
             model, c.service, self.val_traces, c.service_ratio, c.total_units, c.val_episodes,
             c.scales, c.loads, c.shared, c.pool_reward or c.validate_pool, self.partners,
-            c.like_testbed > 0,
+            c.like_testbed > 0, profile=c.profile,
         )
 
     def candidate(self, model):  # type: ignore[no-untyped-def]

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.load.trace import Trace
-from testbed.profiles import paper
+from testbed.profiles import ServiceProfile, default_profiles, paper
 from testbed.scaler.policies import RuleV1, RuleV2
-from testbed.train.evaluate import evaluate
+from testbed.train.evaluate import default_ratio, evaluate
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,8 @@ class TuneResult:
     rule: str
     best_params: dict[str, float]
     best_reward: float
-    paper_params: dict[str, float]
-    paper_reward: float  # the paper's thresholds scored on the same trace
+    paper_params: dict[str, float]  # the profile's thresholds: Tables 4.9/4.10 for the paper's three
+    paper_reward: float  # those thresholds scored on the same trace
     trials: int  # finished trials in the study (every worker's)
     storage: str = ""
     study: str = ""
@@ -50,28 +50,33 @@ def tune(
     progress: Callable[[int, float], None] | None = None,
     storage: str | None = None,
     study_name: str | None = None,
+    profile: ServiceProfile | None = None,
 ) -> TuneResult:
     """Maximise the mean reward of rule `v1` or `v2` for `service` alone on `trace` (Section 4.4.4).
 
     `storage`: a database URL (`scheme://…`) or the path of a journal file; None keeps the study
-    in memory. `study_name` joins the study of that name when the storage has it."""
+    in memory. `study_name` joins the study of that name when the storage has it. `profile`: the
+    service's profile in use (default the registry's); its `rule:` thresholds are the start the
+    result compares with (the paper's Tables 4.9/4.10 for its three services)."""
     try:
         import optuna
     except ImportError:
         raise MissingRequirement("tuning needs optuna: pip install 'testbed[drl]'") from None
     if rule not in ("v1", "v2"):
         raise ConfigError([ConfigProblem("<tune>", None, "rule", f"unknown rule {rule!r}; use v1 or v2")])
-    cls, space, table = (
-        (RuleV1, paper.RULE_V1_SEARCH, paper.RULE_V1_THRESHOLDS)
+    profile = profile or default_profiles()[service]
+    cls, space, start = (
+        (RuleV1, paper.RULE_V1_SEARCH, profile.rule.v1())
         if rule == "v1"
-        else (RuleV2, paper.RULE_V2_SEARCH, paper.RULE_V2_THRESHOLDS)
+        else (RuleV2, paper.RULE_V2_SEARCH, profile.rule.v2())
     )
-    ratio = paper.DEFAULT_RATIOS[service] if ratio is None else ratio
+    ratio = default_ratio(service) if ratio is None else ratio
 
     def score(params: dict[str, float]) -> float:
         policy = cls(**params)
         return evaluate(
-            {service: policy}, {service: trace}, {service: ratio}, total_units=total_units, seed=seed
+            {service: policy}, {service: trace}, {service: ratio}, total_units=total_units, seed=seed,
+            profiles={service: profile},
         )[service].reward
 
     def objective(trial) -> float:
@@ -99,8 +104,8 @@ def tune(
         f"rule_{rule}",
         dict(study.best_params),
         float(study.best_value),
-        dict(table[service]),
-        score(dict(table[service])),
+        dict(start),
+        score(dict(start)),
         _finished(study),
         storage or "",
         name,

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from testbed.load.trace import Trace
+from testbed.profiles import ServiceProfile
 from testbed.scaler.policies import Policy
 from testbed.train.env import ScalingEnv
 
@@ -25,6 +26,7 @@ def validation_reward(
     pool_reward: bool = False,
     partners: Mapping[str, Policy] | None = None,
     like_testbed: bool = False,
+    profile: ServiceProfile | None = None,
 ) -> float:
     """Mean total episode reward of the deterministic agent (no free-unit randomisation).
 
@@ -35,7 +37,8 @@ def validation_reward(
     the agent's own reward counted (the pool's, the three services', with `pool_reward`), the
     other services deciding with `partners` where given (rule v2 otherwise). With `like_testbed`,
     one more setup: `total_units` at load 1 with the clients and balancer of the local testbed
-    (ScalingEnv's `like_testbed`), shared the same way."""
+    (ScalingEnv's `like_testbed`), shared the same way. `profile`: the service's profile in use
+    (default the registry's)."""
     if scales or loads or like_testbed:
         setups = [(total_units, load, False) for load in (loads or [1.0])]
         if like_testbed:
@@ -47,23 +50,26 @@ def validation_reward(
                 [
                     episodes_reward(
                         model, service, traces, ratio * load * u / total_units, u, episodes,
-                        shared and u == total_units, pool_reward, partners, testbed,
+                        shared and u == total_units, pool_reward, partners, testbed, profile=profile,
                     )
                     for u, load, testbed in setups
                 ]
             )
         )
     return episodes_reward(
-        model, service, traces, ratio, total_units, episodes, shared, pool_reward, partners, False
+        model, service, traces, ratio, total_units, episodes, shared, pool_reward, partners, False,
+        profile=profile,
     )
 
 
 def episodes_reward(
     model, service, traces, ratio, total_units, episodes, shared, pool_reward, partners, testbed,
+    profile: ServiceProfile | None = None,
 ) -> float:
     env = ScalingEnv(
         service, traces, ratio, total_units=total_units, randomize_free_units=False, shared=shared,
         pool_reward=pool_reward, partners=partners, like_testbed=1.0 if testbed else 0.0,
+        profile=profile,
     )
     totals = []
     for ep in range(episodes):
@@ -78,10 +84,12 @@ def episodes_reward(
     return float(np.mean(totals))
 
 
-def episode_periods(service: str, trace: Trace, ratio: float, total_units: int) -> int:
+def episode_periods(service: str, trace: Trace, ratio: float, total_units: int,
+                    profile: ServiceProfile | None = None) -> int:
     """The periods (agent steps) of one episode replaying `trace`: what a validation reward, a
     sum over an episode's periods, is divided by to read as the tables' per-period mean."""
-    env = ScalingEnv(service, [trace], ratio, total_units=total_units, randomize_free_units=False)
+    env = ScalingEnv(service, [trace], ratio, total_units=total_units, randomize_free_units=False,
+                     profile=profile)
     env.reset(seed=0)
     periods, done = 0, False
     while not done:

@@ -396,3 +396,51 @@ def test_sim_tables_on_the_test_day_with_a_fourth_service_registered(tmp_path, c
     rows = [json.loads(line) for line in captured.out.splitlines()]
     assert [r["service"] for r in rows] == ["chatbot", "imgcls", "tts"]
     assert all("paper" in r for r in rows) and "asr from" in captured.err
+
+
+def test_train_a_service_of_ones_own_on_trace_files_of_ones_own(tmp_path, capsys):
+    """Maskable PPO for asr (a profile file's) on the user's files: the model's meta records asr's
+    profile, ratio 1 and the files; the rerunnable command names them."""
+    pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
+    from testbed.scaler.ppo import read_meta
+
+    prof, trace = _asr(tmp_path)
+    out = tmp_path / "asr.zip"
+    rc = main(["train", "asr", "--profiles", prof, "--trace", trace, "--val-trace", trace,
+               "--steps", "64", "--scales", "none", "--out", str(out)])
+    assert rc == 0
+    meta = read_meta(out)
+    assert meta.service == "asr" and meta.ratio == 1.0 and meta.profile["slo_ms"] == 800
+    assert meta.train_traces == ["asr-day.txt"] and meta.val_traces == ["asr-day.txt"]
+    assert "--trace asr-day.txt --val-trace asr-day.txt" in meta.command
+    assert "on asr-day.txt" in capsys.readouterr().out
+
+
+def test_train_with_own_traces_needs_a_validation_trace(tmp_path, capsys):
+    prof, trace = _asr(tmp_path)
+    rc = main(["train", "asr", "--profiles", prof, "--trace", trace,
+               "--traces", str(tmp_path / "none"), "--steps", "64"])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert "none/val/day6.txt" in line and "--val-trace FILE" in line
+
+
+def test_train_shared_episodes_refuse_a_service_off_the_papers_three(tmp_path, capsys):
+    prof, trace = _asr(tmp_path)
+    rc = main(["train", "asr", "--profiles", prof, "--trace", trace, "--val-trace", trace,
+               "--shared", "--steps", "64"])
+    assert rc != 0
+    (line,) = _error_lines(capsys)
+    assert "--shared" in line and "asr is not one of them" in line
+
+
+def test_tune_a_service_of_ones_own_on_a_trace_of_ones_own(tmp_path, capsys):
+    pytest.importorskip("optuna")
+    prof, trace = _asr(tmp_path)
+    rc = main(["tune", "asr", "--profiles", prof, "--trace", trace, "--trials", "2",
+               "--out", str(tmp_path / "runs")])
+    assert rc == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "asr rule_v2: 2 trials on asr-day.txt" in out and "profile's rule:" in out
+    (result,) = (tmp_path / "runs").glob("*/tune.json")
+    assert json.loads(result.read_text())["paper_params"]["slo_high"] == 0.089  # the defaults
