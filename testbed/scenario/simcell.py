@@ -19,11 +19,10 @@ from typing import Any
 from testbed.load.trace import Trace, load_trace
 from testbed.profiles import default_profiles, load_profiles
 from testbed.scaler.fa2 import Pipeline
-from testbed.scaler.policies import make_policy
 from testbed.scenario.spec import Scenario, trace_dir
 from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS
 from testbed.sim.gpu import GpuSimCluster
-from testbed.train.evaluate import evaluate
+from testbed.train.evaluate import evaluate, scaler_policy
 
 
 def cell_traces(scn: Scenario, base_dir: Path) -> tuple[dict[str, Any], dict[str, float]]:
@@ -91,8 +90,9 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
     services = [s for s in scn.services if s.name in traces or s.name in later]
     profiles = {k: v for k, v in sim_profiles(scn, cluster_profiles, base_dir).items()
                 if k in traces or k in later}
-    policies = {s.name: make_policy(s.policy, s.name, total_units=scn.total_units, seed=seed,
-                                    model=str(base_dir / s.model) if s.model else None)
+    # rule v1/v2 take their thresholds from the profile in use (the scenario's file's `rule:`)
+    policies = {s.name: scaler_policy(s.policy, profiles[s.name], total_units=scn.total_units,
+                                      seed=seed, model=str(base_dir / s.model) if s.model else None)
                 for s in services}
     steps = max(1, int(scn.duration_s // scn.scaler_period_s))
     options = TESTBED_OPTIONS if like_testbed else DEFAULT_OPTIONS

@@ -31,3 +31,16 @@ def test_the_scenarios_slo_decides_the_violations_in_the_simulator(tmp_path):
     tight, loose = _violations(tmp_path, 50), _violations(tmp_path, 2500)
     assert loose == 0.0  # nothing waits 2.5 s at a third of one replica's rate
     assert tight > 0.9  # no request is served in 50 ms (60 ms at the least)
+
+
+def test_the_scenarios_rule_thresholds_drive_rule_v2_in_the_simulator(tmp_path):
+    def instances(rule: str) -> float:
+        (tmp_path / "profiles.yaml").write_text(f"services:\n  imgcls: {{rule: {rule}}}\n")
+        (tmp_path / "slo.yaml").write_text(
+            SCN.replace("policy: static}", "policy: rule_v2, replicas: 3}"))
+        scn = validate(Scenario, load_yaml_file(tmp_path / "slo.yaml"))
+        return run_sim_cell(scn, tmp_path, seed=0)["imgcls"]["instances"]
+
+    # three replicas for a light load: Table 4.10's thresholds release two, thresholds of 0 none
+    assert instances("{inst_util_low: 0.0, slo_low: 0.0}") == 3.0
+    assert instances("{inst_util_low: 0.38}") < 1.5
