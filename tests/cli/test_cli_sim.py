@@ -444,3 +444,24 @@ def test_tune_a_service_of_ones_own_on_a_trace_of_ones_own(tmp_path, capsys):
     assert "asr rule_v2: 2 trials on asr-day.txt" in out and "profile's rule:" in out
     (result,) = (tmp_path / "runs").glob("*/tune.json")
     assert json.loads(result.read_text())["paper_params"]["slo_high"] == 0.089  # the defaults
+
+
+def test_ddpg_trains_the_papers_three_with_a_fourth_service_registered(tmp_path, capsys):
+    """A registered asr (no gpu: curve) is not one of the allocator's services: ddpg trains the
+    paper's three, as before the service was added."""
+    pytest.importorskip("stable_baselines3", reason="ddpg needs the drl extra")
+    from testbed.profiles import ServiceProfile, register_service, unregister_service
+
+    for part in ("train/day1.txt", "val/day6.txt"):
+        (tmp_path / "traces" / part).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "traces" / part).write_text("1 30\n" * 3600)
+    register_service(ServiceProfile(name="asr", capacity=1, queue_limit=11, proc_time_ms=(150, 250),
+                                    startup_ms=5000, slo_ms=800))
+    try:
+        rc = main(["train", "--policy", "ddpg", "--traces", str(tmp_path / "traces"), "--steps", "20",
+                   "--out", str(tmp_path / "m" / "ddpg.zip")])
+    finally:
+        unregister_service("asr")
+    assert rc == 0, capsys.readouterr().err
+    manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    assert "asr" not in json.dumps(manifest) and "tts" in json.dumps(manifest)
