@@ -134,13 +134,13 @@ def test_glob_rules():
 
     assert match("**/scenarios/*.yaml", "/repo/scenarios/a.yaml")
     assert match("**/scenarios/*.yaml", "/repo/x/scenarios/a.yaml")
-    assert match("**/scenarios/*.yaml", "/tmp/scenarios/a.yaml")  # outside the rootdir
+    assert match("**/scenarios/*.yaml", "/elsewhere/scenarios/a.yaml")  # outside the rootdir
     assert not match("**/scenarios/*.yaml", "/repo/scenarios/profiles/a.yaml")
     assert match("my-exps/**/*.yaml", "/repo/my-exps/a.yaml")
     assert match("my-exps/**/*.yaml", "/repo/my-exps/b/c/d.yaml")
     assert not match("my-exps/*.yaml", "/repo/my-exps/b/d.yaml")
-    assert not match("my-exps/*.yaml", "/tmp/my-exps/a.yaml")  # relative: from the rootdir
-    assert match("/tmp/*/a.yaml", "/tmp/x/a.yaml")
+    assert not match("my-exps/*.yaml", "/elsewhere/my-exps/a.yaml")  # relative: from the rootdir
+    assert match("/elsewhere/*/a.yaml", "/elsewhere/x/a.yaml")
     assert match("exp/run-?.yaml", "/repo/exp/run-1.yaml")
     assert match("exp/run-[12].yaml", "/repo/exp/run-2.yaml")
     assert not match("exp/run-[!12].yaml", "/repo/exp/run-2.yaml")
