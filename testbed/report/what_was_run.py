@@ -22,7 +22,7 @@ from testbed.report.document import Section, TableData
 from testbed.scenario.matrix import expand
 from testbed.scenario.spec import Scenario
 
-PER_CELL = "per cell"
+PER_CELL = "per\u00a0cell"  # one word to a browser: a narrow column does not split it
 # a table of the section: (caption, column titles, its rows for one cell's scenario and testbed;
 # a row's first entry names it)
 Rows = Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], list[list[str]]]
@@ -34,6 +34,7 @@ def what_was_run(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> Secti
     profiles, note = _profiles(manifest, cells)
     resolved = _cells(manifest, cells)
     sim = scn.get("engine") == "sim"
+    models = any(x.get("model") for _, s, _ in resolved for x in s.get("services") or [])
     sec = Section("What was run")
     tables: list[tuple[str, list[str], Rows]] = [
         ("", ["engine", "resource units", "scaler period s", "seconds per cell"], _setup)]
@@ -51,10 +52,10 @@ def what_was_run(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> Secti
         ]
     tables += [
         ("Services: the scenario's replicas and policy, the profile's numbers (per replica)",
-         ["service", "policy", "model", "replicas", "units", "capacity", "queue limit",
-          "proc. time ms", "start-up ms", *(["rate limit"] if sim else []), "SLO ms",
-          "numbers from"],
-         lambda s, t, c: _services(s, profiles, sim)),
+         ["service", "policy", *(["model"] if models else []), "replicas", "units", "capacity",
+          "queue limit", "proc. time ms", "start-up s", *(["rate limit"] if sim else []),
+          "SLO ms", "numbers from"],
+         lambda s, t, c: _services(s, profiles, sim, models)),
         ("Clients", ["client", "load", "ratio", "shift h", "start s"], _clients),
     ]
     if scn.get("cross_traffic") and not sim:
@@ -66,6 +67,11 @@ def what_was_run(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> Secti
             table.caption = caption
             sec.tables.append(table)
             varying += changed
+    if sim:
+        sec.paragraphs.append("On the simulator a replica's start-up is drawn in whole seconds "
+                              "from its range, and a replica admits at most its rate limit's "
+                              "requests per window (the published simulator's choices; the "
+                              "testbed's replicas have neither).")
     if note:
         sec.paragraphs.append(note)
     if varying:
@@ -191,7 +197,7 @@ def _link(scn: dict[str, Any], tb: dict[str, Any], _: dict[str, Any]) -> list[li
 
 
 def _slices(scn: dict[str, Any], tb: dict[str, Any], _: dict[str, Any]) -> list[list[str]]:
-    return [[s["name"], f"{s['sst']}/{s['sd']}" if s.get("sd") else str(s["sst"]),
+    return [[s["name"], f"{s['sst']}/{s['sd']}" if s.get("sd") else f"{s['sst']} (no SD)",
              str(s.get("dnn", "")), str(s.get("subnet", "")), _n(s.get("guaranteed_mbit")),
              _n(s["ceiling_mbit"]) if s.get("ceiling_mbit") else "none: the link's rate"]
             for s in tb.get("slices") or []]
@@ -201,22 +207,28 @@ def _ue_groups(scn: dict[str, Any], tb: dict[str, Any], _: dict[str, Any]) -> li
     return [[g["name"], str(g.get("slice")), str(g.get("count"))] for g in tb.get("ue_groups") or []]
 
 
-def _services(scn: dict[str, Any], profiles: dict[str, dict[str, Any]], sim: bool
-              ) -> list[list[str]]:
+def _services(scn: dict[str, Any], profiles: dict[str, dict[str, Any]], sim: bool,
+              models: bool) -> list[list[str]]:
     out = []
     for s in scn.get("services") or []:
         p = profiles.get(s["name"], {})
         lo, hi = p.get("proc_time_ms") or (None, None)
-        start = _n(p.get("startup_ms"))
-        if sim and (p.get("startup_max_ms") or 0) > (p.get("startup_ms") or 0):
-            start = f"{start}–{_n(p['startup_max_ms'])}"
-        limit = (f"{p['rate_limit'][0]} per {_n(p['rate_limit'][1])} s" if p.get("rate_limit")
+        first, last = p.get("startup_ms"), p.get("startup_max_ms")
+        start = _n(_s(first))
+        if sim and last is not None and first is not None and last > first:
+            start = f"{start}–{_n(_s(last))}"  # the simulator draws whole seconds in between
+        limit = (f"{p['rate_limit'][0]} / {_n(p['rate_limit'][1])} s" if p.get("rate_limit")
                  else "none")
-        out.append([s["name"], str(s.get("policy")), Path(s["model"]).name if s.get("model")
-                    else "–", str(s.get("replicas")), _n(p.get("units")), _n(p.get("capacity")),
-                    _n(p.get("queue_limit")), f"{_n(lo)}–{_n(hi)}", start,
-                    *([limit] if sim else []), _n(p.get("slo_ms")), _origin(s["name"], p, scn)])
+        model = [Path(s["model"]).name if s.get("model") else "–"] if models else []
+        out.append([s["name"], str(s.get("policy")), *model, str(s.get("replicas")),
+                    _n(p.get("units")), _n(p.get("capacity")), _n(p.get("queue_limit")),
+                    f"{_n(lo)}–{_n(hi)}", start, *([limit] if sim else []), _n(p.get("slo_ms")),
+                    _origin(s["name"], p, scn)])
     return out
+
+
+def _s(ms: float | None) -> float | None:
+    return None if ms is None else round(ms / 1000, 3)
 
 
 def _origin(name: str, profile: dict[str, Any], scn: dict[str, Any]) -> str:

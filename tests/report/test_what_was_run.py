@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from testbed.report import write_report
+from testbed.report.what_was_run import PER_CELL
 from testbed.scenario.load import load_scenario
 from testbed.scenario.matrix import expand
 from testbed.scenario.rundir import CellDir, write_manifest
@@ -76,7 +77,7 @@ def test_section_lists_the_slices_with_their_snssai_guarantees_and_subnets(testb
     section = _section(md)
     assert _row(section, "ai")[:6] == ["ai", "1/000001", "internet", "10.45.0.0/24", "20", "30"]
     # no ceiling: the slice may take the link's rate (HTB's ceil is the link's)
-    assert _row(section, "be") == ["be", "2", "internet", "10.46.0.0/24", "0",
+    assert _row(section, "be") == ["be", "2 (no SD)", "internet", "10.46.0.0/24", "0",
                                    "none: the link's rate"]
 
 
@@ -88,7 +89,7 @@ def test_section_lists_the_ue_groups_and_the_link_per_cell(testbed_run):
     # the matrix changes the link's capacity and slicing: the link table says so, and each cell
     # has its own values (uplink 40 stays: its own cap is below both capacities)
     link = _row(section, "bottleneck")
-    assert link[1] == "per cell" and link[2] == "40" and link[4] == "per cell"
+    assert link[1] == PER_CELL and link[2] == "40" and link[4] == PER_CELL
     assert _row(section, "cell") == ["cell", "capacity Mbit/s", "downlink Mbit/s", "slicing"]
     assert _row(section, "slicing=on, capacity_mbit=50") == ["slicing=on, capacity_mbit=50", "50",
                                                              "50", "on"]
