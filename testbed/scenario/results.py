@@ -81,7 +81,9 @@ def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
     info = json.loads((cell_dir / "cell.json").read_text())
     # a `service` matrix key picks the service: it names rows' services, it is not a row label
     params = {k: v for k, v in info["params"].items() if k not in ("service", "slice")}
-    base = {**params, "cell": info["slug"], "rep": info["rep"], "status": info.get("status")}
+    # matrix_params: which of the row's keys are the cell's parameters (the rest are figures)
+    base = {**params, "cell": info["slug"], "rep": info["rep"], "status": info.get("status"),
+            "matrix_params": list(params)}
     if info.get("engine") == "sim":
         return sim_rows(cell_dir, info, base)
     time_scale = info.get("time_scale", 1.0)

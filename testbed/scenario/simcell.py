@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.load.trace import Trace, load_trace
-from testbed.profiles import default_profiles
+from testbed.profiles import load_profiles
 from testbed.scaler.fa2 import Pipeline
 from testbed.scaler.policies import make_policy
 from testbed.scenario.spec import Scenario, trace_dir
@@ -45,11 +45,14 @@ def cell_traces(scn: Scenario, base_dir: Path) -> tuple[dict[str, Any], dict[str
     return traces, ratios
 
 
-def sim_profiles(scn: Scenario, cluster_profiles: dict[str, Any] | None) -> dict[str, Any]:
-    """The simulator's profiles: the packaged ones (Table 4.4), or — for the sim-to-testbed check —
+def sim_profiles(scn: Scenario, cluster_profiles: dict[str, Any] | None,
+                 base_dir: Path | None = None) -> dict[str, Any]:
+    """The simulator's profiles: the packaged ones (Table 4.4) with the scenario's
+    `service_profiles:` file (under `base_dir`) over them, or — for the sim-to-testbed check —
     exactly the profiles the testbed's replicas ran with; each starts with the scenario's replicas."""
 
-    profiles = cluster_profiles or default_profiles()
+    own = base_dir / scn.service_profiles if scn.service_profiles and base_dir is not None else None
+    profiles = cluster_profiles or load_profiles(own)
     out = {}
     for s in scn.services:
         p = profiles[s.name]
@@ -76,7 +79,7 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
     routed = bool(scn.pipelines) and not like_testbed
     later = {name for p in scn.pipelines for name in p.services[1:]} if routed else set()
     services = [s for s in scn.services if s.name in traces or s.name in later]
-    profiles = {k: v for k, v in sim_profiles(scn, cluster_profiles).items()
+    profiles = {k: v for k, v in sim_profiles(scn, cluster_profiles, base_dir).items()
                 if k in traces or k in later}
     policies = {s.name: make_policy(s.policy, s.name, total_units=scn.total_units, seed=seed,
                                     model=str(base_dir / s.model) if s.model else None)
