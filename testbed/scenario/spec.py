@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from testbed.config import LinkSpec, SliceSpec, TestbedSpec, UEGroupSpec, check_testbed, load_testbed
 from testbed.config.testbed_spec import Name
 from testbed.errors import ConfigError
 from testbed.profiles import load_profiles
+from testbed.profiles.registry import known_services
 from testbed.scaler.factory import SHARE_POLICIES
 from testbed.scaler.share import default_model, read_share_meta
 
 POLICIES = ("static", "rule_v1", "rule_v2", "hpa", "random", "ppo")
+# a service's name as profile files key it (checked against the registry and the scenario's file)
+ServiceName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
 
 
 class Strict(BaseModel):
@@ -37,7 +40,7 @@ MODEL_POLICIES = ("inss", "ddpg")
 class ServiceSpec(Strict):
     """One AI service: its initial replicas and how it is scaled."""
 
-    name: Literal["chatbot", "imgcls", "tts"]
+    name: ServiceName  # a registered service, or one of the scenario's `service_profiles:` file
     replicas: int = Field(1, ge=1, le=64)
     policy: Literal["static", "rule_v1", "rule_v2", "hpa", "random", "ppo", "fa2", "gslice", "inss",
                     "ddpg"] = "static"
@@ -53,7 +56,7 @@ class ServiceSpec(Strict):
 class ClientSpec(Strict):
     """A load client in a UE group: a trace replay or a constant rate, for one service."""
 
-    service: Literal["chatbot", "imgcls", "tts"]
+    service: ServiceName
     ue_group: str | None = None  # required on the testbed engine
     trace: str | None = None  # `DURATION COUNT` lines; relative to the scenario's traces dir
     ratio: float = Field(1.0, gt=0)
@@ -76,7 +79,7 @@ class PipelineSpec(Strict):
     """A chain of services one request passes through under one end-to-end SLA (fa2 plans it
     with FA2's Algorithm 1 instead of service by service)."""
 
-    services: list[Literal["chatbot", "imgcls", "tts"]] = Field(min_length=1)
+    services: list[ServiceName] = Field(min_length=1)
     sla_ms: float = Field(gt=0)
 
 
@@ -182,12 +185,19 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
         if scn.total_units % 4:
             problems.append((("total_units",), "a routed pipeline runs on the GPU simulator: "
                                                "total_units must be whole GPUs (a multiple of 4)"))
+    profiles = None
     if scn.service_profiles:
         if not (base_dir / scn.service_profiles).is_file():
             problems.append((("service_profiles",),
                              f"profile file {scn.service_profiles!r} not found"))
         else:
-            load_profiles(base_dir / scn.service_profiles)  # its own errors name its lines
+            profiles = load_profiles(base_dir / scn.service_profiles)  # its own errors name its lines
+    if profiles is not None or not scn.service_profiles:
+        known = profiles if profiles is not None else load_profiles()
+        for i, s in enumerate(scn.services):
+            if s.name not in known:
+                problems.append((("services", i, "name"), f"unknown service {s.name!r}: "
+                                 f"{known_services(known, scn.service_profiles)}"))
     problems += _check_warmup(scn)
     groups = {g.name for g in testbed.ue_groups}
     slices = {s.name for s in testbed.slices}
