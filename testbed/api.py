@@ -6,7 +6,7 @@ add services and policies of one's own; the `testbed` command is a layer over th
     result = testbed.run_scenario(scenario, out="runs")
     result.verdict, result.rows[0]["slo_violation_rate"]
     result.to_csv("rows.csv")
-    testbed.evaluate("rule_v2", "imgcls", "traces/test/day7-shift8h.txt", ratio=0.4)
+    testbed.evaluate("rule_v2", "my-service", "my-trace.txt", profiles="my-services.yaml")
 """
 
 from __future__ import annotations
