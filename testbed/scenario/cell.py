@@ -288,16 +288,18 @@ def load_job(scn: Scenario, client: ClientSpec, index: int, rep: int, base_dir: 
     seed = scn.seed + 1000 * rep + index
     # errors are the service's, judged by the expectations: the client never fails on them
     fresh = client.connections == "per-request"
+    profiles = (base_dir / scn.service_profiles).resolve() if scn.service_profiles else None
     if client.trace:
         return LoadJob(service=client.service, timeout_s=4.0 / ts, seed=seed, max_error_rate=1.0,
-                       new_connections=fresh, trace=trace_dir(scn, base_dir) / client.trace,
-                       ratio=client.ratio,
+                       new_connections=fresh, profiles=profiles,
+                       trace=trace_dir(scn, base_dir) / client.trace, ratio=client.ratio,
                        shift_hours=client.shift_hours,
                        start_s=client.start_s - warm,  # the warm-up replays the trace before the window
                        duration_s=seconds, speedup=ts)
     assert client.rate is not None  # a client has a trace or a rate (checked at load)
     return LoadJob(service=client.service, timeout_s=4.0 / ts, seed=seed, max_error_rate=1.0,
-                   new_connections=fresh, rate=client.rate * ts, duration_s=seconds / ts)
+                   new_connections=fresh, profiles=profiles, rate=client.rate * ts,
+                   duration_s=seconds / ts)
 
 
 def after_warmup(scn: Scenario, samples: list[dict[str, Any]]) -> Scenario:
