@@ -40,7 +40,9 @@ matrix:
   services.imgcls.replicas: [1, 2]
   clients.0.rate: [5, 20]
   policy: [rule_v2]
-"""
+expect:
+""" + ("  - mean_replicas[service=imgcls, clients.0.rate=20, services.imgcls.replicas=1]"
+       " > mean_replicas[service=imgcls, clients.0.rate=5, services.imgcls.replicas=1]\n")
 KEYS = ("services.imgcls.replicas", "clients.0.rate", "policy")
 WALL_CLOCK = ("steps_per_second",)  # the simulator's speed on this run, not a result
 
@@ -57,6 +59,8 @@ def sweep(tmp_path: Path, text: str = SWEEP, **options: Any) -> tuple[list[dict]
     assert not result.interrupted
     saved = json.loads((result.run_dir / "results.json").read_text())["rows"]
     assert saved == json.loads(json.dumps(result.rows, default=str))
+    # `expect:` selects on the dotted keys (four times the load needs more replicas)
+    assert [o.verdict for o in result.outcomes] == ["PASS"], result.outcomes
     return [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in result.rows], out.getvalue()
 
 
@@ -70,8 +74,8 @@ def test_rows_record_the_values_they_ran_with(tmp_path: Path):
     by_cell = {(r["services.imgcls.replicas"], r["clients.0.rate"]): r for r in rows
                if r["service"] == "imgcls" and r["rep"] == 0}
     assert set(by_cell) == {(1, 5), (1, 20), (2, 5), (2, 20)}
-    # the values reached the simulator: four times the load needs more replicas
-    assert by_cell[(1, 20)]["mean_replicas"] > by_cell[(1, 5)]["mean_replicas"]
+    # the values reached the simulator: replicas start where the key says
+    assert by_cell[(2, 5)]["mean_replicas"] > by_cell[(1, 5)]["mean_replicas"]
 
 
 def test_jobs_2_gives_the_rows_of_jobs_1(tmp_path: Path):
