@@ -4,6 +4,7 @@ refuses parallel cells in one line."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import pytest
 from rich.console import Console
 
 from testbed.errors import MissingRequirement, TestbedError
+from testbed.report.export import export
 from testbed.scenario.load import load_scenario
 from testbed.scenario.runner import RunOptions, run_scenario
 from testbed.scenario.sweep import check_options, cores, workers
@@ -48,7 +50,8 @@ WALL_CLOCK = ("steps_per_second",)  # the simulator's speed on this run, not a r
 
 
 def sweep(tmp_path: Path, text: str = SWEEP, **options: Any) -> tuple[list[dict], str]:
-    """Rows of a run of `text` (without wall-clock fields) and what it printed."""
+    """Rows of a run of `text` (without wall-clock fields) and what it printed; its run directory
+    is tmp_path/runs/*."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "sweep.yaml"
     path.write_text(text)
@@ -66,6 +69,11 @@ def sweep(tmp_path: Path, text: str = SWEEP, **options: Any) -> tuple[list[dict]
 
 def test_rows_record_the_values_they_ran_with(tmp_path: Path):
     rows, _ = sweep(tmp_path)
+    run_dir = next((tmp_path / "runs").iterdir())
+    out = StringIO()
+    export(run_dir, out, "csv")
+    table = list(csv.DictReader(StringIO(out.getvalue())))
+    assert [{k: r[k] for k in KEYS} for r in table] == [{k: str(r[k]) for k in KEYS} for r in rows]
     assert len(rows) == 4 * 2 * 2  # cells x repetitions x services
     for r in rows:
         assert all(k in r for k in KEYS), r
