@@ -92,6 +92,13 @@ def run(
         "(the load balancer) or prometheus (a Prometheus server of the run's own, queried as "
         "the lab's; each cell then prints both sources side by side). Default: the scenario's "
         "`metrics:`, else in-process.")] = None,
+    jobs: Annotated[int, typer.Option(
+        "--jobs", metavar="N", help="engine: sim: run N cells at once on this machine's cores "
+        "(0: every core; results as with 1). The testbed engine runs one cell at a time.")] = 1,
+    dask: Annotated[str | None, typer.Option(
+        "--dask", metavar="tcp://HOST:PORT", help="engine: sim: run the cells on the workers of "
+        "this Dask scheduler (pip install \"dask[distributed]\"); the workers need the "
+        "scenario's traces and models at the same paths.")] = None,
 ) -> None:
     """Run a scenario end to end into a run directory and write its report; exits 1 when an
     `expect:` check FAILs or reads a cell that lost requests or got none (UNDECIDED); a check
@@ -99,6 +106,7 @@ def run(
 
     Example: [bold]testbed run scenarios/smoke.yaml[/]   or   [bold]testbed run --from runs/X/manifest.json[/]
     Lab: [bold]testbed run --profile lab -i inventory.yml scenarios/slicing.yaml [--check][/]
+    Parallel (engine: sim): [bold]testbed run scenarios/sim-tables.yaml --jobs 0[/]   or   [bold]--dask tcp://HOST:8786[/]
     """
     # the scenario layer (numpy, pydantic): loaded only for `run`
     from testbed.scenario.runner import RunOptions, run_scenario
@@ -116,7 +124,7 @@ def run(
     result = run_scenario(loaded, RunOptions(out_root=out, profile=profile, time_scale=time_scale,
                                              duration_s=duration, repetitions=repetitions,
                                              metrics=metrics, progress=not no_progress and not check,
-                                             console=console, lab=lab))
+                                             console=console, lab=lab, jobs=jobs, dask=dask))
     if check:
         _print_check_run(result)
     else:

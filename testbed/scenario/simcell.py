@@ -12,7 +12,9 @@ a client for it). The chains' figures go to `chains` (see `GpuSimCluster.chain_r
 
 from __future__ import annotations
 
+import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,8 @@ from testbed.load.trace import Trace, load_trace
 from testbed.profiles import load_profiles
 from testbed.scaler.fa2 import Pipeline
 from testbed.scaler.policies import make_policy
+from testbed.scenario.matrix import Cell
+from testbed.scenario.rundir import CellDir
 from testbed.scenario.spec import Scenario, trace_dir
 from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS
 from testbed.sim.gpu import GpuSimCluster
@@ -104,3 +108,35 @@ def _routed_cluster(scn: Scenario, profiles: dict[str, Any], traces: dict[str, A
         interference=scn.interference, source=f"scenario {scn.name}",
         chains=[Pipeline(tuple(p.services), p.sla_ms) for p in scn.pipelines],
     )
+
+
+def simulate_cell(cell: Cell, rep: int, base_dir: Path) -> dict[str, Any]:
+    """One repetition of one `engine: sim` cell, as the files it leaves in its cell directory
+    (file name -> JSON value: `sim.json`, `chains.json` when chains are routed, `cell.json`).
+
+    cell: the matrix cell; rep: the repetition (seed = the scenario's seed + rep); base_dir: where
+    the scenario's relative traces and models live. Writes nothing, so it runs in any process or
+    on any machine with those files at the same paths (`testbed.scenario.sweep`)."""
+
+    scn = cell.scenario
+    info = {"slug": cell.slug, "label": cell.label, "params": cell.params, "rep": rep,
+            "engine": "sim", "services": [s.name for s in scn.services],
+            "total_units": scn.total_units, "duration_s": scn.duration_s,
+            "ratios": {c.service: c.ratio for c in scn.clients},
+            "policies": {s.name: s.policy for s in scn.services}, "started": time.time()}
+    chains: list[dict] = []
+    files: dict[str, Any] = {"sim.json": run_sim_cell(scn, base_dir, seed=scn.seed + rep,
+                                                      chains=chains)}
+    if chains:
+        files["chains.json"] = chains
+    info.update(status="ok", ended=time.time(), problems=[])
+    files["cell.json"] = info
+    return files
+
+
+def write_cell_files(celldir: CellDir, files: dict[str, Any]) -> None:
+    """The files of `simulate_cell` into celldir, `cell.json` last: a cell directory with a
+    `cell.json` is a finished one (`testbed.scenario.results.run_rows`)."""
+
+    for name in sorted(files, key=lambda n: n == "cell.json"):
+        (celldir.path / name).write_text(json.dumps(files[name], indent=1))
