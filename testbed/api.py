@@ -21,7 +21,7 @@ from testbed.config.yamlfile import LocatedYaml
 from testbed.profiles import ServiceProfile, default_profiles, load_profiles, profile_for
 from testbed.profiles.registry import register_service
 from testbed.report.export import request_rows, write_csv, write_jsonl
-from testbed.scaler.factory import register_policy
+from testbed.scaler.registry import make_policy, register_policy
 from testbed.scenario.expect import FAIL, PASS, UNDECIDED, Outcome
 from testbed.scenario.load import LoadedScenario, scenario_from_yaml
 from testbed.scenario.load import load_scenario as _load_file
@@ -131,7 +131,6 @@ def evaluate(policy: Any, service: str | ServiceProfile, trace: Any, *, ratio: f
         processing time, reward, steps per second).
     """
     from testbed.load.trace import Trace, load_trace
-    from testbed.scaler.factory import resolve_policy
     from testbed.train.evaluate import evaluate as simulate
 
     known = load_profiles(profiles)
@@ -140,8 +139,7 @@ def evaluate(policy: Any, service: str | ServiceProfile, trace: Any, *, ratio: f
         service = service.name
     profile_for(known, service, "evaluate()")
     if not hasattr(policy, "act"):
-        policy = resolve_policy(str(policy), service, total_units=total_units, seed=seed,
-                                profiles=known)
+        policy = make_policy(str(policy), service, total_units=total_units, seed=seed, profiles=known)
     trace = trace if isinstance(trace, Trace) else load_trace(trace)
     results = simulate({service: policy}, {service: trace}, {service: ratio}, total_units=total_units,
                        seed=seed, profiles=known, max_steps=max_steps)
