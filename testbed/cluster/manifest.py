@@ -205,6 +205,7 @@ def deploy_image_uses(profiles: Iterable[ServiceProfile], where: Mapping[str, Or
         owner = f"Deployment/{name}"
         uses.append(ImageUse(Path(origin.file), origin.line, f"services.{name}.deploy.image", owner,
                              profile.deploy.image, pull_policy(profile.deploy.image), None))
-        uses.append(ImageUse(Path(__file__), None, "METER_IMAGE", owner, METER_IMAGE,
+    if profiles:  # the same busy meter in every pod
+        uses.append(ImageUse(Path(__file__), None, "METER_IMAGE", "every Deployment", METER_IMAGE,
                              pull_policy(METER_IMAGE), None))
     return uses
