@@ -129,7 +129,7 @@ def series_checks(svc: PromService) -> list[tuple[str, str]]:
     return [(f"envoy_cluster_upstream_rq_active{{{pod}}}",
              "are its pods running with the Istio sidecar, and scraped?"),
             (f"testbed_replica_busy_seconds_total{{{pod}}}",
-             "is the busy meter running in its pods (workloads/*/k8s.yaml), and scraped?")]
+             "is the busy meter running in its pods (testbed/cluster/manifest.py), and scraped?")]
 
 
 def parse_response(body: bytes | str, query: str = "") -> float | None:

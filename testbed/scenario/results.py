@@ -76,6 +76,13 @@ def read_records(cell_dir: Path, warmup: dict[str, int] | None = None
     return records
 
 
+def _slo_ms(info: dict[str, Any], service: str) -> float:
+    """The cell's SLO of `service` (its scenario's profiles), else the registry's: a service of
+    the scenario's own profile file is only in the former."""
+    slo = info.get("slo_ms", {}).get(service)
+    return float(slo) if slo is not None else SLO_MS[service]
+
+
 def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
     """Rows for one repetition of one cell, from its files."""
     info = json.loads((cell_dir / "cell.json").read_text())
@@ -101,7 +108,7 @@ def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
     for service in info.get("services", sorted(every)):
         row = {**base, **service_row(records.get(service, []), service, time_scale=time_scale,
                                      duration_s=duration_s,
-                                     slo_ms=info.get("slo_ms", {}).get(service, SLO_MS[service]))}
+                                     slo_ms=_slo_ms(info, service))}
         row["warmup_requests"] = len(every.get(service, [])) - row["requests"]
         row["planned_requests"] = planned.get(service)
         row["lost_requests"] = lost_requests(every.get(service, []), planned.get(service))
