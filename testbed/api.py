@@ -130,6 +130,7 @@ def evaluate(policy: Any, service: str | ServiceProfile, trace: Any, *, ratio: f
         The service's `testbed.train.evaluate.ServiceResult` (SLO violation rate, instances,
         processing time, reward, steps per second).
     """
+    # the simulator (numpy, and numba where installed): only when a policy is evaluated
     from testbed.load.trace import Trace, load_trace
     from testbed.train.evaluate import evaluate as simulate
 
