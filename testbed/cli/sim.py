@@ -41,7 +41,9 @@ app.add_typer(sim_app, name="sim")
 
 @sim_app.command("eval")
 def sim_eval(
-    policy: str = typer.Option("rule_v2", help="rule_v1, rule_v2, static, hpa, random or ppo."),
+    policy: str = typer.Option(
+        "rule_v2", help="A registered policy (rule_v1, rule_v2, static, hpa, random, ppo, or an "
+        "installed one) or module:Class, a class of your own importable from here."),
     service: str = typer.Option("all", help="Service(s), comma-separated, or all (they share the units)."),
     ratio: float = typer.Option(None, help="Request ratio for every chosen service (default: the paper's)."),
     load: float = typer.Option(1.0, help="Multiply the paper's ratios (2 = Table 5.2's load)."),
@@ -67,7 +69,7 @@ def sim_eval(
     """
     # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
     from testbed.load.trace import load_trace
-    from testbed.scaler.policies import make_policy
+    from testbed.scaler.registry import make_policy, resolve
     from testbed.train.evaluate import evaluate
     from testbed.train.oracle import shared_pool_oracles
 
@@ -80,11 +82,13 @@ def sim_eval(
     tr = {s: load_trace(trace) for s in chosen} if trace else test_traces(traces, chosen)
     ratios = {s: ratio if ratio is not None else paper.DEFAULT_RATIOS[s] * load for s in chosen}
     _bound_requests(tr, ratios)
-    if policy == "ppo":
+    entry = resolve(policy, source="--policy", base_dir=Path.cwd())
+    if entry.needs_model and entry.build is not None:  # a trained agent per service: models/SERVICE.zip
         policies = drl_policies(Path(model) if model else MODELS_DIR, chosen)
     else:
         policies = {
-            s: make_policy(policy, s, total_units=units, seed=seed, model=model_for(model, s))
+            s: make_policy(policy, s, total_units=units, seed=seed, model=model_for(model, s),
+                           profiles=profiles, base_dir=Path.cwd())
             for s in chosen
         }
     results = evaluate(policies, tr, ratios, total_units=units, seed=seed, profiles=profiles)
@@ -178,7 +182,7 @@ def sim_tables(
     services = list(paper.SERVICES)
     tr = test_traces(traces, services)
     profiles = sim_profiles(rate_limit, services)
-    runs: dict[str, dict] = {"rule_v2": {s: RuleV2.for_service(s) for s in services}}
+    runs: dict[str, dict] = {"rule_v2": {s: RuleV2.for_service(s, profiles) for s in services}}
     if drl:
         runs = {"drl": drl_policies(models, services), **runs}
     verdicts = [
@@ -298,8 +302,9 @@ def _print_table_verdict(key: str, judged: list[Cell], bounds: dict[str, OracleR
 @sim_app.command("compare")
 def sim_compare(
     policies: str = typer.Option(
-        "all", help="Comma-separated: rule_v1, rule_v2, static, hpa, ppo, fa2, inss, ddpg, or all "
-        "(all: ppo only when --models holds chatbot.zip, imgcls.zip and tts.zip)."
+        "all", help="Comma-separated registered policies (rule_v1, rule_v2, static, hpa, ppo, fa2, "
+        "gslice, inss, ddpg, an installed one) or module:Class references, or all: the paper's "
+        "comparison (ppo only when --models holds chatbot.zip, imgcls.zip and tts.zip)."
     ),
     load: list[str] = typer.Option(["5.1", "5.3"], "--table", "--load",
                                    help="Table whose load and units to use (repeatable); --load "

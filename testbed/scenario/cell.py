@@ -229,7 +229,7 @@ class CellRunner:
              for s in scn.services], profiles,
             total_units=scn.total_units, seed=scn.seed + self.rep,
             pipelines=[Pipeline(tuple(p.services), p.sla_ms) for p in scn.pipelines],
-            profile_source=source)
+            profile_source=source, base_dir=self.base_dir)
         for kind, path in built.models.items():
             self.info.setdefault("models", {})[kind] = path
         return built.policies

@@ -21,7 +21,7 @@ from typing import Any
 from testbed.load.trace import Trace, load_trace
 from testbed.profiles import load_profiles
 from testbed.scaler.fa2 import Pipeline
-from testbed.scaler.policies import make_policy
+from testbed.scaler.registry import make_policy
 from testbed.scenario.matrix import Cell
 from testbed.scenario.rundir import CellDir
 from testbed.scenario.spec import Scenario, trace_dir
@@ -86,7 +86,8 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
     profiles = {k: v for k, v in sim_profiles(scn, cluster_profiles, base_dir).items()
                 if k in traces or k in later}
     policies = {s.name: make_policy(s.policy, s.name, total_units=scn.total_units, seed=seed,
-                                    model=str(base_dir / s.model) if s.model else None)
+                                    model=str(base_dir / s.model) if s.model else None,
+                                    profiles=profiles, base_dir=base_dir)
                 for s in services}
     steps = max(1, int(scn.duration_s // scn.scaler_period_s))
     options = TESTBED_OPTIONS if like_testbed else DEFAULT_OPTIONS

@@ -5,17 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from testbed.config import LinkSpec, SliceSpec, TestbedSpec, UEGroupSpec, check_testbed, load_testbed
 from testbed.config.testbed_spec import Name
 from testbed.errors import ConfigError
+from testbed.plugins import is_ref
 from testbed.profiles import load_profiles
 from testbed.profiles.registry import known_services
-from testbed.scaler.factory import SHARE_POLICIES
-from testbed.scaler.share import default_model, read_share_meta
+from testbed.scaler import registry
+from testbed.scaler.share import read_share_meta
 
-POLICIES = ("static", "rule_v1", "rule_v2", "hpa", "random", "ppo")
 # a service's name as profile files key it (checked against the registry and the scenario's file)
 ServiceName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
 
@@ -32,9 +32,6 @@ class InlineTestbed(Strict):
     ue_groups: list[UEGroupSpec] = Field(min_length=1)
 
 
-# target policies: replicas, MPS share and batch size; inss and ddpg are trained actors that
-# plan every service they were trained for together (models/inss.zip, models/ddpg.zip by default)
-MODEL_POLICIES = ("inss", "ddpg")
 
 
 class ServiceSpec(Strict):
@@ -42,14 +39,23 @@ class ServiceSpec(Strict):
 
     name: ServiceName  # a registered service, or one of the scenario's `service_profiles:` file
     replicas: int = Field(1, ge=1, le=64)
-    policy: Literal["static", "rule_v1", "rule_v2", "hpa", "random", "ppo", "fa2", "gslice", "inss",
-                    "ddpg"] = "static"
+    # a registered policy (testbed.scaler.registry) or module:Class, imported from the scenario's
+    # folder when the scenario loads (check_policies)
+    policy: str = "static"
     model: str | None = None  # ppo: a trained PPO model file; inss/ddpg: default models/POLICY.zip
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if not registry.known(value):
+            raise ValueError(registry.unknown_message(value))
+        return value
 
     @model_validator(mode="after")
     def _model_for_ppo(self) -> ServiceSpec:
-        if self.policy == "ppo" and not self.model:
-            raise ValueError("policy 'ppo' needs `model:` (a file made by `testbed train`)")
+        entry = None if is_ref(self.policy) else registry.resolve(self.policy)
+        if entry is not None and entry.needs_model and entry.build is not None and not self.model:
+            raise ValueError(f"policy {self.policy!r} needs `model:` (a file made by `testbed train`)")
         return self
 
 
@@ -152,7 +158,7 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
         if s.model and s.model not in models and not (base_dir / s.model).is_file():
             models.add(s.model)  # named once, where it first appears
             problems.append((("services", i, "model"), f"model file {s.model!r} not found"))
-        if s.policy in SHARE_POLICIES and (scn.engine == "sim" or scn.compare_sim):
+        if _sets_shares(s.policy) and (scn.engine == "sim" or scn.compare_sim):
             problems.append((("services", i, "policy"),
                              f"{s.policy} sets shares and batches: it runs on the testbed engine "
                              "(without compare_sim); on the simulator use `testbed sim compare`"))
@@ -244,6 +250,28 @@ def _check_warmup(scn: Scenario) -> list[tuple[tuple, str]]:
     return problems
 
 
+def _sets_shares(policy: str) -> bool:
+    return not is_ref(policy) and registry.resolve(policy).sets_shares
+
+
+def check_policies(scn: Scenario, base_dir: Path, params: dict[str, Any] | None = None
+                   ) -> list[tuple[tuple, str]]:
+    """Every `module:Class` policy of a cell, imported from the scenario's folder: a module that
+    fails to import, a missing class or one with no `act` is a problem at its line (the matrix
+    key's where the cell's policy comes from the matrix)."""
+    problems: list[tuple[tuple, str]] = []
+    swept = [k for k in (params or {}) if k == "policy" or k.endswith(".policy")]
+    for i, s in enumerate(scn.services):
+        if not is_ref(s.policy):
+            continue
+        try:
+            registry.resolve(s.policy, base_dir=base_dir)
+        except ConfigError as exc:
+            where = ("matrix", swept[0]) if swept else ("services", i, "policy")
+            problems.append((where, exc.problems[0].message))
+    return problems
+
+
 def check_share_models(scn: Scenario, base_dir: Path, params: dict[str, Any] | None = None
                        ) -> list[tuple[tuple, str]]:
     """inss/ddpg in one cell: the model file (the service's `model:`, else the shipped
@@ -254,7 +282,9 @@ def check_share_models(scn: Scenario, base_dir: Path, params: dict[str, Any] | N
 
     problems: list[tuple[tuple, str]] = []
     from_matrix = "policy" in (params or {})
-    for kind in MODEL_POLICIES:
+    actors = [name for name, e in registry.entries().items()
+              if e.sets_shares and e.default_model is not None]  # trained actors: inss, ddpg
+    for kind in actors:
         users = [(i, s) for i, s in enumerate(scn.services) if s.policy == kind]
         if not users:
             continue
@@ -266,7 +296,7 @@ def check_share_models(scn: Scenario, base_dir: Path, params: dict[str, Any] | N
             problems.append((("services", users[1][0], "model"),
                              f"every {kind} service uses one actor: give them the same `model:`"))
             continue
-        path = base_dir / first.model if first.model else default_model(kind)
+        path = base_dir / first.model if first.model else registry.entries()[kind].default_model
         if not path.is_file():
             problems.append((where, f"no {kind} model at {path}: give `model:` or train one "
                                     f"with `testbed train --policy {kind}`"))
