@@ -77,7 +77,7 @@ def deploy_problems(profile: ServiceProfile, origin: Origin) -> list[ConfigProbl
     if profile.deploy is None:
         return [ConfigProblem(origin.file, origin.line, f"services.{name}.deploy",
                               f"service {name!r} has no lab container: give its image and port, "
-                              "e.g. deploy: {image: registry.example/asr:1, port: 8080} "
+                              "e.g. deploy: {image: registry.example/my-service:1, port: 8080} "
                               "(the lab's manifest is generated from it)")]
     if profile.deploy.gpu and profile.units > POD_UNITS:
         return [ConfigProblem(origin.file, origin.line, f"services.{name}.units",

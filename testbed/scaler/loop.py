@@ -27,7 +27,7 @@ from testbed.scaler.actions import (
     next_cooldown,
     reward,
 )
-from testbed.scaler.policies import Policy
+from testbed.scaler.policies import Policy, policy_name
 from testbed.scaler.state import StateBuilder
 from testbed.scaler.target import ServiceTarget, TargetPolicy, apply_target, cluster_view
 
@@ -91,6 +91,8 @@ class ScalerLoop:
         # isinstance on a Protocol walks its members: decided once here, not on every decision
         self._targeted = {s: isinstance(p, TargetPolicy) for s, p in self.policies.items()}
         self._counted = {s: hasattr(p, "replicas") for s, p in self.policies.items()}
+        # what decisions record as the policy: its `name`, else its class's (a user's policy object)
+        self._names = {s: policy_name(p) for s, p in self.policies.items()}
         # a policy's observe(window), if it has one: called with the newest window before act
         self._observe = {s: getattr(p, "observe", None) for s, p in self.policies.items()
                          if callable(getattr(p, "observe", None))}
@@ -129,7 +131,7 @@ class ScalerLoop:
                 Decision(
                     time=self.clock(),
                     service=s,
-                    policy=policy.name,
+                    policy=self._names[s],
                     request_rate=window.request_rate,
                     utilization=window.utilization,
                     slo_violation_rate=window.slo_violation_rate,
@@ -179,7 +181,7 @@ class ScalerLoop:
         return Decision(
             self.clock(),
             service,
-            policy.name,
+            self._names[service],
             window.arrivals / seconds if seconds > 0 else 0.0,  # window.request_rate
             window.utilization,
             slo,

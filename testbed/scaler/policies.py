@@ -36,6 +36,12 @@ class Policy(Protocol):
     def act(self, observation: np.ndarray, action_mask: Mask) -> int: ...
 
 
+def policy_name(policy: object) -> str:
+    """What results and decisions call a policy: its `name`, else its class's name (an object of
+    one's own may leave `name` out)."""
+    return str(getattr(policy, "name", type(policy).__name__))
+
+
 @dataclass
 class RuleV1:
     """Algorithm 2: instance utilization against four thresholds (Table 4.9 defaults)."""

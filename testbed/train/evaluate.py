@@ -13,7 +13,7 @@ from testbed.load.trace import Trace, load_trace
 from testbed.profiles import ServiceProfile, default_profiles
 from testbed.profiles.paper import TEST_SHIFT_HOURS, TOTAL_UNITS, test_day_file
 from testbed.scaler.loop import Decision, ScalerLoop
-from testbed.scaler.policies import Policy
+from testbed.scaler.policies import Policy, policy_name
 from testbed.sim.cluster import DEFAULT_OPTIONS, SimCluster, SimOptions
 
 
@@ -112,7 +112,7 @@ def evaluate(
     return {
         s: ServiceResult(
             s,
-            policies[s].name,
+            policy_name(policies[s]),
             steps,
             acc[0] / n,
             acc[1] / n,
