@@ -1,8 +1,26 @@
-"""pytest plugin: every `scenarios/*.yaml` file is a test; each matrix cell is an item, and a
-last item named `expect` checks the scenario's `expect:` block over all cells.
+"""pytest plugin: every scenario file is a test; each matrix cell is an item, and a last item
+named `expect` checks the scenario's `expect:` block over all cells.
 
     python3 -m pytest scenarios/ [--scenario-time-scale 10] [--scenario-duration 60]
                                  [--scenario-slow] [--scenario-out runs]
+    python3 -m pytest path/to/my-scenario.yaml        # a scenario named is collected wherever it is
+    python3 -m pytest my-exps/ --scenario-glob 'my-exps/**/*.yaml'
+
+Which YAML files are scenarios: a `.yaml`/`.yml` file that is named on the command line or
+matches one of the scenario globs, and that reads as a scenario (a mapping with `duration_s` or
+a `services:` list; a file that does not parse is collected, so that its error is reported).
+Service-profile files (`services:` is a mapping), testbed files, playbooks and CI configs are
+never collected. The globs come from `--scenario-glob GLOB` (repeatable), else from the ini
+option `testbed_scenarios` (pytest.ini, or `[tool.pytest.ini_options]` in pyproject.toml):
+
+    [tool.pytest.ini_options]
+    testbed_scenarios = ["scenarios/*.yaml", "my-exps/**/*.yaml"]
+
+else from the default `**/scenarios/*.yaml **/scenarios/*.yml`: the files of any folder named
+`scenarios` (not its subfolders: `scenarios/profiles/` holds profile files). A relative glob is
+matched from pytest's rootdir (the folder of the ini file), an absolute one against the whole
+path; `**` spans folders, `*` and `?` stay within one name. A glob says which files are
+scenarios in the folders pytest walks (its arguments, or `testpaths`): it does not add folders.
 
 Scenarios with `markers: [slow]` are skipped unless --scenario-slow is given; testbed-engine
 scenarios need root and network namespaces and are skipped with a reason without them. Every
@@ -12,6 +30,7 @@ item carries the `scenario` marker: `pytest -m "not scenario and not slow"` is t
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,8 +40,15 @@ import yaml
 
 from testbed.errors import TestbedError
 
+SUFFIXES = (".yaml", ".yml")
+# today's rule as globs: the YAML files directly inside any folder named `scenarios`
+DEFAULT_GLOBS = ["**/scenarios/*.yaml", "**/scenarios/*.yml"]
+_SCENARIO_KEYS = re.compile(r"^(?:duration_s|services)\s*:", re.M)
+_WHERE = pytest.StashKey[tuple[list[tuple[str, "re.Pattern[str]"]], set[Path]]]()
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the scenario options on `parser` (pytest's option and ini parser)."""
     group = parser.getgroup("testbed scenarios")
     group.addoption("--scenario-time-scale", type=float, default=None,
                     help="override every scenario's time-scale factor")
@@ -31,19 +57,100 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--scenario-slow", action="store_true", default=False,
                     help="also run scenarios marked slow (full reproductions)")
     group.addoption("--scenario-out", default="runs", help="parent folder of run directories")
+    group.addoption("--scenario-glob", action="append", default=None, metavar="GLOB",
+                    help="which YAML files are scenarios, from the rootdir (repeatable; "
+                         "replaces the ini option testbed_scenarios; default: "
+                         + " ".join(DEFAULT_GLOBS) + ")")
+    parser.addini("testbed_scenarios", type="args", default=list(DEFAULT_GLOBS),
+                  help="globs of scenario files, from the rootdir (default: "
+                       + " ".join(DEFAULT_GLOBS) + ")")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """Declare the markers scenario items carry, and note on `config` (the session's pytest
+    config) the scenario globs and the files named on the command line."""
     for line in ("slow: takes more than a few seconds",
                  "needs_root: needs root and network namespaces",
-                 "scenario: an item of a scenarios/*.yaml file (a matrix cell or its expect)"):
+                 "scenario: an item of a scenario file (a matrix cell or its expect)"):
         config.addinivalue_line("markers", line)
+    globs = config.getoption("scenario_glob") or config.getini("testbed_scenarios")
+    named = {(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args}
+    config.stash[_WHERE] = ([(g, glob_regex(g)) for g in globs], named)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    if file_path.suffix in (".yaml", ".yml") and file_path.parent.name == "scenarios":
-        return ScenarioFile.from_parent(parent, path=file_path)
-    return None
+    """A ScenarioFile for `file_path` when it is a scenario (named on the command line or matched
+    by a scenario glob, and a scenario by its content), else None; `parent` is the collector of
+    its folder."""
+    if file_path.suffix not in SUFFIXES:
+        return None
+    config = parent.config
+    globs, named = config.stash[_WHERE]
+    if file_path.resolve() not in named and not matches_glob(file_path, [g for _, g in globs],
+                                                             config.rootpath):
+        return None
+    if not looks_like_scenario(file_path):
+        return None
+    return ScenarioFile.from_parent(parent, path=file_path)
+
+
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """The regular expression of the glob `pattern`: `**/` any folders (none too), `**` anything,
+    `*` and `?` within one name, `[...]` one of a set (`[!...]` none of it)."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]*/)*")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and "]" in pattern[i + 2:]:
+            end = pattern.index("]", i + 2)
+            body = pattern[i + 1:end]
+            negate = body.startswith("!")
+            body = re.escape(body[1:] if negate else body).replace("\\-", "-")
+            out.append(f"[{'^' if negate else ''}{body}]")
+            i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out))
+
+
+def matches_glob(path: Path, globs: list[re.Pattern[str]], root: Path) -> bool:
+    """Whether `path` matches one of `globs` (from glob_regex): a relative glob is matched
+    against the path from `root` (for a path outside `root`, against its absolute path without
+    the leading slash, which only a glob starting with `**/` can match), an absolute one
+    against the absolute path."""
+    full = Path(os.path.abspath(path)).as_posix()
+    try:
+        rel = Path(os.path.abspath(path)).relative_to(Path(os.path.abspath(root))).as_posix()
+    except ValueError:
+        rel = full.lstrip("/")
+    return any(g.fullmatch(full if g.pattern.startswith("/") else rel) for g in globs)
+
+
+def looks_like_scenario(path: Path) -> bool:
+    """Whether the YAML file at `path` is a scenario rather than another YAML file: a mapping
+    with `duration_s` or a list of `services:` (a profile file's `services:` is a mapping).
+    A file that does not parse counts when a line starts with `duration_s:` or `services:`,
+    so that a scenario with a YAML error is reported rather than left out."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return _SCENARIO_KEYS.search(text) is not None
+    return isinstance(raw, dict) and ("duration_s" in raw or isinstance(raw.get("services"), list))
 
 
 def _root_reason() -> str | None:
@@ -54,11 +161,14 @@ def _root_reason() -> str | None:
 
 
 class ScenarioFile(pytest.File):
-    """One scenario file; its items share one run directory."""
+    """One scenario file (pytest's `path`, given to `from_parent` with its `parent` collector);
+    its items share one run directory."""
 
     run: Any = None
 
     def collect(self):  # type: ignore[no-untyped-def]
+        """Yield an item per matrix cell and a last `expect` item; one skipped `expect` item when
+        the scenario is slow without --scenario-slow or needs root that is not there."""
         # pytest loads this plugin for every session: the scenario layer (pydantic, the data
         # plane) only when a scenario file is collected
         from testbed.scenario.load import load_scenario
@@ -107,6 +217,8 @@ class ScenarioFile(pytest.File):
         yield item
 
     def get_run(self) -> Any:
+        """The scenario's run (a ScenarioRun with the command line's overrides), started on
+        first use and shared by the file's items."""
         if self.run is None:
             # the runner and the whole data plane: only when a scenario runs
             from testbed.scenario.runner import RunOptions, ScenarioRun
@@ -119,15 +231,19 @@ class ScenarioFile(pytest.File):
 
 
 class ScenarioCellFailed(Exception):
-    pass
+    """A cell's repetition ended with a status other than ok; the message names the run directory."""
 
 
 class ScenarioCellItem(pytest.Item):
+    """One matrix cell of a scenario: `cell` is the expanded cell (its label, slug and
+    parameters), `kw` pytest's item arguments (`name`, `parent`)."""
+
     def __init__(self, *, cell: Any, **kw: Any):
         super().__init__(**kw)
         self.cell = cell
 
     def runtest(self) -> None:
+        """Run every repetition of the cell; fails when one's status is not ok."""
         import json
 
         run = self.parent.get_run()
@@ -142,20 +258,28 @@ class ScenarioCellItem(pytest.Item):
                                      f"problems: {problems}; run directory {run.run_dir}")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:
+        """The failure in `excinfo` as its message alone when it is the cell's or the harness's,
+        else pytest's traceback."""
         if isinstance(excinfo.value, ScenarioCellFailed | TestbedError):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int, str]:
+        """Where pytest says the item is: the scenario file, and which cell."""
         return self.path, 0, f"scenario {self.parent.name} cell {self.name}"
 
 
 class ExpectFailed(Exception):
-    pass
+    """An `expect:` check FAILed or could not read a cell; the message lists each and the report."""
 
 
 class ScenarioExpectItem(pytest.Item):
+    """The scenario's `expect:` block over all its cells (pytest's `name` and `parent` as for
+    any item); it also writes the run's results and report."""
+
     def runtest(self) -> None:
+        """Finish the run, write its report, and fail when a check fails the run (as `testbed
+        run` exits 1)."""
         run = self.parent.get_run()
         from testbed.report import write_report  # matplotlib: only when a scenario ran
 
@@ -172,9 +296,12 @@ class ScenarioExpectItem(pytest.Item):
                                           f"(report: {result.run_dir / 'report.html'}):", *failed]))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:
+        """The failure in `excinfo` as its message alone when it is the checks' or the harness's,
+        else pytest's traceback."""
         if isinstance(excinfo.value, ExpectFailed | TestbedError):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[Path, int, str]:
+        """Where pytest says the item is: the scenario file, and its expect block."""
         return self.path, 0, f"scenario {self.parent.name} expect"

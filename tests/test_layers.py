@@ -28,6 +28,7 @@ LAYERS = {
     # orchestrates what sits below it (scenario, train, report), below the CLI that only parses
     # and prints
     "reproduce": 10,
+    "api": 10,  # the Python API: loads and runs scenarios, reads results, evaluates on the simulator
     "pytest_plugin": 10,
     "cli": 11, "__main__": 12,
 }

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from testbed import plugins
 from testbed.errors import TestbedError
 from testbed.load.traffic import ClientJob, IperfJob
 from testbed.net.cmd import die_with_parent
@@ -53,10 +54,12 @@ class LocalTraffic:
             ue = ues[job.index % len(ues)]
             argv = [sys.executable, "-m", "testbed", "load", *job.load_argv(
                 out=str(job.out), slice=ue.slice, source=str(ue.address),
-                trace=str(job.trace) if job.trace is not None else None)]
+                trace=str(job.trace) if job.trace is not None else None,
+                profiles=str(job.profiles) if job.profiles is not None else None)]
             log = (self.log_dir / f"client-{job.index}.log").open("wb")
             self._procs.append((job, await asyncio.create_subprocess_exec(
                 "ip", "netns", "exec", ue.host.name, *argv, stdout=log, stderr=log,
+                env=plugins.child_env(),  # a service's own client is imported where the harness's was
                 start_new_session=True, preexec_fn=die_with_parent())))  # no orphans after SIGKILL
             log.close()
         return []

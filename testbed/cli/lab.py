@@ -30,10 +30,14 @@ RunDir = typer.Option(None, "--run-dir", help="Where events and logs go (default
 def up(inventory: Path = Inventory,
        testbed_file: Path = typer.Option(None, "--testbed", "-t", help="Testbed YAML (default: built-in)."),
        rendered: Path = typer.Option(None, "--rendered", help="Output dir of `testbed render`."),
-       manifests: Path = typer.Option(None, "--manifests", help="Service manifests (default: workloads/)."),
+       manifests: Path = typer.Option(None, "--manifests", help="The service images' build contexts, "
+                                      "<dir>/Dockerfile (default: workloads/)."),
+       profiles: Path = typer.Option(None, "--profiles", exists=True, dir_okay=False,
+                                     help="A service profile file: its services are deployed too "
+                                          "(each from its deploy:)."),
        check: bool = typer.Option(False, "--check", help="Ansible check mode: report, change nothing."),
        run_dir: Path = RunDir) -> None:
-    """Run playbooks/site.yml.
+    """Run playbooks/site.yml; each service's manifest is generated from its profile's deploy:.
 
     Example: testbed up --profile lab -i inventory.yml --rendered rendered/ --check
     """
@@ -42,7 +46,8 @@ def up(inventory: Path = Inventory,
     from testbed.lab import lab_up
 
     result = lab_up(load_testbed(testbed_file), inventory, check, run_dir,
-                    rendered_dir=rendered, manifests_dir=manifests, console=console)
+                    rendered_dir=rendered, manifests_dir=manifests, profiles_file=profiles,
+                    console=console)
     console.print(f"[green]lab up{' (check mode)' if check else ''}:[/] {result.tasks_ok} tasks ok, "
                   f"{result.total_changed} changed; events: {result.events_file}")
 

@@ -146,8 +146,13 @@ def up(config: ConfigOpt = None,
                                                      "from `testbed render` to use as they are "
                                                      "(default: rendered from the testbed file "
                                                      "and inventory).")] = None,
-       manifests: Annotated[Path | None, typer.Option("--manifests", help="Lab profile: service "
-                                                      "manifests (default: workloads/).")] = None,
+       manifests: Annotated[Path | None, typer.Option("--manifests", help="Lab profile: the "
+                                                      "service images' build contexts, "
+                                                      "<dir>/Dockerfile (default: workloads/).")] = None,
+       profiles: Annotated[Path | None, typer.Option("--profiles", exists=True, dir_okay=False,
+                                                     help="Lab profile: a service profile file "
+                                                     "whose services are deployed too (each from "
+                                                     "its deploy:).")] = None,
        run_dir: RunDirOpt = None,
        mongo_uri: Annotated[str | None, typer.Option(help="Subscriber store (default: the "
                                                      "testbed file's core.mongo_uri, a local "
@@ -168,7 +173,7 @@ def up(config: ConfigOpt = None,
         from testbed.cli import lab
 
         lab.up(inventory=_lab_inventory(inventory), testbed_file=config, rendered=rendered,
-               manifests=manifests, check=check, run_dir=run_dir)
+               manifests=manifests, profiles=profiles, check=check, run_dir=run_dir)
         return
     if no_slicing:
         spec = spec.model_copy(update={"link": spec.link.model_copy(update={"slicing": False})})

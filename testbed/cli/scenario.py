@@ -92,6 +92,13 @@ def run(
         "(the load balancer) or prometheus (a Prometheus server of the run's own, queried as "
         "the lab's; each cell then prints both sources side by side). Default: the scenario's "
         "`metrics:`, else in-process.")] = None,
+    jobs: Annotated[int, typer.Option(
+        "--jobs", metavar="N", help="engine: sim: run N cells at once on this machine's cores "
+        "(0: every core; results as with 1). The testbed engine runs one cell at a time.")] = 1,
+    dask: Annotated[str | None, typer.Option(
+        "--dask", metavar="tcp://HOST:PORT", help="engine: sim: run the cells on the workers of "
+        "this Dask scheduler (pip install \"dask[distributed]\"); the workers need the "
+        "scenario's traces and models at the same paths.")] = None,
 ) -> None:
     """Run a scenario end to end into a run directory and write its report; exits 1 when an
     `expect:` check FAILs or reads a cell that lost requests or got none (UNDECIDED); a check
@@ -99,6 +106,7 @@ def run(
 
     Example: [bold]testbed run scenarios/smoke.yaml[/]   or   [bold]testbed run --from runs/X/manifest.json[/]
     Lab: [bold]testbed run --profile lab -i inventory.yml scenarios/slicing.yaml [--check][/]
+    Parallel (engine: sim): [bold]testbed run scenarios/sim-tables.yaml --jobs 0[/]   or   [bold]--dask tcp://HOST:8786[/]
     """
     # the scenario layer (numpy, pydantic): loaded only for `run`
     from testbed.scenario.runner import RunOptions, run_scenario
@@ -116,7 +124,7 @@ def run(
     result = run_scenario(loaded, RunOptions(out_root=out, profile=profile, time_scale=time_scale,
                                              duration_s=duration, repetitions=repetitions,
                                              metrics=metrics, progress=not no_progress and not check,
-                                             console=console, lab=lab))
+                                             console=console, lab=lab, jobs=jobs, dask=dask))
     if check:
         _print_check_run(result)
     else:
@@ -184,38 +192,81 @@ VERDICT_STYLE = {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]", "UNDECIDED": 
 
 
 def print_cells(rows: list[dict[str, Any]]) -> None:
-    """One line per cell and service (and per slice's iperf3 traffic): what the run measured,
-    before the checks judge it."""
+    """One line per cell and service (and per slice's iperf3 traffic, per routed pipeline): the
+    cell's matrix parameters, then what the run measured, before the checks judge it. A figure
+    no row has (requests on the simulator, iperf3 without cross-traffic) takes no column."""
     if not rows:
         return
-    params = [k for k in rows[0] if k not in _ROW_FIELDS]
-
-    def num(v: Any, fmt: str) -> str:
-        return "-" if v is None else format(v, fmt)
-    table = Table(*params, "rep", "service / slice", "requests", "errors", "SLO viol.", "mean ms",
-                  "p99 ms", "replicas", "iperf3 Mbit/s", "status", title="Cells")
+    params = _cell_params(rows)
+    figures = [(title, fmt) for title, fmt in _FIGURES
+               if any(fmt(r) for r in rows)]
+    what = "service" if all(r.get("service") for r in rows) else "service / slice"
+    table = Table(*params, "rep", what, *(t for t, _ in figures), "status", title="Cells")
     for r in rows:
-        cells = [escape(str(r.get(k, ""))) for k in params] + [str(r.get("rep", 0))]
-        if r.get("service"):
-            cells += [escape(str(r["service"])), str(r.get("requests", 0)), str(r.get("errors", 0)),
-                      num(r.get("slo_violation_rate"), ".1%"), num(r.get("mean_latency_ms"), ".0f"),
-                      num(r.get("p99_latency_ms"), ".0f"), num(r.get("mean_replicas"), ".1f"), ""]
-        else:
-            cells += [f"slice {escape(str(r.get('slice', '')))} ({r.get('direction', '')})",
-                      "", "", "", "", "", "", num(r.get("iperf_goodput_mbit"), ".1f")]
         status = str(r.get("status", "ok"))
-        table.add_row(*cells, "ok" if status == "ok" else f"[red]{escape(status)}[/]")
+        table.add_row(*(escape(_param(r.get(k))) for k in params), str(r.get("rep", 0)),
+                      escape(_what(r)), *(fmt(r) for _, fmt in figures),
+                      "ok" if status == "ok" else f"[red]{escape(status)}[/]")
     console.print(table)
 
 
-# what a results row holds besides the matrix's parameters
-_ROW_FIELDS = {"cell", "rep", "status", "service", "slice", "direction", "iperf_goodput_mbit",
-               "iperf_error", "requests", "errors", "error_kinds", "violations",
-               "slo_violation_rate", "mean_latency_ms", "p50_latency_ms", "p99_latency_ms",
-               "mean_sched_latency_ms", "throughput_rps", "bytes_up", "bytes_down",
-               "planned_requests", "lost_requests", "mean_replicas", "reward", "decisions",
-               "replica_probes", "config_mismatches", "target_mismatches", "mean_share_pct",
-               "mean_batch", "mean_stretch", "max_stretch", "warmup_requests"}
+def _cell_params(rows: list[dict[str, Any]]) -> list[str]:
+    """The matrix's parameters, in the order the cells list them (`matrix_params` of each row;
+    none for a run without a matrix)."""
+    names: dict[str, None] = {}
+    for r in rows:
+        names.update(dict.fromkeys(r.get("matrix_params", ())))
+    return list(names)
+
+
+def _param(v: Any) -> str:
+    """A parameter's value as the cell's label writes it (on/off for yes/no)."""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return "" if v is None else str(v)
+
+
+def _what(r: dict[str, Any]) -> str:
+    if r.get("service"):
+        return str(r["service"])
+    if r.get("pipeline"):
+        return f"pipeline {r['pipeline']}"
+    return f"slice {r.get('slice', '')} ({r.get('direction', '')})"
+
+
+def _num(key: str, spec: str) -> Any:
+    def fmt(r: dict[str, Any]) -> str:
+        v = r.get(key)
+        if not isinstance(v, int | float) or isinstance(v, bool):
+            return ""
+        return format(v, spec)
+    return fmt
+
+
+def _either(*fmts: Any) -> Any:
+    """The first figure a row has: a service's and a routed pipeline's under one column."""
+    def fmt(r: dict[str, Any]) -> str:
+        return next((s for s in (f(r) for f in fmts) if s), "")
+    return fmt
+
+
+def _iperf(r: dict[str, Any]) -> str:
+    if r.get("iperf_error"):
+        return "[red]error[/]"
+    return _num("iperf_goodput_mbit", ".1f")(r)
+
+
+# the figures of the cells table: (column, text of a row's figure, "" where the row has none)
+_FIGURES = [
+    ("requests", _num("requests", "d")),
+    ("errors", _num("errors", "d")),
+    ("SLO viol.", _either(_num("slo_violation_rate", ".1%"), _num("chain_violation_rate", ".1%"))),
+    ("mean ms", _either(_num("mean_latency_ms", ".0f"), _num("mean_e2e_ms", ".0f"))),
+    ("p99 ms", _either(_num("p99_latency_ms", ".0f"), _num("p99_e2e_ms", ".0f"))),
+    ("replicas", _num("mean_replicas", ".1f")),
+    ("reward", _num("reward", ".3f")),
+    ("iperf3 Mbit/s", _iperf),
+]
 
 
 def run_banner(outcomes: list[Outcome], *, interrupted: bool) -> str:

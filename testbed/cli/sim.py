@@ -23,7 +23,6 @@ from testbed.cli.sim_inputs import (
     known_profiles,
     model_for,
     note_left_out,
-    scaler_policy,
     sim_profiles,
 )
 from testbed.errors import ConfigError, ConfigProblem
@@ -48,7 +47,9 @@ app.add_typer(sim_app, name="sim")
 
 @sim_app.command("eval")
 def sim_eval(
-    policy: str = typer.Option("rule_v2", help="rule_v1, rule_v2, static, hpa, random or ppo."),
+    policy: str = typer.Option(
+        "rule_v2", help="A registered policy (rule_v1, rule_v2, static, hpa, random, ppo, or an "
+        "installed one) or module:Class, a class of your own importable from here."),
     service: str = typer.Option(
         "all", help="Service(s), comma-separated, each a registered one or one of --profiles; all: "
         "the paper's three (chatbot, imgcls, tts). The chosen services share the units."),
@@ -74,9 +75,10 @@ def sim_eval(
     and the oracle bound's reward with the policy's gap to it (policy minus oracle).
 
     Example: testbed sim eval --policy rule_v2 --service all --traces ../shared/traces --json
-    Example: testbed sim eval --service asr --profiles asr.yaml --trace asr-day.txt
+    Example: testbed sim eval --service mysvc --profiles mysvc.yaml --trace day.txt
     """
     # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
+    from testbed.scaler.registry import make_policy, resolve
     from testbed.train.evaluate import evaluate
     from testbed.train.oracle import shared_pool_oracles
 
@@ -91,11 +93,13 @@ def sim_eval(
     tr = chosen_traces(trace, traces, chosen)
     ratios = {s: ratio if ratio is not None else default_ratio(s) * load for s in chosen}
     _bound_requests(tr.traces, ratios)
-    if policy == "ppo":
+    entry = resolve(policy, source="--policy", base_dir=Path.cwd())
+    if entry.needs_model and entry.build is not None:  # a trained agent per service: models/SERVICE.zip
         policies = drl_policies(Path(model) if model else MODELS_DIR, chosen)
     else:
         policies = {
-            s: scaler_policy(policy, profiles[s], total_units=units, seed=seed, model=model_for(model, s))
+            s: make_policy(policy, s, total_units=units, seed=seed, model=model_for(model, s),
+                           profiles=profiles, base_dir=Path.cwd())
             for s in chosen
         }
     results = evaluate(policies, tr.traces, ratios, total_units=units, seed=seed, profiles=profiles)
@@ -188,6 +192,9 @@ def sim_tables(
     Example: testbed sim tables --traces ../shared/traces --table 5.3 --json
     Example: testbed sim tables --no-drl --trace my-day.txt --table 5.1
     """
+    # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
+    from testbed.scaler.policies import RuleV2
+
     known = [k for k in paper.PAPER_TABLES if k != "4.11"]
     for key in table:
         if key not in known:
@@ -199,8 +206,7 @@ def sim_tables(
     note_left_out(registry, services, profiles_path)
     tr = chosen_traces(trace, traces, services)
     profiles = sim_profiles(rate_limit, services, registry)
-    runs: dict[str, dict] = {"rule_v2": {
-        s: scaler_policy("rule_v2", profiles[s], total_units=paper.TOTAL_UNITS) for s in services}}
+    runs: dict[str, dict] = {"rule_v2": {s: RuleV2.for_service(s, profiles) for s in services}}
     if drl:
         runs = {"drl": drl_policies(models, services), **runs}
     setup = _TableSetup(tr, profiles, seed=seed, with_oracle=with_oracle, as_json=as_json,
@@ -367,8 +373,9 @@ def _print_table_verdict(key: str, judged: list[Cell], bounds: dict[str, OracleR
 @sim_app.command("compare")
 def sim_compare(
     policies: str = typer.Option(
-        "all", help="Comma-separated: rule_v1, rule_v2, static, hpa, ppo, fa2, inss, ddpg, or all "
-        "(all: ppo only when --models holds chatbot.zip, imgcls.zip and tts.zip)."
+        "all", help="Comma-separated registered policies (rule_v1, rule_v2, static, hpa, ppo, fa2, "
+        "gslice, inss, ddpg, an installed one) or module:Class references, or all: the paper's "
+        "comparison (ppo only when --models holds chatbot.zip, imgcls.zip and tts.zip)."
     ),
     load: list[str] = typer.Option(["5.1", "5.3"], "--table", "--load",
                                    help="Table whose load and units to use (repeatable); --load "
@@ -404,7 +411,7 @@ def sim_compare(
     used over time and a Pareto plot.
 
     Example: testbed sim compare --traces ../shared/traces --table 5.1 --policies fa2,rule_v2,ddpg
-    Example: testbed sim compare --service asr --profiles asr.yaml --trace asr=day.txt --policies rule_v2
+    Example: testbed sim compare --service mysvc --profiles mysvc.yaml --trace mysvc=day.txt
     """
     import time as _time
 

@@ -173,14 +173,6 @@ def sim_profiles(rate_limit: str, services: list[str],
     return {s: known[s] for s in services}
 
 
-def scaler_policy(name: str, profile: ServiceProfile, *, total_units: int, seed: int = 0,
-                  model: str | None = None):
-    """A policy for the profile in use (`testbed.train.evaluate.scaler_policy`)."""
-    from testbed.train.evaluate import scaler_policy as build  # numpy: not for `--help`
-
-    return build(name, profile, total_units=total_units, seed=seed, model=model)
-
-
 def test_traces(traces: Path, services: list[str]):
     """The test day for `services`, or one line naming the missing file and where traces are."""
     from testbed.train.evaluate import test_day_traces  # numpy and the simulator: not for `--help`

@@ -152,7 +152,7 @@ def train_cmd(
 
     Example: testbed train chatbot --traces ../shared/traces --steps 300000
     Example: testbed train --policy ddpg --traces ../shared/traces --steps 12000
-    Example: testbed train asr --profiles asr.yaml --trace day1.txt --trace day2.txt --val-trace day3.txt
+    Example: testbed train mysvc --profiles mysvc.yaml --trace day1.txt --val-trace day2.txt
     """
     scales_range = _load_scales(load_scales)  # checked before anything is read or started
     known = known_profiles(profiles_path)

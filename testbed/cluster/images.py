@@ -36,7 +36,7 @@ class ImageUse:
     """One container's image in a manifest, with where it stands."""
 
     file: Path
-    line: int
+    line: int | None  # None: a generated manifest's image, placed at its profile field
     field: str  # e.g. spec.template.spec.containers[0].image
     owner: str  # e.g. Deployment/imgcls
     image: str
@@ -112,19 +112,28 @@ def image_uses(path: Path) -> list[ImageUse]:
     return out
 
 
-def image_builds(manifests_dir: Path, registries: Iterable[str] = ()) -> list[ImageBuild]:
+def image_builds(manifests_dir: Path, registries: Iterable[str] = (),
+                 contexts_dir: Path | None = None) -> list[ImageBuild]:
     """The images the lab must build for `manifests_dir`'s manifests; a ConfigError naming file,
-    line and field for every image that nobody builds or serves, or that a pod would pull."""
+    line and field for every image that nobody builds or serves, or that a pod would pull.
+    Build contexts are `contexts_dir`/<dir> (default: beside the manifests)."""
+    uses = [use for path in manifest_files(manifests_dir) for use in image_uses(path)]
+    return builds_for(uses, contexts_dir or manifests_dir, registries)
+
+
+def builds_for(uses: Iterable[ImageUse], contexts_dir: Path,
+               registries: Iterable[str] = ()) -> list[ImageBuild]:
+    """The images to build for `uses` from `contexts_dir`/<dir>/Dockerfile; a ConfigError with
+    one problem for each image that nobody builds or serves, or that a pod would pull."""
     allowed = set(registries)
     builds: dict[str, ImageBuild] = {}
     problems = []
-    for path in manifest_files(manifests_dir):
-        for use in image_uses(path):
-            build, problem = _source(use, manifests_dir, allowed)
-            if problem:
-                problems.append(problem)
-            elif build:
-                builds.setdefault(build.image, build)
+    for use in uses:
+        build, problem = _source(use, contexts_dir, allowed)
+        if problem:
+            problems.append(problem)
+        elif build:
+            builds.setdefault(build.image, build)
     if problems:
         raise ConfigError(problems)
     return list(builds.values())

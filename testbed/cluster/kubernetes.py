@@ -22,7 +22,7 @@ from testbed.cluster.base import ServiceTarget
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement, StateError
 from testbed.profiles.paper import UNIT_PCT
 
-DEFAULT_NAMESPACE = "drafas"  # where the lab's services run (workloads/*.yaml)
+DEFAULT_NAMESPACE = "drafas"  # where the lab's services run (testbed/cluster/manifest.py)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARE_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"  # MPS caps the pod's SMs at this % of the GPU
@@ -243,7 +243,7 @@ class KubernetesCluster:
             if not ports[0].node_port:
                 raise StateError(f"Service {service!r} in namespace {self.namespace!r} has no "
                                  "nodePort: clients outside the cluster cannot reach it (make it "
-                                 "type NodePort, as workloads/*/k8s.yaml do, or set its endpoint)")
+                                 "type NodePort, as the generated manifests do, or set its endpoint)")
             return f"http://{self.node_address}:{ports[0].node_port}"
         return f"http://{k8s_svc.metadata.name}.{self.namespace}.svc.cluster.local:{ports[0].port}"
 

@@ -30,7 +30,7 @@ __all__ = ["ClusterEvent", "LocalCluster", "ReplicaProcess"]  # ClusterEvent's o
 
 
 class LocalCluster:
-    """`async with LocalCluster(initial={"chatbot": 1}) as cluster:` — replicas of the emulated
+    """`async with LocalCluster(initial={service: 1}) as cluster:` — replicas of the emulated
     services, scaled by `scale()`, reached through `endpoint(service)`.
 
     `time_scale` divides every profile time (processing, startup) and the sampling interval, so

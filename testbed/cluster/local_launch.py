@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from testbed import plugins
 from testbed.cluster.local_replicas import ReplicaProcess
 from testbed.cluster.replica import TOKEN_ENV
 from testbed.net.cmd import die_with_parent
@@ -117,7 +118,7 @@ class ReplicaLauncher:
 def _child_env(token: str) -> dict[str, str]:
     # Replicas run the same testbed package as this process (a worktree copy, not an installed one).
     root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
+    env = plugins.child_env()  # and the folders a service's handler is imported from
     env[TOKEN_ENV] = token
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env

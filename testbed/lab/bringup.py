@@ -2,7 +2,8 @@
 
 `lab_up` renders the Open5GS/UERANSIM configs from the spec and the inventory's addresses into
 the run directory (or copies a `testbed render` output there, so a run is self-contained), adds
-the slice shaping script, and runs site.yml with the spec as extra variables; `lab_down` runs
+the slice shaping script and each service's manifest (generated from its profile's `deploy:`,
+testbed.cluster.manifest), and runs site.yml with the spec as extra variables; `lab_down` runs
 reset.yml; `lab_status` reads units and PDU sessions from the hosts (status.yml), nodes, GPU
 units and replicas from the cluster, and targets from Prometheus.
 """
@@ -19,8 +20,9 @@ from typing import Any
 
 from rich.console import Console
 
-from testbed.cluster.images import ImageBuild, image_builds
+from testbed.cluster.images import ImageBuild, builds_for
 from testbed.cluster.kubernetes import DEFAULT_NAMESPACE
+from testbed.cluster.manifest import Origin, check_deployable, deploy_image_uses, origins, write_manifests
 from testbed.config import TestbedSpec, load_yaml_file
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.lab.inventory import LabInventory
@@ -28,6 +30,10 @@ from testbed.lab.render import CORE_GROUP, RAN_GROUP, check_rendered, peer_addre
 from testbed.lab.runner import PlaybookResult, run_playbook
 from testbed.lab.shaping_script import shaping_script
 from testbed.paths import REPO_ROOT
+from testbed.profiles import ServiceProfile, load_profiles
+
+# RUN_DIR/rendered/workloads/<service>/k8s.yaml: the manifests the services role applies
+MANIFESTS_SUBDIR = "workloads"
 
 
 def new_run_dir(kind: str, base: Path = Path("runs")) -> Path:
@@ -109,8 +115,23 @@ def prepare_rendered(spec: TestbedSpec, run_dir: Path, rendered_dir: Path | None
     return dest
 
 
-def manifest_images(inventory: Path, manifests_dir: Path) -> list[ImageBuild]:
-    """The images the services role must build; a ConfigError for any image the manifests name
+def lab_services(profiles_file: Path | None = None
+                 ) -> tuple[list[ServiceProfile], dict[str, Origin]]:
+    """The services `up --profile lab` deploys, with where each profile is written: every
+    registered service that has a `deploy:`, and every service `profiles_file` defines (a
+    ConfigError naming the file and `services.<name>.deploy` for one without)."""
+    profiles = load_profiles(profiles_file)
+    where = origins(profiles, profiles_file)
+    named = str(profiles_file) if profiles_file is not None else None
+    chosen = [p for name, p in profiles.items() if p.deploy is not None or where[name].file == named]
+    check_deployable(chosen, where)
+    return chosen, where
+
+
+def manifest_images(inventory: Path, contexts_dir: Path, profiles_file: Path | None = None
+                    ) -> list[ImageBuild]:
+    """The images the services role must build from `contexts_dir`/<dir>/Dockerfile for the
+    services' generated manifests; a ConfigError, at the profile field that names it, for any image
     that nobody builds or that no registry in the inventory's `services_registries` serves."""
     inv = LabInventory.load(inventory)
     server = (inv.hosts("cluster_server") or [""])[0]
@@ -118,15 +139,28 @@ def manifest_images(inventory: Path, manifests_dir: Path) -> list[ImageBuild]:
     if not isinstance(registries, list) or not all(isinstance(r, str) for r in registries):
         raise ConfigError([ConfigProblem(str(inventory), None, "services_registries",
                                          "must be a list of registry hosts, e.g. [docker.io]")])
-    return image_builds(manifests_dir, registries)
+    services, where = lab_services(profiles_file)
+    return builds_for(deploy_image_uses(services, where), contexts_dir, registries)
+
+
+def prepare_manifests(rendered: Path, profiles_file: Path | None = None,
+                      namespace: str = DEFAULT_NAMESPACE) -> list[Path]:
+    """`rendered`/workloads/<service>/k8s.yaml for every service `lab_services` names."""
+    services, where = lab_services(profiles_file)
+    dest = rendered / MANIFESTS_SUBDIR
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    return write_manifests(services, dest, namespace, where=where)
 
 
 def lab_extravars(spec: TestbedSpec, run_dir: Path, rendered: Path,
-                  manifests_dir: Path, images: list[ImageBuild] | None = None) -> dict[str, Any]:
+                  contexts_dir: Path, images: list[ImageBuild] | None = None) -> dict[str, Any]:
     return {
         "testbed_spec": spec.model_dump(mode="json"),
         "testbed_rendered_dir": str(rendered.resolve()),
-        "testbed_manifests_dir": str(manifests_dir.resolve()),
+        "testbed_manifests_dir": str((rendered / MANIFESTS_SUBDIR).resolve()),
+        "testbed_contexts_dir": str(contexts_dir.resolve()),
         "testbed_images": [{"image": b.image, "context": b.context} for b in images or []],
         "testbed_upf_instances": upf_instances(rendered),
         "testbed_gnb_address": gnb_address(rendered),
@@ -136,13 +170,15 @@ def lab_extravars(spec: TestbedSpec, run_dir: Path, rendered: Path,
 
 def lab_up(spec: TestbedSpec, inventory: Path, check: bool = False, run_dir: Path | None = None,
            *, rendered_dir: Path | None = None, manifests_dir: Path | None = None,
-           console: Console | None = None) -> PlaybookResult:
-    """Bring the lab up (site.yml); with `check`, Ansible's check mode changes nothing."""
+           profiles_file: Path | None = None, console: Console | None = None) -> PlaybookResult:
+    """Bring the lab up (site.yml); with `check`, Ansible's check mode changes nothing.
+    `manifests_dir` holds the images' build contexts (<dir>/Dockerfile, default workloads/);
+    the services deployed are the registry's and `profiles_file`'s (`lab_services`)."""
     manifests_dir = manifests_dir or REPO_ROOT / "workloads"
     if not manifests_dir.is_dir():
-        raise MissingRequirement(f"service manifests not found: {manifests_dir} "
+        raise MissingRequirement(f"service build contexts not found: {manifests_dir} "
                                  "(pass --manifests DIR)")
-    images = manifest_images(inventory, manifests_dir)  # before anything is written
+    images = manifest_images(inventory, manifests_dir, profiles_file)  # before anything is written
     lab_inventory = LabInventory.load(inventory)
     # bad addresses stop here, before the run directory exists
     if rendered_dir is None:
@@ -154,6 +190,7 @@ def lab_up(spec: TestbedSpec, inventory: Path, check: bool = False, run_dir: Pat
     run_dir = run_dir or new_run_dir("check" if check else "up")
     run_dir.mkdir(parents=True, exist_ok=True)
     rendered = prepare_rendered(spec, run_dir, rendered_dir, lab_inventory)
+    prepare_manifests(rendered, profiles_file)
     extravars = lab_extravars(spec, run_dir, rendered, manifests_dir, images)
     (run_dir / "lab.json").write_text(json.dumps(
         {"inventory": str(Path(inventory).resolve()), "check": check, "extravars": extravars},

@@ -51,6 +51,11 @@ class LabService:
     slo_ms: float
     capacity: int
     units: int = 1
+    manifest: str | None = None  # its manifest, generated from the profile's deploy:
+    image: str = ""
+    port: int = 0
+    gpu: bool = True
+    initial_replicas: int = 1
 
 
 def default_kubeconfig(runs: Path = Path("runs")) -> Path | None:
@@ -109,7 +114,14 @@ class LabSession:
                 unit_pct=mps_unit_pct(inv.var(server, "gpu_operator_mps_replicas", MPS_REPLICAS),
                                       str(inv.path)))
         for s in self.services:  # reachable, and every Deployment exists
-            self._original[s.name] = self.cluster.desired_replicas(s.name)
+            try:
+                self._original[s.name] = self.cluster.desired_replicas(s.name)
+            except StateError as exc:
+                if not str(exc).endswith("not found") or s.manifest is None:
+                    raise
+                raise StateError(f"{exc}: apply the manifest generated from its profile's "
+                                 f"deploy: ({s.manifest}) with `testbed up --profile lab "
+                                 "--profiles FILE` or `kubectl apply -f`") from None
         if self.metrics is None:
             url = self.config.prometheus or (
                 f"http://{inv.address(server)}:{inv.var(server, 'prometheus_node_port', 30090)}")

@@ -144,13 +144,14 @@ class LabTraffic:
             ue = self._client_session(job)
             self._prepare(ue.host)
             trace = self._copy_trace(ue.host, job.trace) if job.trace is not None else None
+            profiles = self._copy_profiles(ue.host, job.profiles) if job.profiles is not None else None
             unit = self._unit("client", job.index)
             log = f"{self.remote}/client-{job.index}.log"
             argv = ["systemd-run", "--unit", unit, "--collect", "-p", "KillSignal=SIGINT",
                     "-p", "TimeoutStopSec=20", "-p", f"StandardOutput=append:{log}",
                     "-p", f"StandardError=append:{log}", "--", *self.load_command,
                     *job.load_argv(out=f"{self.remote}/{job.out.name}", slice=ue.slice,
-                                   source=ue.address, trace=trace)]
+                                   source=ue.address, trace=trace, profiles=profiles)]
             self.hosts.run(ue.host, argv, what=f"start client {job.index} ({job.service}) on "
                            f"{ue.tun} {ue.address}")
             self._clients.append((ue.host, unit, job))
@@ -172,6 +173,18 @@ class LabTraffic:
             dest = f"{self.remote}/trace-{len(self._copied)}-{trace.name}"
             self.hosts.copy(host, trace, dest, what=f"copy the trace {trace}")
             self._copied[key] = dest
+        return self._copied[key]
+
+    def _copy_profiles(self, host: str, path: Path) -> str:
+        """The profile file, and the modules beside it that its `client:` may name, in a folder of
+        their own on the host (the client imports them from the file's folder)."""
+        key = (host, path)
+        if key not in self._copied:
+            folder = f"{self.remote}/profiles-{len(self._copied)}"
+            self.hosts.run(host, ["mkdir", "-p", folder], what=f"make {folder}")
+            for f in [path, *sorted(path.parent.glob("*.py"))]:
+                self.hosts.copy(host, f, f"{folder}/{f.name}", what=f"copy {f}")
+            self._copied[key] = f"{folder}/{path.name}"
         return self._copied[key]
 
     def clients_running(self) -> bool:

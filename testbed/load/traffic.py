@@ -41,6 +41,7 @@ class LoadJob:
     start_s: float = 0.0
     speedup: float = 1.0
     new_connections: bool = False  # a new connection for every request, not keep-alive ones
+    profiles: Path | None = None  # the scenario's profile file: the service's request and SLO
 
     def options(self) -> tuple[str, ...]:
         """Its `testbed load` options except the trace file (`--trace`, copied where needed)."""
@@ -81,20 +82,24 @@ class ClientJob:
     out: Path  # where the records end up, in the cell directory
     args: tuple[str, ...] = ()
     trace: Path | None = None  # a trace file the client reads (`--trace`), copied where needed
+    profiles: Path | None = None  # the scenario's profile file (`--profiles`), copied where needed
 
     @classmethod
     def of(cls, load: LoadJob, *, index: int, ue_group: str, url: str, out: Path) -> ClientJob:
         """The client that runs `load` against `url`, numbered `index` in its cell."""
         return cls(index=index, service=load.service, ue_group=ue_group, url=url, out=out,
-                   args=load.options(), trace=load.trace)
+                   args=load.options(), trace=load.trace, profiles=load.profiles)
 
-    def load_argv(self, *, out: str, slice: str, source: str, trace: str | None) -> list[str]:
+    def load_argv(self, *, out: str, slice: str, source: str, trace: str | None,
+                  profiles: str | None = None) -> list[str]:
         """The arguments after `testbed load` on a UE of `slice` at `source`: records to `out`,
-        no live view, and the trace file where that host reads it (`trace`)."""
+        no live view, and the trace file and profile file where that host reads them."""
         argv = [self.service, "--url", self.url, "--out", out, "--quiet",
                 "--slice", slice, "--source", source, *self.args]
         if trace is not None:
             argv += ["--trace", trace]
+        if profiles is not None:
+            argv += ["--profiles", profiles]
         return argv
 
 

@@ -127,7 +127,13 @@ class ServiceBalancer:
         self.metrics.utilization.labels(self.service).set(tick.utilization)
 
     def window(self, seconds: float) -> WindowMetrics:
-        return self.collector.window(seconds, [b.in_flight for b in self.rotation()])
+        return self.collector.window(seconds, [b.in_flight for b in self.rotation()], self.waiting())
+
+    def waiting(self) -> int:
+        """Requests waiting at the replicas now: sum over every replica that still holds requests
+        (in rotation or taken out) of max(0, in_flight - capacity)."""
+        cap = self.profile.capacity
+        return sum(max(0, b.in_flight - cap) for b in self.backends.values())
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         start = time.monotonic()

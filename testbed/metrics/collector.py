@@ -75,8 +75,9 @@ class ServiceCollector:
             self._first_start = self.ticks.popleft().t_end
         return tick
 
-    def window(self, seconds: float, in_flight_now: list[int]) -> WindowMetrics:
-        """Counts of the closed intervals that lie inside the last `seconds`, plus the open one.
+    def window(self, seconds: float, in_flight_now: list[int], waiting_now: int = 0) -> WindowMetrics:
+        """Counts of the closed intervals that lie inside the last `seconds`, plus the open one;
+        `waiting_now` is the queue length now (requests at the replicas beyond their capacity).
 
         `seconds` of the result is the span actually covered (from the start of the oldest
         interval taken to now), so `arrivals / seconds` is the rate without the bias of a
@@ -107,4 +108,5 @@ class ServiceCollector:
             completed=completed,
             violations=violations, utilization=util, instances=len(in_flight_now),
             mean_proc_time_ms=(lat / completed) if completed else None,
+            queue_length=waiting_now,
         )

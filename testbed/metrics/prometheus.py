@@ -15,7 +15,9 @@ in-process load balancer measures:
   the mean number of replicas; no reading of the in-flight gauge, whose once-a-second samples
   alias with evenly spaced requests;
 - arrivals: completions plus the change of requests in flight over the window (conservation;
-  Istio counts a request only when it completes).
+  Istio counts a request only when it completes);
+- queue length: at the window's end, the sum over replicas of max(0, in flight - capacity) from
+  the same in-flight gauge (the requests a replica holds beyond those it processes at once).
 
 Counter increases are the last value in the window minus the last value before it, per series
 (`_increase`): exact to the scrape, where `increase()` extrapolates to the window's edges (a few
@@ -96,6 +98,7 @@ class WindowQueries:
     in_flight_now: str
     in_flight_before: str
     instances: str
+    waiting: str
 
     @classmethod
     def build(cls, svc: PromService, seconds: float, step_s: float = 1.0) -> WindowQueries:
@@ -117,6 +120,7 @@ class WindowQueries:
             in_flight_now=f"sum({active})",
             in_flight_before=f"sum({active} offset {w})",
             instances=f"count({active})",
+            waiting=f"sum(clamp_min({active} - {svc.capacity}, 0))",
         )
 
     def items(self) -> list[tuple[str, str]]:
@@ -129,7 +133,7 @@ def series_checks(svc: PromService) -> list[tuple[str, str]]:
     return [(f"envoy_cluster_upstream_rq_active{{{pod}}}",
              "are its pods running with the Istio sidecar, and scraped?"),
             (f"testbed_replica_busy_seconds_total{{{pod}}}",
-             "is the busy meter running in its pods (workloads/*/k8s.yaml), and scraped?")]
+             "is the busy meter running in its pods (testbed/cluster/manifest.py), and scraped?")]
 
 
 def parse_response(body: bytes | str, query: str = "") -> float | None:
@@ -281,6 +285,7 @@ class PrometheusMetrics:
             instances=round(v["instances"] or 0),
             mean_proc_time_ms=((v["latency_sum_ms"] or 0) / count * self.time_scale
                                if count > 0 else None),
+            queue_length=max(round(v["waiting"] or 0), 0),
         )
 
     async def windows_async(self, seconds: float) -> dict[str, WindowMetrics]:

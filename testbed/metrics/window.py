@@ -22,6 +22,10 @@ class WindowMetrics:
     #                     min(in_flight, capacity) / capacity  (the dissertation's definition)
     instances: int  # ready instances at the end of the window
     mean_proc_time_ms: float | None = None  # mean latency of completed requests
+    # requests waiting at the service at the window's end: sum over its replicas of
+    # max(0, in_flight - capacity), i.e. arrived, not finished and not yet being processed (the
+    # GPU simulator adds the requests of its central queue's open batch)
+    queue_length: int = 0
 
     @classmethod
     def fast(
@@ -34,6 +38,7 @@ class WindowMetrics:
         utilization: float,
         instances: int,
         mean_proc_time_ms: float | None = None,
+        queue_length: int = 0,
     ) -> WindowMetrics:
         """The constructor's instance, for a simulator that builds one per step: it fills the
         fields in one dict update instead of the frozen class's object.__setattr__ per field
@@ -48,6 +53,7 @@ class WindowMetrics:
             utilization=utilization,
             instances=instances,
             mean_proc_time_ms=mean_proc_time_ms,
+            queue_length=queue_length,
         )
         return window
 

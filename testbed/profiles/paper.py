@@ -235,5 +235,13 @@ FIG_5_7_5_8_VALUES = (
 )
 FIG_5_7_5_8_SOURCE = "github.com/tu-nv/drafas, analysis/slicing_result.py"
 
+# Section 5.3's slicing experiment: each service's constant rate (req/s), and what the dissertation
+# says a slice does for it, in the order Section 5.3 states them: "grows" (without the slice the SLO
+# rate and mean time grow with the flows, with it they stay flat), "small" (a small difference in
+# mean time at the most flows only, none in the SLO rate), "none" (no difference at all)
+SLICING_RATES = {"chatbot": 10, "imgcls": 30, "tts": 10}
+SLICING_CLAIMS = {"imgcls": "grows", "tts": "small", "chatbot": "none"}
+FIGURE_SERVICES = {"fig5.7": ("imgcls",), "fig5.8": ("tts", "chatbot")}  # the services each figure shows
+
 SLICING_SETUP = ("100 Mbit/s bottleneck, 20 Mbit/s slice shared by the AI services, 6 replicas "
                  "per service, constant 10/30/10 req/s (chatbot/imgcls/tts), 10/20/40 iperf3 flows")

@@ -61,8 +61,9 @@ class RuleThresholds(BaseModel):
 
 
 class DeploySpec(BaseModel):
-    """How the lab runs the service on K3s: its container image, the port it listens on, and
-    whether a replica takes an MPS share of a GPU (one `units` of the profile)."""
+    """How the lab runs the service on K3s: its container image, the port it listens on, whether a
+    replica takes an MPS share of a GPU (one `units` of the profile), its readiness path and its CPU
+    and memory. The lab's manifest of the service is generated from this (testbed.cluster.manifest)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -73,3 +74,7 @@ class DeploySpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="extra environment of the container")
     health_path: str = Field(default="/healthz", pattern=r"^/[\w./-]*$",
                              description="readiness probe path")
+    cpu: str = Field(default="1", pattern=r"^\d+(\.\d+)?m?$",
+                     description="CPU each replica requests and is limited to (a Kubernetes quantity)")
+    memory: str = Field(default="2Gi", pattern=r"^\d+(\.\d+)?([EPTGMk]i?)?$",
+                        description="memory each replica requests and is limited to (a Kubernetes quantity)")

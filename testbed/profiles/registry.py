@@ -206,3 +206,10 @@ def profile_for(
         raise ConfigError(
             [ConfigProblem(source, None, service, f"unknown service (known: {known})")]
         ) from None
+
+
+def known_services(profiles: Mapping[str, ServiceProfile], profile_file: str | None = None) -> str:
+    """The sentence an unknown-service error ends with: what is known, and how to add one."""
+    where = f" and {profile_file}" if profile_file else ""
+    return (f"known: {', '.join(sorted(profiles))} (the registry{where}); add a service with a "
+            "profile file (`service_profiles:` / --profiles FILE) or the testbed.services entry point")

@@ -17,6 +17,7 @@ from testbed.profiles.paper import (
 )
 from testbed.report import plots
 from testbed.report.document import Document, Section, TableData
+from testbed.report.what_was_run import what_was_run
 from testbed.scenario.expect import Outcome, evaluate_all
 from testbed.scenario.results import run_rows
 from testbed.scenario.rundir import read_jsonl
@@ -45,6 +46,8 @@ def build_document(run_dir: Path) -> Document:
     doc = Document(f"Scenario {scn['name']}")
 
     doc.sections.append(_run_section(manifest))
+    cells = [json.loads(f.read_text()) for f in sorted((run_dir / "cells").glob("*/rep-*/cell.json"))]
+    doc.sections.append(what_was_run(manifest, cells))
     if outcomes:
         doc.sections.append(_expectations_section(outcomes))
     problems = _problems(run_dir)

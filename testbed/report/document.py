@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,7 +59,7 @@ class Document:
             "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}",
             "table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}",
             "th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}",
-            "th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}",
+            "th{background:#f0f0f0}td:first-child,th:first-child,td.text{text-align:left}",
             "img{max-width:100%;border:1px solid #eee;margin:0.5em 0}",
             ".pass{color:#1a7f37;font-weight:bold}.fail{color:#c62828;font-weight:bold}"
             ".undecided{color:#9a6700;font-weight:bold}",
@@ -79,7 +80,7 @@ class Document:
                 parts.append("<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in t.header)
                              + "</tr>")
                 for r in t.rows:
-                    parts.append("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>")
+                    parts.append("<tr>" + "".join(_td(c) for c in r) + "</tr>")
                 parts.append("</table>")
             for img in s.images:
                 data = base64.b64encode(img.read_bytes()).decode()
@@ -87,6 +88,15 @@ class Document:
                              f"src='data:image/png;base64,{data}'>")
         parts.append("</body></html>")
         return "\n".join(parts)
+
+
+# a number, a range or a share (1, -0.0214, 2.2%, 60–80) or none (–): right-aligned; words left
+_NUMBER = re.compile(r"[-+–]?[\d.,]+(%|[–-][\d.,]+)?|–")
+
+
+def _td(text: str) -> str:
+    return (f"<td>{_inline(text)}</td>" if _NUMBER.fullmatch(text.strip())
+            else f"<td class='text'>{_inline(text)}</td>")
 
 
 def _inline(text: str) -> str:

@@ -15,11 +15,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-from testbed.profiles.paper import FIG_5_7_5_8_VALUES, FIG_FLOWS
+from testbed.profiles.paper import FIG_5_7_5_8_VALUES, FIG_FLOWS, SERVICE_TITLES
 from testbed.scenario.results import SLO_MS, percentile
 from testbed.scenario.rundir import read_jsonl
 
-TITLES = {"chatbot": "Chatbot", "imgcls": "Image classification", "tts": "Text to speech"}
+TITLES = SERVICE_TITLES  # a service the paper did not name is titled by its name
 
 
 def _mean(vals: list[float]) -> float | None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from testbed.config.yamlfile import load_yaml_file
 from testbed.errors import StateError
+from testbed.profiles.paper import FIGURE_SERVICES
 from testbed.report import write_report
 from testbed.reproduce.artefacts import ARTEFACTS, Artefact, model_files, preflight
 from testbed.reproduce.document import write
@@ -185,7 +186,7 @@ def slicing_verdicts(rows: list[dict[str, Any]], run_dir: str, *, quick: bool
         c["slo"].append(r["slo_violation_rate"])
     table = {k: {m: sum(v) / len(v) for m, v in c.items()} for k, c in cells.items()}
     out = {}
-    for name, services in (("fig5.7", ("imgcls",)), ("fig5.8", ("tts", "chatbot"))):
+    for name, services in FIGURE_SERVICES.items():
         mine = {s: judged[s] for s in services if s in judged}
         outcomes = [o for s in mine.values() for o in s.outcomes]
         verdict = combine(outcomes) if mine and len(mine) == len(services) else FAIL

@@ -10,12 +10,19 @@ every verdict on Figs 5.7/5.8 is the same rule's.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from testbed.profiles.paper import FIG_5_7_5_8_SOURCE, FIG_5_7_5_8_VALUES, FIG_FLOWS
+from testbed.profiles.paper import (
+    FIG_5_7_5_8_SOURCE,
+    FIG_5_7_5_8_VALUES,
+    FIG_FLOWS,
+    SLICING_CLAIMS,
+    SLICING_RATES,
+)
 from testbed.scenario.expect import ALPHA, FAIL, PASS, UNDECIDED, Outcome, evaluate_all, min_violations
 
 # How close is "no difference" and how big is "a small difference" (Section 5.3 gives no
@@ -158,11 +165,11 @@ def slicing_scenario(setup: Setup, *, name: str, duration_s: float, services: li
                 {"name": "be", "sst": 1, "sd": "000002", "subnet": "10.46.0.0/24"}],
             "ue_groups": [{"name": "ai", "slice": "ai", "count": 2},
                           {"name": "be", "slice": "be", "count": 2}]},
-        "services": [{"name": s, "replicas": 6} for s in ("chatbot", "imgcls", "tts")],
+        "services": [{"name": s, "replicas": 6} for s in SLICING_RATES],
         "clients": [{"service": s, "ue_group": "ai", "rate": r}
                     | ({"connections": setup.connections}
                        if setup.connections != "keep-alive" else {})
-                    for s, r in (("chatbot", 10), ("imgcls", 30), ("tts", 10))],
+                    for s, r in SLICING_RATES.items()],
         "cross_traffic": [{"slice": "be", "flows": 10, "direction": d} for d in setup.directions],
         "matrix": {"service": services, "iperf_flows": flows, "slicing": slicing},
         # the judge's checks need both arms
@@ -182,7 +189,7 @@ def expectations(flows: list[int], *, figures: bool = True) -> dict[str, list[st
     exactly these, tests/reproduce/test_slicing.py), `testbed reproduce` and the reports. A check
     one flow count cannot make (growth with the flows) is left out."""
     flows = sorted(flows)
-    lo, hi = flows[0], flows[-1]
+    hi = flows[-1]
 
     def mean(service: str, on: bool, f: int) -> str:
         return _term("mean_latency_ms", service, on, f)
@@ -191,26 +198,13 @@ def expectations(flows: list[int], *, figures: bool = True) -> dict[str, list[st
         return _term("slo_violation_rate", service, on, f)
 
     out: dict[str, list[str]] = {}
-    img: list[str] = []
-    if len(flows) > 1:
-        img.append(f"{mean('imgcls', True, hi)} / {mean('imgcls', True, lo)} < {1 + FLAT_MEAN:g}")
-    img += [f"{slo('imgcls', True, f)} <= {FLAT_SLO:g}" for f in flows]
-    # without the slice both rise with the flows: no step down beyond noise, up overall
-    for a, b in itertools.pairwise(flows):
-        img.append(f"{mean('imgcls', False, b)} >= {1 - STEP_MEAN:g} * {mean('imgcls', False, a)}")
-    if len(flows) > 1:
-        img.append(f"{mean('imgcls', False, hi)} > {mean('imgcls', False, lo)}")
-    for a, b in itertools.pairwise(flows):
-        img.append(f"{slo('imgcls', False, b)} >= {slo('imgcls', False, a)} - {STEP_SLO:g}")
-    if len(flows) > 1:
-        img.append(f"{slo('imgcls', False, hi)} > {slo('imgcls', False, lo)}")
-    img.append(f"{slo('imgcls', False, hi)} > {slo('imgcls', True, hi)}")
-    img.append(f"{mean('imgcls', False, hi)} >= {GROWS_MEAN:g} * {mean('imgcls', True, hi)}")
-    out["imgcls"] = img
-    for service in ("tts", "chatbot"):
+    for service, claim in SLICING_CLAIMS.items():
+        if claim == "grows":
+            out[service] = _grows(service, flows, mean, slo)
+            continue
         lines = []
         for f in flows:
-            limit = SMALL_MEAN if (service == "tts" and f == hi) else SAME_MEAN
+            limit = SMALL_MEAN if (claim == "small" and f == hi) else SAME_MEAN
             ratio = f"{mean(service, False, f)} / {mean(service, True, f)}"
             lines += [f"{ratio} <= {1 + limit:g}", f"{ratio} >= {1 - limit:g}",
                       f"{slo(service, False, f)} - {slo(service, True, f)} <= {SAME_SLO:g}",
@@ -220,6 +214,28 @@ def expectations(flows: list[int], *, figures: bool = True) -> dict[str, list[st
         for service, lines in figure_expectations(flows).items():
             out[service] += lines
     return out
+
+
+def _grows(service: str, flows: list[int], mean: Callable[[str, bool, int], str],
+           slo: Callable[[str, bool, int], str]) -> list[str]:
+    """The checks of a service the slice protects: flat with it, growing with the flows without."""
+    lo, hi = flows[0], flows[-1]
+    img: list[str] = []
+    if len(flows) > 1:
+        img.append(f"{mean(service, True, hi)} / {mean(service, True, lo)} < {1 + FLAT_MEAN:g}")
+    img += [f"{slo(service, True, f)} <= {FLAT_SLO:g}" for f in flows]
+    # without the slice both rise with the flows: no step down beyond noise, up overall
+    for a, b in itertools.pairwise(flows):
+        img.append(f"{mean(service, False, b)} >= {1 - STEP_MEAN:g} * {mean(service, False, a)}")
+    if len(flows) > 1:
+        img.append(f"{mean(service, False, hi)} > {mean(service, False, lo)}")
+    for a, b in itertools.pairwise(flows):
+        img.append(f"{slo(service, False, b)} >= {slo(service, False, a)} - {STEP_SLO:g}")
+    if len(flows) > 1:
+        img.append(f"{slo(service, False, hi)} > {slo(service, False, lo)}")
+    img.append(f"{slo(service, False, hi)} > {slo(service, True, hi)}")
+    img.append(f"{mean(service, False, hi)} >= {GROWS_MEAN:g} * {mean(service, True, hi)}")
+    return img
 
 
 def figure_expectations(flows: list[int]) -> dict[str, list[str]]:
@@ -249,7 +265,7 @@ def figure_expectations(flows: list[int]) -> dict[str, list[str]]:
 def scenario_expect(flows: list[int], services: list[str]) -> list[str]:
     """The `expect:` block of a slicing scenario over these services, in the paper's order."""
     checks = expectations(flows)
-    return [line for s in ("imgcls", "tts", "chatbot") if s in services for line in checks[s]]
+    return [line for s in SLICING_CLAIMS if s in services for line in checks[s]]
 
 
 @dataclass
@@ -282,7 +298,7 @@ def judge_slicing(rows: list[dict[str, Any]], flows: list[int], *,
     result rows (testbed.scenario.results). Services without a row in every cell are left out."""
     checks = expectations(flows, figures=figures)
     out: dict[str, ServiceVerdict] = {}
-    for service in ("imgcls", "tts", "chatbot"):
+    for service in SLICING_CLAIMS:
         have = {(int(r["iperf_flows"]), _on(r["slicing"])) for r in rows
                 if r.get("service") == service and "iperf_flows" in r and "slicing" in r}
         if not all((f, on) in have for f in flows for on in (True, False)):

@@ -13,7 +13,7 @@ from testbed.load.trace import load_trace
 from testbed.profiles import default_profiles
 from testbed.profiles.paper import PAPER_TABLES, SERVICES, TABLE_5_4
 from testbed.reproduce.artefacts import model_files, trace_files
-from testbed.scaler.policies import make_policy
+from testbed.scaler.registry import make_policy
 from testbed.scenario.expect import FAIL, PASS, UNDECIDED
 from testbed.train.evaluate import evaluate
 from testbed.train.oracle import shared_pool_oracles
@@ -114,7 +114,7 @@ def sim_table(key: str, *, traces_dir: Path, models_dir: Path | None, seed: int 
         if progress:
             progress(f"Table {key}: {policy} on the simulator")
         models = model_files(models_dir) if models_dir is not None else {}
-        pol = {s: make_policy(policy, s, total_units=spec.total_units,
+        pol = {s: make_policy(policy, s, total_units=spec.total_units, profiles=profiles,
                               model=str(models[s]) if policy == "ppo" else None)
                for s in SERVICES}
         res = evaluate(pol, traces, spec.ratios, total_units=spec.total_units, seed=seed,

@@ -2,7 +2,8 @@
 
 from testbed.scaler.actions import ACTIONS, action_mask, adjust_action, mask_code, reward
 from testbed.scaler.loop import Decision, ScalerLoop
-from testbed.scaler.policies import HpaPolicy, Policy, RandomPolicy, RuleV1, RuleV2, StaticPolicy, make_policy
+from testbed.scaler.policies import HpaPolicy, Policy, RandomPolicy, RuleV1, RuleV2, StaticPolicy
+from testbed.scaler.registry import make_policy, register_policy
 from testbed.scaler.state import StateBuilder
 
 __all__ = [
@@ -20,5 +21,6 @@ __all__ = [
     "adjust_action",
     "make_policy",
     "mask_code",
+    "register_policy",
     "reward",
 ]

@@ -1,22 +1,16 @@
-"""Builds the scaling policy of every service of a cell by name, with the shared policies (fa2,
-gslice, inss, ddpg) as one object over the services that use them."""
+"""Builds the scaling policy of every service of a cell through the policy registry, with the
+policies that plan shares (fa2, gslice, inss, ddpg) as one object over the services that use them."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from testbed.profiles import ServiceProfile
-from testbed.scaler.fa2 import Fa2Policy, Pipeline
-from testbed.scaler.gslice import EqualSharePolicy
-from testbed.scaler.policies import make_policy
-from testbed.scaler.share import SharePolicy, default_model, read_share_meta
-
-SHARED_PLANNERS = ("fa2", "gslice")  # plan MPS shares and batches from the services' profiles
-SHARED_ACTORS = ("inss", "ddpg")  # one trained actor over the services it was trained for
-SHARE_POLICIES = SHARED_PLANNERS + SHARED_ACTORS  # the policies that set MPS shares and batches
+from testbed.scaler.fa2 import Pipeline
+from testbed.scaler.registry import BuildArgs, resolve
 
 
 @dataclass(frozen=True)
@@ -39,33 +33,26 @@ class BuiltPolicies:
 
 def build_policies(choices: Sequence[PolicyChoice], profiles: Mapping[str, ServiceProfile], *,
                    total_units: int, seed: int, pipelines: Sequence[Pipeline] = (),
-                   profile_source: str = "") -> BuiltPolicies:
-    """Every service's policy: fa2 and gslice plan the services that chose them together, inss
-    and ddpg load one actor for the services their model was trained for (checked at load), the
-    rest are one `make_policy` each."""
+                   profile_source: str = "", base_dir: Path | None = None) -> BuiltPolicies:
+    """Every service's policy: a policy that plans shares is built once over the services that
+    chose it (a trained actor over the services its model was trained for, checked at load), the
+    rest one per service. A `module:Class` is imported from `base_dir` (the scenario's folder)."""
     out: dict[str, Any] = {}
     models: dict[str, str] = {}
-    for kind in SHARED_PLANNERS:
-        mine = {c.service: profiles[c.service] for c in choices if c.policy == kind}
-        if not mine:
-            continue
-        if kind == "fa2":
-            shared: Any = Fa2Policy(mine, pipelines=list(pipelines), profile_source=profile_source)
-        else:
-            shared = EqualSharePolicy(mine, profile_source=profile_source)
-        out.update(dict.fromkeys(mine, shared))
-    for kind in SHARED_ACTORS:
-        users = [c for c in choices if c.policy == kind]
-        if not users:
-            continue
-        path = users[0].model or default_model(kind)
-        order = read_share_meta(path).services  # the actor's inputs come in its training order
-        actor = SharePolicy.load(path, {name: profiles[name] for name in order},
-                                 profile_source=profile_source)
-        models[kind] = str(path)
-        out.update(dict.fromkeys(order, actor))
+    args = BuildArgs(total_units=total_units, seed=seed, profiles=profiles, pipelines=pipelines,
+                     profile_source=profile_source or BuildArgs.profile_source)
+    groups: dict[str, list[PolicyChoice]] = {}
     for c in choices:
-        if c.service not in out:
-            out[c.service] = make_policy(c.policy, c.service, total_units=total_units, seed=seed,
-                                         model=str(c.model) if c.model else None)
+        groups.setdefault(c.policy, []).append(c)
+    entries = {name: resolve(name, base_dir=base_dir) for name in groups}
+    for name, entry in entries.items():  # first the planners: an actor takes its model's services
+        if entry.plan is not None:
+            model = groups[name][0].model or entry.default_model
+            out.update(entry.plan([c.service for c in groups[name]], replace(args, model=model)))
+            if model is not None:
+                models[name] = str(model)
+    for c in choices:
+        entry = entries[c.policy]
+        if c.service not in out and entry.build is not None:
+            out[c.service] = entry.build(c.service, replace(args, model=c.model))
     return BuiltPolicies({c.service: out[c.service] for c in choices}, models)

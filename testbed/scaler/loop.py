@@ -1,4 +1,11 @@
-"""The control loop: one scaling decision per call for one service, on any ClusterBackend."""
+"""The control loop: one scaling decision per call for one service, on any ClusterBackend.
+
+The protocol a policy follows (built in or a user's `module:Class`): `act(observation,
+action_mask) -> action index` (0..4, ACTIONS[i] = -2..+2 replicas; a masked index is adjusted by
+Algorithm 3, as the paper's rules rely on; anything else is a `PolicyError`), and, if the policy
+defines it, `observe(window)`, called with the newest `WindowMetrics` just before each `act`, so a
+policy reads the period by name (`window.queue_length`, `window.slo_violation_rate`, ...).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,10 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from testbed.cluster.base import ClusterBackend
+from testbed.errors import TestbedError
 from testbed.metrics.window import WindowMetrics
 from testbed.scaler.actions import (
     ACTIONS,
@@ -18,12 +28,25 @@ from testbed.scaler.actions import (
     next_cooldown,
     reward,
 )
-from testbed.scaler.policies import Policy
+from testbed.scaler.policies import Policy, policy_name
 from testbed.scaler.state import StateBuilder
 from testbed.scaler.target import ServiceTarget, TargetPolicy, apply_target, cluster_view
 
 if TYPE_CHECKING:
     from testbed.profiles import ServiceProfile
+
+
+class PolicyError(TestbedError):
+    """A policy broke the protocol (an action index that is no action); one line, naming it."""
+
+
+def _checked(index: object, policy: object, service: str, mask: Mask) -> int:
+    """`index` if it is an action index 0..4, else a PolicyError naming the policy, index and mask."""
+    if (type(index) is int or isinstance(index, np.integer)) and 0 <= index < len(ACTIONS):  # type: ignore[operator]
+        return index  # type: ignore[return-value]
+    name = getattr(policy, "name", type(policy).__name__)
+    raise PolicyError(f"policy {name!r} for {service}: act() returned {index!r}, not an action "
+                      f"index 0..{len(ACTIONS) - 1} (mask {tuple(int(m) for m in mask)}: 1 = valid)")
 
 
 @dataclass(slots=True)
@@ -78,6 +101,11 @@ class ScalerLoop:
         # isinstance on a Protocol walks its members: decided once here, not on every decision
         self._targeted = {s: isinstance(p, TargetPolicy) for s, p in self.policies.items()}
         self._counted = {s: hasattr(p, "replicas") for s, p in self.policies.items()}
+        # what decisions record as the policy: its `name`, else its class's (a user's policy object)
+        self._names = {s: policy_name(p) for s, p in self.policies.items()}
+        # a policy's observe(window), if it has one: called with the newest window before act
+        self._observe = {s: getattr(p, "observe", None) for s, p in self.policies.items()
+                         if callable(getattr(p, "observe", None))}
 
     def decide_all(self) -> list[Decision]:
         """One decision per service; a target policy shared by several services plans them together."""
@@ -113,7 +141,7 @@ class ScalerLoop:
                 Decision(
                     time=self.clock(),
                     service=s,
-                    policy=policy.name,
+                    policy=self._names[s],
                     request_rate=window.request_rate,
                     utilization=window.utilization,
                     slo_violation_rate=window.slo_violation_rate,
@@ -146,8 +174,11 @@ class ScalerLoop:
         obs = self._states[service].push(window, mask, before, free // units, total)
         if self._counted[service]:
             policy.replicas = before  # a policy that needs the count (HPA) gets it here
+        observe = self._observe.get(service)
         started = perf_counter()
-        proposed = ACTIONS[policy.act(obs, mask)]
+        if observe is not None:
+            observe(window)
+        proposed = ACTIONS[_checked(policy.act(obs, mask), policy, service, mask)]
         decide_ms = 1000.0 * (perf_counter() - started)
         applied = adjust_action(proposed, mask)
         if not mask[applied + 2]:  # action_index(applied)
@@ -160,7 +191,7 @@ class ScalerLoop:
         return Decision(
             self.clock(),
             service,
-            policy.name,
+            self._names[service],
             window.arrivals / seconds if seconds > 0 else 0.0,  # window.request_rate
             window.utilization,
             slo,

@@ -1,8 +1,10 @@
 """Scaling policies: rule-based v1/v2 (Algorithms 2 and 4), static, HPA-like and random.
 
-A policy maps (observation, action mask) to an action index 0..4 (ACTIONS[i] = -2..+2 replicas).
+A policy maps (observation, action mask) to an action index 0..4 (ACTIONS[i] = -2..+2 replicas)
+and may define `observe(window)` to read the newest WindowMetrics by name before each decision.
 It knows nothing of the simulator, the Gymnasium env or the cluster; the control loop applies
-Algorithm 3 to whatever it returns. Maskable PPO lives in `testbed.scaler.ppo` (needs torch).
+Algorithm 3 to whatever it returns. Maskable PPO lives in `testbed.scaler.ppo` (needs torch); the
+registry that builds a policy by name or `module:Class` in `testbed.scaler.registry`.
 """
 
 from __future__ import annotations
@@ -13,10 +15,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from testbed.errors import ConfigError, ConfigProblem
-from testbed.profiles.paper import RULE_V1_THRESHOLDS, RULE_V2_THRESHOLDS
+from testbed.profiles import ServiceProfile, default_profiles
+from testbed.profiles.registry import profile_for
 from testbed.scaler.actions import Mask, action_index
-from testbed.scaler.ppo import MaskablePpoPolicy
 from testbed.scaler.state import latest_index
 
 # where the newest utilization and SLO violation rate sit in an observation (rules read them per step)
@@ -26,9 +27,19 @@ _SLO = latest_index("slo_violation_rate")
 
 @runtime_checkable
 class Policy(Protocol):
+    """What the control loop asks of a policy: `act` returns an action index 0..4 (ACTIONS[i] =
+    -2..+2 replicas; a masked one is adjusted by Algorithm 3). Optionally `observe(window)`: the
+    loop calls it with the newest `WindowMetrics` just before `act`."""
+
     name: str
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int: ...
+
+
+def policy_name(policy: object) -> str:
+    """What results and decisions call a policy: its `name`, else its class's name (an object of
+    one's own may leave `name` out)."""
+    return str(getattr(policy, "name", type(policy).__name__))
 
 
 @dataclass
@@ -42,8 +53,15 @@ class RuleV1:
     name: str = "rule_v1"
 
     @classmethod
-    def for_service(cls, service: str) -> RuleV1:
-        return cls(**_thresholds(RULE_V1_THRESHOLDS, service, "rule_v1"))
+    def for_profile(cls, profile: ServiceProfile) -> RuleV1:
+        """The thresholds of the profile's `rule:` (the paper's services: Table 4.9)."""
+        return cls(**profile.rule.v1())
+
+    @classmethod
+    def for_service(cls, service: str, profiles: dict[str, ServiceProfile] | None = None) -> RuleV1:
+        """`for_profile` of `service` in `profiles` (default: the service registry's)."""
+        return cls.for_profile(profile_for(profiles if profiles is not None else default_profiles(),
+                                           service))
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
         util = float(observation[_UTIL])
@@ -72,8 +90,15 @@ class RuleV2:
     name: str = "rule_v2"
 
     @classmethod
-    def for_service(cls, service: str) -> RuleV2:
-        return cls(**_thresholds(RULE_V2_THRESHOLDS, service, "rule_v2"))
+    def for_profile(cls, profile: ServiceProfile) -> RuleV2:
+        """The thresholds of the profile's `rule:` (the paper's services: Table 4.10)."""
+        return cls(**profile.rule.v2())
+
+    @classmethod
+    def for_service(cls, service: str, profiles: dict[str, ServiceProfile] | None = None) -> RuleV2:
+        """`for_profile` of `service` in `profiles` (default: the service registry's)."""
+        return cls.for_profile(profile_for(profiles if profiles is not None else default_profiles(),
+                                           service))
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
         slo = float(observation[_SLO])
@@ -128,55 +153,3 @@ class RandomPolicy:
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
         valid = np.flatnonzero(np.asarray(action_mask))
         return int(self._rng.choice(valid))
-
-
-def _thresholds(table: dict[str, dict[str, float]], service: str, policy: str) -> dict[str, float]:
-    if service not in table:
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    "<policy>",
-                    None,
-                    "service",
-                    f"no {policy} thresholds for {service!r}; known: {', '.join(table)}",
-                )
-            ]
-        )
-    return dict(table[service])
-
-
-POLICY_NAMES = ("rule_v1", "rule_v2", "static", "hpa", "random", "ppo")
-
-
-def make_policy(
-    name: str, service: str, *, total_units: int, seed: int = 0, model: str | None = None
-) -> Policy:
-    """Build a policy by name; `ppo` loads `model` (a file written by `testbed train`)."""
-    if name == "rule_v1":
-        return RuleV1.for_service(service)
-    if name == "rule_v2":
-        return RuleV2.for_service(service)
-    if name == "static":
-        return StaticPolicy()
-    if name == "hpa":
-        return HpaPolicy(total_units=total_units)
-    if name == "random":
-        return RandomPolicy(seed)
-    if name == "ppo":
-        if not model:
-            raise ConfigError([ConfigProblem("<policy>", None, "model", "the ppo policy needs --model FILE")])
-
-        return MaskablePpoPolicy.load(model, service)
-    if name in ("fa2", "gslice", "inss", "ddpg"):
-        raise ConfigError(
-            [ConfigProblem("<policy>", None, "policy",
-                           f"{name} sets MPS shares and batch sizes, so it runs on the GPU simulator: "
-                           f"testbed sim compare --policies {name} (or a scenario on the testbed engine)")]
-        )
-    raise ConfigError(
-        [
-            ConfigProblem(
-                "<policy>", None, "policy", f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}"
-            )
-        ]
-    )

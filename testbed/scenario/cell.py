@@ -26,7 +26,7 @@ from testbed.scenario.live import LiveView
 from testbed.scenario.matrix import Cell
 from testbed.scenario.results import LOST_ERRORS, SLO_MS, lost_requests, read_records
 from testbed.scenario.rundir import CellDir, append_jsonl, read_jsonl
-from testbed.scenario.simcell import run_sim_cell
+from testbed.scenario.simcell import run_sim_cell, simulate_cell, write_cell_files
 from testbed.scenario.spec import ClientSpec, Scenario, trace_dir
 
 
@@ -37,20 +37,8 @@ class SimCellRunner:
         self.cell, self.rep, self.dir, self.base_dir, self.view = cell, rep, celldir, base_dir, view
 
     def run(self) -> list[str]:
-        scn = self.cell.scenario
         self.view.set_phase(self.cell, self.rep, "simulating")
-        info = {"slug": self.cell.slug, "label": self.cell.label, "params": self.cell.params,
-                "rep": self.rep, "engine": "sim", "services": [s.name for s in scn.services],
-                "total_units": scn.total_units, "duration_s": scn.duration_s,
-                "ratios": {c.service: c.ratio for c in scn.clients},
-                "policies": {s.name: s.policy for s in scn.services}, "started": time.time()}
-        chains: list[dict] = []
-        results = run_sim_cell(scn, self.base_dir, seed=scn.seed + self.rep, chains=chains)
-        (self.dir.path / "sim.json").write_text(json.dumps(results, indent=1))
-        if chains:
-            (self.dir.path / "chains.json").write_text(json.dumps(chains, indent=1))
-        info.update(status="ok", ended=time.time(), problems=[])
-        self.dir.info.write_text(json.dumps(info, indent=1))
+        write_cell_files(self.dir, simulate_cell(self.cell, self.rep, self.base_dir))
         return []
 
 
@@ -243,7 +231,7 @@ class CellRunner:
              for s in scn.services], profiles,
             total_units=scn.total_units, seed=scn.seed + self.rep,
             pipelines=[Pipeline(tuple(p.services), p.sla_ms) for p in scn.pipelines],
-            profile_source=source)
+            profile_source=source, base_dir=self.base_dir)
         for kind, path in built.models.items():
             self.info.setdefault("models", {})[kind] = path
         return built.policies
@@ -290,16 +278,18 @@ def load_job(scn: Scenario, client: ClientSpec, index: int, rep: int, base_dir: 
     seed = scn.seed + 1000 * rep + index
     # errors are the service's, judged by the expectations: the client never fails on them
     fresh = client.connections == "per-request"
+    profiles = (base_dir / scn.service_profiles).resolve() if scn.service_profiles else None
     if client.trace:
         return LoadJob(service=client.service, timeout_s=4.0 / ts, seed=seed, max_error_rate=1.0,
-                       new_connections=fresh, trace=trace_dir(scn, base_dir) / client.trace,
-                       ratio=client.ratio,
+                       new_connections=fresh, profiles=profiles,
+                       trace=trace_dir(scn, base_dir) / client.trace, ratio=client.ratio,
                        shift_hours=client.shift_hours,
                        start_s=client.start_s - warm,  # the warm-up replays the trace before the window
                        duration_s=seconds, speedup=ts)
     assert client.rate is not None  # a client has a trace or a rate (checked at load)
     return LoadJob(service=client.service, timeout_s=4.0 / ts, seed=seed, max_error_rate=1.0,
-                   new_connections=fresh, rate=client.rate * ts, duration_s=seconds / ts)
+                   new_connections=fresh, profiles=profiles, rate=client.rate * ts,
+                   duration_s=seconds / ts)
 
 
 def after_warmup(scn: Scenario, samples: list[dict[str, Any]]) -> Scenario:

@@ -1,7 +1,10 @@
 """The lab profile for the scenario runner: a lab that `testbed up --profile lab` brought up.
 
-Per run, `LabSession.open()` checks the inventory, the API server, Prometheus and the PDU
-sessions before any cell starts. Per cell: the cell's slice shaping on the core host, the
+Per run, every service of the scenario needs a lab container (its profile's `deploy:`): its
+manifest is generated into RUN_DIR/manifests/<service>/k8s.yaml (what `testbed up --profile lab`
+applies), and a service without one stops the run before anything touches the lab. Then
+`LabSession.open()` checks the inventory, the API server, Prometheus and the PDU sessions before
+any cell starts. Per cell: the cell's slice shaping on the core host, the
 Deployments scaled to the cell's replicas (others to 0) and waited for, then the runner's cell
 code with `KubernetesCluster`, `PrometheusMetrics` (this cell's services) and `LabTraffic`
 (clients and iperf3 on the UE hosts); afterwards every unit the cell started is stopped. The
@@ -18,7 +21,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from testbed.cluster.kubernetes import MPS_REPLICAS, KubernetesCluster, KubeService, mps_unit_pct
+from testbed.cluster.kubernetes import (
+    GPU_RESOURCE,
+    MPS_REPLICAS,
+    KubernetesCluster,
+    KubeService,
+    mps_unit_pct,
+)
+from testbed.cluster.manifest import check_deployable, origins, write_manifests
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.lab.inventory import LabInventory
 from testbed.lab.plan import ActionLog, PlanHosts, PlanKube, VirtualTime, plan_fetch
@@ -53,7 +63,7 @@ class LabProfile:
             raise ConfigError([ConfigProblem("<scenario>", None, "time_scale",
                                              f"the lab runs in real time (time_scale 1), not "
                                              f"{scenario.time_scale:g}: real replicas do not speed up")])
-        services = self._services(scenario, base_dir)
+        services, manifests = self._services(scenario, base_dir, run_dir, options.namespace)
         config = LabConfig(options.inventory, options.kubeconfig, options.prometheus,
                            options.namespace)
         self.log: ActionLog | None = None
@@ -94,14 +104,28 @@ class LabProfile:
         except BaseException:
             session.close()
             raise
+        if self.log:  # what `testbed up --profile lab` applies for these services
+            for svc in services:
+                self.log(_planned_manifest(svc, manifests[svc.name], options.namespace))
 
     @staticmethod
-    def _services(scn: Scenario, base_dir: Path) -> list[LabService]:
-        profiles = load_profiles(base_dir / scn.service_profiles if scn.service_profiles else None)
+    def _services(scn: Scenario, base_dir: Path, run_dir: Path, namespace: str
+                  ) -> tuple[list[LabService], dict[str, Path]]:
+        """The scenario's services as the lab sees them, and the manifest generated for each from
+        its profile's `deploy:` (a ConfigError naming `services.<name>.deploy` and the profile
+        file for a service without one, before anything touches the lab)."""
+        profiles_file = base_dir / scn.service_profiles if scn.service_profiles else None
+        profiles = load_profiles(profiles_file)
+        chosen = [profiles[s.name] for s in scn.services]
+        where = origins([p.name for p in chosen], profiles_file)
+        check_deployable(chosen, where)
+        paths = write_manifests(chosen, run_dir / "manifests", namespace, where=where)
+        manifests = {p.name: path for p, path in zip(chosen, paths, strict=True)}
         # the scenario's own profiles: the SLO its results are judged by (testbed.scenario.results)
-        return [LabService(s.name, profiles[s.name].slo_ms,
-                           profiles[s.name].capacity, profiles[s.name].units)
-                for s in scn.services]
+        return [LabService(p.name, p.slo_ms, p.capacity, p.units, str(manifests[p.name]),
+                           p.deploy.image if p.deploy else "", p.deploy.port if p.deploy else 0,
+                           bool(p.deploy and p.deploy.gpu), p.initial_replicas)
+                for p in chosen], manifests
 
     def run_cell(self, runner: Any, main: CellMain) -> None:
         s = self.session
@@ -142,3 +166,11 @@ class LabProfile:
         if self.log:
             self.log.flush()
         return problems
+
+
+def _planned_manifest(s: LabService, path: Path, namespace: str) -> str:
+    gpu = f"{s.units} {GPU_RESOURCE} per pod" if s.gpu else "no GPU"
+    return (f"manifest {path}: Deployment {namespace}/{s.name} ({s.image}, port {s.port}, {gpu}, "
+            f"{s.initial_replicas} replica{'s' if s.initial_replicas != 1 else ''}) and NodePort "
+            f"Service {namespace}/{s.name}, from its profile's deploy: (`testbed up --profile lab` "
+            "applies it)")

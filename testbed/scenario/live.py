@@ -61,6 +61,13 @@ class LiveView:
         if not self.enabled:
             self.console.print(Text(self._header))  # labels hold user values: never markup
 
+    def finished(self, cell: Cell, rep: int) -> None:
+        """A repetition of a cell finished elsewhere (a parallel run's worker)."""
+        self.done += 1
+        self._header = f"cell {cell.index + 1} ({cell.label}), rep {rep + 1}: done"
+        if not self.enabled:
+            self.console.print(Text(self._header))
+
     def note(self, text: str) -> None:
         self._notes.append(text)
         if not self.enabled:

@@ -14,6 +14,7 @@ from testbed.scenario.expect import check_expectations, check_selectors_match
 from testbed.scenario.matrix import check_matrix, expand
 from testbed.scenario.spec import (
     Scenario,
+    check_policies,
     check_scenario,
     check_share_models,
     resolve_testbed,
@@ -87,7 +88,8 @@ def _check_cells(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[tu
     cells = expand(scn, testbed)
     problems += check_selectors_match(scn, cells)
     for cell in cells:
-        for path, msg in check_share_models(cell.scenario, base_dir, cell.params):
+        for path, msg in [*check_policies(cell.scenario, base_dir, cell.params),
+                          *check_share_models(cell.scenario, base_dir, cell.params)]:
             if (path, msg) not in seen:
                 seen.add((path, msg))
                 problems.append((path, f"cell {cell.label}: {msg}" if cell.params else msg))

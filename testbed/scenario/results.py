@@ -76,12 +76,21 @@ def read_records(cell_dir: Path, warmup: dict[str, int] | None = None
     return records
 
 
+def _slo_ms(info: dict[str, Any], service: str) -> float:
+    """The cell's SLO of `service` (its scenario's profiles), else the registry's: a service of
+    the scenario's own profile file is only in the former."""
+    slo = info.get("slo_ms", {}).get(service)
+    return float(slo) if slo is not None else SLO_MS[service]
+
+
 def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
     """Rows for one repetition of one cell, from its files."""
     info = json.loads((cell_dir / "cell.json").read_text())
     # a `service` matrix key picks the service: it names rows' services, it is not a row label
     params = {k: v for k, v in info["params"].items() if k not in ("service", "slice")}
-    base = {**params, "cell": info["slug"], "rep": info["rep"], "status": info.get("status")}
+    # matrix_params: which of the row's keys are the cell's parameters (the rest are figures)
+    base = {**params, "cell": info["slug"], "rep": info["rep"], "status": info.get("status"),
+            "matrix_params": list(params)}
     if info.get("engine") == "sim":
         return sim_rows(cell_dir, info, base)
     time_scale = info.get("time_scale", 1.0)
@@ -99,7 +108,7 @@ def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
     for service in info.get("services", sorted(every)):
         row = {**base, **service_row(records.get(service, []), service, time_scale=time_scale,
                                      duration_s=duration_s,
-                                     slo_ms=info.get("slo_ms", {}).get(service, SLO_MS[service]))}
+                                     slo_ms=_slo_ms(info, service))}
         row["warmup_requests"] = len(every.get(service, [])) - row["requests"]
         row["planned_requests"] = planned.get(service)
         row["lost_requests"] = lost_requests(every.get(service, []), planned.get(service))

@@ -1,7 +1,8 @@
 """The run directory: where a scenario run keeps everything, and the manifest that repeats it.
 
     runs/<UTC time>-<scenario>/
-        manifest.json          resolved scenario + testbed, seed, commit, package versions, host
+        manifest.json          resolved scenario + testbed, the service profiles they ran with,
+                               seed, commit, package versions, host
         cells/<slug>/rep-<k>/  requests/*.jsonl, samples.jsonl, decisions.jsonl, events.jsonl,
                                iperf/*.json, cell.json (params, times, status, problems), logs/
         sim/<slug>.json        the same cell through the simulator (compare_sim)
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.config.secrets import redact_scenario, redact_testbed
+from testbed.profiles import load_profiles
 
 PACKAGES = ("testbed", "pydantic", "aiohttp", "numpy", "pymongo", "montydb", "torch",
             "stable-baselines3", "sb3-contrib", "gymnasium", "matplotlib", "typer", "rich")
@@ -81,6 +83,7 @@ def write_manifest(run_dir: Path, *, scenario: dict[str, Any], testbed: dict[str
         "profile": profile,
         "scenario": redact_scenario(scenario),  # no key seed or K/OPc: run dirs are shared
         "testbed": redact_testbed(testbed),
+        "service_profiles": used_profiles(scenario, Path(base_dir)),
         "overrides": overrides,
         "seed": scenario.get("seed"),
         "commit": git_commit(),
@@ -91,6 +94,16 @@ def write_manifest(run_dir: Path, *, scenario: dict[str, Any], testbed: dict[str
     path = run_dir / "manifest.json"
     path.write_text(json.dumps(manifest, indent=2, default=str))
     return path
+
+
+def used_profiles(scenario: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """The profiles of the scenario's services as the run reads them: the packaged ones with the
+    scenario's `service_profiles:` file over them (each number's source says which), so that the
+    run directory alone tells what a service of the user's own was."""
+    own = scenario.get("service_profiles")
+    profiles = load_profiles(base_dir / own if own else None)
+    names = [s["name"] for s in scenario.get("services", [])]
+    return {n: profiles[n].model_dump(mode="json") for n in names if n in profiles}
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,13 @@ then does the same on every profile: replicas ready → iperf3 + clients → a s
 second (5 on the lab) and a scaler decision every period → stop → records. Local: a fresh testbed
 per cell, the cell's asyncio work in the data-network namespace, clients in UE namespaces. Lab:
 the lab's Deployments, Prometheus and UE hosts (`testbed.scenario.lab`). At the end, the rows of
-every cell and the scenario's expectations (`results.json`).
+every cell and the scenario's expectations (`results.json`). `engine: sim` cells may run in
+parallel (`RunOptions.jobs`, `RunOptions.dask`: `testbed.scenario.sweep`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Callable
@@ -32,7 +34,9 @@ from testbed.scenario.load import LoadedScenario
 from testbed.scenario.matrix import Cell, expand
 from testbed.scenario.results import run_rows
 from testbed.scenario.rundir import CellDir, new_run_dir, write_manifest
+from testbed.scenario.simcell import write_cell_files
 from testbed.scenario.spec import Scenario
+from testbed.scenario.sweep import check_options, run_in_pool, run_on_dask, workers
 
 
 @dataclass
@@ -49,6 +53,8 @@ class RunOptions:
     lab: Any = None  # testbed.scenario.lab.LabOptions for the lab profile (inventory, --check)
     # builds the profile from the run (Python callers and tests: a lab profile on other clients)
     profile_factory: Callable[[ScenarioRun], Profile] | None = None
+    jobs: int = 1  # engine: sim: cells at once on this machine (0: every core)
+    dask: str | None = None  # engine: sim: the Dask scheduler (tcp://HOST:PORT) to run cells on
 
 
 @dataclass
@@ -112,6 +118,7 @@ class ScenarioRun:
             raise TestbedError("the lab profile needs an inventory (-i INVENTORY)")
         self.loaded = loaded
         self.scenario = effective(loaded, self.options)
+        check_options(self.scenario.engine, self.options.jobs, self.options.dask)
         self.cells = expand(self.scenario, loaded.testbed)
         if self.scenario.engine == "testbed" and self.options.profile == "local":
             require_root("a testbed scenario")
@@ -170,17 +177,48 @@ class ScenarioRun:
         problems: list[str] = []
         for rep in range(self.scenario.repetitions):
             celldir = CellDir.create(self.run_dir, cell.slug, rep)
-            if self.scenario.engine == "sim":
-                problems += SimCellRunner(cell, rep, celldir, self.loaded.base_dir, view).run()
-            else:
-                try:
+            try:
+                if self.scenario.engine == "sim":
+                    problems += SimCellRunner(cell, rep, celldir, self.loaded.base_dir, view).run()
+                else:
                     problems += CellRunner(cell, rep, celldir, self.loaded.base_dir, view,
                                            self.profile).run()
-                except KeyboardInterrupt:
-                    self.interrupted = True
-                    raise
+            except KeyboardInterrupt:
+                self.interrupted = True
+                raise
         self.problems += problems
         return problems
+
+    @property
+    def parallel(self) -> bool:
+        """Whether the cells run in parallel: on a Dask cluster, or in more than one process."""
+        tasks = len(self.cells) * self.scenario.repetitions
+        return bool(self.options.dask) or workers(self.options.jobs, tasks) > 1
+
+    def run_parallel(self, view: LiveView | None = None) -> None:
+        """Every repetition of every `engine: sim` cell at once (`--jobs`, `--dask`), each cell's
+        files written here as it finishes; KeyboardInterrupt marks the run interrupted and
+        propagates once the workers are stopped.
+
+        view: the live view, told of each finished cell."""
+        tasks = [(c, rep) for c in self.cells for rep in range(self.scenario.repetitions)]
+        view = view or LiveView(self.console, self.cells, self.scenario.repetitions, enabled=False)
+        where = (f"the Dask cluster at {self.options.dask}" if self.options.dask else
+                 f"{workers(self.options.jobs, len(tasks))} processes")
+        view.log(f"{len(tasks)} cell repetitions on {where}")
+
+        def done(i: int, files: dict[str, Any]) -> None:
+            cell, rep = tasks[i]
+            write_cell_files(CellDir.create(self.run_dir, cell.slug, rep), files)
+            view.finished(cell, rep)
+        try:
+            if self.options.dask:
+                run_on_dask(tasks, self.loaded.base_dir, self.options.dask, done)
+            else:
+                run_in_pool(tasks, self.loaded.base_dir, self.options.jobs, done)
+        except KeyboardInterrupt:
+            self.interrupted = True
+            raise
 
     def finish(self) -> RunResult:
         self.close()
@@ -194,12 +232,22 @@ class ScenarioRun:
 
 def run_scenario(loaded: LoadedScenario, options: RunOptions | None = None) -> RunResult:
     """Every cell and repetition with a live view, then results and expectations (the caller writes
-    the report: `testbed.report.write_report(result.run_dir)`)."""
+    the report: `testbed.report.write_report(result.run_dir)`).
+
+    loaded: the scenario as loaded; options: overrides, profile, output folder, --jobs/--dask."""
     with ScenarioRun(loaded, options) as run, LiveView(
             run.console, run.cells, run.scenario.repetitions, enabled=run.options.progress) as view:
-        for cell in run.cells:
-            try:
-                run.run_cell(cell, view)
-            except KeyboardInterrupt:
-                break
+        if run.parallel:
+            with contextlib.suppress(KeyboardInterrupt):  # recorded: run.interrupted
+                run.run_parallel(view)
+        else:
+            _run_in_turn(run, view)
     return run.finish()
+
+
+def _run_in_turn(run: ScenarioRun, view: LiveView) -> None:
+    for cell in run.cells:
+        try:
+            run.run_cell(cell, view)
+        except KeyboardInterrupt:
+            break

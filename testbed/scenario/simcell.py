@@ -12,17 +12,22 @@ a client for it). The chains' figures go to `chains` (see `GpuSimCluster.chain_r
 
 from __future__ import annotations
 
+import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
 from testbed.load.trace import Trace, load_trace
-from testbed.profiles import default_profiles, load_profiles
+from testbed.profiles import load_profiles
 from testbed.scaler.fa2 import Pipeline
+from testbed.scaler.registry import make_policy
+from testbed.scenario.matrix import Cell
+from testbed.scenario.rundir import CellDir
 from testbed.scenario.spec import Scenario, trace_dir
 from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS
 from testbed.sim.gpu import GpuSimCluster
-from testbed.train.evaluate import evaluate, scaler_policy
+from testbed.train.evaluate import evaluate
 
 
 def cell_traces(scn: Scenario, base_dir: Path) -> tuple[dict[str, Any], dict[str, float]]:
@@ -44,24 +49,14 @@ def cell_traces(scn: Scenario, base_dir: Path) -> tuple[dict[str, Any], dict[str
     return traces, ratios
 
 
-def scenario_profiles(scn: Scenario, base_dir: Path) -> dict[str, Any]:
-    """The registry's profiles with the scenario's `service_profiles:` file merged over them."""
-
-    return load_profiles(base_dir / scn.service_profiles if scn.service_profiles else None)
-
-
 def sim_profiles(scn: Scenario, cluster_profiles: dict[str, Any] | None,
                  base_dir: Path | None = None) -> dict[str, Any]:
-    """The simulator's profiles: the registry's with the scenario's `service_profiles:` over them
-    (read from `base_dir`; SLO, timing, capacity, all of it), or — for the sim-to-testbed check —
+    """The simulator's profiles: the packaged ones (Table 4.4) with the scenario's
+    `service_profiles:` file (under `base_dir`) over them, or — for the sim-to-testbed check —
     exactly the profiles the testbed's replicas ran with; each starts with the scenario's replicas."""
 
-    if cluster_profiles is not None:
-        profiles = cluster_profiles
-    elif base_dir is not None:
-        profiles = scenario_profiles(scn, base_dir)
-    else:
-        profiles = default_profiles()
+    own = base_dir / scn.service_profiles if scn.service_profiles and base_dir is not None else None
+    profiles = cluster_profiles or load_profiles(own)
     out = {}
     for s in scn.services:
         p = profiles[s.name]
@@ -90,9 +85,9 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
     services = [s for s in scn.services if s.name in traces or s.name in later]
     profiles = {k: v for k, v in sim_profiles(scn, cluster_profiles, base_dir).items()
                 if k in traces or k in later}
-    # rule v1/v2 take their thresholds from the profile in use (the scenario's file's `rule:`)
-    policies = {s.name: scaler_policy(s.policy, profiles[s.name], total_units=scn.total_units,
-                                      seed=seed, model=str(base_dir / s.model) if s.model else None)
+    policies = {s.name: make_policy(s.policy, s.name, total_units=scn.total_units, seed=seed,
+                                    model=str(base_dir / s.model) if s.model else None,
+                                    profiles=profiles, base_dir=base_dir)
                 for s in services}
     steps = max(1, int(scn.duration_s // scn.scaler_period_s))
     options = TESTBED_OPTIONS if like_testbed else DEFAULT_OPTIONS
@@ -114,3 +109,35 @@ def _routed_cluster(scn: Scenario, profiles: dict[str, Any], traces: dict[str, A
         interference=scn.interference, source=f"scenario {scn.name}",
         chains=[Pipeline(tuple(p.services), p.sla_ms) for p in scn.pipelines],
     )
+
+
+def simulate_cell(cell: Cell, rep: int, base_dir: Path) -> dict[str, Any]:
+    """One repetition of one `engine: sim` cell, as the files it leaves in its cell directory
+    (file name -> JSON value: `sim.json`, `chains.json` when chains are routed, `cell.json`).
+
+    cell: the matrix cell; rep: the repetition (seed = the scenario's seed + rep); base_dir: where
+    the scenario's relative traces and models live. Writes nothing, so it runs in any process or
+    on any machine with those files at the same paths (`testbed.scenario.sweep`)."""
+
+    scn = cell.scenario
+    info = {"slug": cell.slug, "label": cell.label, "params": cell.params, "rep": rep,
+            "engine": "sim", "services": [s.name for s in scn.services],
+            "total_units": scn.total_units, "duration_s": scn.duration_s,
+            "ratios": {c.service: c.ratio for c in scn.clients},
+            "policies": {s.name: s.policy for s in scn.services}, "started": time.time()}
+    chains: list[dict] = []
+    files: dict[str, Any] = {"sim.json": run_sim_cell(scn, base_dir, seed=scn.seed + rep,
+                                                      chains=chains)}
+    if chains:
+        files["chains.json"] = chains
+    info.update(status="ok", ended=time.time(), problems=[])
+    files["cell.json"] = info
+    return files
+
+
+def write_cell_files(celldir: CellDir, files: dict[str, Any]) -> None:
+    """The files of `simulate_cell` into celldir, `cell.json` last: a cell directory with a
+    `cell.json` is a finished one (`testbed.scenario.results.run_rows`)."""
+
+    for name in sorted(files, key=lambda n: n == "cell.json"):
+        (celldir.path / name).write_text(json.dumps(files[name], indent=1))

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from testbed.config import LinkSpec, SliceSpec, TestbedSpec, UEGroupSpec, check_testbed, load_testbed
 from testbed.config.testbed_spec import Name
 from testbed.errors import ConfigError
+from testbed.plugins import is_ref
 from testbed.profiles import load_profiles
-from testbed.scaler.factory import SHARE_POLICIES
-from testbed.scaler.share import default_model, read_share_meta
+from testbed.profiles.registry import known_services
+from testbed.scaler import registry
+from testbed.scaler.share import read_share_meta
 
-POLICIES = ("static", "rule_v1", "rule_v2", "hpa", "random", "ppo")
+# a service's name as profile files key it (checked against the registry and the scenario's file)
+ServiceName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
 
 
 class Strict(BaseModel):
@@ -29,31 +32,37 @@ class InlineTestbed(Strict):
     ue_groups: list[UEGroupSpec] = Field(min_length=1)
 
 
-# target policies: replicas, MPS share and batch size; inss and ddpg are trained actors that
-# plan every service they were trained for together (models/inss.zip, models/ddpg.zip by default)
-MODEL_POLICIES = ("inss", "ddpg")
 
 
 class ServiceSpec(Strict):
     """One AI service: its initial replicas and how it is scaled."""
 
-    name: Literal["chatbot", "imgcls", "tts"]
+    name: ServiceName  # a registered service, or one of the scenario's `service_profiles:` file
     replicas: int = Field(1, ge=1, le=64)
-    policy: Literal["static", "rule_v1", "rule_v2", "hpa", "random", "ppo", "fa2", "gslice", "inss",
-                    "ddpg"] = "static"
+    # a registered policy (testbed.scaler.registry) or module:Class, imported from the scenario's
+    # folder when the scenario loads (check_policies)
+    policy: str = "static"
     model: str | None = None  # ppo: a trained PPO model file; inss/ddpg: default models/POLICY.zip
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if not registry.known(value):
+            raise ValueError(registry.unknown_message(value))
+        return value
 
     @model_validator(mode="after")
     def _model_for_ppo(self) -> ServiceSpec:
-        if self.policy == "ppo" and not self.model:
-            raise ValueError("policy 'ppo' needs `model:` (a file made by `testbed train`)")
+        entry = None if is_ref(self.policy) else registry.resolve(self.policy)
+        if entry is not None and entry.needs_model and entry.build is not None and not self.model:
+            raise ValueError(f"policy {self.policy!r} needs `model:` (a file made by `testbed train`)")
         return self
 
 
 class ClientSpec(Strict):
     """A load client in a UE group: a trace replay or a constant rate, for one service."""
 
-    service: Literal["chatbot", "imgcls", "tts"]
+    service: ServiceName
     ue_group: str | None = None  # required on the testbed engine
     trace: str | None = None  # `DURATION COUNT` lines; relative to the scenario's traces dir
     ratio: float = Field(1.0, gt=0)
@@ -76,7 +85,7 @@ class PipelineSpec(Strict):
     """A chain of services one request passes through under one end-to-end SLA (fa2 plans it
     with FA2's Algorithm 1 instead of service by service)."""
 
-    services: list[Literal["chatbot", "imgcls", "tts"]] = Field(min_length=1)
+    services: list[ServiceName] = Field(min_length=1)
     sla_ms: float = Field(gt=0)
 
 
@@ -149,7 +158,7 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
         if s.model and s.model not in models and not (base_dir / s.model).is_file():
             models.add(s.model)  # named once, where it first appears
             problems.append((("services", i, "model"), f"model file {s.model!r} not found"))
-        if s.policy in SHARE_POLICIES and (scn.engine == "sim" or scn.compare_sim):
+        if _sets_shares(s.policy) and (scn.engine == "sim" or scn.compare_sim):
             problems.append((("services", i, "policy"),
                              f"{s.policy} sets shares and batches: it runs on the testbed engine "
                              "(without compare_sim); on the simulator use `testbed sim compare`"))
@@ -182,12 +191,19 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
         if scn.total_units % 4:
             problems.append((("total_units",), "a routed pipeline runs on the GPU simulator: "
                                                "total_units must be whole GPUs (a multiple of 4)"))
+    profiles = None
     if scn.service_profiles:
         if not (base_dir / scn.service_profiles).is_file():
             problems.append((("service_profiles",),
                              f"profile file {scn.service_profiles!r} not found"))
         else:
-            load_profiles(base_dir / scn.service_profiles)  # its own errors name its lines
+            profiles = load_profiles(base_dir / scn.service_profiles)  # its own errors name its lines
+    if profiles is not None or not scn.service_profiles:
+        known = profiles if profiles is not None else load_profiles()
+        for i, s in enumerate(scn.services):
+            if s.name not in known:
+                problems.append((("services", i, "name"), f"unknown service {s.name!r}: "
+                                 f"{known_services(known, scn.service_profiles)}"))
     problems += _check_warmup(scn)
     groups = {g.name for g in testbed.ue_groups}
     slices = {s.name for s in testbed.slices}
@@ -234,6 +250,28 @@ def _check_warmup(scn: Scenario) -> list[tuple[tuple, str]]:
     return problems
 
 
+def _sets_shares(policy: str) -> bool:
+    return not is_ref(policy) and registry.resolve(policy).sets_shares
+
+
+def check_policies(scn: Scenario, base_dir: Path, params: dict[str, Any] | None = None
+                   ) -> list[tuple[tuple, str]]:
+    """Every `module:Class` policy of a cell, imported from the scenario's folder: a module that
+    fails to import, a missing class or one with no `act` is a problem at its line (the matrix
+    key's where the cell's policy comes from the matrix)."""
+    problems: list[tuple[tuple, str]] = []
+    swept = [k for k in (params or {}) if k == "policy" or k.endswith(".policy")]
+    for i, s in enumerate(scn.services):
+        if not is_ref(s.policy):
+            continue
+        try:
+            registry.resolve(s.policy, base_dir=base_dir)
+        except ConfigError as exc:
+            where = ("matrix", swept[0]) if swept else ("services", i, "policy")
+            problems.append((where, exc.problems[0].message))
+    return problems
+
+
 def check_share_models(scn: Scenario, base_dir: Path, params: dict[str, Any] | None = None
                        ) -> list[tuple[tuple, str]]:
     """inss/ddpg in one cell: the model file (the service's `model:`, else the shipped
@@ -244,7 +282,9 @@ def check_share_models(scn: Scenario, base_dir: Path, params: dict[str, Any] | N
 
     problems: list[tuple[tuple, str]] = []
     from_matrix = "policy" in (params or {})
-    for kind in MODEL_POLICIES:
+    actors = [name for name, e in registry.entries().items()
+              if e.sets_shares and e.default_model is not None]  # trained actors: inss, ddpg
+    for kind in actors:
         users = [(i, s) for i, s in enumerate(scn.services) if s.policy == kind]
         if not users:
             continue
@@ -256,7 +296,7 @@ def check_share_models(scn: Scenario, base_dir: Path, params: dict[str, Any] | N
             problems.append((("services", users[1][0], "model"),
                              f"every {kind} service uses one actor: give them the same `model:`"))
             continue
-        path = base_dir / first.model if first.model else default_model(kind)
+        path = base_dir / first.model if first.model else registry.entries()[kind].default_model
         if not path.is_file():
             problems.append((where, f"no {kind} model at {path}: give `model:` or train one "
                                     f"with `testbed train --policy {kind}`"))

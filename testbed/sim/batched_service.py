@@ -299,8 +299,25 @@ class BatchedService:
             utilization=util,
             instances=ready,
             mean_proc_time_ms=1000.0 * float(latency.mean()) if served else None,
+            queue_length=self._queued(t1, sizes, finish, owner, start_pending),
         )
         return GpuStepOutcome(window, counted, served, on_time, dropped, float(latency.sum()), nb)
+
+    def _queued(self, t1, sizes, finish, owner, start_pending) -> int:
+        """Requests waiting at `t1`: those of the central queue's open batch, and those of the
+        batches queued behind the one each instance is serving (FIFO); a batch of an earlier
+        period still waiting counts as a full batch."""
+        waiting = len(self._carry)
+        live = ~np.isnan(finish) & (finish > t1 + EPS)
+        for k, held in enumerate(start_pending):
+            old = sum(1 for f in held if f > t1 + EPS)
+            mine = live & (owner == k)
+            new = sizes[mine][np.argsort(finish[mine])] if mine.any() else sizes[:0]
+            if old:
+                waiting += (old - 1) * self.batch + int(new.sum())
+            elif len(new) > 1:
+                waiting += int(new[1:].sum())
+        return waiting
 
     def _utilization(self, t0, t1, ready_t, finish, owner, start_pending) -> float:
         """Mean over per-second samples of the mean over present (not draining) instances of

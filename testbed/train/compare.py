@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from testbed.cluster.base import ServiceTarget
@@ -25,18 +25,13 @@ from testbed.errors import ConfigError, ConfigProblem
 from testbed.load.trace import Trace
 from testbed.profiles import PACKAGED_PROFILES, ServiceProfile, load_profiles
 from testbed.profiles.paper import PAPER_TABLES, REWARD_ALPHA, REWARD_BETA, SERVICES
-from testbed.scaler.fa2 import Fa2Policy, Pipeline
-from testbed.scaler.factory import SHARE_POLICIES
-from testbed.scaler.gslice import EqualSharePolicy
+from testbed.scaler.fa2 import Pipeline
 from testbed.scaler.loop import ScalerLoop
-from testbed.scaler.policies import make_policy
-from testbed.scaler.share import SharePolicy
+from testbed.scaler.registry import BuildArgs, entries, resolve
 from testbed.sim.gpu import UNIT_PCT, GpuSimCluster
-from testbed.train.evaluate import default_ratio, scaler_policy, test_day_traces
+from testbed.train.evaluate import default_ratio, test_day_traces
 from testbed.train.oracle import share_bound
 
-CLASSIC = ("rule_v1", "rule_v2", "static", "hpa", "ppo")
-ALL_POLICIES = ("rule_v1", "rule_v2", "static", "hpa", "ppo", "fa2", "gslice", "inss", "ddpg")
 TABLE_GPUS = {"5.1": 2, "5.2": 2, "5.3": 32}  # table -> GPUs (8, 8 and 128 units of 25 %)
 
 
@@ -77,40 +72,33 @@ def comparison_policies(
     profile_source: str = PACKAGED_PROFILES,
     plan_chain: bool = True,
 ) -> dict:
-    """Policy `name` for every compared service: one object shared by all of them for the
-    share policies, an actor from `models/<name>.zip` over the services in the comparison's
-    order (a scenario's cell, which chooses a policy per service, uses
-    `testbed.scaler.factory.build_policies`). `plan_chain=False`: fa2 plans every service alone
+    """Policy `name` (registered, or module:Class imported from the working directory) for every
+    compared service: one object shared by all of them for a policy that plans shares (a trained
+    one from `models/<name>.zip`), one per service otherwise (a trained one from
+    `models/<service>.zip`). A scenario's cell, which chooses a policy per service, uses
+    `testbed.scaler.factory.build_policies`. `plan_chain=False`: fa2 plans every service alone
     under its own SLO, pipelines or not."""
-    if name in ("rule_v1", "rule_v2", "static", "hpa"):
-        return {s: scaler_policy(name, profiles[s], total_units=total_units, seed=seed)
-                for s in services}
-    if name == "ppo":
-        files = {s: (models / f"{s}.zip") if models else None for s in services}
-        missing = [str(f) for f in files.values() if f is None or not f.exists()]
-        if missing:
-            raise ConfigError([ConfigProblem(m, None, "", "no Maskable PPO model here") for m in missing])
-        return {s: make_policy("ppo", s, total_units=total_units, model=str(files[s])) for s in services}
-    if name == "fa2":
-        chosen = {s: profiles[s] for s in services}
-        pol = Fa2Policy(chosen, pipelines=pipelines if plan_chain else (),
-                        profile_source=profile_source)
-        return dict.fromkeys(services, pol)
-    if name == "gslice":
-        pol = EqualSharePolicy({s: profiles[s] for s in services}, profile_source=profile_source)
-        return dict.fromkeys(services, pol)
-    if name in ("ddpg", "inss"):
-        path = (models / f"{name}.zip") if models else None
-        if path is None or not path.exists():
-            raise ConfigError([ConfigProblem(
-                str(path or f"models/{name}.zip"), None, "",
-                f"no {name} model here; train one with `testbed train --policy {name}`")])
-        pol = SharePolicy.load(path, {s: profiles[s] for s in services}, profile_source=profile_source)
-        return dict.fromkeys(services, pol)
-    raise ConfigError(
-        [ConfigProblem("--policies", None, "policies",
-                       f"unknown policy {name!r}; known: {', '.join(ALL_POLICIES)}")]
-    )
+    entry = resolve(name, source="--policies", field="policies", base_dir=Path.cwd())
+    args = BuildArgs(total_units=total_units, seed=seed, profiles=profiles,
+                     pipelines=pipelines if plan_chain else (), profile_source=profile_source)
+    if entry.plan is not None:
+        if entry.needs_model:
+            path = (models / f"{name}.zip") if models else None
+            if path is None or not path.exists():
+                raise ConfigError([ConfigProblem(
+                    str(path or f"models/{name}.zip"), None, "",
+                    f"no {name} model here; train one with `testbed train --policy {name}`")])
+            args = replace(args, model=path)
+        planned = entry.plan(list(services), args)
+        return {s: planned[s] for s in services}
+    assert entry.build is not None
+    if not entry.needs_model:
+        return {s: entry.build(s, args) for s in services}
+    files = {s: (models / f"{s}.zip") if models else None for s in services}
+    missing = [str(f) for f in files.values() if f is None or not f.exists()]
+    if missing:
+        raise ConfigError([ConfigProblem(m, None, "", f"no {name} model here") for m in missing])
+    return {s: entry.build(s, replace(args, model=files[s])) for s in services}
 
 
 def run_policy(
@@ -250,19 +238,19 @@ def bounds_for(
 
 
 def policy_names(text: str, models: Path, services: Sequence[str] = SERVICES) -> list[str]:
-    """The policies `--policies` names; all: every policy, ppo only when `models` holds the
-    agents of `services`."""
+    """The policies `--policies` names (registered names or module:Class references, each
+    checked now); all: the registry's compared policies (the paper's), a trained one only when
+    `models` holds its agents for `services`."""
     if text == "all":
-        have_ppo = all((models / f"{s}.zip").exists() for s in services)
-        return [p for p in ALL_POLICIES if p != "ppo" or have_ppo]
+        have = {name: all((models / f"{s}.zip").exists() for s in services)
+                for name, e in entries().items() if e.needs_model and e.build is not None}
+        return [name for name, e in entries().items() if e.compared and have.get(name, True)]
     names = [p.strip() for p in text.split(",") if p.strip()]
-    unknown = [p for p in names if p not in ALL_POLICIES]
-    if unknown or not names:
-        raise ConfigError(
-            [ConfigProblem("--policies", None, "policies",
-                           f"unknown policy {', '.join(map(repr, unknown)) or '(none)'}; "
-                           f"known: {', '.join(ALL_POLICIES)}, all")]
-        )
+    if not names:
+        raise ConfigError([ConfigProblem("--policies", None, "policies",
+                                         "no policy named; give names, module:Class or all")])
+    for name in names:
+        resolve(name, source="--policies", field="policies", base_dir=Path.cwd())
     return names
 
 
@@ -283,8 +271,7 @@ def check_gpu_curves(
                 doc.line_of(("services", s, "gpu")) if doc else None,
                 f"services.{s}.gpu",
                 f"{', '.join(policies)} need the profile's gpu curve (batch/share times); it is "
-                f"missing (compare {s} with rule_v1, rule_v2, static, hpa or ppo only, or give it "
-                "a gpu: block)",
+                f"missing (give {s} a gpu: block, or compare it with policies that set no shares)",
             )
             for s in missing
         ]
@@ -354,7 +341,8 @@ def prepare_comparison(
     source = str(profiles_path) if profiles_path else PACKAGED_PROFILES
     profiles = dict(profiles) if profiles is not None else load_profiles(profiles_path)
     services = list(services)
-    check_gpu_curves(profiles, profiles_path, [n for n in names if n in SHARE_POLICIES], services)
+    planners = [n for n in names if resolve(n, base_dir=Path.cwd()).sets_shares]
+    check_gpu_curves(profiles, profiles_path, planners, services)
     traces = (test_day_traces(traces, services) if isinstance(traces, Path)
               else {s: traces[s] for s in services})
     built = {}
@@ -364,7 +352,6 @@ def prepare_comparison(
             built[key, name] = comparison_policies(name, services, profiles, total_units=units,
                                               models=models, seed=seed, pipelines=pipelines,
                                               profile_source=source, plan_chain=plan_chain)
-    assert set(names) <= set(ALL_POLICIES)
     return Comparison(names, tables, services, profiles, traces, built, list(pipelines), plan_chain,
                       layout_gpus, initial, scale, seed, interference, max_steps, trace_label)
 

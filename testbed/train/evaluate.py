@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -14,7 +13,7 @@ from testbed.load.trace import Trace, load_trace
 from testbed.profiles import ServiceProfile, default_profiles
 from testbed.profiles.paper import DEFAULT_RATIOS, TEST_SHIFT_HOURS, TOTAL_UNITS, test_day_file
 from testbed.scaler.loop import Decision, ScalerLoop
-from testbed.scaler.policies import Policy, RuleV1, RuleV2, make_policy
+from testbed.scaler.policies import Policy, policy_name
 from testbed.sim.cluster import DEFAULT_OPTIONS, SimCluster, SimOptions
 
 
@@ -40,19 +39,6 @@ def default_ratio(service: str) -> float:
     """The request ratio a service's trace counts are multiplied by: the paper's for its three
     services (Section 4.4.1), 1 (the counts as they are) for any other."""
     return DEFAULT_RATIOS.get(service, 1.0)
-
-
-def scaler_policy(name: str, profile: ServiceProfile, *, total_units: int, seed: int = 0,
-                  model: str | None = None) -> Policy:
-    """`make_policy`, with a rule policy's thresholds read from the profile in use (`rule:`: the
-    paper's Tables 4.9/4.10 for its three services, a user's own or the defaults for another),
-    so that rule v1/v2 run any registered service or one of a user's profile file. The rule
-    classes name their fields as the profile's `rule:` does."""
-    for rule in (RuleV1, RuleV2):
-        if name == rule.name:
-            fields = [f.name for f in dataclasses.fields(rule) if f.name != "name"]
-            return rule(**{k: getattr(profile.rule, k) for k in fields})
-    return make_policy(name, profile.name, total_units=total_units, seed=seed, model=model)
 
 
 def test_day_traces(traces_dir: str | Path, services: list[str] | None = None) -> dict[str, Trace]:
@@ -133,7 +119,7 @@ def evaluate(
     return {
         s: ServiceResult(
             s,
-            policies[s].name,
+            policy_name(policies[s]),
             steps,
             acc[0] / n,
             acc[1] / n,

@@ -187,7 +187,7 @@ def scenario_cases() -> list[Case]:
             "  ue_groups: [{name: ai, slice: ai}]\n")}, "testbed.name: String should match",
             "scn.yaml:10"),
         case("policy-unknown", {"scn.yaml": share_scenario("  - {name: imgcls, policy: inns}")},
-             "services[0].policy: Input should be", "scn.yaml:4"),
+             "services[0].policy: unknown policy 'inns'", "scn.yaml:4"),
         case("inss-without-its-services", {"scn.yaml": share_scenario("  - {name: imgcls, policy: inss}")},
              "services[0].policy: the inss model inss.zip plans chatbot, imgcls, tts together",
              "scn.yaml:4"),

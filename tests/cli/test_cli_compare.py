@@ -155,7 +155,7 @@ def test_compare_refuses_a_share_policy_for_a_service_without_a_gpu_curve(tmp_pa
     assert rc != 0
     err = " ".join(capsys.readouterr().err.split())
     assert "services.asr.gpu: fa2 need the profile's gpu curve" in err
-    assert "compare asr with rule_v1, rule_v2, static, hpa or ppo only" in err
+    assert "give asr a gpu: block, or compare it with policies that set no shares" in err
     assert not out.exists()
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytest.importorskip("kubernetes.client", reason="the lab extra (kubernetes) is not installed")
 
@@ -83,3 +84,68 @@ def test_check_shows_inss_shares_and_batches_patched_into_the_deployments(tmp_pa
     assert all('"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"' in p and '"TESTBED_BATCH_SIZE"' in p
                and '"nvidia.com/gpu"' in p for p in patches)
     assert "check mode: nothing was changed on the lab" in out
+
+
+ASR_PROFILES = """\
+services:
+  asr:
+    capacity: 1
+    queue_limit: 4
+    proc_time_ms: [100, 300]
+    startup_ms: 5000
+    slo_ms: 800
+    units: 1
+    deploy: {image: example/asr:1, port: 8080, gpu: true}
+"""
+ASR_SCENARIO = """\
+name: asr-lab
+duration_s: 10
+total_units: 4
+service_profiles: profiles.yaml
+services:
+  - {name: asr, replicas: 1}
+  - {name: imgcls, replicas: 1}
+clients:
+  - {service: asr, ue_group: ai, rate: 2}
+"""
+
+
+def _asr(tmp_path: Path, profiles: str = ASR_PROFILES) -> Path:
+    (tmp_path / "profiles.yaml").write_text(profiles)
+    scn = tmp_path / "asr.yaml"
+    scn.write_text(ASR_SCENARIO)
+    return scn
+
+
+def test_check_plans_the_manifest_generated_for_a_users_service(tmp_path: Path):
+    """A service of the scenario's own profile file: its manifest is generated from its deploy:
+    (example inventory, as `up --profile lab` would apply it) and the run drives its Deployment."""
+    inv = ROOT / "playbooks" / "inventory.example.yml"
+    r = _testbed("run", "--profile", "lab", "-i", str(inv), "--check", "--out", str(tmp_path),
+                 str(_asr(tmp_path)), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = r.stdout + r.stderr
+    (planned,) = [line for line in out.splitlines() if "Deployment drafas/asr" in line]
+    assert "(example/asr:1, port 8080, 1 nvidia.com/gpu per pod, 1 replica)" in planned
+    assert "NodePort Service drafas/asr" in planned
+    manifest = planned.split("manifest ", 1)[1].split(":", 1)[0]
+    docs = [d for d in yaml.safe_load_all(Path(manifest).read_text()) if d]
+    assert [(d["kind"], d["metadata"]["namespace"]) for d in docs] == [("Deployment", "drafas"),
+                                                                        ("Service", "drafas")]
+    assert "PATCH /apis/apps/v1/namespaces/drafas/deployments/asr/scale" in out
+    assert "testbed load asr --url http://" in out
+
+
+def test_a_service_without_deploy_is_one_line_naming_its_profile_file(tmp_path: Path):
+    scn = _asr(tmp_path, ASR_PROFILES.replace("    deploy: {image: example/asr:1, port: 8080, "
+                                              "gpu: true}\n", ""))
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(INVENTORY)
+    r = _testbed("run", "--profile", "lab", "-i", str(inv), "--check", "--out", str(tmp_path),
+                 str(scn), cwd=tmp_path)
+    assert r.returncode != 0
+    lines = [x for x in (r.stdout + r.stderr).splitlines() if x.strip()]
+    assert len(lines) == 1, lines
+    assert f"{tmp_path / 'profiles.yaml'}:2: services.asr.deploy: service 'asr' has no lab " \
+           "container" in lines[0]
+    assert "GET deployments" not in r.stdout, "refused before anything reaches the lab"

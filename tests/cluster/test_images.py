@@ -1,5 +1,6 @@
-"""Every image the service manifests name is built and imported by the services role (or served by
-a registry the inventory names); an image nobody provides is one line with file, line and field."""
+"""Every image the service manifests (generated from the profiles' `deploy:`) name is built and
+imported by the services role (or served by a registry the inventory names); an image nobody
+provides is one line with file, line and field."""
 
 from __future__ import annotations
 
@@ -52,10 +53,36 @@ def _registries() -> list[str]:
     return doc["all"].get("vars", {}).get("services_registries", defaults["services_registries"])
 
 
-def test_every_manifest_image_is_built_by_the_services_role_or_pulled_from_a_named_registry():
-    uses = [u for f in manifest_files(WORKLOADS) for u in image_uses(f)]
-    assert {u.owner for u in uses} == {"Deployment/chatbot", "Deployment/imgcls", "Deployment/tts"}
-    builds = {b.image: b for b in image_builds(WORKLOADS, _registries())}
+USER_PROFILES = """\
+services:
+  {name}:
+    capacity: 1
+    queue_limit: 4
+    proc_time_ms: [100, 300]
+    startup_ms: 5000
+    slo_ms: 800
+    deploy: {{image: {image}, port: 8080, gpu: true}}
+"""
+
+
+def _user_profiles(tmp_path: Path, name: str = "asr", image: str = "example/asr:1") -> Path:
+    path = tmp_path / "profiles.yaml"
+    path.write_text(USER_PROFILES.format(name=name, image=image))
+    return path
+
+
+def test_every_registered_service_with_a_deploy_gets_a_deployment_whose_images_are_built_or_pulled(
+        tmp_path: Path):
+    from testbed.lab.bringup import prepare_manifests
+    from testbed.profiles import default_profiles
+
+    prepare_manifests(tmp_path)
+    manifests = tmp_path / "workloads"
+    uses = [u for f in manifest_files(manifests) for u in image_uses(f)]
+    deployed = {f"Deployment/{n}" for n, p in default_profiles().items() if p.deploy is not None}
+    assert {"Deployment/chatbot", "Deployment/imgcls", "Deployment/tts"} <= deployed
+    assert {u.owner for u in uses} == deployed
+    builds = {b.image: b for b in image_builds(manifests, _registries(), contexts_dir=WORKLOADS)}
     for use in uses:
         if use.image in builds:
             assert (WORKLOADS / builds[use.image].context / "Dockerfile").is_file()
@@ -65,6 +92,38 @@ def test_every_manifest_image_is_built_by_the_services_role_or_pulled_from_a_nam
         assert ImageRef.parse(use.image).pinned, f"{use.image}: a version, not latest"
 
 
+def test_a_service_of_a_users_profile_file_gets_its_deployment_too(tmp_path: Path):
+    from testbed.lab.bringup import lab_services, prepare_manifests
+    from testbed.profiles import default_profiles
+
+    profiles = _user_profiles(tmp_path)
+    services, where = lab_services(profiles)
+    assert [p.name for p in services][-1] == "asr" and where["asr"].file == str(profiles)
+    assert where["asr"].line == 2 and where["imgcls"].file == "testbed/profiles/services.yaml"
+    paths = prepare_manifests(tmp_path / "rendered", profiles)
+    assert len(paths) == len([p for p in default_profiles().values() if p.deploy]) + 1
+    uses = [u for f in manifest_files(tmp_path / "rendered" / "workloads") for u in image_uses(f)]
+    asr = [u for u in uses if u.owner == "Deployment/asr"]
+    assert [(u.image, u.pull_policy) for u in asr] == [("example/asr:1", "IfNotPresent"),
+                                                      ("testbed/meter:v1", "Never")]
+    (doc,) = [d for d in yaml.safe_load_all((tmp_path / "rendered/workloads/asr/k8s.yaml").read_text())
+              if d["kind"] == "Deployment"]
+    assert doc["metadata"]["namespace"] == "drafas"
+
+
+def test_a_service_of_a_users_file_without_deploy_stops_up_naming_the_field(tmp_path: Path):
+    from testbed.lab.bringup import lab_services
+
+    profiles = _user_profiles(tmp_path)
+    profiles.write_text(profiles.read_text().replace("    deploy: {image: example/asr:1, port: 8080, "
+                                                     "gpu: true}\n", ""))
+    with pytest.raises(ConfigError) as err:
+        lab_services(profiles)
+    (problem,) = err.value.problems
+    assert str(problem).startswith(f"{profiles}:2: services.asr.deploy: service 'asr' has no lab "
+                                   "container")
+
+
 def _task(tasks: list[dict], argv_head: list[str]) -> dict:
     (task,) = [t for t in tasks
                if t.get("ansible.builtin.command", {}).get("argv", [])[:len(argv_head)] == argv_head]
@@ -72,17 +131,28 @@ def _task(tasks: list[dict], argv_head: list[str]) -> dict:
 
 
 def test_the_services_role_builds_and_imports_what_lab_up_lists_on_every_k3s_node(tmp_path: Path):
-    """The chain from the manifests to the nodes: `lab up` passes image_builds() as testbed_images;
+    """The chain from the profiles to the nodes: `lab up` writes the generated manifests (applied
+    from testbed_manifests_dir) and passes their images as testbed_images;
     images.yml builds each with Docker and imports it with `k3s ctr images import`; site.yml runs
     it on every K3s node after installing Docker."""
-    from testbed.lab.bringup import lab_extravars, manifest_images, prepare_rendered
+    from testbed.lab.bringup import lab_extravars, manifest_images, prepare_manifests, prepare_rendered
     from testbed.lab.inventory import LabInventory
 
     images = manifest_images(INVENTORY, WORKLOADS)
     rendered = prepare_rendered(_spec(), tmp_path, None, LabInventory.load(INVENTORY))
-    extra = lab_extravars(_spec(), tmp_path, rendered, WORKLOADS, images)["testbed_images"]
-    assert extra == [{"image": b.image, "context": b.context} for b in image_builds(WORKLOADS)]
+    prepare_manifests(rendered)
+    extravars = lab_extravars(_spec(), tmp_path, rendered, WORKLOADS, images)
+    extra = extravars["testbed_images"]
+    manifests = Path(extravars["testbed_manifests_dir"])
+    assert manifests == (rendered / "workloads").resolve()
+    assert Path(extravars["testbed_contexts_dir"]) == WORKLOADS
+    assert sorted(extra, key=str) == sorted(({"image": b.image, "context": b.context}
+                                             for b in image_builds(manifests, contexts_dir=WORKLOADS)),
+                                            key=str)
+    assert {"testbed/imgcls:v1", "testbed/meter:v1"} <= {b["image"] for b in extra}
     tasks = yaml.safe_load((PLAYBOOKS / "roles/services/tasks/images.yml").read_text())
+    copy = next(t for t in tasks if "ansible.builtin.copy" in t)
+    assert copy["ansible.builtin.copy"]["src"] == "{{ testbed_contexts_dir }}/{{ item.context }}/"
     build = _task(tasks, ["docker", "build"])
     assert build["loop"] == "{{ testbed_images }}"
     assert "{{ item.image }}" in build["ansible.builtin.command"]["argv"]
@@ -148,18 +218,18 @@ def test_image_references_parse_like_docker():
 
 
 def test_up_profile_lab_with_an_unknown_image_prints_one_line_and_creates_nothing(tmp_path: Path):
-    (tmp_path / "m").mkdir()
-    manifests = _manifests(tmp_path / "m", "acme/unknown:1.2")
+    profiles = _user_profiles(tmp_path, "x", "acme/unknown:1.2")
     work = tmp_path / "work"
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-m", "testbed", "up", "--profile", "lab", "-i", str(INVENTORY),
-                           "--manifests", str(manifests), "--check"], cwd=work, env=env,
+                           "--profiles", str(profiles), "--check"], cwd=work, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert len(lines) == 1, lines
-    assert f"{manifests}/x/k8s.yaml:11: spec.template.spec.containers[0].image" in lines[0]
+    assert f"{profiles}:2: services.x.deploy.image: Deployment/x: image 'acme/unknown:1.2': " \
+           "no role builds it" in lines[0]
     assert list(work.iterdir()) == [], "no run directory"
 
 

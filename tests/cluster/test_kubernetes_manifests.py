@@ -1,6 +1,8 @@
-"""The service manifests and every patch KubernetesCluster makes of them, validated offline against
-the official Kubernetes OpenAPI schemas of the version the lab's K3s runs (kubernetes-validate),
-and held to the NVIDIA device plugin's MPS rule: no pod requests more than one nvidia.com/gpu.
+"""The service manifests (generated from each profile's `deploy:`: every registered service's, and a
+user's service from its own profile) and every patch KubernetesCluster makes of them, validated
+offline against the official Kubernetes OpenAPI schemas of the version the lab's K3s runs
+(kubernetes-validate), and held to the NVIDIA device plugin's MPS rule: no pod requests more than
+one nvidia.com/gpu.
 
 A patch is partial, so what is validated is the Deployment (or Scale) that the patch makes of the
 manifest's object, merged the way the API server merges a strategic merge patch: containers and
@@ -23,9 +25,19 @@ kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is n
 
 from testbed.cluster.base import ServiceTarget  # noqa: E402
 from testbed.cluster.kubernetes import GPU_RESOURCE, KubernetesCluster, KubeService  # noqa: E402
+from testbed.cluster.manifest import service_manifest  # noqa: E402
+from testbed.profiles import DeploySpec, ServiceProfile, default_profiles  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-MANIFESTS = sorted((ROOT / "workloads").glob("*/k8s.yaml"))
+# a service of a user's own (not in the registry), as its profile file would give it
+ASR = ServiceProfile(name="asr", capacity=2, queue_limit=4, proc_time_ms=(100, 300), startup_ms=5000,
+                     slo_ms=800, units=1, deploy=DeploySpec(image="example/asr:1", port=8080))
+CPU_ONLY = ASR.replace(name="asr-cpu", deploy=DeploySpec(image="example/asr:1", port=8080, gpu=False,
+                                                         command=["asr-server", "--port", "8080"],
+                                                         env={"MODEL": "small"}, cpu="500m",
+                                                         memory="1Gi"))
+MANIFESTS = {**{name: service_manifest(p) for name, p in default_profiles().items() if p.deploy},
+             "asr": service_manifest(ASR)}
 MERGE_BY_NAME = {"containers", "initContainers", "env"}  # patchMergeKey "name" in the API
 
 
@@ -44,12 +56,8 @@ def _validate(doc: dict, where: str) -> None:
         pytest.fail(f"{where}: {doc.get('kind')}/{doc.get('metadata', {}).get('name')}: {exc.message}")
 
 
-def _docs(path: Path) -> list[dict]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
-
-
-def _deployments() -> list[tuple[Path, dict]]:
-    return [(p, d) for p in MANIFESTS for d in _docs(p) if d["kind"] == "Deployment"]
+def _deployments() -> list[tuple[str, dict]]:
+    return [(name, d) for name, docs in MANIFESTS.items() for d in docs if d["kind"] == "Deployment"]
 
 
 def merge(base: Any, patch: Any, key: str = "") -> Any:
@@ -148,24 +156,61 @@ def _gpu_requests(pod_spec: dict) -> list[int]:
             for kind in ("requests", "limits")]
 
 
-@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.parent.name)
-def test_every_manifest_matches_the_schema_and_asks_at_most_one_gpu_unit(path: Path) -> None:
-    docs = _docs(path)
-    assert {d["kind"] for d in docs} == {"Deployment", "Service"}
+def test_the_paper_services_and_a_users_have_generated_manifests() -> None:
+    assert {"chatbot", "imgcls", "tts", "asr"} <= set(MANIFESTS)
+
+
+@pytest.mark.parametrize("name", MANIFESTS)
+def test_every_manifest_matches_the_schema_and_asks_at_most_one_gpu_unit(name: str) -> None:
+    docs = MANIFESTS[name]
+    assert [d["kind"] for d in docs] == ["Deployment", "Service"]
     for doc in docs:
-        _validate(doc, str(path.relative_to(ROOT)))
+        _validate(doc, f"the manifest of {name}")
+        assert doc["metadata"]["namespace"] == "drafas"
         if doc["kind"] == "Deployment":
-            assert max(_gpu_requests(doc["spec"]["template"]["spec"])) == 1, path
+            assert max(_gpu_requests(doc["spec"]["template"]["spec"])) == 1, name
+
+
+def test_a_users_service_gets_its_image_port_and_a_gpu_share() -> None:
+    deployment, service = MANIFESTS["asr"]
+    server, meter = deployment["spec"]["template"]["spec"]["containers"]
+    assert (server["image"], server["imagePullPolicy"]) == ("example/asr:1", "IfNotPresent")
+    assert server["ports"] == [{"name": "http", "containerPort": 8080}]
+    assert server["resources"]["limits"] == {"cpu": "1", "memory": "2Gi", GPU_RESOURCE: 1}
+    assert server["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert meter["args"][-3:] == ["http://127.0.0.1:8080", "--capacity", "2"]
+    assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "metered"}]
+    buckets = deployment["spec"]["template"]["metadata"]["annotations"][
+        "sidecar.istio.io/statsHistogramBuckets"]
+    assert 800 in json.loads(buckets)["istiocustom"]
+
+
+def test_a_service_without_a_gpu_asks_for_none_and_runs_its_command() -> None:
+    deployment, service = service_manifest(CPU_ONLY, "lab-ns")
+    for doc in (deployment, service):
+        _validate(doc, "the manifest of asr-cpu")
+        assert doc["metadata"]["namespace"] == "lab-ns"
+    server = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert _gpu_requests(deployment["spec"]["template"]["spec"]) == [0, 0, 0, 0]
+    assert server["command"] == ["asr-server", "--port", "8080"]
+    assert server["resources"]["requests"] == {"cpu": "500m", "memory": "1Gi"}
+    assert [e["name"] for e in server["env"]] == ["TESTBED_BATCH_SIZE", "MODEL"]
+
+
+def test_more_than_one_gpu_unit_per_pod_is_refused_naming_the_field() -> None:
+    from testbed.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"services\.asr\.units: 2 nvidia.com/gpu units per pod"):
+        service_manifest(ASR.replace(units=2))
 
 
 TARGETS = [ServiceTarget(3, 25.0, 1), ServiceTarget(2, 15.0, 4), ServiceTarget(4, 50.0, 8),
            ServiceTarget(1, 100.0, 2), ServiceTarget(2, 35.0, 3)]
 
 
-@pytest.mark.parametrize("path, deployment", _deployments(),
-                         ids=[p.parent.name for p, _ in _deployments()])
+@pytest.mark.parametrize("path, deployment", _deployments(), ids=[n for n, _ in _deployments()])
 def test_every_patch_of_a_manifest_deployment_is_a_valid_object_with_one_gpu_unit(
-        path: Path, deployment: dict) -> None:
+        path: str, deployment: dict) -> None:
     apps = ManifestAppsApi(deployment)
     name = deployment["metadata"]["name"]
     cluster = KubernetesCluster([KubeService(name)], "drafas", apps_api=apps, core_api=EmptyCoreApi())
@@ -177,7 +222,7 @@ def test_every_patch_of_a_manifest_deployment_is_a_valid_object_with_one_gpu_uni
     kinds = [kind for kind, _ in apps.patches]
     assert kinds.count("Deployment") == 4 and kinds.count("Scale") == 3  # 25 % batch 1: a scale
     for kind, obj in apps.patches:
-        _validate(obj, f"{path.relative_to(ROOT)} after a {kind} patch")
+        _validate(obj, f"the manifest of {path} after a {kind} patch")
         if kind == "Deployment":
             pod = obj["spec"]["template"]["spec"]
             assert max(_gpu_requests(pod)) == 1

@@ -128,14 +128,16 @@ def test_site_playbook_runs_in_check_mode_with_prepared_run_dir(tmp_path: Path) 
     """The real site.yml through ansible-runner with empty groups: every play parses and is skipped."""
     _runner_or_skip()
     spec = load_testbed()
-    manifests = tmp_path / "workloads"
-    manifests.mkdir()
     result = lab_up(spec, _local_inventory(tmp_path), check=True, run_dir=tmp_path / "run",
-                    rendered_dir=_rendered(tmp_path), manifests_dir=manifests,
+                    rendered_dir=_rendered(tmp_path),
                     console=Console(file=open("/dev/null", "w")))  # noqa: SIM115
     assert result.status == "successful" and result.total_changed == 0
     lab = json.loads((tmp_path / "run" / "lab.json").read_text())
     assert lab["check"] is True
+    # the services' manifests, generated from their profiles, are what the services role applies
+    manifests = Path(lab["extravars"]["testbed_manifests_dir"])
+    assert manifests == (tmp_path / "run" / "rendered" / "workloads").resolve()
+    assert {"chatbot", "imgcls", "tts"} <= {p.parent.name for p in manifests.glob("*/k8s.yaml")}
     upfs = lab["extravars"]["testbed_upf_instances"]
     assert [(u["stem"], u["n3"]) for u in upfs] == [("upf-ai", ["192.168.10.11"]),
                                                     ("upf-be", ["192.168.10.12"])]

@@ -151,3 +151,30 @@ def test_a_client_closing_mid_request_is_counted_not_a_traceback(caplog, capfd):
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     out, err = capfd.readouterr()
     assert "Traceback" not in out + err and "ConnectionResetError" not in out + err
+
+
+def test_queue_length_counts_requests_waiting_beyond_capacity():
+    """Six requests at once on one replica of capacity 1 (200 ms each): mid-way one is processed and
+    the others wait, so the window's queue length is positive; once all have answered it is 0."""
+    async def main():
+        profiles = default_profiles() | {"chatbot": PROFILE}
+        replica = EmulatedReplica("chatbot", PROFILE, seed=0)
+        server = TestServer(replica.app(), host="127.0.0.1")
+        await server.start_server()
+        try:
+            async with LoadBalancer(profiles, ["chatbot"], sample_interval_s=0.05) as lb, \
+                    aiohttp.ClientSession() as session:
+                lb.services["chatbot"].add("chatbot-0", str(server.make_url("")))
+                sending = asyncio.ensure_future(send(session, lb.endpoint("chatbot"), 6, ContentSet()))
+                await asyncio.sleep(0.3)  # the first answered by 200 ms; four more to go by 1.2 s
+                during = lb.window(10)["chatbot"].queue_length
+                statuses = await sending
+                await asyncio.sleep(0.1)
+                return statuses, during, lb.window(10)["chatbot"].queue_length
+        finally:
+            await server.close()
+
+    statuses, during, after = asyncio.run(main())
+    assert statuses == [200] * 6
+    assert 2 <= during <= 5  # 6 sent, one in service, at least one answered by 300 ms
+    assert after == 0

@@ -103,7 +103,7 @@ def test_window_combines_the_answers() -> None:
     answers = _answers({"completed": "59.8", "failed": "2", "within_slo": "50.2",
                         "latency_sum_ms": "29000", "latency_count": "58", "busy_s": "36",
                         "mean_instances": "2", "in_flight_now": "3", "in_flight_before": "1",
-                        "instances": "2"})
+                        "instances": "2", "waiting": "4"})
     urls: list[str] = []
 
     def fetch(url: str, timeout_s: float) -> bytes:
@@ -120,6 +120,13 @@ def test_window_combines_the_answers() -> None:
     assert w.utilization == pytest.approx(36 / (30 * 2))  # busy seconds / (window x replicas)
     assert w.mean_proc_time_ms == pytest.approx(500.0)
     assert w.slo_violation_rate == pytest.approx(10 / 60)
+    assert w.queue_length == 4  # requests beyond the replicas' capacity at the window's end
+
+
+def test_queue_length_is_the_in_flight_gauge_beyond_capacity() -> None:
+    q = WindowQueries.build(PromService("tts", slo_ms=2000, capacity=4, namespace="ai"), 30)
+    assert q.waiting.startswith("sum(clamp_min(envoy_cluster_upstream_rq_active{")
+    assert q.waiting.endswith("} - 4, 0))") and 'namespace="ai"' in q.waiting
 
 
 def test_idle_service_gives_zeros_not_errors() -> None:

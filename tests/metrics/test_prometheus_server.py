@@ -76,6 +76,7 @@ def test_prometheus_reads_what_the_balancer_counted(tmp_path: Path):
     assert remote.mean_proc_time_ms == pytest.approx(local.mean_proc_time_ms, rel=0.05)
     assert remote.utilization == pytest.approx(local.utilization, abs=0.05)
     assert remote.instances == 2
+    assert remote.queue_length == local.queue_length == 0  # every request answered
     assert not (tmp_path / "prom").exists()  # stopped and removed
 
 
@@ -95,7 +96,7 @@ def test_every_window_query_is_accepted_by_the_real_server(tmp_path: Path):
             return out
 
     answers = asyncio.run(main())
-    assert len(answers) == 2 * 2 * 10
+    assert len(answers) == 2 * 2 * 11
     assert {v for _, v in answers} <= {None, 0.0}
 
 

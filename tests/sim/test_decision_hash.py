@@ -13,7 +13,7 @@ import pytest
 
 from testbed.profiles import default_profiles
 from testbed.profiles.paper import TABLE_5_1, TABLE_5_2, TOTAL_UNITS
-from testbed.scaler.policies import make_policy
+from testbed.scaler.registry import make_policy
 from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS, SimCluster
 from testbed.sim.passes import COMPILED_ENV
 from testbed.train.evaluate import evaluate
@@ -50,7 +50,11 @@ def _records(traces, table, services, policy_name, options):
         lines.append(repr((d.time, d.service, d.policy, d.request_rate, d.utilization,
                            d.slo_violation_rate, d.mask, d.proposed, d.applied, d.replicas_before,
                            d.replicas_after, d.free_units, d.reward, d.target)))
-        lines.append(repr((out.window, out.served, out.dropped, out.proc_time_sum_s)))
+        # the window's fields as pinned: queue_length came later (issue 33) and is not in the pin
+        # (tests/sim/test_service.py measures it); every figure that was is hashed as before
+        w = out.window
+        lines.append(repr((w, out.served, out.dropped, out.proc_time_sum_s)).replace(
+            f", queue_length={w.queue_length!r})", ")", 1))
 
     results = evaluate(policies, traces, table.ratios, on_decision=record, options=options, cluster=cluster)
     for r in results.values():

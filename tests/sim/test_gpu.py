@@ -10,7 +10,7 @@ from testbed.load.trace import Trace
 from testbed.profiles import ServiceProfile, default_profiles
 from testbed.profiles.paper import SERVICES
 from testbed.scaler.loop import ScalerLoop
-from testbed.scaler.policies import make_policy
+from testbed.scaler.registry import make_policy
 from testbed.sim.cluster import SimCluster, SimOptions
 from testbed.sim.gpu import GpuSimCluster
 

@@ -51,6 +51,18 @@ def test_one_instance_above_capacity_serves_at_capacity_and_drops_the_rest():
     assert c.last_outcome["svc"].dropped == 60
 
 
+def test_queue_length_is_what_waits_at_the_windows_end():
+    """Below capacity nothing waits; overloaded, the queue is full (queue_limit 3 behind the one in
+    service) at every window's end; with capacity 2, what exceeds the two slots."""
+    assert [w.queue_length for w in (cluster(profile(600), rate=1).advance()["svc"],)] == [0]
+    c = cluster(profile(500, queue=3), rate=4)
+    assert [c.advance()["svc"].queue_length for _ in range(3)] == [3, 3, 3]
+    # two slots of 1 s: 1.5 req/s fits, 3 req/s fills the queue of 10 behind the two in service
+    assert cluster(profile(1000, queue=10, capacity=2), rate=1.5).advance()["svc"].queue_length == 0
+    two = cluster(profile(1000, queue=10, capacity=2), rate=3)
+    assert [two.advance()["svc"].queue_length for _ in range(2)] == [10, 10]
+
+
 def test_queue_overflow_drops_exactly_what_does_not_fit():
     trace = Trace("burst", np.array([1.0, 29.0]), np.array([20.0, 0.0]))
     c = SimCluster({"svc": profile(1000, queue=3, slo_ms=10_000)}, {"svc": trace}, {"svc": 1.0})
@@ -201,6 +213,7 @@ def _same(xs, ys):
     assert len(xs) == len(ys)
     for x, y in zip(xs, ys, strict=True):
         assert (x.arrivals, x.violations, x.instances) == (y.arrivals, y.violations, y.instances)
+        assert x.queue_length == y.queue_length
         assert x.utilization == pytest.approx(y.utilization)
         assert x.mean_proc_time_ms == pytest.approx(y.mean_proc_time_ms)
 

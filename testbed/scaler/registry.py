@@ -1,0 +1,276 @@
+"""The policy registry: every scaling policy the harness knows, by name, and how each is built.
+
+The built-in policies (rule v1/v2, static, HPA-like, random, Maskable PPO; FA2, GSLICE-like,
+InSS and DDPG, which set MPS shares and batch sizes) are this registry's entries. A user's policy
+reaches it the same way from a reference (`module:Class`, wherever a policy name is accepted),
+from an installed package (the `testbed.policies` entry-point group: name -> class) or from Python
+(`register_policy`). A user's class is built with the keyword arguments `service` and
+`total_units` where its `__init__` takes them, else with none; it needs `act(observation,
+action_mask) -> action index` and may define `observe(window)` (see `testbed.scaler.loop`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed import plugins
+from testbed.errors import ConfigError, ConfigProblem
+from testbed.profiles import PACKAGED_PROFILES, ServiceProfile, default_profiles
+from testbed.profiles.registry import profile_for
+from testbed.scaler.fa2 import Fa2Policy, Pipeline
+from testbed.scaler.gslice import EqualSharePolicy
+from testbed.scaler.policies import HpaPolicy, Policy, RandomPolicy, RuleV1, RuleV2, StaticPolicy
+from testbed.scaler.ppo import MaskablePpoPolicy
+from testbed.scaler.share import SharePolicy, default_model, read_share_meta
+
+ENTRY_POINT_GROUP = "testbed.policies"
+
+
+@dataclass(frozen=True)
+class BuildArgs:
+    """What a policy may be built from: the cell's resource units and seed, the model file it
+    loads (if any), the profiles in use (None: the service registry's), and for the policies that
+    plan shares, the pipelines and where the profiles came from (for their errors)."""
+
+    total_units: int
+    seed: int = 0
+    model: Path | None = None
+    profiles: Mapping[str, ServiceProfile] | None = None
+    pipelines: Sequence[Pipeline] = ()
+    profile_source: str = PACKAGED_PROFILES
+
+    def profile(self, service: str) -> ServiceProfile:
+        return profile_for(dict(self.profiles) if self.profiles is not None else default_profiles(),
+                           service)
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    """One registered policy. `build(service, args)` makes one policy per service; `plan(services,
+    args)` makes one object over every service that chose it (a policy that sets MPS shares and
+    batch sizes: `plan(view)`, not `act`) and returns it per service."""
+
+    name: str
+    origin: str  # where it came from: "built in", a reference, an entry point, register_policy()
+    build: Callable[[str, BuildArgs], Any] | None = None
+    plan: Callable[[list[str], BuildArgs], dict[str, Any]] | None = None
+    needs_model: bool = False  # loads a trained model (default: models/SERVICE.zip or NAME.zip)
+    compared: bool = True  # in `testbed sim compare --policies all` (the paper's comparison)
+    default_model: Path | None = None  # a planner's model file when none is given
+    description: str = field(default="", compare=False)
+
+    @property
+    def sets_shares(self) -> bool:
+        """Plans MPS shares and batch sizes for its services together (runs on the GPU model)."""
+        return self.plan is not None
+
+
+def _problem(field_: str, message: str) -> ConfigError:
+    return ConfigError([ConfigProblem("<policy>", None, field_, message)])
+
+
+def _ppo(service: str, args: BuildArgs) -> Policy:
+    if not args.model:
+        raise _problem("model", "the ppo policy needs --model FILE")
+    return MaskablePpoPolicy.load(str(args.model), service)
+
+
+def _fa2(services: list[str], args: BuildArgs) -> dict[str, Any]:
+    pol = Fa2Policy({s: args.profile(s) for s in services}, pipelines=list(args.pipelines),
+                    profile_source=args.profile_source)
+    return dict.fromkeys(services, pol)
+
+
+def _gslice(services: list[str], args: BuildArgs) -> dict[str, Any]:
+    pol = EqualSharePolicy({s: args.profile(s) for s in services}, profile_source=args.profile_source)
+    return dict.fromkeys(services, pol)
+
+
+def _actor(kind: str) -> Callable[[list[str], BuildArgs], dict[str, Any]]:
+    def plan(services: list[str], args: BuildArgs) -> dict[str, Any]:
+        """One trained actor over every service its model was trained for, in its training order
+        (checked at load against the services that chose it where a scenario names them)."""
+        path = args.model or default_model(kind)  # a model of `kind` (checked by read_share_meta)
+        order = read_share_meta(path).services
+        actor = SharePolicy.load(path, {name: args.profile(name) for name in order},
+                                 profile_source=args.profile_source)
+        return dict.fromkeys(order, actor)
+    return plan
+
+
+_BUILTIN: dict[str, PolicyEntry] = {e.name: e for e in (
+    PolicyEntry("rule_v1", "built in", build=lambda s, a: RuleV1.for_profile(a.profile(s)),
+                description="Algorithm 2: utilization against four thresholds (profile `rule:`)"),
+    PolicyEntry("rule_v2", "built in", build=lambda s, a: RuleV2.for_profile(a.profile(s)),
+                description="Algorithm 4: SLO violation or utilization (profile `rule:`)"),
+    PolicyEntry("static", "built in", build=lambda s, a: StaticPolicy(),
+                description="never scales"),
+    PolicyEntry("hpa", "built in", build=lambda s, a: HpaPolicy(total_units=a.total_units),
+                description="Kubernetes-HPA-like, 60 % target"),
+    PolicyEntry("random", "built in", build=lambda s, a: RandomPolicy(a.seed), compared=False,
+                description="uniform over the valid actions"),
+    PolicyEntry("ppo", "built in", build=_ppo, needs_model=True,
+                description="Maskable PPO agent (models/SERVICE.zip)"),
+    PolicyEntry("fa2", "built in", plan=_fa2, description="FA2: shares and batches per SLO"),
+    PolicyEntry("gslice", "built in", plan=_gslice, description="GSLICE-like equal split"),
+    PolicyEntry("inss", "built in", plan=_actor("inss"), needs_model=True,
+                default_model=default_model("inss"),
+                description="InSS actor (models/inss.zip)"),
+    PolicyEntry("ddpg", "built in", plan=_actor("ddpg"), needs_model=True,
+                default_model=default_model("ddpg"),
+                description="DDPG-MPS actor (models/ddpg.zip)"),
+)}
+_registered: dict[str, PolicyEntry] = {}
+
+
+def _class_entry(name: str, cls: Any, origin: str) -> PolicyEntry:
+    """The entry of a user's policy class: `cls(service=..., total_units=...)` with the keywords
+    its `__init__` accepts."""
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):  # a class without an inspectable signature: no arguments
+        params = {}
+    anything = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    takes = [k for k in ("service", "total_units") if anything or k in params]
+
+    def build(service: str, args: BuildArgs) -> Any:
+        given = {"service": service, "total_units": args.total_units}
+        kwargs = {k: given[k] for k in takes}
+        try:
+            policy = cls(**kwargs)
+        except Exception as exc:  # the user's constructor: its failure is theirs to read, in one line
+            shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+            detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            raise _problem("policy", f"{name}({shown}) failed ({detail})") from None
+        if not isinstance(getattr(policy, "name", None), str):
+            with contextlib.suppress(AttributeError):
+                policy.name = name  # the decision log names the policy
+        return policy
+
+    return PolicyEntry(name, origin, build=build, compared=False,
+                       description=(inspect.getdoc(cls) or "").split("\n")[0])
+
+
+def _check_class(obj: Any, what: str, source: str, line: int | None, field_: str) -> None:
+    """A policy class: a class with a callable `act` (one line naming where it was named if not)."""
+    def fail(message: str) -> ConfigError:
+        return ConfigError([ConfigProblem(source, line, field_, message)])
+
+    if not inspect.isclass(obj):
+        raise fail(f"{what} is a {type(obj).__name__}, not a class: a policy is a class with "
+                   "act(observation, action_mask) -> action index")
+    if not callable(getattr(obj, "act", None)):
+        raise fail(f"{what} has no act(observation, action_mask) method: a policy needs one "
+                   "(returning an action index 0..4)")
+
+
+def register_policy(name: str, cls: type, *, replace: bool = False) -> None:
+    """Add a policy class to the registry of this process, under `name`.
+
+    Args:
+        name: the name scenarios and `--policy` use.
+        cls: a class with `act(observation, action_mask) -> int` (and optionally `observe(window)`);
+            built with `service=` and `total_units=` where its `__init__` takes them.
+        replace: allow a name already registered (never a built-in one).
+
+    Raises:
+        ConfigError: `cls` is no policy class, or the name is taken.
+    """
+    where = "register_policy()"
+    _check_class(cls, f"{getattr(cls, '__name__', cls)!r}", where, None, name)
+    taken = name in _BUILTIN or name in _installed() or (name in _registered and not replace)
+    if taken or plugins.is_ref(name):
+        origin = _lookup(name).origin if _lookup(name) else "a reference"
+        raise ConfigError([ConfigProblem(where, None, name,
+                                         f"a policy named {name!r} is already defined ({origin})")])
+    _registered[name] = _class_entry(name, cls, where)
+
+
+def unregister_policy(name: str) -> None:
+    """Remove a policy added with `register_policy` (built-in and installed ones stay)."""
+    _registered.pop(name, None)
+
+
+@functools.cache
+def _installed() -> dict[str, PolicyEntry]:
+    """The policies of installed packages (entry-point group `testbed.policies`), loaded once."""
+    out: dict[str, PolicyEntry] = {}
+    for name, obj in plugins.entry_points(ENTRY_POINT_GROUP):
+        where = f"entry point {ENTRY_POINT_GROUP}:{name}"
+        _check_class(obj, repr(name), where, None, "")
+        if name in _BUILTIN or name in out:
+            raise ConfigError([ConfigProblem(where, None, "",
+                                             f"a policy named {name!r} is already defined")])
+        out[name] = _class_entry(name, obj, where)
+    return out
+
+
+def _lookup(name: str) -> PolicyEntry | None:
+    return _BUILTIN.get(name) or _registered.get(name) or _installed().get(name)
+
+
+def entries() -> dict[str, PolicyEntry]:
+    """The registry: every registered policy by name (built in, installed, registered)."""
+    return {**_BUILTIN, **_installed(), **_registered}
+
+
+def policy_names() -> list[str]:
+    """The registered names (what `--policy` and `policy:` accept besides module:Class)."""
+    return list(entries())
+
+
+def known(text: str) -> bool:
+    """A registered name or the form of a reference (imported where it is used)."""
+    return plugins.is_ref(text) or _lookup(text) is not None
+
+
+def unknown_message(text: str) -> str:
+    return (f"unknown policy {text!r}; known: {', '.join(policy_names())}, "
+            "or module:Class (a class of your own)")
+
+
+def resolve(name: str, *, source: str = "<policy>", line: int | None = None, field: str = "policy",
+            base_dir: str | Path | None = None) -> PolicyEntry:
+    """The entry `name` denotes: a registered name, or a `module:Class` reference imported from
+    `base_dir` (the naming file's folder) or PYTHONPATH.
+
+    Raises:
+        ConfigError: one line naming source, line and field: an unknown name, a module that fails
+            to import, a missing attribute, or an object with no `act`.
+    """
+    entry = _lookup(name)
+    if entry is not None:
+        return entry
+    if not plugins.is_ref(name):
+        raise ConfigError([ConfigProblem(source, line, field, unknown_message(name))])
+    cls = plugins.load_ref(name, source=source, line=line, field=field, base_dir=base_dir)
+    _check_class(cls, repr(name), source, line, field)
+    return _class_entry(name, cls, name)
+
+
+def make_policy(name: str, service: str, *, total_units: int, seed: int = 0,
+                model: str | Path | None = None,
+                profiles: Mapping[str, ServiceProfile] | None = None,
+                base_dir: str | Path | None = None) -> Any:
+    """One service's policy by name or `module:Class`; `ppo` loads `model` (a file written by
+    `testbed train`); the rules read their thresholds from the service's profile in `profiles`
+    (default: the service registry's).
+
+    Raises:
+        ConfigError: an unknown or broken policy, or one that plans shares for several services
+            (build those with `testbed.scaler.factory.build_policies`).
+    """
+    entry = resolve(name, base_dir=base_dir)
+    if entry.build is None:
+        raise _problem("policy", f"{name} sets MPS shares and batch sizes, so it runs on the GPU "
+                                 f"simulator: testbed sim compare --policies {name} (or a scenario "
+                                 "on the testbed engine)")
+    args = BuildArgs(total_units=total_units, seed=seed, model=Path(model) if model else None,
+                     profiles=profiles)
+    return entry.build(service, args)

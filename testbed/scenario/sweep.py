@@ -1,0 +1,142 @@
+"""`engine: sim` cells in parallel: on this machine's cores (`--jobs N`, a process pool) or on a
+Dask cluster's workers (`--dask ADDRESS`, the optional `distributed` extra).
+
+A task is one repetition of one cell. A worker runs `simulate_cell`, which writes nothing and
+returns the files of the cell's directory; this process writes them as each task finishes. A
+cell's result depends on its scenario and seed alone, so the run directory, and the rows read
+from it in cell order, are those of a sequential run. Workers on other machines need the package
+and the scenario's traces and models at the same paths as here.
+
+Ctrl-C (KeyboardInterrupt) cancels what has not started, stops the pool's workers (they ignore
+SIGINT themselves, so the pool is not broken half-way) or cancels the Dask futures, and
+re-raises: nothing of the run keeps running.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import MissingRequirement, TestbedError
+from testbed.scenario.matrix import Cell
+from testbed.scenario.simcell import simulate_cell
+
+Task = tuple[Cell, int]  # a cell and a repetition
+OnDone = Callable[[int, dict[str, Any]], None]  # (task index, its files)
+DASK_INSTALL = 'pip install "dask[distributed]" (or the package\'s extra: pip install -e ".[distributed]")'
+DASK_CONNECT_S = 30  # seconds to reach the scheduler before the run gives up
+
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def workers(jobs: int, tasks: int) -> int:
+    """Processes for `jobs` (0: every core) and `tasks` tasks: never more than the tasks."""
+    return max(1, min(cores() if jobs == 0 else jobs, tasks))
+
+
+def check_options(engine: str, jobs: int, dask: str | None) -> None:
+    """Refuse, in one line, a parallel run its cells cannot take.
+
+    engine: the scenario's engine; jobs: --jobs (1 sequential, 0 every core); dask: --dask's
+    scheduler address or None."""
+    if jobs < 0:
+        raise TestbedError(f"--jobs {jobs}: give 1 (one cell at a time), N processes, or 0 "
+                           "(every core)")
+    if dask and jobs != 1:
+        raise TestbedError("--jobs and --dask: give one (--dask runs the cells on the Dask "
+                           "cluster's workers)")
+    if engine != "sim" and (jobs != 1 or dask):
+        option = "--dask" if dask else f"--jobs {jobs}"
+        raise TestbedError(f"{option}: testbed-engine cells share this machine's network "
+                           "namespaces and run one at a time; only `engine: sim` cells run in "
+                           "parallel")
+    if dask:
+        require_dask()
+
+
+def require_dask() -> None:
+    """MissingRequirement, with how to install it, unless dask.distributed imports."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise MissingRequirement(f"--dask needs Dask's distributed scheduler: {DASK_INSTALL}"
+                                 ) from None
+
+
+def _ignore_sigint() -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the workers, they do not stop
+    # themselves half-way through a task and break the pool
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def run_in_pool(tasks: list[Task], base_dir: Path, jobs: int, on_done: OnDone) -> None:
+    """Every task in a pool of `workers(jobs, len(tasks))` processes, `on_done(index, files)` as
+    each finishes (in this process); a task's exception and KeyboardInterrupt stop the pool and
+    propagate.
+
+    tasks: (cell, repetition) pairs; base_dir: the scenario's folder; jobs: as --jobs."""
+    # spawn: a fresh interpreter per worker, never a fork of this process's threads (live view)
+    pool = ProcessPoolExecutor(workers(jobs, len(tasks)), initializer=_ignore_sigint,
+                               mp_context=multiprocessing.get_context("spawn"))
+    try:
+        futures: dict[Future, int] = {pool.submit(simulate_cell, cell, rep, base_dir): i
+                                      for i, (cell, rep) in enumerate(tasks)}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in sorted(done, key=futures.__getitem__):
+                on_done(futures[f], f.result())
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and end the workers now (their tasks are abandoned)."""
+    # Python 3.14 has pool.terminate_workers(); before it, the pool's processes are only reachable
+    # through its private table
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in processes:
+        p.terminate()
+    for p in processes:
+        p.join(10)
+
+
+def run_on_dask(tasks: list[Task], base_dir: Path, address: str, on_done: OnDone) -> None:
+    """Every task on the Dask scheduler at `address` (tcp://HOST:PORT), `on_done(index, files)`
+    as each finishes; KeyboardInterrupt and a task's exception cancel the rest and propagate.
+
+    tasks: (cell, repetition) pairs; base_dir: the scenario's folder, at the same path on every
+    worker."""
+    require_dask()
+    from distributed import Client, as_completed
+
+    try:
+        client = Client(address, timeout=DASK_CONNECT_S)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise TestbedError(f"--dask {address}: cannot reach the Dask scheduler: "
+                           f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                           ) from None
+    with client:
+        # pure=False: two repetitions of one cell are two tasks, never one cached result
+        futures = [client.submit(simulate_cell, cell, rep, base_dir, pure=False)
+                   for cell, rep in tasks]
+        index = {f.key: i for i, f in enumerate(futures)}
+        try:
+            for f in as_completed(futures):
+                on_done(index[f.key], f.result())
+        except BaseException:
+            client.cancel(futures)
+            raise

@@ -1,0 +1,206 @@
+"""A sim-engine sweep's cells in parallel (`--jobs`, `--dask`): the same rows as one at a time, each
+row recording the matrix values it ran with; Ctrl-C leaves no worker behind; the testbed engine
+refuses parallel cells in one line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from testbed.errors import MissingRequirement, TestbedError
+from testbed.report.export import export
+from testbed.scenario.load import load_scenario
+from testbed.scenario.runner import RunOptions, run_scenario
+from testbed.scenario.sweep import check_options, cores, workers
+
+# scenarios/sim-tables.yaml at a test's size: constant-rate clients instead of the test day's
+# traces, five minutes per cell, rule v2 (no model files), two dotted keys and an alias
+SWEEP = """\
+name: sweep
+engine: sim
+duration_s: 300
+scaler_period_s: 30
+repetitions: 2
+services:
+  - {name: imgcls, policy: rule_v2}
+  - {name: tts, policy: rule_v2}
+clients:
+  - {service: imgcls, rate: 5}
+  - {service: tts, rate: 2}
+matrix:
+  services.imgcls.replicas: [1, 2]
+  clients.0.rate: [5, 20]
+  policy: [rule_v2]
+expect:
+""" + ("  - mean_replicas[service=imgcls, clients.0.rate=20, services.imgcls.replicas=1]"
+       " > mean_replicas[service=imgcls, clients.0.rate=5, services.imgcls.replicas=1]\n")
+KEYS = ("services.imgcls.replicas", "clients.0.rate", "policy")
+WALL_CLOCK = ("steps_per_second",)  # the simulator's speed on this run, not a result
+
+
+def sweep(tmp_path: Path, text: str = SWEEP, **options: Any) -> tuple[list[dict], str]:
+    """Rows of a run of `text` (without wall-clock fields) and what it printed; its run directory
+    is tmp_path/runs/*."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text)
+    out = StringIO()
+    result = run_scenario(load_scenario(path), RunOptions(
+        out_root=tmp_path / "runs", progress=False, console=Console(file=out, width=200),
+        **options))
+    assert not result.interrupted
+    saved = json.loads((result.run_dir / "results.json").read_text())["rows"]
+    assert saved == json.loads(json.dumps(result.rows, default=str))
+    # `expect:` selects on the dotted keys (four times the load needs more replicas)
+    assert [o.verdict for o in result.outcomes] == ["PASS"], result.outcomes
+    return [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in result.rows], out.getvalue()
+
+
+def test_rows_record_the_values_they_ran_with(tmp_path: Path):
+    rows, _ = sweep(tmp_path)
+    run_dir = next((tmp_path / "runs").iterdir())
+    out = StringIO()
+    export(run_dir, out, "csv")
+    table = list(csv.DictReader(StringIO(out.getvalue())))
+    assert [{k: r[k] for k in KEYS} for r in table] == [{k: str(r[k]) for k in KEYS} for r in rows]
+    assert len(rows) == 4 * 2 * 2  # cells x repetitions x services
+    for r in rows:
+        assert all(k in r for k in KEYS), r
+        assert r["cell"].endswith(f"services.imgcls.replicas-{r['services.imgcls.replicas']}_"
+                                  f"clients.0.rate-{r['clients.0.rate']}_policy-rule_v2")
+    by_cell = {(r["services.imgcls.replicas"], r["clients.0.rate"]): r for r in rows
+               if r["service"] == "imgcls" and r["rep"] == 0}
+    assert set(by_cell) == {(1, 5), (1, 20), (2, 5), (2, 20)}
+    # the values reached the simulator: replicas start where the key says
+    assert by_cell[(2, 5)]["mean_replicas"] > by_cell[(1, 5)]["mean_replicas"]
+
+
+def test_jobs_2_gives_the_rows_of_jobs_1(tmp_path: Path):
+    one, _ = sweep(tmp_path / "one", jobs=1)
+    two, printed = sweep(tmp_path / "two", jobs=2)
+    assert "8 cell repetitions on 2 processes" in printed
+    assert two == one
+
+
+def test_jobs_0_is_every_core_and_never_more_than_the_tasks():
+    assert workers(0, 10_000) == cores()
+    assert workers(0, 1) == 1 and workers(4, 3) == 3 and workers(1, 8) == 1
+
+
+@pytest.mark.parametrize("engine, jobs, dask, says", [
+    ("testbed", 2, None, "--jobs 2: testbed-engine cells share this machine's network namespaces"),
+    ("testbed", 0, None, "--jobs 0: testbed-engine cells"),
+    ("testbed", 1, "tcp://h:8786", "--dask: testbed-engine cells"),
+    ("sim", -1, None, "--jobs -1: give 1"),
+    ("sim", 2, "tcp://h:8786", "--jobs and --dask: give one"),
+])
+def test_what_cannot_run_in_parallel_is_refused_in_one_line(engine: str, jobs: int,
+                                                            dask: str | None, says: str):
+    with pytest.raises(TestbedError) as exc:
+        check_options(engine, jobs, dask)
+    assert str(exc.value).startswith(says) and "\n" not in str(exc.value)
+
+
+def test_the_cli_refuses_jobs_on_the_testbed_engine_before_anything_runs(tmp_path: Path):
+    (tmp_path / "scn.yaml").write_text(
+        "name: t\nduration_s: 30\nservices:\n  - {name: imgcls}\n"
+        "clients:\n  - {service: imgcls, ue_group: ai, rate: 1}\n")
+    proc = subprocess.run([sys.executable, "-m", "testbed", "run", "scn.yaml", "--jobs", "2",
+                           "--out", "runs"], cwd=tmp_path, capture_output=True, text=True,
+                          env=dict(os.environ, COLUMNS="200"), timeout=120)
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    assert proc.returncode == 1, lines
+    assert len(lines) == 1 and "--jobs 2: testbed-engine cells share" in lines[0], lines
+    assert not (tmp_path / "runs").exists()
+
+
+def test_without_dask_the_option_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
+    with pytest.raises(MissingRequirement) as exc:
+        check_options("sim", 1, "tcp://h:8786")
+    assert 'pip install "dask[distributed]"' in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.timeout(300)
+def test_a_dask_cluster_gives_the_rows_of_a_sequential_run(tmp_path: Path):
+    distributed = pytest.importorskip("distributed", reason="dask[distributed] is not installed "
+                                      "(pip install -e '.[distributed]')")
+    one, _ = sweep(tmp_path / "one")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        dask, printed = sweep(tmp_path / "dask", dask=cluster.scheduler_address)
+    assert f"on the Dask cluster at {cluster.scheduler_address}" in printed
+    assert dask == one
+
+
+# a month in one-second scaler periods: ~20 s per cell here, so a worker is mid-cell at Ctrl-C
+LONG = """\
+name: long
+engine: sim
+duration_s: 2678400
+scaler_period_s: 1
+services:
+  - {name: imgcls, policy: rule_v2}
+  - {name: tts, policy: rule_v2}
+  - {name: chatbot, policy: rule_v2}
+clients:
+  - {service: imgcls, rate: 40}
+  - {service: tts, rate: 10}
+  - {service: chatbot, rate: 5}
+matrix:
+  seed: [1, 2, 3, 4]
+"""
+
+
+def children(pid: int) -> set[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return {int(x) for x in out.split()}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").exists() and \
+        Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_stops_every_worker(tmp_path: Path):
+    (tmp_path / "long.yaml").write_text(LONG)
+    proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", "long.yaml", "--jobs", "2",
+                             "--out", "runs", "--no-progress"], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, COLUMNS="200"))
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and len(children(proc.pid)) < 3:  # 2 workers + tracker
+        time.sleep(0.2)
+    time.sleep(1.0)  # the workers are simulating
+    seen = children(proc.pid)
+    assert len(seen) >= 2, "the workers did not start"
+    proc.send_signal(signal.SIGINT)
+    stopped = time.monotonic()
+    output, _ = proc.communicate(timeout=60)
+    # the workers are stopped, not waited for: their cells had most of their ~20 s to go
+    assert time.monotonic() - stopped < 10, output
+    assert proc.returncode == 130, output
+    assert "INTERRUPTED" in output and "4 cell repetitions on 2 processes" in output
+    # multiprocessing's resource tracker leaves once it reads its parent's end of the pipe
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(alive(p) for p in seen):
+        time.sleep(0.2)
+    assert not [p for p in seen if alive(p)]
+    results = json.loads(next((tmp_path / "runs").glob("*/results.json")).read_text())
+    assert results["interrupted"] is True
