@@ -61,3 +61,15 @@ def test_the_registry_through_the_api():
     assert {"chatbot", "imgcls", "tts"} <= set(testbed.services())
     with pytest.raises(ConfigError, match="unknown service"):
         testbed.evaluate("static", "nope", EXAMPLES / "asr" / "asr-day.txt")
+
+
+def test_the_readmes_python_example_runs(tmp_path, monkeypatch, capsys):
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Your own service, policy and sweep", 1)[1].split("```python\n", 1)[1]
+    code = block.split("```", 1)[0]
+    monkeypatch.chdir(ROOT)
+    code = code.replace('out="runs"', f'out="{tmp_path}"').replace('"asr-rows.csv"', f'"{tmp_path}/rows.csv"')
+    exec(compile(code, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert out.startswith("PASS [('static', 0.69")
+    assert (tmp_path / "rows.csv").read_text().count("\n") == 4
