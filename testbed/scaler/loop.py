@@ -40,13 +40,17 @@ class PolicyError(TestbedError):
     """A policy broke the protocol (an action index that is no action); one line, naming it."""
 
 
-def _checked(index: object, policy: object, service: str, mask: Mask) -> int:
-    """`index` if it is an action index 0..4, else a PolicyError naming the policy, index and mask."""
+def _checked(index: object, policy: object, service: str, mask: Mask, adjusts: bool) -> int:
+    """`index` if it is an action index 0..4 that the mask allows (or, for a policy that lets
+    Algorithm 3 adjust it, any action index), else a PolicyError naming the policy, index and mask."""
     if (type(index) is int or isinstance(index, np.integer)) and 0 <= index < len(ACTIONS):  # type: ignore[operator]
-        return index  # type: ignore[return-value]
-    name = getattr(policy, "name", type(policy).__name__)
-    raise PolicyError(f"policy {name!r} for {service}: act() returned {index!r}, not an action "
-                      f"index 0..{len(ACTIONS) - 1} (mask {tuple(int(m) for m in mask)}: 1 = valid)")
+        if adjusts or mask[index]:  # type: ignore[index]
+            return index  # type: ignore[return-value]
+        what = "an action the mask refuses"
+    else:
+        what = f"not an action index 0..{len(ACTIONS) - 1}"
+    raise PolicyError(f"policy {policy_name(policy)!r} for {service}: act() returned {index!r}, {what} "
+                      f"(mask {tuple(int(m) for m in mask)}: 1 = valid)")
 
 
 @dataclass(slots=True)
@@ -103,6 +107,7 @@ class ScalerLoop:
         self._counted = {s: hasattr(p, "replicas") for s, p in self.policies.items()}
         # what decisions record as the policy: its `name`, else its class's (a user's policy object)
         self._names = {s: policy_name(p) for s, p in self.policies.items()}
+        self._adjusts = {s: bool(getattr(p, "adjust_masked", False)) for s, p in self.policies.items()}
         # a policy's observe(window), if it has one: called with the newest window before act
         self._observe = {s: getattr(p, "observe", None) for s, p in self.policies.items()
                          if callable(getattr(p, "observe", None))}
@@ -178,7 +183,7 @@ class ScalerLoop:
         started = perf_counter()
         if observe is not None:
             observe(window)
-        proposed = ACTIONS[_checked(policy.act(obs, mask), policy, service, mask)]
+        proposed = ACTIONS[_checked(policy.act(obs, mask), policy, service, mask, self._adjusts[service])]
         decide_ms = 1000.0 * (perf_counter() - started)
         applied = adjust_action(proposed, mask)
         if not mask[applied + 2]:  # action_index(applied)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -28,8 +28,10 @@ _SLO = latest_index("slo_violation_rate")
 @runtime_checkable
 class Policy(Protocol):
     """What the control loop asks of a policy: `act` returns an action index 0..4 (ACTIONS[i] =
-    -2..+2 replicas; a masked one is adjusted by Algorithm 3). Optionally `observe(window)`: the
-    loop calls it with the newest `WindowMetrics` just before `act`."""
+    -2..+2 replicas) that the mask allows. Optionally `observe(window)`: the loop calls it with the
+    newest `WindowMetrics` just before `act`. A policy that sets `adjust_masked = True` (the paper's
+    rules, which propose +-2 whatever the mask) may return a masked index: Algorithm 3 adjusts it;
+    for any other, a masked index is a PolicyError."""
 
     name: str
 
@@ -51,6 +53,7 @@ class RuleV1:
     inst_util_low_1: float
     inst_util_low_2: float
     name: str = "rule_v1"
+    adjust_masked: ClassVar[bool] = True  # Algorithm 3 adjusts what the mask refuses
 
     @classmethod
     def for_profile(cls, profile: ServiceProfile) -> RuleV1:
@@ -88,6 +91,7 @@ class RuleV2:
     inst_util_high: float
     inst_util_low: float
     name: str = "rule_v2"
+    adjust_masked: ClassVar[bool] = True  # Algorithm 3 adjusts what the mask refuses
 
     @classmethod
     def for_profile(cls, profile: ServiceProfile) -> RuleV2:
@@ -115,6 +119,7 @@ class StaticPolicy:
     """Never scales: the service keeps the replicas it started with."""
 
     name: str = "static"
+    adjust_masked: ClassVar[bool] = True  # Algorithm 3 adjusts what the mask refuses
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
         return action_index(0)
@@ -130,6 +135,7 @@ class HpaPolicy:
     target: float = 0.6
     tolerance: float = 0.1
     name: str = "hpa"
+    adjust_masked: ClassVar[bool] = True  # Algorithm 3 adjusts what the mask refuses
     replicas: int = 1
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:

@@ -197,3 +197,16 @@ def test_an_index_outside_the_mask_stops_the_run_naming_policy_index_and_mask(fo
     line = _one_error(capsys)
     assert f"policy 'wild:Wild' for imgcls: act() returned {index}, not an action index 0..4" in line
     assert "(mask (" in line
+
+
+def test_a_masked_index_from_a_policy_of_ones_own_is_refused(folder, capsys):
+    """-2 replicas with one replica is masked: the paper's rules may propose it (Algorithm 3
+    adjusts, `adjust_masked`), a policy of one's own may not."""
+    (folder / "down.py").write_text("class Down:\n    def act(self, observation, action_mask):\n"
+                                    "        return 0\n")
+    assert main(_eval("down:Down")) != 0
+    line = _one_error(capsys)
+    assert "policy 'down:Down' for imgcls: act() returned 0, an action the mask refuses (mask (0," in line
+    (folder / "lenient.py").write_text("class Down:\n    adjust_masked = True\n"
+                                       "    def act(self, observation, action_mask):\n        return 0\n")
+    assert main(_eval("lenient:Down")) == 0
