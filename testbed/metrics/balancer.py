@@ -66,9 +66,14 @@ class ServiceBalancer:
         # on_lost (service, when) for one line in the run's events, never a traceback
         self.lost_connections = 0
         self.on_lost: Callable[[str, str], None] | None = None
-        self._busy_area = 0.0  # ∫ Σ_ready min(in_flight, capacity)/capacity dt since the last sample
-        self._busy_now = 0.0
-        self._busy_since = self._interval_start = time.monotonic()
+        # docs/metrics.md "instance utilization": u(t), the mean over the replicas ready (in
+        # rotation) at t of min(in_flight, capacity)/capacity, integrated over the time with a
+        # ready replica; both since the last sample
+        self._busy_area = 0.0  # ∫ u(t) dt
+        self._ready_time = 0.0  # ∫ [a replica is ready] dt
+        self._busy_now = 0.0  # u(t) now
+        self._any_ready = False
+        self._busy_since = time.monotonic()
         metrics.capacity.labels(service).set(profile.capacity)
         metrics.ready.labels(service).set(0)
 
@@ -89,6 +94,8 @@ class ServiceBalancer:
         if b is not None:
             b.in_rotation = False
             self._busy_changed()
+            if self.mesh is not None:
+                self.mesh.unready(self.service, replica)
             self.metrics.ready.labels(self.service).set(len(self.rotation()))
             self._forget_if_idle(b)
 
@@ -108,22 +115,30 @@ class ServiceBalancer:
         return ready[self._rr]
 
     def _busy_changed(self) -> None:
-        """Integrate min(in_flight, capacity)/capacity over time, per ready replica."""
+        """Integrate u(t) = mean over ready replicas of min(in_flight, capacity)/capacity up to
+        now, then take its new value (a request started or finished, a replica came or went)."""
         now = time.monotonic()
-        self._busy_area += self._busy_now * (now - self._busy_since)
+        dt = now - self._busy_since
+        self._busy_area += self._busy_now * dt
+        if self._any_ready:
+            self._ready_time += dt
         self._busy_since = now
         cap = self.profile.capacity
-        self._busy_now = sum(min(b.in_flight, cap) / cap for b in self.rotation())
+        ready = self.rotation()
+        self._any_ready = bool(ready)
+        self._busy_now = sum(min(b.in_flight, cap) / cap for b in ready) / len(ready) if ready else 0.0
 
     def sample(self) -> None:
         # Time-weighted over the interval: one instantaneous reading per interval aliases with
-        # constant-rate clients (each sample lands at the same phase of the arrivals).
+        # constant-rate clients (each sample lands at the same phase of the arrivals). Divided by
+        # the replicas ready at each instant, not by those at the interval's end: a scale-up in
+        # the interval does not spread the time before it over the new replica.
         self._busy_changed()
         ready = self.rotation()
-        length = self._busy_since - self._interval_start
-        util = (self._busy_area / length / len(ready)) if ready and length > 0 else 0.0
-        self._busy_area, self._interval_start = 0.0, self._busy_since
-        tick = self.collector.sample([b.in_flight for b in ready], utilization=min(util, 1.0))
+        util = self._busy_area / self._ready_time if self._ready_time > 0 else 0.0
+        tick = self.collector.sample([b.in_flight for b in ready], utilization=min(util, 1.0),
+                                     ready_s=self._ready_time)
+        self._busy_area = self._ready_time = 0.0
         self.metrics.utilization.labels(self.service).set(tick.utilization)
 
     def window(self, seconds: float) -> WindowMetrics:

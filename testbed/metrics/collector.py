@@ -21,6 +21,7 @@ class Tick:
     latency_sum_ms: float = 0.0
     utilization: float = 0.0  # mean over ready instances of min(in_flight, capacity)/capacity
     instances: int = 0
+    ready_s: float = 0.0  # how long in the interval some instance was ready: its utilization's weight
 
 
 def utilization_sample(in_flight: list[int], capacity: int) -> float:
@@ -60,15 +61,22 @@ class ServiceCollector:
             self.total_violations += 1
         return violated
 
-    def sample(self, in_flight: list[int], utilization: float | None = None) -> Tick:
+    def sample(self, in_flight: list[int], utilization: float | None = None,
+               ready_s: float | None = None) -> Tick:
         """Close the current interval; its utilization is `utilization` when the caller measured
-        it over the interval, else an instantaneous sample of the ready instances."""
+        it over the interval (time-weighted over the `ready_s` seconds some instance was ready),
+        else an instantaneous sample of the ready instances, standing for the whole interval
+        when there is one."""
         now = self.clock()
         tick = self._open
         tick.t_end = now
         tick.utilization = (utilization_sample(in_flight, self.capacity) if utilization is None
                             else utilization)
         tick.instances = len(in_flight)
+        if ready_s is None:
+            began = self.ticks[-1].t_end if self.ticks else self._first_start
+            ready_s = max(now - began, 0.0) if in_flight else 0.0
+        tick.ready_s = ready_s
         self.ticks.append(tick)
         self._open = Tick(t_end=0.0)
         while self.ticks and self.ticks[0].t_end < now - self.keep_s:
@@ -100,7 +108,14 @@ class ServiceCollector:
         violations = self._open.violations + sum(t.violations for t in picked)
         lat = self._open.latency_sum_ms + sum(t.latency_sum_ms for t in picked)
         if picked:
-            util = sum(t.utilization for t in picked) / len(picked)
+            # time-weighted: each interval by how long an instance was ready in it (an interval
+            # without one does not count: docs/metrics.md)
+            ready = sum(t.ready_s for t in picked)
+            if ready > 0:
+                util = sum(t.utilization * t.ready_s for t in picked) / ready
+            else:  # a clock that did not move (tests): the intervals with an instance, alike
+                held = [t.utilization for t in picked if t.instances]
+                util = sum(held) / len(held) if held else 0.0
         else:
             util = utilization_sample(in_flight_now, self.capacity)
         return WindowMetrics(

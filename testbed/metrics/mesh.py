@@ -8,9 +8,11 @@ for whatever stands where Istio's sidecar stands (the local load balancer, the l
 - `envoy_cluster_upstream_rq_active{cluster_name="inbound|<port>||", namespace, pod, app}`: the
   requests in flight to one replica;
 - `testbed_replica_busy_seconds_total{namespace, pod, app}`: the integral over time of
-  min(in_flight, capacity) / capacity, so `increase()` of it over a window divided by the window is
-  the dissertation's instance utilization of that replica without sampling the in-flight gauge
-  (a once-a-second reading aliases with evenly spaced requests).
+  min(in_flight, capacity) / capacity, so its increase over a scrape interval divided by the
+  interval is that replica's utilization there without sampling the in-flight gauge (a
+  once-a-second reading aliases with evenly spaced requests). Exported for the replicas in
+  rotation (ready) only, so that the query's per-step count of these series is the ready count
+  (docs/metrics.md); a replica taken out keeps its in-flight series until it has drained.
 
 On the lab, `namespace`, `pod` and `app` come from Prometheus's pod relabelling; here they are
 written by the exporter so that one set of queries (`testbed.metrics.prometheus`) reads both.
@@ -65,6 +67,7 @@ class MeshMetrics:
                                    _REQUEST_LABELS, buckets=duration_buckets_ms(slo_ms),
                                    registry=self.registry)
         self._replicas: dict[tuple[str, str], tuple[Workload, BusyMeter]] = {}
+        self._unready: set[tuple[str, str]] = set()  # taken out of rotation, still draining
         self.registry.register(_ReplicaCollector(self))
 
     def replica(self, workload: Workload, pod: str, capacity: int) -> BusyMeter:
@@ -74,9 +77,19 @@ class MeshMetrics:
             self._replicas[key] = (workload, BusyMeter(capacity))
         return self._replicas[key][1]
 
+    def unready(self, service: str, pod: str) -> None:
+        """The replica left the rotation: its busy series disappears (it no longer counts among
+        the ready replicas), its in-flight series stays until `forget`."""
+        if (service, pod) in self._replicas:
+            self._unready.add((service, pod))
+
     def forget(self, service: str, pod: str) -> None:
         """The replica is gone: its series disappear, as a deleted pod's do."""
         self._replicas.pop((service, pod), None)
+        self._unready.discard((service, pod))
+
+    def is_ready(self, service: str, pod: str) -> bool:
+        return (service, pod) in self._replicas and (service, pod) not in self._unready
 
     def finished(self, workload: Workload, pod: str, code: int, duration_ms: float) -> None:
         labels = ("destination", workload.namespace, workload.service, str(code), workload.namespace,
@@ -103,6 +116,7 @@ class _ReplicaCollector(Collector):
         for workload, pod, meter in self.mesh.replicas():
             active.add_metric([f"inbound|{workload.port}||", workload.namespace, pod, workload.service],
                               meter.in_flight)
-            busy.add_metric([workload.namespace, pod, workload.service], meter.busy_seconds())
+            if self.mesh.is_ready(workload.service, pod):
+                busy.add_metric([workload.namespace, pod, workload.service], meter.busy_seconds())
         yield active
         yield busy

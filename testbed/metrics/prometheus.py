@@ -10,10 +10,13 @@ in-process load balancer measures:
   with the `sidecar.istio.io/statsHistogramBuckets` annotation on the lab);
 - mean processing time: the same histogram's `_sum / _count` over every completion, failures
   included, as the in-process source counts it;
-- instance utilization: each replica's busy-seconds counter (`testbed_replica_busy_seconds_total`,
-  the integral of min(in_flight, capacity)/capacity) over the window, divided by the window and
-  the mean number of replicas; no reading of the in-flight gauge, whose once-a-second samples
-  alias with evenly spaced requests;
+- instance utilization (docs/metrics.md): the time mean of u(t), the mean over the ready replicas
+  of min(in_flight, capacity)/capacity, as the in-process balancer integrates it. Per scrape
+  step, the increase of the replicas' busy-seconds counters (`testbed_replica_busy_seconds_total`,
+  the integral of min(in_flight, capacity)/capacity) over the step, divided by the step and by
+  the number of those series then (the ready replicas), averaged over the window's steps that
+  had one (`_utilization`); no reading of the in-flight gauge, whose once-a-second samples alias
+  with evenly spaced requests;
 - arrivals: completions plus the change of requests in flight over the window (conservation;
   Istio counts a request only when it completes);
 - queue length: at the window's end, the sum over replicas of max(0, in flight - capacity) from
@@ -84,6 +87,18 @@ def _increase(selector: str, w: str) -> str:
     return f"(sum({now}) - (sum({before} and {now}) or vector(0)))"
 
 
+def _utilization(selector: str, w: str, step_s: float) -> str:
+    """The time mean over the last `w` of the mean busy fraction of the replicas `selector`'s
+    busy-seconds series stand for: at each step of a `step_s` subquery, the increase of every
+    series since the step before (from 0 for a series new at the step) summed, over the step
+    and over the count of series; `avg_over_time` skips the steps without a series. The steps'
+    increases telescope, so the busy seconds are exact to the scrape; only where the count
+    changes within a step is that step's share divided by the count at its end."""
+    step = _dur(step_s)
+    delta = f"(({selector} - {selector} offset {step}) or {selector})"
+    return f"avg_over_time((sum({delta}) / count({selector}) / {step_s:g})[{w}:{step}])"
+
+
 @dataclass(frozen=True)
 class WindowQueries:
     """The PromQL for one service and window length, each returning one scalar-like vector."""
@@ -93,8 +108,7 @@ class WindowQueries:
     within_slo: str
     latency_sum_ms: str
     latency_count: str
-    busy_s: str
-    mean_instances: str
+    utilization: str
     in_flight_now: str
     in_flight_before: str
     instances: str
@@ -115,8 +129,7 @@ class WindowQueries:
                                  f'le=~"{_le(svc.slo_ms)}"}}', w),
             latency_sum_ms=_increase(f"istio_request_duration_milliseconds_sum{{{req}}}", w),
             latency_count=_increase(f"istio_request_duration_milliseconds_count{{{req}}}", w),
-            busy_s=_increase(f"testbed_replica_busy_seconds_total{{{pod}}}", w),
-            mean_instances=f"avg_over_time(count({active})[{w}:{_dur(step_s)}])",
+            utilization=_utilization(f"testbed_replica_busy_seconds_total{{{pod}}}", w, step_s),
             in_flight_now=f"sum({active})",
             in_flight_before=f"sum({active} offset {w})",
             instances=f"count({active})",
@@ -273,15 +286,13 @@ class PrometheusMetrics:
         slow = max(successes - within, 0)
         change = (v["in_flight_now"] or 0) - (v["in_flight_before"] or 0)
         count = v["latency_count"] or 0
-        replicas = v["mean_instances"] or 0
-        busy = (v["busy_s"] or 0) / (wall * replicas) if replicas > 0 else 0.0
         return WindowMetrics(
             service=service,
             seconds=float(seconds),
             arrivals=max(round(completed + change), 0),
             completed=completed,
             violations=min(failed + slow, completed),
-            utilization=min(max(busy, 0.0), 1.0),
+            utilization=min(max(v["utilization"] or 0.0, 0.0), 1.0),
             instances=round(v["instances"] or 0),
             mean_proc_time_ms=((v["latency_sum_ms"] or 0) / count * self.time_scale
                                if count > 0 else None),

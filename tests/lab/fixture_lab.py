@@ -111,10 +111,10 @@ class FixtureLab:
         if isinstance(expr, promql_parser.AggregateExpr) and str(expr.op) == "count":
             value = replicas  # count(...): one series per replica, whichever series it reads
         elif names == {"envoy_cluster_upstream_rq_active"}:
-            # avg_over_time(count(...)[w:step]): replicas; sum(...): in flight
-            value = replicas if isinstance(expr, promql_parser.Call) else self.prom["in_flight"]
+            value = self.prom["in_flight"]  # sum(...): in flight
         elif names == {"testbed_replica_busy_seconds_total"}:
-            value = self.prom["utilization"] * seconds * replicas
+            # avg_over_time((busy per step / replicas / step)[w:step]): the utilization itself
+            value = self.prom["utilization"]
         else:
             matchers = {str(m) for s in selectors for m in s.matchers.matchers}
             measure = {"istio_request_duration_milliseconds_bucket": "within_slo",

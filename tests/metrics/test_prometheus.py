@@ -68,7 +68,7 @@ def test_every_query_parses_and_reads_the_mesh_series(seconds: float) -> None:
             assert 'destination_service_name="resnet"' in text or 'app="resnet"' in text, (field, text)
     assert names["completed"] == names["failed"] == {"istio_requests_total"}
     assert names["within_slo"] == {"istio_request_duration_milliseconds_bucket"}
-    assert names["busy_s"] == {"testbed_replica_busy_seconds_total"}
+    assert names["utilization"] == {"testbed_replica_busy_seconds_total"}
     assert names["in_flight_before"] == names["instances"] == {"envoy_cluster_upstream_rq_active"}
     assert r'le=~"1000(\\.0)?"' in q.within_slo
     assert 'response_code!~"2.."' in q.failed and "response_code" not in q.latency_sum_ms
@@ -82,7 +82,7 @@ def test_the_old_offset_after_an_aggregation_does_not_parse() -> None:
 
 def test_slo_bucket_and_labels_follow_the_service() -> None:
     q2 = WindowQueries.build(PromService("tts", slo_ms=2.5, app="coqui", namespace="ai"), 7.6)
-    assert r'le=~"2\\.5(\\.0)?"' in q2.within_slo and "[7600ms:1000ms]" in q2.mean_instances
+    assert r'le=~"2\\.5(\\.0)?"' in q2.within_slo and "[7600ms:1000ms]" in q2.utilization
     assert 'app="coqui"' in q2.instances and 'namespace="ai"' in q2.instances
     with pytest.raises(ValueError, match="capacity"):
         PromService("x", slo_ms=100, capacity=0)
@@ -101,8 +101,8 @@ def _answers(values: dict[str, str | None]) -> dict[str, bytes]:
 
 def test_window_combines_the_answers() -> None:
     answers = _answers({"completed": "59.8", "failed": "2", "within_slo": "50.2",
-                        "latency_sum_ms": "29000", "latency_count": "58", "busy_s": "36",
-                        "mean_instances": "2", "in_flight_now": "3", "in_flight_before": "1",
+                        "latency_sum_ms": "29000", "latency_count": "58", "utilization": "0.6",
+                        "in_flight_now": "3", "in_flight_before": "1",
                         "instances": "2", "waiting": "4"})
     urls: list[str] = []
 
@@ -117,7 +117,7 @@ def test_window_combines_the_answers() -> None:
     assert all(u.startswith("http://prom:9090/api/v1/query?") for u in urls)
     assert (w.completed, w.arrivals, w.instances) == (60, 62, 2)
     assert w.violations == 2 + (58 - 50)  # failures + successes slower than the SLO
-    assert w.utilization == pytest.approx(36 / (30 * 2))  # busy seconds / (window x replicas)
+    assert w.utilization == pytest.approx(0.6)  # the query's time mean, as it comes
     assert w.mean_proc_time_ms == pytest.approx(500.0)
     assert w.slo_violation_rate == pytest.approx(10 / 60)
     assert w.queue_length == 4  # requests beyond the replicas' capacity at the window's end

@@ -14,8 +14,9 @@ from aiohttp.test_utils import TestServer
 from testbed.cluster.replica import EmulatedReplica
 from testbed.errors import StateError
 from testbed.load.content import ContentSet
+from testbed.metrics.agreement import UTILIZATION_ABS, compare
 from testbed.metrics.balancer import MESH_NAMESPACE, LoadBalancer
-from testbed.metrics.prometheus import PrometheusMetrics, PromService, WindowQueries
+from testbed.metrics.prometheus import PrometheusMetrics, PromService, WindowQueries, _increase
 from testbed.metrics.server import PrometheusServer
 from testbed.profiles import ServiceProfile, default_profiles
 from tests.metrics.test_balancer import send
@@ -47,6 +48,9 @@ async def _measured(tmp: Path, bursts: list[int]):
                 prom_metrics = PrometheusMetrics(
                     prom.url, [PromService("chatbot", PROFILE.slo_ms, PROFILE.capacity, MESH_NAMESPACE)],
                     step_s=0.2)
+                # Prometheus has scraped the idle replicas for a while before the window starts:
+                # utilization is a time mean over the window, so both must see all of it
+                await asyncio.sleep(1.2)
                 t0 = time.monotonic()
                 statuses = []
                 for n in bursts:
@@ -57,7 +61,8 @@ async def _measured(tmp: Path, bursts: list[int]):
                 # inside the window (nothing arrived earlier, so the margin adds no requests)
                 span = time.monotonic() - t0 + 1.0
                 local = lb.window(span)["chatbot"]
-                remote = await asyncio.to_thread(prom_metrics.window, "chatbot", span)
+                # over the span the balancer's whole intervals cover, as a cell compares them
+                remote = await asyncio.to_thread(prom_metrics.window, "chatbot", local.seconds)
                 version = await asyncio.to_thread(prom_metrics.check)
                 return statuses, local, remote, version
     finally:
@@ -80,6 +85,69 @@ def test_prometheus_reads_what_the_balancer_counted(tmp_path: Path):
     assert not (tmp_path / "prom").exists()  # stopped and removed
 
 
+async def _scale_up_mid_window(tmp: Path, gap_s: float = 0.11, half_s: float = 4.0):
+    """One replica busy ~90 % of the time (100 ms requests every 110 ms), a second one added
+    halfway through the window (each then ~45 %): both sources' window over the same span, and
+    what the old query (busy seconds over the window times the mean replica count) read."""
+    profiles = default_profiles() | {"chatbot": PROFILE}
+    replicas = [EmulatedReplica("chatbot", PROFILE, seed=i) for i in range(2)]
+    servers = [TestServer(r.app(), host="127.0.0.1") for r in replicas]
+    for s in servers:
+        await s.start_server()
+    try:
+        async with LoadBalancer(profiles, ["chatbot"], sample_interval_s=0.2) as lb, \
+                aiohttp.ClientSession() as session:
+            lb.services["chatbot"].add("chatbot-0", str(servers[0].make_url("")))
+            target = lb.metrics_url.removeprefix("http://")
+            async with PrometheusServer(tmp / "prom", [target], scrape_interval_s=0.2) as prom:
+                svc = PromService("chatbot", PROFILE.slo_ms, PROFILE.capacity, MESH_NAMESPACE)
+                prom_metrics = PrometheusMetrics(prom.url, [svc], step_s=0.2)
+                await asyncio.sleep(0.5)
+                t0 = time.monotonic()
+                tasks = []
+                scaled = False
+                while (now := time.monotonic() - t0) < 2 * half_s:
+                    if not scaled and now >= half_s:
+                        lb.services["chatbot"].add("chatbot-1", str(servers[1].make_url("")))
+                        scaled = True
+                    tasks.append(asyncio.create_task(_burst(session, lb.endpoint("chatbot"), 1)))
+                    await asyncio.sleep(gap_s)
+                statuses = [s for batch in await asyncio.gather(*tasks) for s in batch]
+                await asyncio.sleep(0.6)  # the last counts scraped
+                local = lb.window(time.monotonic() - t0)["chatbot"]
+                at = time.time()
+                remote = await asyncio.to_thread(prom_metrics.window, "chatbot", local.seconds,
+                                                 end=at)
+                w = f"{round(local.seconds * 1000)}ms"
+                sel = 'namespace="local",app="chatbot"'
+                old = [await asyncio.to_thread(prom_metrics.query, q, at) for q in (
+                    _increase(f"testbed_replica_busy_seconds_total{{{sel}}}", w),
+                    f"avg_over_time(count(envoy_cluster_upstream_rq_active{{{sel}}})[{w}:200ms])")]
+                return statuses, local, remote, old[0] / (local.seconds * old[1])
+    finally:
+        for s in servers:
+            await s.close()
+
+
+@pytest.mark.slow
+def test_a_scale_up_mid_window_reads_the_same_utilization_on_both_sources(tmp_path: Path):
+    """Utilization is the time mean of the mean over the ready replicas (docs/metrics.md) on both
+    sources: through a scale-up from 1 to 2 replicas halfway through the window they agree within
+    the cell's bound, where the old query's busy seconds over the mean replica count read lower
+    (the time before the scale-up spread over the replica that came later)."""
+    statuses, local, remote, old = asyncio.run(_scale_up_mid_window(tmp_path))
+    assert set(statuses) == {200}
+    assert remote.instances == local.instances == 2
+    assert remote.completed == local.completed == len(statuses)
+    # about (0.9 + 0.45) / 2 on both: the time mean of the per-replica utilization
+    assert 0.55 < local.utilization < 0.8
+    assert remote.utilization == pytest.approx(local.utilization, abs=UTILIZATION_ABS / 2)
+    assert compare(local, remote).agrees
+    print(f"utilization through the scale-up: in-process {local.utilization:.3f}, "
+          f"prometheus {remote.utilization:.3f}, the old query {old:.3f}")
+    assert local.utilization - old > UTILIZATION_ABS  # what the cell used to read: disagreeing
+
+
 def test_every_window_query_is_accepted_by_the_real_server(tmp_path: Path):
     """Each query of both profiles' windows, at a short and a long window, sent to a real server
     with no data: Prometheus parses and evaluates it (an empty answer), or says why not."""
@@ -96,7 +164,9 @@ def test_every_window_query_is_accepted_by_the_real_server(tmp_path: Path):
             return out
 
     answers = asyncio.run(main())
-    assert len(answers) == 2 * 2 * 11
+    # 10 queries a window: utilization is one query (the time mean of the per-replica busy
+    # fraction), where it was two (busy seconds, and the mean replica count to divide them by)
+    assert len(answers) == 2 * 2 * 10
     assert {v for _, v in answers} <= {None, 0.0}
 
 
@@ -130,7 +200,8 @@ def test_a_server_that_cannot_start_is_one_line(tmp_path: Path):
 @pytest.mark.slow
 def test_the_lab_busy_meter_is_read_by_the_lab_query(tmp_path: Path):
     """The busy meter in front of a replica, scraped by a real Prometheus that adds the pod's labels
-    as the lab's relabelling does: the lab's busy-seconds query reads what the meter integrated."""
+    as the lab's relabelling does: the lab's utilization query reads what the meter integrated
+    (one replica: its busy seconds over the window)."""
     from testbed.metrics.meter import Meter
 
     async def main():
@@ -151,10 +222,11 @@ def test_the_lab_busy_meter_is_read_by_the_lab_query(tmp_path: Path):
                 await asyncio.sleep(0.3)
                 statuses += await _burst(session, str(front.make_url("")).rstrip("/"), 2)
                 await asyncio.sleep(0.6)
-                span = time.monotonic() - t0 + 0.5
-                q = WindowQueries.build(PromService("chatbot", PROFILE.slo_ms, 1, "drafas"), span)
-                read = await asyncio.to_thread(PrometheusMetrics(prom.url, []).query, q.busy_s)
-                return statuses, read, meter.busy.busy_seconds()
+                span = time.monotonic() - t0  # Prometheus scraped the meter from before t0
+                q = WindowQueries.build(PromService("chatbot", PROFILE.slo_ms, 1, "drafas"), span,
+                                        step_s=0.2)
+                read = await asyncio.to_thread(PrometheusMetrics(prom.url, []).query, q.utilization)
+                return statuses, read * span, meter.busy.busy_seconds()
         finally:
             await front.close()
             await upstream.close()
@@ -162,7 +234,9 @@ def test_the_lab_busy_meter_is_read_by_the_lab_query(tmp_path: Path):
     statuses, read, integrated = asyncio.run(main())
     assert statuses == [200] * 6
     assert integrated == pytest.approx(0.6, abs=0.1)  # 6 requests of 100 ms, one at a time
-    assert read == pytest.approx(integrated, abs=0.02)
+    # the window's steps and the span differ by at most a step at each end (0.2 s of 1.5 s idle
+    # at the edges): the busy seconds come back within a few hundredths
+    assert read == pytest.approx(integrated, abs=0.05)
 
 
 def test_a_prometheus_without_the_mesh_series_is_one_line_before_a_run(tmp_path: Path):
