@@ -51,18 +51,26 @@ def _rel_off(a: float, b: float, rel: float, floor: float = 1.0) -> bool:
 
 
 def compare(in_process: WindowMetrics, prometheus: WindowMetrics) -> Agreement:
+    """Each figure of the two sources against its bound; a miss reads "<metric> <in-process>
+    in-process vs <prometheus> prometheus (bound <bound>)"."""
     misses = []
     a, b = in_process, prometheus
+
+    def miss(metric: str, x: object, y: object, bound: str) -> None:
+        misses.append(f"{metric} {x} in-process vs {y} prometheus (bound {bound})")
     if _rel_off(a.completed, b.completed, COUNT_REL):
-        misses.append(f"completed {a.completed} vs {b.completed} (> {COUNT_REL:.0%})")
+        miss("completed", a.completed, b.completed, f"{COUNT_REL:.0%}, at least 1")
     if _rel_off(a.violations, b.violations, COUNT_REL):
-        misses.append(f"violations {a.violations} vs {b.violations} (> {COUNT_REL:.0%})")
+        miss("violations", a.violations, b.violations, f"{COUNT_REL:.0%}, at least 1")
     if (a.mean_proc_time_ms is None) != (b.mean_proc_time_ms is None):
-        misses.append(f"mean latency {a.mean_proc_time_ms} vs {b.mean_proc_time_ms}")
+        def ms(v: float | None) -> str:
+            return "none" if v is None else f"{v:.1f} ms"
+        miss("mean latency", ms(a.mean_proc_time_ms), ms(b.mean_proc_time_ms),
+             "both or neither have completions")
     elif a.mean_proc_time_ms is not None and b.mean_proc_time_ms is not None and _rel_off(
             a.mean_proc_time_ms, b.mean_proc_time_ms, LATENCY_REL, floor=0.0):
-        misses.append(f"mean latency {a.mean_proc_time_ms:.1f} vs {b.mean_proc_time_ms:.1f} ms "
-                      f"(> {LATENCY_REL:.0%})")
+        miss("mean latency", f"{a.mean_proc_time_ms:.1f} ms", f"{b.mean_proc_time_ms:.1f} ms",
+             f"{LATENCY_REL:.0%}")
     if abs(a.utilization - b.utilization) > UTILIZATION_ABS:
-        misses.append(f"utilization {a.utilization:.3f} vs {b.utilization:.3f} (> {UTILIZATION_ABS})")
+        miss("utilization", f"{a.utilization:.3f}", f"{b.utilization:.3f}", f"±{UTILIZATION_ABS}")
     return Agreement(a.service, a, b, tuple(misses))

@@ -22,7 +22,7 @@ from testbed.bringup.traffic import LocalTraffic
 from testbed.cluster.base import ClusterBackend
 from testbed.cluster.local import LocalCluster
 from testbed.load.traffic import TrafficBackend
-from testbed.metrics.agreement import compare
+from testbed.metrics.agreement import Agreement, compare
 from testbed.metrics.balancer import MESH_NAMESPACE
 from testbed.metrics.prometheus import PrometheusMetrics, PromService
 from testbed.metrics.server import PrometheusServer
@@ -76,6 +76,18 @@ class Profile(Protocol):
     def close(self) -> list[str]:
         """Undo what the profile holds for the whole run; returns what could not be undone."""
         ...
+
+
+def record_agreement(runner: CellRunner, checks: list[Agreement]) -> None:
+    """The cell's comparison of its two metrics sources, per service: kept in its info
+    (`metrics_agreement`), printed, and a service whose sources disagree beyond the bounds
+    (`testbed.metrics.agreement`) fails the cell, in one line naming the metric, the two values
+    and the bound."""
+    runner.info["metrics_agreement"] = [c.row() for c in checks]
+    for c in checks:
+        runner.view.log(f"metrics {c.line()}")
+        if not c.agrees:
+            runner.fail(f"metrics sources disagree on {c.service}: {'; '.join(c.misses)}")
 
 
 class LocalProfile:
@@ -175,12 +187,7 @@ class LocalProfile:
             # the span the balancer's whole intervals cover, so both divide by the same time
             remote = {s.name: await asyncio.to_thread(metrics.window, s.name, local[s.name].seconds,
                                                       end=at) for s in scn.services}
-            checks = [compare(local[s.name], remote[s.name]) for s in scn.services]
-            runner.info["metrics_agreement"] = [c.row() for c in checks]
-            for c in checks:
-                runner.view.log(f"metrics {c.line()}")
-                if not c.agrees:
-                    runner.problem(f"metrics sources disagree on {c.service}: {'; '.join(c.misses)}")
+            record_agreement(runner, [compare(local[s.name], remote[s.name]) for s in scn.services])
 
     def close(self) -> list[str]:
         return []  # every cell brought its own testbed down

@@ -53,6 +53,7 @@ class CellRunner:
         self.profile = profile or LocalProfile()
         self.scn = cell.scenario
         self.problems: list[str] = []
+        self.failures: list[str] = []  # the problems that fail the cell (`fail`)
         self.closing = False  # set once the cell stops its own replicas
         self.info: dict[str, Any] = {
             "slug": cell.slug, "label": cell.label, "params": cell.params, "rep": rep,
@@ -69,6 +70,13 @@ class CellRunner:
     def problem(self, text: str) -> None:
         self.problems.append(text)
         append_jsonl(self.dir.events, {"t": time.time(), "kind": "problem", "detail": text})
+
+    def fail(self, text: str) -> None:
+        """A problem that fails the cell: its status becomes "failed", so no check can pass on
+        its rows and the run fails (a lost request does the same)."""
+        self.failures.append(text)
+        self.info["failures"] = self.failures
+        self.problem(text)
 
     def event(self, row: dict[str, Any]) -> None:
         append_jsonl(self.dir.events, row)
@@ -89,7 +97,7 @@ class CellRunner:
         try:
             self.profile.run_cell(self, self._main)
             status = "ok"
-            if self._lost_requests():
+            if self._lost_requests() or self.failures:
                 status = "failed"
             if self.scn.compare_sim:
                 self._compare_sim()

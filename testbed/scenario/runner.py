@@ -66,9 +66,18 @@ class RunResult:
     problems: list[str] = field(default_factory=list)
 
     @property
+    def failed_cells(self) -> list[str]:
+        """The cells (and repetitions) whose status is not ok: lost requests, or a problem that
+        fails the cell (its metrics sources disagreeing, `CellRunner.fail`)."""
+        return list(dict.fromkeys(f"{r.get('cell')} rep {r.get('rep')}" for r in self.rows
+                                  if r.get("status") not in (None, "ok")))
+
+    @property
     def passed(self) -> bool:
-        # a check the data cannot decide at this size does not fail a run; one without data does
-        return not self.interrupted and not any(o.fails_run for o in self.outcomes)
+        # a check the data cannot decide at this size does not fail a run; one without data
+        # does, and so does a failed cell, whether a check reads it or not
+        return (not self.interrupted and not any(o.fails_run for o in self.outcomes)
+                and not self.failed_cells)
 
 
 MIN_FREE_MB = 200  # request records, samples and plots of a CI-size run take a few MB; a day, ~100
