@@ -87,16 +87,22 @@ def _increase(selector: str, w: str) -> str:
     return f"(sum({now}) - (sum({before} and {now}) or vector(0)))"
 
 
-def _utilization(selector: str, w: str, step_s: float) -> str:
-    """The time mean over the last `w` of the mean busy fraction of the replicas `selector`'s
+def _utilization(selector: str, w: float, step_s: float) -> str:
+    """The time mean over the last `w` seconds of the mean busy fraction of the replicas `selector`'s
     busy-seconds series stand for: at each step of a `step_s` subquery, the increase of every
     series since the step before (from 0 for a series new at the step) summed, over the step
     and over the count of series; `avg_over_time` skips the steps without a series. The steps'
     increases telescope, so the busy seconds are exact to the scrape; only where the count
-    changes within a step is that step's share divided by the count at its end."""
+    changes within a step is that step's share divided by the count at its end.
+
+    The steps are aligned to multiples of the step, and each reads the step before it: over a
+    range of `w` they would cover up to a whole step before the window (Prometheus 2 takes a
+    step on the range's start, 3 does not). The range is half a step shorter, so the covered
+    span starts within half a step of the window's start on either version."""
     step = _dur(step_s)
     delta = f"(({selector} - {selector} offset {step}) or {selector})"
-    return f"avg_over_time((sum({delta}) / count({selector}) / {step_s:g})[{w}:{step}])"
+    span = _dur(max(w - step_s / 2, step_s))
+    return f"avg_over_time((sum({delta}) / count({selector}) / {step_s:g})[{span}:{step}])"
 
 
 @dataclass(frozen=True)
@@ -129,7 +135,8 @@ class WindowQueries:
                                  f'le=~"{_le(svc.slo_ms)}"}}', w),
             latency_sum_ms=_increase(f"istio_request_duration_milliseconds_sum{{{req}}}", w),
             latency_count=_increase(f"istio_request_duration_milliseconds_count{{{req}}}", w),
-            utilization=_utilization(f"testbed_replica_busy_seconds_total{{{pod}}}", w, step_s),
+            utilization=_utilization(f"testbed_replica_busy_seconds_total{{{pod}}}", seconds,
+                                     step_s),
             in_flight_now=f"sum({active})",
             in_flight_before=f"sum({active} offset {w})",
             instances=f"count({active})",

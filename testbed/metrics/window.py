@@ -18,8 +18,10 @@ class WindowMetrics:
     arrivals: int  # requests that arrived at the service in the window
     completed: int  # requests that finished (success or failure) in the window
     violations: int  # failed, dropped, timed out, or slower than the SLO threshold
-    utilization: float  # mean over per-second samples of mean over ready instances of
-    #                     min(in_flight, capacity) / capacity  (the dissertation's definition)
+    utilization: float  # time mean of the mean over ready instances of
+    #                     min(in_flight, capacity) / capacity  (the dissertation's definition;
+    #                     the simulator samples it each second, the testbed integrates it:
+    #                     docs/metrics.md)
     instances: int  # ready instances at the end of the window
     mean_proc_time_ms: float | None = None  # mean latency of completed requests
     # requests waiting at the service at the window's end: sum over its replicas of

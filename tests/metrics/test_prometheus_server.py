@@ -102,7 +102,7 @@ async def _scale_up_mid_window(tmp: Path, gap_s: float = 0.11, half_s: float = 4
             async with PrometheusServer(tmp / "prom", [target], scrape_interval_s=0.2) as prom:
                 svc = PromService("chatbot", PROFILE.slo_ms, PROFILE.capacity, MESH_NAMESPACE)
                 prom_metrics = PrometheusMetrics(prom.url, [svc], step_s=0.2)
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(1.0)  # idle, scraped: the window starts in it
                 t0 = time.monotonic()
                 tasks = []
                 scaled = False
@@ -114,7 +114,8 @@ async def _scale_up_mid_window(tmp: Path, gap_s: float = 0.11, half_s: float = 4
                     await asyncio.sleep(gap_s)
                 statuses = [s for batch in await asyncio.gather(*tasks) for s in batch]
                 await asyncio.sleep(0.6)  # the last counts scraped
-                local = lb.window(time.monotonic() - t0)["chatbot"]
+                # from 0.5 s before the first request: the counts' edges fall in idle time
+                local = lb.window(time.monotonic() - t0 + 0.5)["chatbot"]
                 at = time.time()
                 remote = await asyncio.to_thread(prom_metrics.window, "chatbot", local.seconds,
                                                  end=at)
@@ -201,7 +202,8 @@ def test_a_server_that_cannot_start_is_one_line(tmp_path: Path):
 def test_the_lab_busy_meter_is_read_by_the_lab_query(tmp_path: Path):
     """The busy meter in front of a replica, scraped by a real Prometheus that adds the pod's labels
     as the lab's relabelling does: the lab's utilization query reads what the meter integrated
-    (one replica: its busy seconds over the window)."""
+    (one replica: its busy seconds over the window), and the series it reads hold the busy
+    seconds exactly to the scrape."""
     from testbed.metrics.meter import Meter
 
     async def main():
@@ -225,18 +227,23 @@ def test_the_lab_busy_meter_is_read_by_the_lab_query(tmp_path: Path):
                 span = time.monotonic() - t0  # Prometheus scraped the meter from before t0
                 q = WindowQueries.build(PromService("chatbot", PROFILE.slo_ms, 1, "drafas"), span,
                                         step_s=0.2)
-                read = await asyncio.to_thread(PrometheusMetrics(prom.url, []).query, q.utilization)
-                return statuses, read * span, meter.busy.busy_seconds()
+                prom_metrics = PrometheusMetrics(prom.url, [])
+                read = await asyncio.to_thread(prom_metrics.query, q.utilization)
+                busy = await asyncio.to_thread(prom_metrics.query, _increase(
+                    'testbed_replica_busy_seconds_total{namespace="drafas",app="chatbot"}',
+                    f"{round(span * 1000)}ms"))
+                return statuses, read * span, busy, meter.busy.busy_seconds()
         finally:
             await front.close()
             await upstream.close()
 
-    statuses, read, integrated = asyncio.run(main())
+    statuses, read, busy, integrated = asyncio.run(main())
     assert statuses == [200] * 6
     assert integrated == pytest.approx(0.6, abs=0.1)  # 6 requests of 100 ms, one at a time
-    # the window's steps and the span differ by at most a step at each end (0.2 s of 1.5 s idle
-    # at the edges): the busy seconds come back within a few hundredths
-    assert read == pytest.approx(integrated, abs=0.05)
+    assert busy == pytest.approx(integrated, abs=0.02)
+    # the query's steps cover the ~1.5 s span to within half a step (0.1 s) at its start and a
+    # step at its end: the time mean times the span is the busy seconds within that share
+    assert read == pytest.approx(integrated, rel=0.15)
 
 
 def test_a_prometheus_without_the_mesh_series_is_one_line_before_a_run(tmp_path: Path):
