@@ -1,7 +1,9 @@
 """`--metrics prometheus` on the local profile: refused in one line without the server, and a
 Prometheus left by a crashed run is removed by `testbed down` with its testbed."""
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,3 +75,37 @@ def test_down_stops_a_crashed_runs_prometheus_and_removes_its_data():
     teardown(spec.name)  # what `testbed down --name promdown` does after the run died
     proc.wait(timeout=10)  # killed with its namespace's processes
     assert not workdir.exists()
+
+
+# `testbed run` with the cell's comparison fed a Prometheus window whose utilization is doctored
+DOCTORED_RUN = """
+import dataclasses, sys
+import testbed.scenario.backends as backends
+real = backends.compare
+backends.compare = lambda local, remote: real(local, dataclasses.replace(
+    remote, utilization=min(remote.utilization + 0.2, 1.0) if remote.service == "imgcls"
+    else remote.utilization))
+from testbed.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.needs_root
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="no prometheus server on PATH")
+def test_a_run_whose_metric_sources_disagree_exits_non_zero_naming_why(tmp_path: Path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
+    r = subprocess.run([sys.executable, "-c", DOCTORED_RUN, "run", str(SCENARIO), "--out",
+                        str(tmp_path / "runs"), "--no-progress"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert re.search(r"metrics sources disagree on imgcls: utilization \d\.\d{3} in-process vs "
+                     r"\d\.\d{3} prometheus \(bound ±0\.05\)", out), out
+    assert "chatbot: in-process / prometheus" in out and "Traceback" not in out
+    # the checks would pass on the figures (a healthy run passes them): the failed cell decides
+    assert "its results cannot decide" in out
+    (cell,) = (tmp_path / "runs").glob("*/cells/*/rep-0/cell.json")
+    info = json.loads(cell.read_text())
+    assert info["status"] == "failed" and len(info["failures"]) == 1
+    assert [a["agrees"] for a in info["metrics_agreement"]] == [False, True]
