@@ -251,6 +251,8 @@ def lab_down(inventory: Path, run_dir: Path | None = None, *, check: bool = Fals
 class LabStatus:
     units: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # host -> (unit, state)
     ue_addresses: dict[str, list[str]] = field(default_factory=dict)  # host -> uesimtun addresses
+    # core host -> {"subscribers": the spec's in MongoDB, "expected": the spec's, "store_total": all}
+    subscribers: dict[str, dict[str, int]] = field(default_factory=dict)
     nodes: dict[str, int] = field(default_factory=dict)  # node -> allocatable GPU units
     replicas: dict[str, tuple[int, int]] = field(default_factory=dict)  # deployment -> (ready, want)
     prometheus_targets: dict[str, int] = field(default_factory=dict)  # health -> count
@@ -258,7 +260,7 @@ class LabStatus:
 
 
 def parse_status_events(events_file: Path, status: LabStatus) -> None:
-    """Fill units and UE addresses from status.yml's runner events."""
+    """Fill units, UE addresses and subscriber counts from status.yml's runner events."""
     for line in events_file.read_text().splitlines():
         ev = json.loads(line)
         if ev.get("event") != "runner_on_ok":
@@ -271,6 +273,12 @@ def parse_status_events(events_file: Path, status: LabStatus) -> None:
         elif task.startswith("List the UE addresses") and "stdout_lines" in res:
             addrs = [r.split()[3] for r in res["stdout_lines"] if "uesimtun" in r and len(r.split()) > 3]
             status.ue_addresses[host] = addrs
+        elif task == "Count the testbed's subscribers in the core's MongoDB" and "rc" in res:
+            if res["rc"] == 0:
+                status.subscribers[host] = json.loads(res.get("stdout") or "{}")
+            else:
+                lines = (res.get("stderr") or "no output").strip().splitlines()
+                status.problems.append(f"{host}: subscribers: {lines[-1]}")
 
 
 def lab_status(inventory: Path, run_dir: Path, *, kubeconfig: Path | None = None,
