@@ -25,6 +25,7 @@ from testbed.cluster.kubernetes import DEFAULT_NAMESPACE
 from testbed.cluster.manifest import Origin, check_deployable, deploy_image_uses, origins, write_manifests
 from testbed.config import TestbedSpec, load_yaml_file
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement, StateError
+from testbed.lab.graph import require_ordered
 from testbed.lab.inventory import LabInventory
 from testbed.lab.render import CORE_GROUP, RAN_GROUP, check_rendered, peer_addresses, render_lab
 from testbed.lab.runner import PlaybookResult, run_playbook
@@ -218,6 +219,7 @@ def lab_up(spec: TestbedSpec, inventory: Path, check: bool = False, run_dir: Pat
     images = manifest_images(inventory, manifests_dir, profiles_file)  # before anything is written
     lab_inventory = LabInventory.load(inventory)
     check_namespace(lab_inventory)
+    require_ordered()  # each bring-up step after the steps that make its inputs
     # bad addresses stop here, before the run directory exists
     if rendered_dir is None:
         peer_addresses(spec, lab_inventory)
