@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.config import TestbedSpec
+from testbed.core.backend import connect
 from testbed.core.provision import desired_ues
 from testbed.core.store import SubscriberStore
 from testbed.errors import TestbedError
@@ -54,8 +55,6 @@ def remove(spec: TestbedSpec, store: SubscriberStore) -> dict[str, Any]:
 
 def run(action: str, spec_file: Path, mongo_uri: str) -> dict[str, Any]:
     """Open the store at `mongo_uri` and do `action` for the spec in `spec_file`."""
-    from testbed.core.backend import connect
-
     try:
         spec = TestbedSpec.model_validate(json.loads(spec_file.read_text()))
     except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
