@@ -69,7 +69,8 @@ def down(inventory: Path = Inventory, run_dir: Path = RunDir) -> None:
 def status(inventory: Path = Inventory, run_dir: Path = RunDir,
            kubeconfig: Path = typer.Option(None, "--kubeconfig", help="Default: RUN_DIR/kubeconfig."),
            prometheus: str = typer.Option(None, "--prometheus", help="e.g. http://gpu1:30090")) -> None:
-    """Show NFs, gNB/UEs, PDU sessions, nodes and GPU units, replicas and Prometheus targets.
+    """Show NFs, gNB/UEs, subscribers, PDU sessions, nodes and GPU units, replicas and Prometheus
+    targets.
 
     Example: testbed status --profile lab -i inventory.yml --run-dir runs/X --prometheus http://gpu1:30090
     """
@@ -84,6 +85,9 @@ def status(inventory: Path = Inventory, run_dir: Path = RunDir,
         for unit, state in rows:
             units.add_row(host, unit, state)
     console.print(units)
+    for host, count in st.subscribers.items():
+        console.print(f"{host}: {count.get('subscribers', 0)} of {count.get('expected', 0)} "
+                      f"subscribers of the testbed in MongoDB ({count.get('store_total', 0)} in all)")
     for host, addrs in st.ue_addresses.items():
         console.print(f"{host}: {len(addrs)} PDU sessions ({', '.join(addrs)})")
     cluster = Table("node", "GPU units", title="cluster")

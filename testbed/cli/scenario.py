@@ -160,9 +160,9 @@ def _lab_options(profile: str, inventory: Path | None, *, kubeconfig: Path | Non
 
 
 def _print_check_run(result: RunResult) -> None:
-    """What a `--check` run leaves: where its (record-less) run directory is, and its problems."""
-    console.print(f"check mode: nothing was changed on the lab; run directory (no "
-                  f"records): {result.run_dir}")
+    """What a `--check` run leaves: where its plan directory is, and its problems."""
+    console.print(f"check mode: a plan, nothing was changed on the lab or measured; plan "
+                  f"directory (plan.txt, plan.json, the manifests; no results): {result.run_dir}")
     for p in result.problems:
         console.print(f"[yellow]problem:[/] {p}")
 

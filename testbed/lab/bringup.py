@@ -24,7 +24,8 @@ from testbed.cluster.images import ImageBuild, builds_for
 from testbed.cluster.kubernetes import DEFAULT_NAMESPACE
 from testbed.cluster.manifest import Origin, check_deployable, deploy_image_uses, origins, write_manifests
 from testbed.config import TestbedSpec, load_yaml_file
-from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
+from testbed.errors import ConfigError, ConfigProblem, MissingRequirement, StateError
+from testbed.lab.graph import require_ordered
 from testbed.lab.inventory import LabInventory
 from testbed.lab.render import CORE_GROUP, RAN_GROUP, check_rendered, peer_addresses, render_lab
 from testbed.lab.runner import PlaybookResult, run_playbook
@@ -143,15 +144,52 @@ def manifest_images(inventory: Path, contexts_dir: Path, profiles_file: Path | N
     return builds_for(deploy_image_uses(services, where), contexts_dir, registries)
 
 
+def check_namespace(inventory: LabInventory, namespace: str = DEFAULT_NAMESPACE) -> None:
+    """The namespace the services role applies to (the cluster server's `services_namespace`,
+    default drafas) must be the one the manifests are generated for: a ConfigError at the
+    inventory's line otherwise, before anything is written or applied."""
+    for server in inventory.hosts("cluster_server"):
+        value = inventory.var(server, "services_namespace")
+        if value is not None and value != namespace:
+            raise ConfigError([inventory.problem(
+                server, "services_namespace",
+                f"is {value!r}, but the services' manifests are generated for namespace "
+                f"{namespace!r} (where `testbed run --profile lab` and the scaler look for the "
+                f"Deployments): remove services_namespace or set it to {namespace!r}")])
+
+
+def objects_outside(paths: list[Path], namespace: str) -> list[str]:
+    """'file: Kind/name is in namespace X' for every object of `paths` not in `namespace`."""
+    import yaml
+
+    out = []
+    for path in paths:
+        for obj in yaml.safe_load_all(path.read_text()):
+            if not obj:
+                continue
+            where = (obj.get("metadata") or {}).get("namespace")
+            if where != namespace:
+                name = (obj.get("metadata") or {}).get("name", "?")
+                out.append(f"{path}: {obj.get('kind', '?')}/{name} is in namespace "
+                           f"{where or '(none)'}")
+    return out
+
+
 def prepare_manifests(rendered: Path, profiles_file: Path | None = None,
                       namespace: str = DEFAULT_NAMESPACE) -> list[Path]:
-    """`rendered`/workloads/<service>/k8s.yaml for every service `lab_services` names."""
+    """`rendered`/workloads/<service>/k8s.yaml for every service `lab_services` names; every
+    object in `namespace` (a StateError naming the first that is not)."""
     services, where = lab_services(profiles_file)
     dest = rendered / MANIFESTS_SUBDIR
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    return write_manifests(services, dest, namespace, where=where)
+    paths = write_manifests(services, dest, namespace, where=where)
+    elsewhere = objects_outside(paths, namespace)
+    if elsewhere:
+        raise StateError(f"{elsewhere[0]}, not {namespace}: the services role would apply it "
+                         f"outside the lab's namespace")
+    return paths
 
 
 def lab_extravars(spec: TestbedSpec, run_dir: Path, rendered: Path,
@@ -180,6 +218,8 @@ def lab_up(spec: TestbedSpec, inventory: Path, check: bool = False, run_dir: Pat
                                  "(pass --manifests DIR)")
     images = manifest_images(inventory, manifests_dir, profiles_file)  # before anything is written
     lab_inventory = LabInventory.load(inventory)
+    check_namespace(lab_inventory)
+    require_ordered()  # each bring-up step after the steps that make its inputs
     # bad addresses stop here, before the run directory exists
     if rendered_dir is None:
         peer_addresses(spec, lab_inventory)
@@ -213,6 +253,8 @@ def lab_down(inventory: Path, run_dir: Path | None = None, *, check: bool = Fals
 class LabStatus:
     units: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # host -> (unit, state)
     ue_addresses: dict[str, list[str]] = field(default_factory=dict)  # host -> uesimtun addresses
+    # core host -> {"subscribers": the spec's in MongoDB, "expected": the spec's, "store_total": all}
+    subscribers: dict[str, dict[str, int]] = field(default_factory=dict)
     nodes: dict[str, int] = field(default_factory=dict)  # node -> allocatable GPU units
     replicas: dict[str, tuple[int, int]] = field(default_factory=dict)  # deployment -> (ready, want)
     prometheus_targets: dict[str, int] = field(default_factory=dict)  # health -> count
@@ -220,7 +262,7 @@ class LabStatus:
 
 
 def parse_status_events(events_file: Path, status: LabStatus) -> None:
-    """Fill units and UE addresses from status.yml's runner events."""
+    """Fill units, UE addresses and subscriber counts from status.yml's runner events."""
     for line in events_file.read_text().splitlines():
         ev = json.loads(line)
         if ev.get("event") != "runner_on_ok":
@@ -233,6 +275,12 @@ def parse_status_events(events_file: Path, status: LabStatus) -> None:
         elif task.startswith("List the UE addresses") and "stdout_lines" in res:
             addrs = [r.split()[3] for r in res["stdout_lines"] if "uesimtun" in r and len(r.split()) > 3]
             status.ue_addresses[host] = addrs
+        elif task == "Count the testbed's subscribers in the core's MongoDB" and "rc" in res:
+            if res["rc"] == 0:
+                status.subscribers[host] = json.loads(res.get("stdout") or "{}")
+            else:
+                lines = (res.get("stderr") or "no output").strip().splitlines()
+                status.problems.append(f"{host}: subscribers: {lines[-1]}")
 
 
 def lab_status(inventory: Path, run_dir: Path, *, kubeconfig: Path | None = None,

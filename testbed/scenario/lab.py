@@ -9,7 +9,8 @@ Deployments scaled to the cell's replicas (others to 0) and waited for, then the
 code with `KubernetesCluster`, `PrometheusMetrics` (this cell's services) and `LabTraffic`
 (clients and iperf3 on the UE hosts); afterwards every unit the cell started is stopped. The
 run's end restores the replicas and the shaping it found. With `check`, the same code path runs
-against `testbed.lab.plan`'s stand-ins on a virtual clock and prints each action instead.
+against `testbed.lab.plan`'s stand-ins on a virtual clock and prints each action instead: a plan,
+kept as RUN_DIR/plan.txt, whose cells claim nothing (the runner marks the directory a plan).
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ class LabProfile:
                  run_dir: Path, *, session: LabSession | None = None, clock: Any = None):
         self.options = options
         self.scenario = scenario
+        self.run_dir = run_dir
+        self.plan = options.check  # a plan, not a run: cells are `planned`, none lost or failed
         if scenario.time_scale != 1:
             raise ConfigError([ConfigProblem("<scenario>", None, "time_scale",
                                              f"the lab runs in real time (time_scale 1), not "
@@ -165,6 +168,7 @@ class LabProfile:
         problems = self.session.close()
         if self.log:
             self.log.flush()
+            (self.run_dir / "plan.txt").write_text("\n".join(self.log.lines) + "\n")
         return problems
 
 

@@ -67,10 +67,11 @@ class RunResult:
 
     @property
     def failed_cells(self) -> list[str]:
-        """The cells (and repetitions) whose status is not ok: lost requests, or a problem that
-        fails the cell (its metrics sources disagreeing, `CellRunner.fail`)."""
+        """The cells (and repetitions) whose status is not ok (nor "planned", the lab's --check):
+        lost requests, or a problem that fails the cell (its metrics sources disagreeing,
+        `CellRunner.fail`)."""
         return list(dict.fromkeys(f"{r.get('cell')} rep {r.get('rep')}" for r in self.rows
-                                  if r.get("status") not in (None, "ok")))
+                                  if r.get("status") not in (None, "ok", "planned")))
 
     @property
     def passed(self) -> bool:
@@ -139,7 +140,11 @@ class ScenarioRun:
                                          "(apt-get install iperf3; scripts/setup does)")
         require_free_space(self.options.out_root)
         self.console = self.options.console or Console(stderr=True)
-        self.run_dir = self.options.run_dir or new_run_dir(self.options.out_root, self.scenario.name)
+        # the lab's --check prints a plan: its directory is named and marked one (plan.json, no
+        # results.json), so nothing reads its stand-in cells as a run that lost its requests
+        self.plan = bool(getattr(self.options.lab, "check", False))
+        self.run_dir = self.options.run_dir or new_run_dir(
+            self.options.out_root, f"{self.scenario.name}-plan" if self.plan else self.scenario.name)
         o = self.options
         write_manifest(self.run_dir, scenario=self.scenario.model_dump(mode="json"),
                        testbed=loaded.testbed.model_dump(mode="json"), source=loaded.source,
@@ -231,12 +236,27 @@ class ScenarioRun:
 
     def finish(self) -> RunResult:
         self.close()
+        if self.plan:
+            return self._finish_plan()
         rows = run_rows(self.run_dir)
         outcomes = evaluate_all(self.scenario.expect, rows) if not self.interrupted else []
         (self.run_dir / "results.json").write_text(json.dumps(
             {"rows": rows, "expect": [asdict(o) for o in outcomes],
              "interrupted": self.interrupted, "problems": self.problems}, indent=1, default=str))
         return RunResult(self.run_dir, rows, outcomes, self.interrupted, self.problems)
+
+
+    def _finish_plan(self) -> RunResult:
+        """A --check run: plan.json instead of results.json, and no cell directories (the
+        stand-ins' empty outputs); the plan's actions are in plan.txt (testbed.scenario.lab)."""
+        cells = sorted(p.name for p in (self.run_dir / "cells").glob("*")) \
+            if (self.run_dir / "cells").is_dir() else []
+        shutil.rmtree(self.run_dir / "cells", ignore_errors=True)
+        (self.run_dir / "plan.json").write_text(json.dumps(
+            {"plan": True, "note": "a --check plan: nothing ran on the lab and nothing was "
+             "measured (no results.json)", "cells": cells, "interrupted": self.interrupted,
+             "problems": self.problems}, indent=1))
+        return RunResult(self.run_dir, [], [], self.interrupted, self.problems)
 
 
 def run_scenario(loaded: LoadedScenario, options: RunOptions | None = None) -> RunResult:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -44,7 +45,16 @@ def test_check_prints_every_action_in_order_without_a_lab(tmp_path: Path):
     at = [out.find(x) for x in order]
     assert all(i >= 0 for i in at), dict(zip(order, at, strict=True))
     assert at == sorted(at)
-    assert "check mode: nothing was changed on the lab" in out
+    assert "check mode: a plan, nothing was changed on the lab" in out
+    # a plan, not a run (issue 35): no cell claims lost requests, no results for report or judge
+    assert "planned requests lost" not in out and "problem:" not in out
+    (plan,) = tmp_path.glob("*-slicing-ci-plan")
+    assert sorted(p.name for p in plan.iterdir()) == ["manifest.json", "manifests", "plan.json",
+                                                      "plan.txt"]
+    marked = json.loads((plan / "plan.json").read_text())
+    assert marked["plan"] is True and len(marked["cells"]) == 6 and marked["problems"] == []
+    assert "PATCH /apis/apps/v1/namespaces/drafas/deployments/imgcls/scale" in \
+        (plan / "plan.txt").read_text()
 
 
 def test_lab_without_inventory_is_refused(tmp_path: Path):
@@ -83,7 +93,7 @@ def test_check_shows_inss_shares_and_batches_patched_into_the_deployments(tmp_pa
     assert patches, out[-3000:]
     assert all('"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"' in p and '"TESTBED_BATCH_SIZE"' in p
                and '"nvidia.com/gpu"' in p for p in patches)
-    assert "check mode: nothing was changed on the lab" in out
+    assert "check mode: a plan, nothing was changed on the lab" in out
 
 
 ASR_PROFILES = """\

@@ -83,7 +83,8 @@ def _lab_factory(inv: Path, hosts: FakeHosts, kube_url: str, prom_url: str):
     def factory(run: ScenarioRun) -> LabProfile:
         vt = VirtualTime()
         session = LabSession(
-            LabConfig(inv), LabProfile._services(run.scenario, run.loaded.base_dir),
+            LabConfig(inv), LabProfile._services(run.scenario, run.loaded.base_dir, run.run_dir,
+                                                 "drafas")[0],
             run.loaded.testbed, run.run_dir, run.run_dir.name, total_units=6, hosts=hosts,
             cluster=_kube(kube_url),
             metrics=PrometheusMetrics(prom_url, [PromService("imgcls", 500, 4)], clock=vt.time,
