@@ -28,7 +28,7 @@ from testbed.errors import MissingRequirement, TestbedError
 from testbed.metrics.server import find_prometheus
 from testbed.scenario.backends import LocalProfile, Profile
 from testbed.scenario.cell import CellRunner, SimCellRunner
-from testbed.scenario.expect import Outcome, evaluate_all
+from testbed.scenario.expect import PASS, Outcome, evaluate_all, run_verdict
 from testbed.scenario.live import LiveView
 from testbed.scenario.load import LoadedScenario
 from testbed.scenario.matrix import Cell, expand
@@ -65,10 +65,15 @@ class RunResult:
     interrupted: bool = False
     problems: list[str] = field(default_factory=list)
 
+    def verdict(self, allow_undecided: bool = False) -> str:
+        """FAIL (a check fails, or reads a cell without data; the run was interrupted), UNDECIDED
+        (a check is undecided: a run is never green on one) or PASS; `allow_undecided`: an
+        UNDECIDED check counts as a pass (exploration)."""
+        return run_verdict(self.outcomes, broken=self.interrupted, allow_undecided=allow_undecided)
+
     @property
     def passed(self) -> bool:
-        # a check the data cannot decide at this size does not fail a run; one without data does
-        return not self.interrupted and not any(o.fails_run for o in self.outcomes)
+        return self.verdict() == PASS
 
 
 MIN_FREE_MB = 200  # request records, samples and plots of a CI-size run take a few MB; a day, ~100
