@@ -210,7 +210,7 @@ def exit_for(outcomes: list[Outcome], *, allow_undecided: bool = False) -> None:
 
 # UNDECIDED has its own word and colour: never green
 VERDICT_STYLE = {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]",
-                 "UNDECIDED": "[bold magenta]UNDECIDED[/]"}
+                 "UNDECIDED": "[bold magenta]UNDECIDED[/]", "NOT RUN": "[dim]NOT RUN[/]"}
 
 
 def print_cells(rows: list[dict[str, Any]]) -> None:

@@ -23,7 +23,7 @@ from testbed.profiles.paper import (
     SLICING_CLAIMS,
     SLICING_RATES,
 )
-from testbed.scenario.expect import ALPHA, FAIL, PASS, UNDECIDED, Outcome, evaluate_all
+from testbed.scenario.expect import ALPHA, PASS, Outcome, evaluate_all, run_verdict
 
 # How close is "no difference" and how big is "a small difference" (Section 5.3 gives no
 # numbers; these are this harness's reading, stated in docs/slicing.md and in every report).
@@ -304,10 +304,9 @@ class ServiceVerdict:
 
 
 def combine(outcomes: list[Outcome]) -> str:
-    """FAIL when any check fails the run; else UNDECIDED when any is not decided at this size."""
-    if any(o.fails_run for o in outcomes):
-        return FAIL
-    return UNDECIDED if any(o.verdict == UNDECIDED for o in outcomes) else PASS
+    """FAIL when any check fails the run; else UNDECIDED when any (not `exploratory`) is
+    undecided (never a pass: `testbed reproduce` exits 2); else PASS."""
+    return run_verdict(outcomes)
 
 
 def judge_slicing(rows: list[dict[str, Any]], flows: list[int], *,

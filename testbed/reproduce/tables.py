@@ -14,7 +14,7 @@ from testbed.profiles import default_profiles
 from testbed.profiles.paper import PAPER_TABLES, SERVICES, TABLE_5_4
 from testbed.reproduce.artefacts import model_files, trace_files
 from testbed.scaler.registry import make_policy
-from testbed.scenario.expect import FAIL, PASS, UNDECIDED
+from testbed.scenario.expect import FAIL, NOT_RUN, PASS
 from testbed.train.evaluate import evaluate
 from testbed.train.oracle import shared_pool_oracles
 
@@ -77,14 +77,22 @@ class TableResult:
 
     @property
     def verdict(self) -> str:
-        """FAIL on a cell without figures or a failed check this size decides; UNDECIDED when
-        this size cannot decide the cells or a check; else PASS when every cell and check does."""
+        """FAIL on a cell without figures or a failed check this size decides, or (when this
+        size judges them) a cell outside its tolerance; NOT RUN when this size judges nothing
+        (the cells and every check need a longer window: not judged against the paper, listed
+        apart, never a pass); else PASS. What this size cannot judge is `not_run()`."""
         if any(c.ours.get("reward") is None for c in self.cells) or any(
                 not c.passed and not c.decided_by for c in self.checks):
             return FAIL
-        if self.decided_by or any(c.decided_by for c in self.checks):
-            return UNDECIDED
-        return PASS if all(c.passed is not False for c in self.cells) else FAIL
+        if not self.decided_by and any(c.passed is False for c in self.cells):
+            return FAIL
+        if self.decided_by and all(c.decided_by for c in self.checks):
+            return NOT_RUN
+        return PASS
+
+    def not_run(self) -> list[str]:
+        """What this size does not judge, each with the size that would."""
+        return self.undecided_by()
 
     def undecided_by(self) -> list[str]:
         """What would decide what this run leaves undecided."""
