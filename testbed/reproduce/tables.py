@@ -256,10 +256,13 @@ def rule_text() -> list[str]:
         f"Table 5.4 (local testbed): a cell passes when reward and SLO violation rate are within "
         f"2 run-to-run standard deviations of the paper's, or within {TB_REWARD_ABS:g} "
         f"(reward) / {TB_SLO_ABS:g} (SLO rate) when that is wider; decided only on the whole "
-        f"test day ({T54_DECIDES_PAPER_S} s), 'not decided at this size' on a shorter window",
+        f"test day ({T54_DECIDES_PAPER_S} s); on a shorter window the cells are NOT RUN at this "
+        f"size (not judged against the day's figures, listed apart, exit 0)",
         "all tables: where the paper's DRL beat rule v2 by more than 5 %, ours must not be worse "
         "by more than 2 standard deviations (Table 5.4: decided on the whole day or on windows of "
-        f"at least {T54_DECIDES_ORDER_S} s with {T54_DECIDES_ORDER_REPS} repetitions)",
-        "verdicts: PASS, FAIL, or UNDECIDED ('not decided at this size', with the size that "
-        "decides it; not a failure)",
+        f"at least {T54_DECIDES_ORDER_S} s with {T54_DECIDES_ORDER_REPS} repetitions; NOT RUN at "
+        f"this size on a shorter one)",
+        "verdicts: PASS, FAIL, UNDECIDED (the data cannot decide, with the size that decides it: "
+        "never a pass, exit 2) or NOT RUN (a size that is not judged against the figure: listed "
+        "apart, exit 0)",
     ]
