@@ -146,46 +146,6 @@ def _per_cell(header: list[str], rows: Rows, resolved: list[tuple[str, dict, dic
         for (column, values), which in varying.items()]
 
 
-def _setup(scn: dict[str, Any], tb: dict[str, Any], _: dict[str, Any]) -> list[list[str]]:
-    engine = ("the simulator (no network: no slices, link or UEs)" if scn.get("engine") == "sim"
-              else "the testbed")
-    return [[engine, _n(scn.get("total_units")), _n(scn.get("scaler_period_s")),
-             _n(scn.get("duration_s"))]]
-
-
-def _profiles(manifest: dict[str, Any], cells: list[dict[str, Any]]
-              ) -> tuple[dict[str, dict[str, Any]], str]:
-    """The services' profiles as the run recorded them, and a note where it did not."""
-    if isinstance(manifest.get("service_profiles"), dict):
-        return manifest["service_profiles"], ""
-    for info in cells:  # testbed cells record their profiles (without their sources)
-        if isinstance(info.get("profiles"), dict):
-            return info["profiles"], ""
-    own = manifest["scenario"].get("service_profiles")
-    note = ("The run did not record its service profiles: the numbers are this version's "
-            "packaged profiles" + (f", not those of its file `{own}`" if own else "") + ".")
-    return {n: p.model_dump(mode="json") for n, p in default_profiles().items()}, note
-
-
-def _cells(manifest: dict[str, Any], cells: list[dict[str, Any]]
-           ) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """(label, scenario, testbed) of each cell, in the run's order: the manifest's with the
-    cell's matrix values applied; the manifest's alone where that cannot be redone."""
-    scn, testbed = manifest["scenario"], manifest["testbed"]
-    labels = {}
-    for info in cells:
-        labels.setdefault(info.get("slug"), info.get("label") or info.get("slug"))
-    try:
-        expanded = expand(Scenario.model_validate(unredact_scenario(scn)),
-                          TestbedSpec.model_validate(unredact_testbed(testbed)))
-    except (ValidationError, ValueError, TypeError, AssertionError):
-        expanded = []
-    if expanded and {c.slug for c in expanded} >= set(labels):
-        return [(c.label, c.scenario.model_dump(mode="json"), c.testbed.model_dump(mode="json"))
-                for c in expanded if c.slug in labels or not labels]
-    return [(label, scn, testbed) for label in labels.values()] or [("base", scn, testbed)]
-
-
 def _link(scn: dict[str, Any], tb: dict[str, Any], _: dict[str, Any]) -> list[list[str]]:
     link = tb.get("link") or {}
     cap = link.get("capacity_mbit")
