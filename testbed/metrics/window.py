@@ -26,8 +26,9 @@ class WindowMetrics:
     mean_proc_time_ms: float | None = None  # mean latency of completed requests
     # requests waiting at the service at the window's end: sum over its replicas of
     # max(0, in_flight - capacity), i.e. arrived, not finished and not yet being processed (the
-    # GPU simulator adds the requests of its central queue's open batch)
-    queue_length: int = 0
+    # GPU simulator adds the requests of its central queue's open batch); None: not measured (the
+    # simulator measures it only while a policy observes its windows, ScalerLoop.observes)
+    queue_length: int | None = None
 
     @classmethod
     def fast(
@@ -40,7 +41,7 @@ class WindowMetrics:
         utilization: float,
         instances: int,
         mean_proc_time_ms: float | None = None,
-        queue_length: int = 0,
+        queue_length: int | None = None,
     ) -> WindowMetrics:
         """The constructor's instance, for a simulator that builds one per step: it fills the
         fields in one dict update instead of the frozen class's object.__setattr__ per field

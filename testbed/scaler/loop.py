@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from testbed.profiles import ServiceProfile
 
 
+_LAST_ACTION = len(ACTIONS) - 1
+
+
 class PolicyError(TestbedError):
     """A policy broke the protocol (an action index that is no action); one line, naming it."""
 
@@ -112,6 +115,12 @@ class ScalerLoop:
         self._observe = {s: getattr(p, "observe", None) for s, p in self.policies.items()
                          if callable(getattr(p, "observe", None))}
 
+    @property
+    def observes(self) -> bool:
+        """Whether a policy reads its windows by name (`observe`): a simulator measures the queue
+        only then (SimBackend.measure_queue)."""
+        return bool(self._observe)
+
     def decide_all(self) -> list[Decision]:
         """One decision per service; a target policy shared by several services plans them together."""
         out: list[Decision] = []
@@ -183,7 +192,11 @@ class ScalerLoop:
         started = perf_counter()
         if observe is not None:
             observe(window)
-        proposed = ACTIONS[_checked(policy.act(obs, mask), policy, service, mask, self._adjusts[service])]
+        index = policy.act(obs, mask)
+        adjusts = self._adjusts[service]
+        if type(index) is not int or not 0 <= index <= _LAST_ACTION or not (mask[index] or adjusts):
+            index = _checked(index, policy, service, mask, adjusts)  # numpy ints, and the errors
+        proposed = ACTIONS[index]
         decide_ms = 1000.0 * (perf_counter() - started)
         applied = adjust_action(proposed, mask)
         if not mask[applied + 2]:  # action_index(applied)

@@ -57,6 +57,13 @@ class SimBackend(Generic[SimT, OutcomeT]):
         return f"sim://{service}"
 
     # -- simulation ----------------------------------------------------------------------------------
+    def measure_queue(self, on: bool) -> None:
+        """Whether windows carry `queue_length` (default on). Off, they carry None: the queue costs
+        a pass over a chunk's requests, a third of a step, and only a policy that observes its
+        windows reads it (`ScalerLoop.observes`)."""
+        for sim in self.sims.values():
+            sim.measure_queue = on
+
     @property
     def done(self) -> bool:
         """True once another full period would run past the end of the shortest trace."""

@@ -100,6 +100,7 @@ class BatchedService:
             )
         self.profile = profile
         self.slo_counting = slo_counting
+        self.measure_queue = True  # windows carry queue_length (SimBackend.measure_queue)
         if routed is None:
             self.arrivals = arrivals
             self._n = len(arrivals)  # arrivals known so far
@@ -299,7 +300,8 @@ class BatchedService:
             utilization=util,
             instances=ready,
             mean_proc_time_ms=1000.0 * float(latency.mean()) if served else None,
-            queue_length=self._queued(t1, sizes, finish, owner, start_pending),
+            queue_length=(self._queued(t1, sizes, finish, owner, start_pending) if self.measure_queue
+                          else None),
         )
         return GpuStepOutcome(window, counted, served, on_time, dropped, float(latency.sum()), nb)
 

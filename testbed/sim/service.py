@@ -86,7 +86,8 @@ class _Outcomes:
         self.name, self.step = name, step
         self.cols = (arrivals, served, dropped, slow, proc_sum, util, ready)
         self.n = len(arrivals)  # windows; read on every step, a method call dearer than the field
-        self.queue: list[int] = [0] * self.n  # requests waiting at each window's end (set after)
+        # requests waiting at each window's end (set after; None: not measured, measure_queue off)
+        self.queue: list[int | None] = [None] * self.n
 
     def __len__(self) -> int:
         return self.n
@@ -172,6 +173,7 @@ class SimService:
         self._chunk: _Chunk | None = None
         self._next_steps = 1
         self._max_steps = max_chunk_steps
+        self.measure_queue = True  # windows carry queue_length (SimBackend.measure_queue)
 
     # -- replica bookkeeping ---------------------------------------------------------------------
     def desired(self) -> int:
@@ -300,7 +302,8 @@ class SimService:
                 self.instances[k].pending = p
         done_in = self._done
         outcomes = self._outcomes(t0, step, steps, a, finish, owner, start_pending)
-        outcomes.queue = self._queued(t0, step, steps, a, finish, owner, start_pending)
+        if self.measure_queue:
+            outcomes.queue = self._queued(t0, step, steps, a, finish, owner, start_pending)
         return _Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes, done_in)
 
     def _serve_numpy(self, a, s, j0, j1, targets, rr, tokens, pend, finish, owner):

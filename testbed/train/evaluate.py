@@ -86,6 +86,8 @@ def evaluate(
         )
     loop = ScalerLoop(cluster, policies, cluster.latest_window, clock=lambda: cluster.now,
                       profiles=chosen)
+    if hasattr(cluster, "measure_queue"):
+        cluster.measure_queue(loop.observes)  # the queue's pass only for a policy that reads it
     sums = {s: [0.0, 0.0, 0.0, 0.0, 0] for s in chosen}  # slo, instances, reward, proc, periods
     total_steps = int(min(t.seconds for t in traces.values()) // cluster.step_seconds)
     if max_steps is not None:

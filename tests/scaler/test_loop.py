@@ -9,6 +9,8 @@ from testbed.sim.cluster import SimCluster
 
 
 class Always:
+    adjust_masked = True  # proposes whatever the mask says: what Algorithm 3 does with it is tested
+
     def __init__(self, delta):
         self.delta = delta
         self.name = f"always{delta:+d}"
