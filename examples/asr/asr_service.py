@@ -44,7 +44,7 @@ class AsrHandler:
 
     method, path = "POST", "/asr/transcribe"
 
-    async def prepare(self, request: web.Request, replica: object):  # noqa: ANN201
+    async def prepare(self, request: web.Request, replica: object):
         audio = await request.read()
         if audio[:4] != b"RIFF" or audio[8:12] != b"WAVE":
             return web.json_response({"error": "expected a WAV file"}, status=400)

@@ -17,10 +17,10 @@ class QueuePolicy:
         self.service, self.total_units, self.high, self.low = service, total_units, high, low
         self.waiting_per_replica = 0.0
 
-    def observe(self, window) -> None:  # noqa: ANN001 (a testbed.metrics.window.WindowMetrics)
+    def observe(self, window) -> None:
         self.waiting_per_replica = window.queue_length / max(window.instances, 1)
 
-    def act(self, observation: np.ndarray, action_mask) -> int:  # noqa: ANN001
+    def act(self, observation: np.ndarray, action_mask) -> int:
         if self.waiting_per_replica > self.high and action_mask[action_index(1)]:
             return action_index(1)
         if self.waiting_per_replica < self.low and action_mask[action_index(-1)]:
