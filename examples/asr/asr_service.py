@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -13,6 +14,7 @@ from testbed.load.api import MalformedResponse, PreparedRequest
 from testbed.load.content import ContentSet
 
 AUDIO_BYTES = 100_000
+Work = Callable[[], Awaitable[web.Response]]  # what the replica runs under its capacity and time
 SAMPLE_RATE = 16_000
 
 
@@ -44,7 +46,7 @@ class AsrHandler:
 
     method, path = "POST", "/asr/transcribe"
 
-    async def prepare(self, request: web.Request, replica: object):
+    async def prepare(self, request: web.Request, replica: object) -> Work | web.Response:
         audio = await request.read()
         if audio[:4] != b"RIFF" or audio[8:12] != b"WAVE":
             return web.json_response({"error": "expected a WAV file"}, status=400)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from testbed.metrics.window import WindowMetrics
 from testbed.scaler.actions import action_index  # replicas to add (-2..+2) -> the action's index
 
 
@@ -17,10 +18,10 @@ class QueuePolicy:
         self.service, self.total_units, self.high, self.low = service, total_units, high, low
         self.waiting_per_replica = 0.0
 
-    def observe(self, window) -> None:
+    def observe(self, window: WindowMetrics) -> None:
         self.waiting_per_replica = window.queue_length / max(window.instances, 1)
 
-    def act(self, observation: np.ndarray, action_mask) -> int:
+    def act(self, observation: np.ndarray, action_mask: np.ndarray) -> int:
         if self.waiting_per_replica > self.high and action_mask[action_index(1)]:
             return action_index(1)
         if self.waiting_per_replica < self.low and action_mask[action_index(-1)]:
