@@ -21,8 +21,10 @@ from testbed.cli.sim_inputs import (
     default_ratio,
     drl_policies,
     known_profiles,
+    layout_targets,
     model_for,
     note_left_out,
+    parse_pipeline,
     sim_profiles,
 )
 from testbed.errors import ConfigError, ConfigProblem
@@ -31,7 +33,6 @@ from testbed.profiles import paper
 
 if TYPE_CHECKING:
 
-    from testbed.cluster.base import ServiceTarget
     from testbed.profiles import ServiceProfile
     from testbed.profiles.paper import PaperResult
     from testbed.reproduce.tables import Cell
@@ -432,13 +433,13 @@ def sim_compare(
     names = policy_names(policies, models, services)
     if scale <= 0:
         raise ConfigError([ConfigProblem("--scale", None, "scale", f"must be > 0, got {scale:g}")])
-    initial, layout_gpus = (_layout_targets(layout, services) if layout is not None
+    initial, layout_gpus = (layout_targets(layout, services) if layout is not None
                             else (None, None))
     for key in load:
         if key not in TABLE_GPUS:
             raise ConfigError([ConfigProblem("--table", None, "table",
                                              f"unknown {key!r}; use 5.1, 5.2 or 5.3")])
-    pipes = [_pipeline(pipeline, Pipeline, services)] if pipeline else []
+    pipes = [parse_pipeline(pipeline, Pipeline, services)] if pipeline else []
     tr = chosen_traces(trace, traces, services)
     comparison = prepare_comparison(  # everything is checked before anything runs
         names, load, tr.traces, models=models, services=services,
@@ -454,24 +455,6 @@ def sim_compare(
     write_compare_report(rows, out, report_note(comparison, elapsed, len(rows)))
     if not as_json:
         _print_compare_tables(rows, bool(pipes), elapsed, out)
-
-
-def _layout_targets(layout: Path, services: list[str]) -> tuple[dict[str, ServiceTarget], int]:
-    """The layout file's starting target per service (each one compared), and its GPU count."""
-    from testbed.cluster.base import ServiceTarget  # the cluster types: not for `--help`
-    from testbed.config.gpu_layout import load_layout  # pydantic models: not for `--help`
-
-    spec_layout = load_layout(layout)
-    unknown = [s for s in spec_layout.services if s not in services]
-    if unknown:
-        raise ConfigError([ConfigProblem(
-            str(layout), None, "services", f"{', '.join(unknown)} not compared here (compared: "
-            f"{', '.join(services)}; --service adds services)")])
-    initial = {
-        s: ServiceTarget(v.replicas, v.share_pct, v.batch, tuple(v.gpus) if v.gpus is not None else None)
-        for s, v in spec_layout.services.items()
-    }
-    return initial, spec_layout.gpus
 
 
 def _print_compare_run(name: str, r: PolicyResult, as_json: bool) -> None:
@@ -500,25 +483,3 @@ def _print_compare_tables(rows: list[dict], chains: bool, elapsed: float, out: P
     if chains:
         console.print(Markdown(chain_table(rows)))
     console.print(f"{len(rows)} runs in {elapsed:.0f} s; report in {out}/compare.md")
-
-
-def _pipeline(text: str, pipeline_type, known: list[str]):
-    chain, _, sla = text.partition(":")
-    services = tuple(s.strip() for s in chain.split(",") if s.strip())
-    try:
-        sla_ms = float(sla)
-    except ValueError:
-        sla_ms = -1.0
-    if not services or sla_ms <= 0:
-        raise ConfigError([ConfigProblem("--pipeline", None, "pipeline",
-                                         f"expected SERVICE,SERVICE:SLA_MS, got {text!r}")])
-    unknown = [s for s in services if s not in known]
-    if unknown:
-        raise ConfigError([ConfigProblem("--pipeline", None, "pipeline",
-                                         f"unknown service {', '.join(map(repr, unknown))} in "
-                                         f"{text!r}; compared: {', '.join(known)}")])
-    if len(set(services)) < len(services):
-        raise ConfigError([ConfigProblem("--pipeline", None, "pipeline",
-                                         f"a service appears twice in {text!r}")])
-    return pipeline_type(services, sla_ms)
-

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -18,6 +18,7 @@ from testbed.profiles import paper
 if TYPE_CHECKING:
     from rich.progress import Progress
 
+    from testbed.cluster.base import ServiceTarget
     from testbed.load.trace import Trace
     from testbed.profiles import ServiceProfile
 
@@ -232,3 +233,44 @@ def model_for(model: str | None, service: str) -> str | None:
     if model and Path(model).is_dir():
         return str(Path(model) / f"{service}.zip")
     return model
+
+
+def layout_targets(layout: Path, services: list[str]) -> tuple[dict[str, ServiceTarget], int]:
+    """The layout file's starting target per service (each one compared), and its GPU count."""
+    from testbed.cluster.base import ServiceTarget  # the cluster types: not for `--help`
+    from testbed.config.gpu_layout import load_layout  # pydantic models: not for `--help`
+
+    spec_layout = load_layout(layout)
+    unknown = [s for s in spec_layout.services if s not in services]
+    if unknown:
+        raise ConfigError([ConfigProblem(
+            str(layout), None, "services", f"{', '.join(unknown)} not compared here (compared: "
+            f"{', '.join(services)}; --service adds services)")])
+    initial = {
+        s: ServiceTarget(v.replicas, v.share_pct, v.batch, tuple(v.gpus) if v.gpus is not None else None)
+        for s, v in spec_layout.services.items()
+    }
+    return initial, spec_layout.gpus
+
+
+def parse_pipeline(text: str, pipeline_type: Any, known: list[str]) -> Any:
+    """`--pipeline SERVICE,SERVICE:SLA_MS` as `pipeline_type(services, sla_ms)`, each service one
+    of `known` and named once."""
+    chain, _, sla = text.partition(":")
+    services = tuple(s.strip() for s in chain.split(",") if s.strip())
+    try:
+        sla_ms = float(sla)
+    except ValueError:
+        sla_ms = -1.0
+    if not services or sla_ms <= 0:
+        raise ConfigError([ConfigProblem("--pipeline", None, "pipeline",
+                                         f"expected SERVICE,SERVICE:SLA_MS, got {text!r}")])
+    unknown = [s for s in services if s not in known]
+    if unknown:
+        raise ConfigError([ConfigProblem("--pipeline", None, "pipeline",
+                                         f"unknown service {', '.join(map(repr, unknown))} in "
+                                         f"{text!r}; compared: {', '.join(known)}")])
+    if len(set(services)) < len(services):
+        raise ConfigError([ConfigProblem("--pipeline", None, "pipeline",
+                                         f"a service appears twice in {text!r}")])
+    return pipeline_type(services, sla_ms)

@@ -1,4 +1,5 @@
-"""Serve one batch of arrivals on round-robin instances: FIFO queues with a per-instance limit.
+"""Serve one batch of arrivals on round-robin instances: FIFO queues with a per-instance limit, and
+how many wait at the end of each window (`waiting_at_ends`).
 
 Two kernels with identical results: `serve_exact` walks requests one by one (any capacity) and is
 the reference; `serve_fast` handles capacity 1 (every profile in the dissertation) with numpy,
@@ -203,3 +204,26 @@ def _first_drop(a: np.ndarray, f: np.ndarray, hist: deque[float], limit: int) ->
         if len(late):
             return int(late[0]) + limit
     return n
+
+
+def waiting_at_ends(t0: float, step: float, steps: int, a: np.ndarray, finish: np.ndarray,
+                    owner: np.ndarray, start_pending: list[list[float]], cap: int) -> list[int]:
+    """Per window: the requests waiting at its end, sum over instances of max(0, in flight -
+    capacity), in flight meaning arrived by the end and not finished by it (a request runs
+    once one of its instance's `capacity` slots is free, in order)."""
+    ends = t0 + step * np.arange(1, steps + 1)
+    m, width = len(start_pending), steps + 1
+    ok = finish == finish  # not NaN (dropped)
+    mine = owner[ok]
+    # in flight at ends[w] for w in [first end after arrival, first end at or after finish): a
+    # request arriving on an end is the next window's, as a chunk ending there has it; times
+    # are whole milliseconds, so 1 us either side keeps a sum's ulps off the edge
+    enter = np.searchsorted(ends - 1e-6, a[ok], side="right") + mine * width
+    leave = np.searchsorted(ends + 1e-6, finish[ok], side="left") + mine * width
+    delta = np.bincount(enter, minlength=m * width) - np.bincount(leave, minlength=m * width)
+    for k, held in enumerate(start_pending):  # in flight from the chunk's start until they finish
+        if held:
+            delta[k * width] += len(held)
+            np.subtract.at(delta, k * width + np.searchsorted(ends + 1e-6, held, side="left"), 1)
+    in_flight = np.cumsum(delta.reshape(m, width)[:, :steps], axis=1) if m else np.zeros((1, steps))
+    return np.maximum(in_flight - cap, 0).sum(axis=0).astype(np.int64).tolist()

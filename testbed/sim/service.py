@@ -18,7 +18,7 @@ import numpy as np
 from testbed.metrics.window import WindowMetrics
 from testbed.profiles import ServiceProfile
 from testbed.sim.passes import compiled_passes
-from testbed.sim.queueing import serve_exact, serve_fast
+from testbed.sim.queueing import serve_exact, serve_fast, waiting_at_ends
 from testbed.sim.windows import rate_limit_admit as rate_limit_admit  # re-exported for its importers
 from testbed.sim.windows import round_robin_admit, window_of
 
@@ -86,8 +86,7 @@ class _Outcomes:
         self.name, self.step = name, step
         self.cols = (arrivals, served, dropped, slow, proc_sum, util, ready)
         self.n = len(arrivals)  # windows; read on every step, a method call dearer than the field
-        # requests waiting at each window's end (set after; None: not measured, measure_queue off)
-        self.queue: list[int | None] = [None] * self.n
+        self.queue: list[int | None] = [None] * self.n  # waiting at each end (None: not measured)
 
     def __len__(self) -> int:
         return self.n
@@ -171,8 +170,7 @@ class SimService:
         self._exact = exact or profile.capacity != 1
         self._passes = compiled_passes(profile, self._exact)  # None: the numpy kernels
         self._chunk: _Chunk | None = None
-        self._next_steps = 1
-        self._max_steps = max_chunk_steps
+        self._next_steps, self._max_steps = 1, max_chunk_steps
         self.measure_queue = True  # windows carry queue_length (SimBackend.measure_queue)
 
     # -- replica bookkeeping ---------------------------------------------------------------------
@@ -302,8 +300,9 @@ class SimService:
                 self.instances[k].pending = p
         done_in = self._done
         outcomes = self._outcomes(t0, step, steps, a, finish, owner, start_pending)
-        if self.measure_queue:
-            outcomes.queue = self._queued(t0, step, steps, a, finish, owner, start_pending)
+        if self.measure_queue:  # a pass over the chunk's requests: only for a policy that reads it
+            outcomes.queue = waiting_at_ends(t0, step, steps, a, finish, owner, start_pending,
+                                             self.profile.capacity)
         return _Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes, done_in)
 
     def _serve_numpy(self, a, s, j0, j1, targets, rr, tokens, pend, finish, owner):
@@ -401,28 +400,6 @@ class SimService:
             self._done = left
         util = self._utilization_of(busy, t0, step, steps, summed=self.util_counts_starting)
         return self._listed(t0, step, steps, *columns, util)
-
-    def _queued(self, t0: float, step: float, steps: int, a: np.ndarray, finish: np.ndarray,
-                owner: np.ndarray, start_pending: list[list[float]]) -> list[int]:
-        """Per window: the requests waiting at its end, sum over instances of max(0, in flight -
-        capacity), in flight meaning arrived by the end and not finished by it (a request runs
-        once one of its instance's `capacity` slots is free, in order)."""
-        ends = t0 + step * np.arange(1, steps + 1)
-        m, width, cap = len(start_pending), steps + 1, self.profile.capacity
-        ok = finish == finish  # not NaN (dropped)
-        mine = owner[ok]
-        # in flight at ends[w] for w in [first end after arrival, first end at or after finish): a
-        # request arriving on an end is the next window's, as a chunk ending there has it; times
-        # are whole milliseconds, so 1 us either side keeps a sum's ulps off the edge
-        enter = np.searchsorted(ends - 1e-6, a[ok], side="right") + mine * width
-        leave = np.searchsorted(ends + 1e-6, finish[ok], side="left") + mine * width
-        delta = np.bincount(enter, minlength=m * width) - np.bincount(leave, minlength=m * width)
-        for k, held in enumerate(start_pending):  # in flight from the chunk's start until they finish
-            if held:
-                delta[k * width] += len(held)
-                np.subtract.at(delta, k * width + np.searchsorted(ends + 1e-6, held, side="left"), 1)
-        in_flight = np.cumsum(delta.reshape(m, width)[:, :steps], axis=1) if m else np.zeros((1, steps))
-        return np.maximum(in_flight - cap, 0).sum(axis=0).astype(np.int64).tolist()
 
     def _ready_by_window(self, t0: float, step: float, steps: int) -> list[int]:
         """Instances (not draining) ready at the end of each window."""
