@@ -8,6 +8,7 @@ import json
 import pytest
 
 from testbed.cli import main
+from tests.cli.fourth_service import ASR
 
 
 @pytest.fixture
@@ -114,17 +115,6 @@ def test_a_pipeline_naming_an_unknown_service_is_one_error(tmp_path, traces, cap
     assert "--pipeline: pipeline: unknown service 'ocr'" in err and not out.exists()
 
 
-ASR = """\
-services:
-  asr:
-    capacity: 1
-    queue_limit: 11
-    proc_time_ms: [150, 250]
-    startup_ms: 5000
-    slo_ms: 800
-    units: 1
-    initial_replicas: 1
-"""
 
 
 def _asr(tmp_path):

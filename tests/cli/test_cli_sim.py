@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from testbed.cli import main
+from tests.cli.fourth_service import ASR
 
 
 def test_sim_eval_json_reports_the_oracle_and_the_gap(tmp_path, capsys):
@@ -305,17 +306,6 @@ def test_train_resume_without_checkpoints_is_one_line(tmp_path, capsys):
 
 # -- any trace, any service: a user's trace file and a fourth service from a profile file ---------
 
-ASR = """\
-services:
-  asr:
-    capacity: 1
-    queue_limit: 11
-    proc_time_ms: [150, 250]
-    startup_ms: 5000
-    slo_ms: 800
-    units: 1
-    initial_replicas: 1
-"""
 
 
 def _asr(tmp_path) -> tuple[str, str]:
