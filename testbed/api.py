@@ -22,7 +22,7 @@ from testbed.profiles import ServiceProfile, default_profiles, load_profiles, pr
 from testbed.profiles.registry import register_service
 from testbed.report.export import request_rows, write_csv, write_jsonl
 from testbed.scaler.registry import make_policy, register_policy
-from testbed.scenario.expect import FAIL, PASS, UNDECIDED, Outcome
+from testbed.scenario.expect import PASS, Outcome, run_verdict
 from testbed.scenario.load import LoadedScenario, scenario_from_yaml
 from testbed.scenario.load import load_scenario as _load_file
 from testbed.scenario.runner import RunOptions
@@ -67,13 +67,11 @@ class Result:
 
     @property
     def verdict(self) -> str:
-        """FAIL when a check fails, the run was interrupted or a cell failed; else UNDECIDED when a
-        check is not decided; PASS when every check passes; NOT JUDGED without checks."""
-        if self.interrupted or self.problems or any(o.verdict == FAIL for o in self.outcomes):
-            return FAIL
-        if any(o.verdict == UNDECIDED for o in self.outcomes):
-            return UNDECIDED
-        return PASS if self.outcomes else NOT_JUDGED
+        """FAIL when a check fails (or reads a cell without data), the run was interrupted or a
+        cell failed; else UNDECIDED when a check is not decided (never a pass: `testbed run` exits
+        2); PASS when every check passes; NOT JUDGED without checks."""
+        verdict = run_verdict(self.outcomes, broken=self.interrupted or bool(self.problems))
+        return verdict if verdict != PASS or self.outcomes else NOT_JUDGED
 
     def to_csv(self, path: str | Path, *, requests: bool = False) -> int:
         """Write the rows (or, with `requests`, every request record) as CSV; returns the count."""

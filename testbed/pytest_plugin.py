@@ -57,6 +57,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--scenario-slow", action="store_true", default=False,
                     help="also run scenarios marked slow (full reproductions)")
     group.addoption("--scenario-out", default="runs", help="parent folder of run directories")
+    group.addoption("--scenario-allow-undecided", action="store_true", default=False,
+                    help="exploration: an UNDECIDED expect: check does not fail the item")
     group.addoption("--scenario-glob", action="append", default=None, metavar="GLOB",
                     help="which YAML files are scenarios, from the rootdir (repeatable; "
                          "replaces the ini option testbed_scenarios; default: "
@@ -270,7 +272,21 @@ class ScenarioCellItem(pytest.Item):
 
 
 class ExpectFailed(Exception):
-    """An `expect:` check FAILed or could not read a cell; the message lists each and the report."""
+    """An `expect:` check FAILed, could not read a cell, or is UNDECIDED (never a pass); the
+    message lists each, with its reason, and the report."""
+
+
+def expect_verdict(outcomes: list[Any], *, allow_undecided: bool = False
+                   ) -> tuple[list[Any], list[Any]]:
+    """(the outcomes that fail the item, the exploratory UNDECIDED ones that make it an xfail):
+    FAIL, a check over a cell without data, and an UNDECIDED check the scenario does not mark
+    `exploratory` fail it (unless allow_undecided); an UNDECIDED `exploratory` check is an xfail.
+
+    outcomes: testbed.scenario.expect.Outcome of each check; allow_undecided: --scenario-allow-undecided."""
+    failing = [o for o in outcomes if o.fails_run or (
+        o.verdict == "UNDECIDED" and not o.exploratory and not allow_undecided)]
+    xfail = [o for o in outcomes if o.verdict == "UNDECIDED" and o not in failing]
+    return failing, xfail
 
 
 class ScenarioExpectItem(pytest.Item):
@@ -289,11 +305,17 @@ class ScenarioExpectItem(pytest.Item):
         lines = [f"{o.verdict}  {o.text}  ({o.explain()})" for o in result.outcomes]
         self.add_report_section("call", "expect", "\n".join(lines) +
                                 f"\nreport: {result.run_dir / 'report.html'}")
-        # as `testbed run`: FAIL fails, and UNDECIDED for a lost cell or one without requests
-        failed = [line for line, o in zip(lines, result.outcomes, strict=True) if o.fails_run]
-        if failed:
-            raise ExpectFailed("\n".join([f"{len(failed)} of {len(lines)} expectations failed "
-                                          f"(report: {result.run_dir / 'report.html'}):", *failed]))
+        # as `testbed run`: FAIL and UNDECIDED fail (UNDECIDED: an xfail when marked exploratory)
+        failing, xfail = expect_verdict(
+            result.outcomes, allow_undecided=self.config.getoption("--scenario-allow-undecided"))
+        if failing:
+            raise ExpectFailed("\n".join([
+                f"{len(failing)} of {len(lines)} expectations failed or undecided "
+                f"(report: {result.run_dir / 'report.html'}):",
+                *(f"{o.verdict}  {o.text}  ({o.explain()})" for o in failing)]))
+        if xfail:
+            pytest.xfail("exploratory checks undecided: " + "; ".join(
+                f"{o.text} ({o.explain()})" for o in xfail))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:
         """The failure in `excinfo` as its message alone when it is the checks' or the harness's,

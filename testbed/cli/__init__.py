@@ -52,8 +52,8 @@ def _register() -> None:
     # Each concern adds its commands in its own module; importing it registers them on `app`.
     import importlib
 
-    for module in ("core", "export", "lab", "net", "reproduce", "scenario", "services", "sim",
-                   "train"):
+    for module in ("core", "export", "judge", "lab", "net", "reproduce", "scenario", "services",
+                   "sim", "train"):
         importlib.import_module(f"testbed.cli.{module}")
     for info in [*app.registered_commands, *app.registered_groups]:
         name = info.name or (info.callback.__name__ if info.callback else "")
@@ -70,7 +70,7 @@ HELP_PANELS = {
     "Testbed": ("init", "up", "down", "status", "exec", "traffic", "demo", "slice", "subscriber",
                 "render", "ue"),
     "Services and load": ("services", "load", "profile"),
-    "Scenarios and reports": ("run", "report", "export", "reproduce"),
+    "Scenarios and reports": ("run", "judge", "report", "export", "reproduce"),
     "Simulator and training": ("sim", "train", "tune"),
 }
 

@@ -34,10 +34,14 @@ def reproduce_cmd(
                                                   "day (default 13:30).")] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", "--quiet", help="Plain lines instead of the "
                                               "live view.")] = False,
+    allow_undecided: Annotated[bool, typer.Option(
+        "--allow-undecided", help="Exploration: an UNDECIDED artefact does not fail (exit 0 "
+        "instead of 2).")] = False,
 ) -> None:
     """Run the dissertation's artefacts and write one report (HTML + Markdown) with each beside
-    the paper, a stated tolerance and PASS, FAIL or UNDECIDED (not decided at this size, with the
-    size that decides it); exits 1 when any artefact fails.
+    the paper, a stated tolerance and PASS, FAIL, UNDECIDED (the data cannot decide it, with the
+    size that decides it) or NOT RUN (this size is not judged against a day-long figure, listed
+    apart); exits 1 when an artefact FAILs, 2 when one is UNDECIDED, else 0.
 
     Example: [bold]testbed reproduce --quick[/]   or   [bold]testbed reproduce fig5.7 table5.1[/]
     """
@@ -70,11 +74,18 @@ def reproduce_cmd(
         table.add_row(v.artefact, VERDICT_STYLE[v.verdict], escape(summary),
                       f"{v.seconds / 60:.1f}")
     console.print(table)
+    undecided = [v.artefact for v in result.verdicts if v.verdict == "UNDECIDED"]
+    failed = [v.artefact for v in result.verdicts if v.verdict == "FAIL"]
+    if failed or undecided:
+        console.print("[red]FAIL:[/] " + (", ".join(failed) or "none") +
+                      "   [bold magenta]UNDECIDED:[/] " + (", ".join(undecided) or "none"))
+    for line in result.not_run():
+        console.print(f"[dim]NOT RUN at this size:[/] {escape(line)}")
     console.print(f"report: {result.out / 'report.html'} (and report.md), "
                   f"{result.seconds / 60:.1f} min")
-    # an artefact not decided at this size is not a failure: the report says which size decides it
-    if result.failed:
-        raise typer.Exit(1)
+    code = result.exit_code(allow_undecided)
+    if code:
+        raise typer.Exit(code)
 
 
 def _clock(text: str) -> int:

@@ -99,10 +99,17 @@ def run(
         "--dask", metavar="tcp://HOST:PORT", help="engine: sim: run the cells on the workers of "
         "this Dask scheduler (pip install \"dask[distributed]\"); the workers need the "
         "scenario's traces and models at the same paths.")] = None,
+    allow_undecided: Annotated[bool, typer.Option(
+        "--allow-undecided", help="Exploration: an UNDECIDED check does not fail the run (exit 0 "
+        "instead of 2).")] = False,
+    plan: Annotated[bool, typer.Option(
+        "--plan", help="Print each expect: check's planned requests per cell and the effect it "
+        "can detect (alpha 0.05, power 0.95), and run nothing.")] = False,
 ) -> None:
-    """Run a scenario end to end into a run directory and write its report; exits 1 when an
-    `expect:` check FAILs or reads a cell that lost requests or got none (UNDECIDED); a check
-    this size cannot decide is UNDECIDED with what would decide it, and does not fail the run.
+    """Run a scenario end to end into a run directory and write its report; exits 0 when every
+    `expect:` check PASSes, 1 when one FAILs or reads a cell that lost requests or got none, 2
+    when one is UNDECIDED (the data cannot decide it: never a pass; --allow-undecided for
+    exploration). Checks this size cannot decide are refused at load (--plan shows each one's size).
 
     Example: [bold]testbed run scenarios/smoke.yaml[/]   or   [bold]testbed run --from runs/X/manifest.json[/]
     Lab: [bold]testbed run --profile lab -i inventory.yml scenarios/slicing.yaml [--check][/]
@@ -119,6 +126,11 @@ def run(
     like_field("--repetitions", Scenario, "repetitions", repetitions)
     like_field("--metrics", Scenario, "metrics", metrics)
     loaded = _scenario_to_run(scenario, from_manifest)
+    if plan:
+        from testbed.cli.judge import print_plan
+
+        print_plan(loaded, duration_s=duration, repetitions=repetitions)
+        return
     writable_dir("--out", out)
     lab = _lab_options(profile, inventory, kubeconfig=kubeconfig, prometheus=prometheus, check=check)
     result = run_scenario(loaded, RunOptions(out_root=out, profile=profile, time_scale=time_scale,
@@ -128,7 +140,7 @@ def run(
     if check:
         _print_check_run(result)
     else:
-        _report_run(result)
+        _report_run(result, allow_undecided=allow_undecided)
 
 
 def _scenario_to_run(scenario: Path | None, from_manifest: Path | None) -> LoadedScenario:
@@ -167,9 +179,9 @@ def _print_check_run(result: RunResult) -> None:
         console.print(f"[yellow]problem:[/] {p}")
 
 
-def _report_run(result: RunResult) -> None:
+def _report_run(result: RunResult, *, allow_undecided: bool = False) -> None:
     """Write the run's report, print its cells, checks and verdict, and exit 130 when it was
-    interrupted, 1 when it fails."""
+    interrupted, else as `exit_for` (allow_undecided: an UNDECIDED check does not fail it)."""
     from testbed.report import write_report  # matplotlib: loaded only once a run has results
 
     write_report(result.run_dir)
@@ -178,17 +190,30 @@ def _report_run(result: RunResult) -> None:
     for p in result.problems:
         console.print(f"[yellow]problem:[/] {p}")
     console.print(f"run directory: {result.run_dir}\nreport: {result.run_dir / 'report.html'}")
-    console.print(run_banner(result.outcomes, interrupted=result.interrupted))
+    console.print(run_banner(result.outcomes, interrupted=result.interrupted,
+                             allow_undecided=allow_undecided, failed_cells=result.failed_cells))
     if result.interrupted:
         console.print("[yellow]interrupted: the report covers what was collected[/]")
         raise typer.Exit(130)
-    # FAIL fails the run, and so does UNDECIDED for a lost cell or one without requests; a check
-    # the run is too small to decide does not
-    if any(o.fails_run for o in result.outcomes):
-        raise typer.Exit(1)
+    exit_for(result.outcomes, allow_undecided=allow_undecided, failed_cells=result.failed_cells)
 
 
-VERDICT_STYLE = {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]", "UNDECIDED": "[yellow]UNDECIDED[/]"}
+def exit_for(outcomes: list[Outcome], *, allow_undecided: bool = False,
+             failed_cells: list[str] | None = None) -> None:
+    """Exit as `testbed run` and `testbed judge` do: 1 on FAIL (a check over a cell without
+    data, or a failed cell whether a check reads it or not), 2 on UNDECIDED (unless
+    allow_undecided), else return (exit 0)."""
+    from testbed.scenario.expect import EXIT_CODES, run_verdict
+
+    code = EXIT_CODES[run_verdict(outcomes, broken=bool(failed_cells),
+                                  allow_undecided=allow_undecided)]
+    if code:
+        raise typer.Exit(code)
+
+
+# UNDECIDED has its own word and colour: never green
+VERDICT_STYLE = {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]",
+                 "UNDECIDED": "[bold magenta]UNDECIDED[/]", "NOT RUN": "[dim]NOT RUN[/]"}
 
 
 def print_cells(rows: list[dict[str, Any]]) -> None:
@@ -269,16 +294,26 @@ _FIGURES = [
 ]
 
 
-def run_banner(outcomes: list[Outcome], *, interrupted: bool) -> str:
-    """The run's verdict in one line: PASS, FAIL or PASS with checks undecided at this size."""
+def run_banner(outcomes: list[Outcome], *, interrupted: bool, allow_undecided: bool = False,
+               failed_cells: list[str] | None = None) -> str:
+    """The run's verdict in one line: PASS, FAIL (a check, or a failed cell), UNDECIDED (never
+    green), or with `allow_undecided` PASS marked as exploration."""
+    from testbed.scenario.expect import run_verdict
+
     counts = {v: sum(o.verdict == v for o in outcomes) for v in ("PASS", "FAIL", "UNDECIDED")}
     detail = ", ".join(f"{n} {v.lower()}" for v, n in counts.items() if n) or "no checks"
     if interrupted:
         return f"[bold yellow]INTERRUPTED[/] ({detail})"
-    if any(o.fails_run for o in outcomes):
+    if failed_cells:
+        detail += f"; failed cell(s): {', '.join(failed_cells)}"
+    verdict = run_verdict(outcomes, broken=bool(failed_cells))
+    if verdict == "FAIL":
         return f"[bold red]FAIL[/] ({detail})"
-    return f"[bold green]PASS[/] ({detail}" + (
-        "; undecided at this size: see the table" if counts["UNDECIDED"] else "") + ")"
+    if verdict == "UNDECIDED":
+        why = ("allowed (--allow-undecided): exploration, not a pass" if allow_undecided
+               else "the data cannot decide them: see the table")
+        return f"[bold magenta]UNDECIDED[/] ({detail}; {why})"
+    return f"[bold green]PASS[/] ({detail})"
 
 
 def print_outcomes(outcomes: list[Outcome]) -> None:

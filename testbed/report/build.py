@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ def build_document(run_dir: Path) -> Document:
     manifest = json.loads((run_dir / "manifest.json").read_text())
     scn = manifest["scenario"]
     rows = run_rows(run_dir)
-    outcomes = evaluate_all(scn.get("expect", []), rows)
+    outcomes = recorded_outcomes(run_dir, scn.get("expect", [])) or evaluate_all(
+        scn.get("expect", []), rows)
     plots_dir = run_dir / "plots"
     plots_dir.mkdir(exist_ok=True)
     doc = Document(f"Scenario {scn['name']}")
@@ -104,6 +106,20 @@ def _run_section(manifest: dict[str, Any]) -> Section:
     if manifest.get("overrides"):
         about.bullets.append(f"command-line overrides: {manifest['overrides']}")
     return about
+
+
+def recorded_outcomes(run_dir: Path, texts: list[str]) -> list[Outcome]:
+    """The verdicts results.json recorded (the run's record: `testbed judge` and the report read
+    it rather than judge again), when they are of these `expect:` lines; else []."""
+    path = Path(run_dir) / "results.json"
+    try:
+        recorded = json.loads(path.read_text()).get("expect") or []
+    except (OSError, ValueError, AttributeError):
+        return []
+    if [o.get("text") for o in recorded if isinstance(o, dict)] != list(texts) or not texts:
+        return []
+    names = {f.name for f in dataclasses.fields(Outcome)}
+    return [Outcome(**{k: v for k, v in o.items() if k in names}) for o in recorded]
 
 
 def _expectations_section(outcomes: list[Outcome]) -> Section:

@@ -30,7 +30,7 @@ def _pf(ok: bool | None) -> str:
 def _cell(ok: bool | None, undecided: str) -> str:
     """A table cell's mark: PASS/FAIL, or within/outside when this size cannot decide it."""
     if undecided and ok is not None:
-        return "within (undecided)" if ok else "outside (undecided)"
+        return "within (not run at this size)" if ok else "outside (not run at this size)"
     return _pf(ok)
 
 
@@ -55,8 +55,14 @@ def build(result: ReproResult, base: Path, options: Options) -> Document:
     head.tables.append(TableData(["artefact", "result", "summary", "minutes"], [
         [v.artefact, _verdict(v), v.summary + "." + _decided_by(v), f"{v.seconds / 60:.1f}"]
         for v in result.verdicts]))
-    head.bullets.append("PASS and FAIL are decided; UNDECIDED is 'not decided at this size' (the "
-                        "row names the size that decides it) and is not a failure")
+    head.bullets.append("PASS and FAIL are decided; UNDECIDED means the data cannot decide (the "
+                        "row names the size that decides it): never a pass (exit 2); NOT RUN: "
+                        "this size is not judged against a day-long figure (exit 0), listed below")
+    undecided = [v.artefact for v in result.verdicts if v.verdict == "UNDECIDED"]
+    failed = [v.artefact for v in result.verdicts if v.verdict == "FAIL"]
+    head.bullets.append(f"FAIL: {', '.join(failed) or 'none'}; UNDECIDED: "
+                        f"{', '.join(undecided) or 'none'}")
+    head.bullets += [f"NOT RUN at this size: {line}" for line in result.not_run()]
     doc.sections.append(head)
     plots = base / "plots"
     plots.mkdir(exist_ok=True)
@@ -135,7 +141,7 @@ def _table(v: Verdict, plots: Path) -> Section:
                                  "ours − paper", "cell"], rows))
     if t.checks:
         sec.tables.append(TableData(["check", "result", "detail"],
-                                    [[c.text, "**UNDECIDED**" if c.decided_by else _pf(c.passed),
+                                    [[c.text, "**NOT RUN**" if c.decided_by else _pf(c.passed),
                                       c.detail + (f"; decided by: {c.decided_by}"
                                                   if c.decided_by else "")] for c in t.checks]))
     sec.bullets += t.notes + [d for d in v.details]

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.reproduce.tables import TableResult
-from testbed.scenario.expect import FAIL, PASS, Outcome
+from testbed.scenario.expect import FAIL, NOT_RUN, PASS, UNDECIDED, Outcome
 
 
 @dataclass
@@ -30,14 +30,15 @@ class Options:
 class Verdict:
     artefact: str
     title: str
-    verdict: str  # PASS, FAIL or UNDECIDED: not decided at this size (not a failure)
+    verdict: str  # PASS, FAIL, UNDECIDED (the data cannot decide: exit 2) or NOT RUN (this size
+    #               is not judged against the figure: listed apart, exit 0)
     summary: str
     details: list[str] = field(default_factory=list)
     table: TableResult | None = None
     slicing: dict[str, Any] | None = None
     run_dir: str | None = None
     seconds: float = 0.0
-    decided_by: str = ""  # UNDECIDED: the size that decides it
+    decided_by: str = ""  # UNDECIDED / NOT RUN (or a part of it): the size that decides it
     outcomes: list[Outcome] = field(default_factory=list)  # Figs 5.7/5.8: the judge's checks
 
     @property
@@ -53,7 +54,20 @@ class ReproResult:
 
     @property
     def failed(self) -> bool:
-        """Some artefact FAILed; one not decided at this size is not a failure."""
+        """Some artefact FAILed."""
         return any(v.verdict == FAIL for v in self.verdicts)
+
+    def exit_code(self, allow_undecided: bool = False) -> int:
+        """1 when an artefact FAILs, 2 when one is UNDECIDED (never a pass; 0 with
+        allow_undecided), else 0 (NOT RUN at this size is listed apart, not a failure)."""
+        if self.failed:
+            return 1
+        undecided = any(v.verdict == UNDECIDED for v in self.verdicts)
+        return 2 if undecided and not allow_undecided else 0
+
+    def not_run(self) -> list[str]:
+        """'artefact: what this size does not judge' for each artefact with such a part."""
+        return [f"{v.artefact}: {v.decided_by}" for v in self.verdicts
+                if v.decided_by and (v.verdict == NOT_RUN or v.table is not None)]
 
 

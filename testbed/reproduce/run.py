@@ -30,7 +30,7 @@ from testbed.reproduce.document import write
 from testbed.reproduce.model import Options, ReproResult, Verdict
 from testbed.reproduce.slicing import combine, judge_slicing
 from testbed.reproduce.tables import TableResult, sim_table, testbed_table
-from testbed.scenario.expect import FAIL, PASS, UNDECIDED
+from testbed.scenario.expect import FAIL, NOT_RUN, PASS, UNDECIDED
 from testbed.scenario.load import load_scenario, parse_scenario
 from testbed.scenario.results import run_rows
 from testbed.scenario.runner import RunOptions, run_scenario
@@ -270,11 +270,14 @@ def _table_verdict(a: Artefact, table: TableResult, options: Options,
     bad = [f"{c.service} {c.policy}: {c.why}" for c in table.cells if c.passed is False]
     bad += [f"{c.text}: {c.detail}" for c in table.checks if not c.passed]
     verdict = table.verdict
-    summary = {PASS: "all cells and checks within tolerance",
+    not_run = table.not_run()
+    summary = {PASS: "all cells and checks judged at this size within tolerance",
                FAIL: f"{len(bad)} outside tolerance",
-               UNDECIDED: f"not decided at this size ({len(bad)} outside tolerance)"}[verdict]
+               NOT_RUN: "not run at this size: its figures are the whole test day's"}[verdict]
+    if not_run and verdict != NOT_RUN:
+        summary += f"; NOT RUN at this size: {len(not_run)} part(s), listed apart"
     return Verdict(a.name, a.title, verdict, summary, bad, table=table, run_dir=run_dir,
-                   decided_by="; ".join(table.undecided_by()) if verdict == UNDECIDED else "")
+                   decided_by="; ".join(not_run))
 
 
 def discard_partial(out: Path) -> None:

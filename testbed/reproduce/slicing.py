@@ -23,16 +23,22 @@ from testbed.profiles.paper import (
     SLICING_CLAIMS,
     SLICING_RATES,
 )
-from testbed.scenario.expect import ALPHA, FAIL, PASS, UNDECIDED, Outcome, evaluate_all, min_violations
+from testbed.scenario.expect import ALPHA, PASS, Outcome, evaluate_all, run_verdict
 
 # How close is "no difference" and how big is "a small difference" (Section 5.3 gives no
 # numbers; these are this harness's reading, stated in docs/slicing.md and in every report).
 SAME_MEAN = 0.10  # |off/on - 1| <= 10 %: no difference in mean time
-SAME_SLO = 0.01  # |off - on| <= 1 percentage point: no difference in SLO violation rate
+SAME_SLO = 0.02  # |off - on| <= 2 percentage points: no difference in SLO violation rate (1 point
+#                  needs >= 510 requests per cell to decide, 51 s at TTS's 10 req/s: docs/tolerances.md)
 SMALL_MEAN = 0.30  # TTS at 40 flows: off/on <= 1.3 is "a small difference"
 FLAT_MEAN = 0.10  # imgcls with a slice: mean at the most flows / at the fewest < 1.1
-FLAT_SLO = 0.01  # imgcls with a slice: SLO violations <= 1 % at every flow count
-GROWS_MEAN = 1.20  # imgcls without a slice: mean at the most flows >= 1.2 x with the slice
+FLAT_SLO = 0.01  # imgcls with a slice: SLO violations <= 1 % at every flow count, a limit that
+FLAT_SLO_EFFECT = 0.015  # must catch 2.5 % (1 % more needs ~1200 requests per cell to decide)
+GROWS_MEAN = 1.20  # imgcls without a slice: mean at the most flows >= 1.2 x with the slice ...
+GROWS_EFFECT = 1.0  # ... which must detect a slowdown of 1.2 + 1.0 = 2.2 x (Fig 5.7: 2.89 x)
+GROWS_SLO = 0.02  # ... and an SLO violation rate 2 points above the sliced one (Fig 5.7: 8.5 points)
+RISES_MEAN = 1.0  # without the slice the mean at the most flows must show a rise of 50 % over the
+#                   fewest (Fig 5.7: 2.25 x from 10 to 40 flows)
 STEP_MEAN = 0.05  # imgcls without a slice: the mean may dip this much from one count to the next
 STEP_SLO = 0.005  # ... and the SLO violation rate this much (noise)
 # How close to the values behind Figs 5.7/5.8 (profiles.paper.FIG_5_7_5_8_VALUES). Our services'
@@ -43,6 +49,12 @@ FIG_RATIO_ABS = 0.10  # ... and never tighter than 0.1
 FIG_SLO_FACTOR = 2.0  # our SLO violation rate without the slice within a factor 2 of the figure's,
 FIG_SLO_MIN = 0.01  # where the figure's is 1 % or more: below, a cell of a few hundred requests
 #                     cannot tell a factor 2 (and the sliced arm, ~0.1 %, has FLAT_SLO)
+
+
+# the spreads the judge sizes the checks with (a scenario's `plan:`): imgcls's latencies without
+# the slice spread far beyond its processing time (sd 200-300 ms at 40 flows, issue 34); with it,
+# ~20 ms
+PLAN = {"latency_sd_ms": {"imgcls": 20.0, "imgcls[slicing=off]": 300.0}}
 
 
 @dataclass(frozen=True)
@@ -166,6 +178,7 @@ def slicing_scenario(setup: Setup, *, name: str, duration_s: float, services: li
             "ue_groups": [{"name": "ai", "slice": "ai", "count": 2},
                           {"name": "be", "slice": "be", "count": 2}]},
         "services": [{"name": s, "replicas": 6} for s in SLICING_RATES],
+        "plan": PLAN,
         "clients": [{"service": s, "ue_group": "ai", "rate": r}
                     | ({"connections": setup.connections}
                        if setup.connections != "keep-alive" else {})
@@ -206,9 +219,8 @@ def expectations(flows: list[int], *, figures: bool = True) -> dict[str, list[st
         for f in flows:
             limit = SMALL_MEAN if (claim == "small" and f == hi) else SAME_MEAN
             ratio = f"{mean(service, False, f)} / {mean(service, True, f)}"
-            lines += [f"{ratio} <= {1 + limit:g}", f"{ratio} >= {1 - limit:g}",
-                      f"{slo(service, False, f)} - {slo(service, True, f)} <= {SAME_SLO:g}",
-                      f"{slo(service, True, f)} - {slo(service, False, f)} <= {SAME_SLO:g}"]
+            lines += [f"{ratio} ~= 1 within {limit:g}",
+                      f"{slo(service, False, f)} ~= {slo(service, True, f)} within {SAME_SLO:g}"]
         out[service] = lines
     if figures:
         for service, lines in figure_expectations(flows).items():
@@ -223,18 +235,22 @@ def _grows(service: str, flows: list[int], mean: Callable[[str, bool, int], str]
     img: list[str] = []
     if len(flows) > 1:
         img.append(f"{mean(service, True, hi)} / {mean(service, True, lo)} < {1 + FLAT_MEAN:g}")
-    img += [f"{slo(service, True, f)} <= {FLAT_SLO:g}" for f in flows]
+    img += [f"{slo(service, True, f)} <= {FLAT_SLO:g} effect {FLAT_SLO_EFFECT:g}" for f in flows]
     # without the slice both rise with the flows: no step down beyond noise, up overall
+    # no step down (exploratory: with the unsliced arm's spread, 40 s cells cannot decide 5 %)
     for a, b in itertools.pairwise(flows):
-        img.append(f"{mean(service, False, b)} >= {1 - STEP_MEAN:g} * {mean(service, False, a)}")
+        img.append(f"{mean(service, False, b)} >= {1 - STEP_MEAN:g} * {mean(service, False, a)} "
+                   "exploratory")
     if len(flows) > 1:
-        img.append(f"{mean(service, False, hi)} > {mean(service, False, lo)}")
+        img.append(f"{mean(service, False, hi)} / {mean(service, False, lo)} > 1 "
+                   f"effect {RISES_MEAN:g}")
     for a, b in itertools.pairwise(flows):
         img.append(f"{slo(service, False, b)} >= {slo(service, False, a)} - {STEP_SLO:g}")
     if len(flows) > 1:
-        img.append(f"{slo(service, False, hi)} > {slo(service, False, lo)}")
-    img.append(f"{slo(service, False, hi)} > {slo(service, True, hi)}")
-    img.append(f"{mean(service, False, hi)} >= {GROWS_MEAN:g} * {mean(service, True, hi)}")
+        img.append(f"{slo(service, False, hi)} > {slo(service, False, lo)} effect {GROWS_SLO:g}")
+    img.append(f"{slo(service, False, hi)} > {slo(service, True, hi)} effect {GROWS_SLO:g}")
+    img.append(f"{mean(service, False, hi)} >= {GROWS_MEAN:g} * {mean(service, True, hi)} "
+               f"effect {GROWS_EFFECT:g}")
     return img
 
 
@@ -254,7 +270,9 @@ def figure_expectations(flows: list[int]) -> dict[str, list[str]]:
                 band = max(FIG_RATIO_REL * (ratio - 1), FIG_RATIO_ABS)
                 ours = (f"{_term(series.metric, series.service, False, f)} / "
                         f"{_term(series.metric, series.service, True, f)}")
-                lines += [f"{ours} >= {ratio - band:.3f}", f"{ours} <= {ratio + band:.3f}"]
+                # imgcls's band: exploratory (the unsliced arm's spread needs ~10,000 requests)
+                lines.append(f"{ours} ~= {ratio:.3f} within {band:.3f}"
+                             + (" exploratory" if series.service == "imgcls" else ""))
             elif off >= FIG_SLO_MIN:
                 ours = _term(series.metric, series.service, False, f)
                 lines += [f"{ours} >= {off / FIG_SLO_FACTOR:.4f}",
@@ -286,10 +304,9 @@ class ServiceVerdict:
 
 
 def combine(outcomes: list[Outcome]) -> str:
-    """FAIL when any check fails the run; else UNDECIDED when any is not decided at this size."""
-    if any(o.fails_run for o in outcomes):
-        return FAIL
-    return UNDECIDED if any(o.verdict == UNDECIDED for o in outcomes) else PASS
+    """FAIL when any check fails the run; else UNDECIDED when any (not `exploratory`) is
+    undecided (never a pass: `testbed reproduce` exits 2); else PASS."""
+    return run_verdict(outcomes)
 
 
 def judge_slicing(rows: list[dict[str, Any]], flows: list[int], *,
@@ -317,17 +334,19 @@ def rule_text() -> list[str]:
     the checks themselves are `expectations(flows)`."""
     return [
         f"imgcls: with the slice, mean at the most flows < {1 + FLAT_MEAN:g} x at the fewest and "
-        f"SLO violations <= {100 * FLAT_SLO:g} % at every count; without it, mean and SLO "
+        f"SLO violations <= {100 * FLAT_SLO:g} % at every count (catching "
+        f"{100 * (FLAT_SLO + FLAT_SLO_EFFECT):g} %); without it, mean and SLO "
         f"violations rise with the flows (no step down beyond {100 * STEP_MEAN:g} % / "
-        f"{100 * STEP_SLO:g} point; not judged with one flow count) and at the most flows the "
-        f"mean is >= {GROWS_MEAN:g} x the sliced one and the SLO violation rate above it "
-        f"(a rate above another is a one-sided count test at {ALPHA:g}: 'not decided at this "
-        f"size' below {min_violations(1, 1)} violations in the two cells)",
+        f"{100 * STEP_SLO:g} point; up by an effect of {100 * RISES_MEAN:g} % / "
+        f"{100 * GROWS_SLO:g} points from the fewest to the most; not judged with one flow "
+        f"count) and at the most flows the mean is >= {GROWS_MEAN:g} x the sliced one (an effect "
+        f"of {GROWS_MEAN + GROWS_EFFECT:g} x to detect) and the SLO violation rate above it (an "
+        f"effect of {100 * GROWS_SLO:g} points to detect)",
         f"tts: off/on mean within {100 * SAME_MEAN:g} % below the most flows and within "
         f"{100 * SMALL_MEAN:g} % at the most; SLO violation rates within "
-        f"{100 * SAME_SLO:g} percentage point at every count",
+        f"{100 * SAME_SLO:g} percentage points at every count (no difference: an equivalence test)",
         f"chatbot: off/on mean within {100 * SAME_MEAN:g} % and SLO violation rates within "
-        f"{100 * SAME_SLO:g} percentage point at every count",
+        f"{100 * SAME_SLO:g} percentage points at every count (no difference: an equivalence test)",
         f"against the values behind Figs 5.7/5.8 ({FIG_5_7_5_8_SOURCE}), in a run with all "
         f"their flow counts ({', '.join(map(str, FIG_FLOWS))}): each mean panel's ratio "
         f"without/with the slice within max({FIG_RATIO_ABS:g}, {100 * FIG_RATIO_REL:g} % of "
@@ -335,7 +354,9 @@ def rule_text() -> list[str]:
         f"figure's ratio (imgcls, tts); imgcls's SLO violation rate without the slice within a "
         f"factor {FIG_SLO_FACTOR:g} of the figure's where that is {100 * FIG_SLO_MIN:g} % or "
         f"more",
-        f"every bound above on SLO violation rates and mean times: figures past it FAIL only "
-        f"beyond chance (a one-sided z test at {ALPHA:g} with each cell's sampling variance), "
-        f"else 'not decided at this size'",
+        f"every check above on SLO violation rates and mean times is decided on the "
+        f"{100 * (1 - 2 * ALPHA):g} % interval of its margin (one-sided errors {ALPHA:g}, power "
+        f"0.95 at its effect; variance by one-second batches): a bound PASSes or FAILs when the "
+        f"interval is on one side, 'no difference within M' PASSes only inside +-M; else "
+        f"UNDECIDED, which fails a run (exit 2)",
     ]

@@ -14,7 +14,7 @@ from testbed.profiles import default_profiles
 from testbed.profiles.paper import PAPER_TABLES, SERVICES, TABLE_5_4
 from testbed.reproduce.artefacts import model_files, trace_files
 from testbed.scaler.registry import make_policy
-from testbed.scenario.expect import FAIL, PASS, UNDECIDED
+from testbed.scenario.expect import FAIL, NOT_RUN, PASS
 from testbed.train.evaluate import evaluate
 from testbed.train.oracle import shared_pool_oracles
 
@@ -77,14 +77,22 @@ class TableResult:
 
     @property
     def verdict(self) -> str:
-        """FAIL on a cell without figures or a failed check this size decides; UNDECIDED when
-        this size cannot decide the cells or a check; else PASS when every cell and check does."""
+        """FAIL on a cell without figures or a failed check this size decides, or (when this
+        size judges them) a cell outside its tolerance; NOT RUN when this size judges nothing
+        (the cells and every check need a longer window: not judged against the paper, listed
+        apart, never a pass); else PASS. What this size cannot judge is `not_run()`."""
         if any(c.ours.get("reward") is None for c in self.cells) or any(
                 not c.passed and not c.decided_by for c in self.checks):
             return FAIL
-        if self.decided_by or any(c.decided_by for c in self.checks):
-            return UNDECIDED
-        return PASS if all(c.passed is not False for c in self.cells) else FAIL
+        if not self.decided_by and any(c.passed is False for c in self.cells):
+            return FAIL
+        if self.decided_by and all(c.decided_by for c in self.checks):
+            return NOT_RUN
+        return PASS
+
+    def not_run(self) -> list[str]:
+        """What this size does not judge, each with the size that would."""
+        return self.undecided_by()
 
     def undecided_by(self) -> list[str]:
         """What would decide what this run leaves undecided."""
@@ -248,10 +256,13 @@ def rule_text() -> list[str]:
         f"Table 5.4 (local testbed): a cell passes when reward and SLO violation rate are within "
         f"2 run-to-run standard deviations of the paper's, or within {TB_REWARD_ABS:g} "
         f"(reward) / {TB_SLO_ABS:g} (SLO rate) when that is wider; decided only on the whole "
-        f"test day ({T54_DECIDES_PAPER_S} s), 'not decided at this size' on a shorter window",
+        f"test day ({T54_DECIDES_PAPER_S} s); on a shorter window the cells are NOT RUN at this "
+        f"size (not judged against the day's figures, listed apart, exit 0)",
         "all tables: where the paper's DRL beat rule v2 by more than 5 %, ours must not be worse "
         "by more than 2 standard deviations (Table 5.4: decided on the whole day or on windows of "
-        f"at least {T54_DECIDES_ORDER_S} s with {T54_DECIDES_ORDER_REPS} repetitions)",
-        "verdicts: PASS, FAIL, or UNDECIDED ('not decided at this size', with the size that "
-        "decides it; not a failure)",
+        f"at least {T54_DECIDES_ORDER_S} s with {T54_DECIDES_ORDER_REPS} repetitions; NOT RUN at "
+        f"this size on a shorter one)",
+        "verdicts: PASS, FAIL, UNDECIDED (the data cannot decide, with the size that decides it: "
+        "never a pass, exit 2) or NOT RUN (a size that is not judged against the figure: listed "
+        "apart, exit 0)",
     ]

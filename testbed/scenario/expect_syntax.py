@@ -7,8 +7,13 @@ checks that a scenario's checks can be read and can match its results.
 
 A term `metric[key=value, ...]` is the mean of that metric over the result rows that match
 every selector (service, slice, rep, or any matrix key); numbers, + - * / and parentheses
-combine terms; one comparison (<, <=, >, >=, ==, !=) ends the check. The verdicts are
-testbed.scenario.expect's.
+combine terms; one comparison (<, <=, >, >=, ==, !=, ~=) ends the check. The verdicts are
+testbed.scenario.expect's. After the comparison, optional clauses:
+
+    A ~= B within M     "no difference within M": an equivalence test (TOST), M in the check's units
+    ... effect E        the effect the check must detect, in the check's units (a ratio for a
+                        ratio of means, a difference for rates); default: from its bound
+    ... exploratory     the scenario does not size this check (pytest: xfail when UNDECIDED)
 """
 
 from __future__ import annotations
@@ -55,9 +60,13 @@ FIXED_KEYS = {"service", "slice", "rep"}
 SLICE_METRICS = {"iperf_goodput_mbit"}
 CHAIN_METRICS = {"chain_violation_rate", "mean_e2e_ms", "p99_e2e_ms", "on_time_rps", "requests"}
 _CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
-        "==": operator.eq, "!=": operator.ne}
+        "==": operator.eq, "!=": operator.ne, "~=": lambda a, b: abs(a - b) <= 0.0}
 _TOKEN = re.compile(r"\s*(?:(?P<num>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
-                    r"|(?P<sel>\[[^\]]*\])|(?P<op><=|>=|==|!=|[<>+\-*/()]))")
+                    r"|(?P<sel>\[[^\]]*\])|(?P<op><=|>=|==|!=|~=|[<>+\-*/()]))")
+_NUM = r"\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
+# the clauses after the comparison (order free, each at most once)
+_CLAUSES = re.compile(rf"\s+(?:within\s+(?P<within>{_NUM})|effect\s+(?P<effect>{_NUM})"
+                      r"|(?P<exploratory>exploratory))\s*$")
 
 
 MAX_CHECK_CHARS = 2000  # one check is a line or two
@@ -80,10 +89,16 @@ class Term:
 
 @dataclass(frozen=True)
 class Check:
+    """One `expect:` line: `left op right`, with `within` (the margin of `~=`), `effect` (the
+    effect it must detect, None: from its bound) and `exploratory` (not sized by the scenario)."""
+
     text: str
     left: Any
     op: str
     right: Any
+    within: float | None = None
+    effect: float | None = None
+    exploratory: bool = False
 
     def terms(self) -> list[Term]:
         out: list[Term] = []
@@ -104,7 +119,8 @@ def parse(text: str) -> Check:
     if len(text) > MAX_CHECK_CHARS:
         raise ExpectSyntaxError(f"a check is at most {MAX_CHECK_CHARS} characters, this one has "
                                 f"{len(text)}")
-    tokens = _tokenize(text)
+    body, clauses = _split_clauses(text)
+    tokens = _tokenize(body)
     pos = 0
     depth = 0
 
@@ -161,12 +177,41 @@ def parse(text: str) -> Check:
     left = expr()
     nxt = peek()
     if not nxt or nxt[1] not in _CMP:
-        raise ExpectSyntaxError(f"a check needs one comparison (<, <=, >, >=, ==, !=): {text!r}")
+        raise ExpectSyntaxError(f"a check needs one comparison (<, <=, >, >=, ==, !=, ~=): {text!r}")
     op = take()[1]
     right = expr()
     if peek() is not None:
         raise ExpectSyntaxError(f"unexpected {peek()[1]!r} after the comparison in {text!r}")
-    return Check(text, left, op, right)
+    return _with_clauses(Check(text, left, op, right), clauses)
+
+
+def _split_clauses(text: str) -> tuple[str, dict[str, str]]:
+    """The comparison and its trailing clauses (`within M`, `effect E`, `exploratory`)."""
+    body, clauses = text.rstrip(), {}
+    while m := _CLAUSES.search(body):
+        key = next(k for k, v in m.groupdict().items() if v is not None)
+        if key in clauses:
+            raise ExpectSyntaxError(f"'{key}' twice in {text!r}")
+        clauses[key] = m.group(key)
+        body = body[:m.start()]
+    return body, clauses
+
+
+def _with_clauses(check: Check, clauses: dict[str, str]) -> Check:
+    """`check` with its clauses, or the line's one problem: `~=` needs `within M` (M > 0) and
+    takes no `effect` (its margin is its effect); `within` belongs to `~=` alone."""
+    within = float(clauses["within"]) if "within" in clauses else None
+    effect = float(clauses["effect"]) if "effect" in clauses else None
+    if check.op == "~=" and not within:
+        raise ExpectSyntaxError(f"'~=' needs 'within M' (M > 0), the margin of no difference: "
+                                f"{check.text!r}")
+    if check.op != "~=" and within is not None:
+        raise ExpectSyntaxError(f"'within' goes with '~=' (no difference within M): {check.text!r}")
+    if effect is not None and (check.op == "~=" or effect <= 0):
+        raise ExpectSyntaxError(f"'effect' must be > 0 and not on '~=' (whose margin is its "
+                                f"effect): {check.text!r}")
+    return Check(check.text, check.left, check.op, check.right, within, effect,
+                 "exploratory" in clauses)
 
 
 def _tokenize(text: str) -> list[tuple[str, str]]:

@@ -11,6 +11,7 @@ from testbed.config.yamlfile import LocatedYaml, format_path, load_yaml_file, pa
 from testbed.errors import ConfigError
 from testbed.load.trace import load_trace
 from testbed.scenario.expect import check_expectations, check_selectors_match
+from testbed.scenario.expect_power import check_power
 from testbed.scenario.matrix import check_matrix, expand
 from testbed.scenario.spec import (
     Scenario,
@@ -87,6 +88,8 @@ def _check_cells(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[tu
     seen: set[tuple[tuple, str]] = set()
     cells = expand(scn, testbed)
     problems += check_selectors_match(scn, cells)
+    if not problems:
+        problems += check_power(scn, cells, base_dir)
     for cell in cells:
         for path, msg in [*check_policies(cell.scenario, base_dir, cell.params),
                           *check_share_models(cell.scenario, base_dir, cell.params)]:

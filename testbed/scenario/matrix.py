@@ -33,7 +33,7 @@ from testbed.scenario.spec import Scenario
 
 MAX_CELLS = 1000  # cells of one run (each brings up a testbed): more is a typo, not a plan
 # scenario fields the run reads once, not per cell
-RUN_WIDE = ("name", "description", "engine", "markers", "repetitions", "matrix", "expect")
+RUN_WIDE = ("name", "description", "engine", "markers", "repetitions", "matrix", "expect", "plan")
 
 Setter = Callable[[Scenario, TestbedSpec, Any], tuple[Scenario, TestbedSpec]]
 

@@ -17,6 +17,7 @@ SLO_MS = {name: float(p.slo_ms) for name, p in default_profiles().items()}
 # Error kinds of requests the service never answered through no fault of its own: the harness
 # gave them up (client stopped, testbed going down) or nothing listened at the endpoint.
 LOST_ERRORS = ("cancelled", "unreachable")
+BATCH_S = 1.0  # requests scheduled in the same wall second form one batch (docs/tolerances.md)
 
 
 def service_row(records: list[dict[str, Any]], service: str, *, time_scale: float,
@@ -47,9 +48,48 @@ def service_row(records: list[dict[str, Any]], service: str, *, time_scale: floa
         "p99_latency_ms": percentile(ok_lat, 0.99),
         "mean_sched_latency_ms": sum(sched) / len(sched) if sched else None,
         "throughput_rps": (n - errors) / duration_s if duration_s else None,
+        **batch_se(records, time_scale=time_scale, slo_ms=slo_ms),
         "bytes_up": sum(r.get("bytes_up", 0) for r in records),
         "bytes_down": sum(r.get("bytes_down", 0) for r in records),
     }
+
+
+def batch_se(records: list[dict[str, Any]], *, time_scale: float, slo_ms: float,
+             batch_s: float = BATCH_S) -> dict[str, Any]:
+    """Standard errors of the SLO violation rate and the mean latency by batch means: requests
+    scheduled in the same `batch_s` wall seconds form a batch, and the estimate's variance is
+    that of a ratio of the batches' sums (K/(K-1) sum_j (y_j - est * n_j)^2 / (sum_j n_j)^2), so
+    that requests sharing a fate (a connection, a queue, a second of congestion) are not counted
+    as independent. None with fewer than 2 batches.
+
+    records: the cell's request records of one service; time_scale: the run's (latencies are
+    scenario time); slo_ms: the service's SLO; batch_s: the batch's length in wall seconds."""
+    batches: dict[int, list[float]] = {}  # batch -> [requests, violations, ok, latency sum]
+    for r in records:
+        b = batches.setdefault(int(r.get("scheduled", 0.0) // batch_s), [0, 0, 0, 0.0])
+        ok = r.get("error") is None
+        lat = r["latency_ms"] * time_scale if ok else 0.0
+        b[0] += 1
+        b[1] += (not ok) or lat > slo_ms
+        b[2] += ok
+        b[3] += lat
+    out: dict[str, Any] = {"batches": len(batches), "slo_violation_batch_se": None,
+                           "mean_latency_batch_se_ms": None}
+    if len(batches) < 2:
+        return out
+    vals = list(batches.values())
+    out["slo_violation_batch_se"] = _ratio_se([b[1] for b in vals], [b[0] for b in vals])
+    out["mean_latency_batch_se_ms"] = _ratio_se([b[3] for b in vals], [b[2] for b in vals])
+    return out
+
+
+def _ratio_se(ys: list[float], ns: list[float]) -> float | None:
+    """The linearised standard error of sum(ys) / sum(ns) over K clusters."""
+    total = sum(ns)
+    if not total:
+        return None
+    est, k = sum(ys) / total, len(ns)
+    return (k / (k - 1) * sum((y - est * n) ** 2 for y, n in zip(ys, ns, strict=True))) ** 0.5 / total
 
 
 def lost_requests(records: list[dict[str, Any]], planned: int | None) -> int | None:
@@ -203,3 +243,11 @@ def run_rows(run_dir: Path) -> list[dict[str, Any]]:
     for cell_json in sorted((run_dir / "cells").glob("*/rep-*/cell.json")):
         rows += cell_rows(cell_json.parent)
     return rows
+
+
+def failed_cells(rows: list[dict[str, Any]]) -> list[str]:
+    """The cells (and repetitions) whose rows say they failed: lost requests, or metric sources
+    that disagree (`CellRunner.fail`); a "planned" cell (the lab's --check) has not failed. A run
+    with one fails whether a check reads it or not."""
+    return list(dict.fromkeys(f"{r.get('cell')} rep {r.get('rep')}" for r in rows
+                              if isinstance(r, dict) and r.get("status") not in (None, "ok", "planned")))

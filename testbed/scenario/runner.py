@@ -28,11 +28,11 @@ from testbed.errors import MissingRequirement, TestbedError
 from testbed.metrics.server import find_prometheus
 from testbed.scenario.backends import LocalProfile, Profile
 from testbed.scenario.cell import CellRunner, SimCellRunner
-from testbed.scenario.expect import Outcome, evaluate_all
+from testbed.scenario.expect import PASS, Outcome, evaluate_all, run_verdict
 from testbed.scenario.live import LiveView
 from testbed.scenario.load import LoadedScenario
 from testbed.scenario.matrix import Cell, expand
-from testbed.scenario.results import run_rows
+from testbed.scenario.results import failed_cells, run_rows
 from testbed.scenario.rundir import CellDir, new_run_dir, write_manifest
 from testbed.scenario.simcell import write_cell_files
 from testbed.scenario.spec import Scenario
@@ -65,20 +65,23 @@ class RunResult:
     interrupted: bool = False
     problems: list[str] = field(default_factory=list)
 
+    def verdict(self, allow_undecided: bool = False) -> str:
+        """FAIL (a check fails, or reads a cell without data; the run was interrupted), UNDECIDED
+        (a check is undecided: a run is never green on one) or PASS; `allow_undecided`: an
+        UNDECIDED check counts as a pass (exploration)."""
+        return run_verdict(self.outcomes, broken=self.interrupted or bool(self.failed_cells),
+                           allow_undecided=allow_undecided)
+
     @property
     def failed_cells(self) -> list[str]:
         """The cells (and repetitions) whose status is not ok (nor "planned", the lab's --check):
         lost requests, or a problem that fails the cell (its metrics sources disagreeing,
         `CellRunner.fail`)."""
-        return list(dict.fromkeys(f"{r.get('cell')} rep {r.get('rep')}" for r in self.rows
-                                  if r.get("status") not in (None, "ok", "planned")))
+        return failed_cells(self.rows)
 
     @property
     def passed(self) -> bool:
-        # a check the data cannot decide at this size does not fail a run; one without data
-        # does, and so does a failed cell, whether a check reads it or not
-        return (not self.interrupted and not any(o.fails_run for o in self.outcomes)
-                and not self.failed_cells)
+        return self.verdict() == PASS
 
 
 MIN_FREE_MB = 200  # request records, samples and plots of a CI-size run take a few MB; a day, ~100

@@ -97,6 +97,17 @@ class CrossTrafficSpec(Strict):
     direction: Literal["uplink", "downlink"] = "downlink"
 
 
+class PlanSpec(Strict):
+    """What the judge plans each check's power with, per service, where a pilot run knows better
+    than the profile (testbed.scenario.expect_power): the latencies' standard deviation and mean
+    (default: the profile's processing-time range, uniform) and the SLO violation rate (default:
+    the share of that range above the SLO)."""
+
+    latency_sd_ms: dict[str, float] = Field(default_factory=dict)
+    latency_ms: dict[str, float] = Field(default_factory=dict)
+    violation_rate: dict[str, float] = Field(default_factory=dict)
+
+
 class Scenario(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     description: str = ""
@@ -119,6 +130,7 @@ class Scenario(Strict):
     cross_traffic: list[CrossTrafficSpec] = Field(default_factory=list)
     matrix: dict[str, list[Any]] = Field(default_factory=dict)
     expect: list[str] = Field(default_factory=list)
+    plan: PlanSpec = Field(default_factory=PlanSpec)  # the spreads the judge sizes `expect:` with
     compare_sim: bool = False  # also run each cell through the simulator (sim-to-testbed check)
     pipelines: list[PipelineSpec] = Field(default_factory=list)  # for fa2
     service_profiles: str | None = None  # profile YAML merged over Table 4.4 (`testbed profile`)

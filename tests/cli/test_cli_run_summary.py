@@ -20,9 +20,12 @@ def test_banner_says_pass_fail_or_undecided_at_this_size():
         "[bold green]PASS[/] (2 pass")
     assert cli_scenario.run_banner([_o("PASS"), _o("FAIL")], interrupted=False).startswith(
         "[bold red]FAIL[/] (1 pass, 1 fail")
-    # undecided because the run is small does not fail it; undecided for lost data does
+    # undecided is never green: its own word and colour; allowed only for exploration
     small = cli_scenario.run_banner([_o("PASS"), _o("UNDECIDED", "5 violations")], interrupted=False)
-    assert small.startswith("[bold green]PASS[/]") and "undecided at this size" in small
+    assert small.startswith("[bold magenta]UNDECIDED[/]") and "green" not in small
+    allowed = cli_scenario.run_banner([_o("PASS"), _o("UNDECIDED", "5 violations")],
+                                      interrupted=False, allow_undecided=True)
+    assert allowed.startswith("[bold magenta]UNDECIDED[/]") and "not a pass" in allowed
     assert cli_scenario.run_banner([_o("UNDECIDED")], interrupted=False).startswith("[bold red]FAIL")
     assert cli_scenario.run_banner([_o("PASS")], interrupted=True).startswith("[bold yellow]INTERRUPTED")
 

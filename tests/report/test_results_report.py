@@ -42,7 +42,7 @@ def _run_dir(tmp_path: Path) -> Path:
     scenario = {"name": "t", "duration_s": 10, "time_scale": 1.0, "repetitions": 1, "seed": 0,
                 "matrix": {"slicing": [True, False], "iperf_flows": [10]},
                 "expect": ["slo_violation_rate[service=imgcls, slicing=on] < "
-                           "slo_violation_rate[service=imgcls, slicing=off]"]}
+                           "slo_violation_rate[service=imgcls, slicing=off] effect 0.2"]}
     write_manifest(run, scenario=scenario, testbed={}, source="t.yaml", base_dir=tmp_path,
                    profile="local", overrides={})
     for i, slicing in enumerate((True, False)):

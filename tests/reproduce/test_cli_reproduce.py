@@ -109,24 +109,39 @@ def test_a_bad_table54_start_is_a_usage_error(tmp_path, capsys, start):
 
 
 @pytest.mark.parametrize(("verdicts", "rc"), [
-    (["PASS", "UNDECIDED"], 0),  # not decided at this size is not a failure
+    (["PASS", "UNDECIDED"], 2),  # UNDECIDED is never a pass
     (["PASS", "FAIL"], 1),
     (["UNDECIDED", "FAIL"], 1),
+    (["PASS", "NOT RUN"], 0),  # a day-long figure this size does not judge: listed apart
 ])
-def test_the_exit_status_fails_only_on_fail(tmp_path, monkeypatch, capsys, verdicts, rc):
+def test_the_exit_status_fails_on_fail_and_undecided(tmp_path, monkeypatch, capsys, verdicts, rc):
     from testbed.reproduce import run
     from testbed.reproduce.model import ReproResult, Verdict
 
     def fake_reproduce(artefacts, options):
         return ReproResult(tmp_path, [
-            Verdict(a.name, a.title, v, "s", decided_by="a bigger run" if v == "UNDECIDED" else "")
+            Verdict(a.name, a.title, v, "s",
+                    decided_by="a bigger run" if v in ("UNDECIDED", "NOT RUN") else "")
             for a, v in zip(artefacts, verdicts, strict=True)], 1.0)
 
     monkeypatch.setattr(run, "reproduce", fake_reproduce)
     assert main(["reproduce", "fig5.8", "table5.1"]) == rc
     out = capsys.readouterr().out
     assert all(v in out for v in verdicts)
-    assert ("decided by: a bigger run" in out) == ("UNDECIDED" in verdicts)
+    assert ("a bigger run" in out) == ("UNDECIDED" in verdicts or "NOT RUN" in verdicts)
+    if "UNDECIDED" in verdicts:
+        assert "UNDECIDED: fig5.8" in out or "UNDECIDED: table5.1" in out  # beside the FAILs
+    if "NOT RUN" in verdicts:
+        assert "NOT RUN at this size: table5.1: a bigger run" in out
+
+
+def test_allow_undecided_lets_an_undecided_reproduction_exit_0(tmp_path, monkeypatch):
+    from testbed.reproduce import run
+    from testbed.reproduce.model import ReproResult, Verdict
+
+    monkeypatch.setattr(run, "reproduce", lambda artefacts, options: ReproResult(tmp_path, [
+        Verdict(a.name, a.title, "UNDECIDED", "s", decided_by="x") for a in artefacts], 1.0))
+    assert main(["reproduce", "fig5.8", "--allow-undecided"]) == 0
 
 
 def test_an_interrupted_run_resumes_after_its_finished_artefacts(tmp_path, monkeypatch, capsys):

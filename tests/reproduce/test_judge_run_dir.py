@@ -24,7 +24,11 @@ SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "slicing-ci.yaml"
 AS_STATED = {("imgcls", True): (90, 0), ("imgcls", False): (300, 12),
              ("tts", True): (320, 0), ("tts", False): (340, 0),
              ("chatbot", True): (280, 0), ("chatbot", False): (285, 0)}
-NO_VIOLATIONS = {**AS_STATED, ("imgcls", False): (300, 0)}  # what 15 s cells often give
+# what 15 s cells often gave: no late imgcls request in either arm (now a FAIL: a gap of 2 points
+# is ruled out)
+NO_VIOLATIONS = {**AS_STATED, ("imgcls", False): (300, 0)}
+# sliced imgcls 2 % late of 450 (bound 1 %): neither a miss nor 2.5 % is ruled out
+NOT_DECIDED = {**AS_STATED, ("imgcls", True): (90, 9)}
 NO_EFFECT = {**AS_STATED, ("imgcls", False): (90, 6), ("imgcls", True): (90, 6)}
 REQUESTS = {"imgcls": 450, "tts": 150, "chatbot": 150}
 
@@ -59,7 +63,7 @@ def _as_run(run_dir: Path):
 
 
 @pytest.mark.parametrize(("shape", "fig57"), [
-    (AS_STATED, PASS), (NO_VIOLATIONS, UNDECIDED), (NO_EFFECT, FAIL)])
+    (AS_STATED, PASS), (NOT_DECIDED, UNDECIDED), (NO_VIOLATIONS, FAIL), (NO_EFFECT, FAIL)])
 def test_run_and_reproduce_give_the_same_verdicts_on_one_run_directory(tmp_path, shape, fig57):
     run_dir = _run_dir(tmp_path, shape)
     outcomes = _as_run(run_dir)
@@ -72,9 +76,9 @@ def test_run_and_reproduce_give_the_same_verdicts_on_one_run_directory(tmp_path,
 
 
 def test_not_decided_at_this_size_names_the_size_that_decides(tmp_path):
-    v = judge_run_dir(_run_dir(tmp_path, NO_VIOLATIONS))["fig5.7"]
+    v = judge_run_dir(_run_dir(tmp_path, NOT_DECIDED))["fig5.7"]
     assert v.verdict == UNDECIDED
-    assert "at least 5 violations" in v.decided_by and "slicing.yaml" in v.decided_by
+    assert "requests per cell" in v.decided_by and "slicing.yaml" in v.decided_by
 
 
 def test_a_failed_cell_fails_both(tmp_path):
@@ -87,7 +91,7 @@ def test_a_failed_cell_fails_both(tmp_path):
 def test_both_reports_print_each_check_with_the_same_verdict(tmp_path):
     from testbed.reproduce.document import build
 
-    run_dir = _run_dir(tmp_path, NO_VIOLATIONS)
+    run_dir = _run_dir(tmp_path, NOT_DECIDED)
     run_md = build_document(run_dir).markdown(run_dir)
     verdicts = judge_run_dir(run_dir)
     out = tmp_path / "rep"
@@ -97,4 +101,4 @@ def test_both_reports_print_each_check_with_the_same_verdict(tmp_path):
     for o in _as_run(run_dir):
         row = f"| `{o.text}` | **{o.verdict}** |"
         assert row in run_md and row in repro_md
-    assert "**UNDECIDED**" in repro_md and "decided by: at least 5 violations" in repro_md
+    assert "**UNDECIDED**" in repro_md and "requests per cell" in repro_md

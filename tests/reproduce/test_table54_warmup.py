@@ -13,7 +13,7 @@ from testbed.reproduce import run
 from testbed.reproduce.artefacts import ARTEFACTS
 from testbed.reproduce.model import Options
 from testbed.reproduce.tables import testbed_table
-from testbed.scenario.expect import FAIL, UNDECIDED
+from testbed.scenario.expect import FAIL, NOT_RUN
 from testbed.scenario.load import parse_scenario
 from testbed.scenario.results import cell_rows
 from testbed.scenario.rundir import CellDir
@@ -56,7 +56,7 @@ def test_quick_measures_its_window_after_a_warmup_that_the_scenario_accepts(tmp_
     assert {c.start_s for c in scn.clients} == {run.T54_START_S}  # the window is still 13:30
     assert "after a 120 s warm-up (not measured)" in verdict.table.title
     # the judge is not loosened: the cells need the day, DRL against rule v2 20 minutes x 2
-    assert verdict.verdict == UNDECIDED
+    assert verdict.verdict == NOT_RUN
     assert "--t54-duration 86400" in verdict.decided_by
 
 

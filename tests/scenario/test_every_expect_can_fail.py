@@ -4,8 +4,10 @@ scenario's matrix will produce, and the check is fed values until it says FAIL.
 
 The values tried: first the arms equal (every metric the same in every row, as when the slice or
 the policy makes no difference), then the rows one side of the check (or one of its terms) reads
-at one value and all other rows at another. Each row is a cell that ran (status ok, 1000
-requests) so that FAIL, not UNDECIDED, is the only way to not pass."""
+at one value and all other rows at another. Each row is a cell that ran (status ok) at the REAL
+size the scenario plans: its requests per cell (testbed.scenario.expect_power.plan_rows) and the
+spread the judge plans with (`latency_sd_ms`), so that the chance tests run as they do on a run:
+a line FAILs here only where a run of that size can FAIL it."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from testbed.scenario.expect import (
     evaluate,
     parse,
 )
+from testbed.scenario.expect_power import plan_rows
 from testbed.scenario.expect_syntax import _matches, _row_has, skeleton_rows
 from testbed.scenario.load import load_scenario
 from testbed.scenario.matrix import expand
@@ -51,36 +54,63 @@ def test_the_shipped_scenarios_have_expectations_to_check():
     assert len(SHIPPED) >= 8 and len(CASES) >= 40
 
 
-def _rows(skeleton: list[dict[str, Any]], metrics: set[str], value: Any) -> list[dict[str, Any]]:
+def _planned(skeleton: list[dict[str, Any]], planned: list[dict[str, Any]] | None
+             ) -> list[dict[str, Any] | None]:
+    """Each skeleton row's planned figures (requests, ok, latency_sd_ms), None where none."""
+    by_key = {}
+    for p in planned or []:
+        by_key[(p["rep"], p["service"], tuple(sorted((k, str(v)) for k, v in p.items()
+                                                      if k not in _PLAN_FIGURES)))] = p
+    out = []
+    for r in skeleton:
+        k = (r["rep"], r.get("service"), tuple(sorted(
+            [(k, str(v)) for k, v in r.items() if k not in ("_kind",)] + [("status", "ok")])))
+        out.append(by_key.get(k))
+    return out
+
+
+_PLAN_FIGURES = {"requests", "ok", "violations", "slo_violation_rate", "mean_latency_ms",
+                 "latency_sd_ms"}
+
+
+def _rows(skeleton: list[dict[str, Any]], metrics: set[str], value: Any,
+          planned: list[dict[str, Any] | None] | None = None) -> list[dict[str, Any]]:
     """Result rows: the check's metrics set by value(row, metric), every other one fixed (a cell
-    that ran: 1000 requests); violations match the rate."""
+    that ran: its planned requests, else REQUESTS, and its planned spread); violations match the
+    rate."""
     rows = []
     for i, r in enumerate(skeleton):
+        plan = (planned or [None] * len(skeleton))[i]
         row = {k: v for k, v in r.items() if k != "_kind"}
         row.update(cell=f"cell-{i}", status="ok")
+        n = plan["requests"] if plan else REQUESTS
         for metric in METRICS:
             if _row_has(r, metric):
                 row[metric] = (_fix(metric, value(r, metric)) if metric in metrics
-                               else REQUESTS if metric == "requests" else 1.0)
-        if "slo_violation_rate" in row:
+                               else n if metric == "requests" else 1.0)
+        if "slo_violation_rate" in row and planned is not None:  # simulator rows have no counts
             row["violations"] = round(row["slo_violation_rate"] * row["requests"])
+        if plan and "mean_latency_ms" in row:
+            row.update(ok=row["requests"], latency_sd_ms=plan["latency_sd_ms"])
         rows.append(row)
     return rows
 
 
-def _candidates(check: Check, skeleton: list[dict[str, Any]]):
+def _candidates(check: Check, skeleton: list[dict[str, Any]],
+                planned: list[dict[str, Any] | None] | None = None):
     """Rows for each way of setting the arms: equal first, then one side's, then one term's rows
-    apart from the rest."""
+    apart from the rest (at the planned sizes and spreads where given)."""
     metrics = {t.metric for t in check.terms()}
     groups = [("the left side", _side_terms(check.left)), ("the right side", _side_terms(check.right))]
     groups += [(str(t), [t]) for t in check.terms()]
 
     for v in VALUES:
-        yield f"every metric {v:g} in every row", _rows(skeleton, metrics, lambda r, m, v=v: v)
+        yield f"every metric {v:g} in every row", _rows(skeleton, metrics,
+                                                         lambda r, m, v=v: v, planned)
     for (name, terms), (a, b) in itertools.product(groups, itertools.permutations(VALUES, 2)):
         def value(r: dict[str, Any], m: str, terms=terms, a=a, b=b) -> float:
             return a if any(t.metric == m and _matches(r, t.selectors) for t in terms) else b
-        yield f"{name}'s rows at {a:g}, the rest at {b:g}", _rows(skeleton, metrics, value)
+        yield f"{name}'s rows at {a:g}, the rest at {b:g}", _rows(skeleton, metrics, value, planned)
 
 
 def _fix(metric: str, v: float) -> float | int:
@@ -101,24 +131,43 @@ def _side_terms(node: Any) -> list[Term]:
     return []
 
 
+_SIZED: dict[Path, Any] = {}
+
+
+def _sized(path: Path) -> tuple[Any, list[dict[str, Any]], list[dict[str, Any] | None] | None]:
+    """The scenario, its rows' skeleton and their planned figures (None: the simulator's rows),
+    once per file."""
+    if path not in _SIZED:
+        loaded = load_scenario(path)
+        scn = loaded.scenario
+        cells = expand(scn, loaded.testbed)
+        skeleton = skeleton_rows(cells, scn.repetitions, scn.engine)
+        planned = (_planned(skeleton, plan_rows(scn, cells, loaded.base_dir))
+                   if scn.engine == "testbed" else None)
+        _SIZED[path] = scn, skeleton, planned
+    return _SIZED[path]
+
+
 @pytest.mark.parametrize(("path", "index", "text"), CASES)
 def test_every_shipped_expectation_can_fail_and_can_pass(path, index, text):
     raw = yaml.safe_load(path.read_text())
     traces = raw.get("traces_dir")
     if traces and not (path.parent / traces).is_dir():
         pytest.skip(f"{path.name} reads traces from {traces}, not here")
-    loaded = load_scenario(path)
-    scn = loaded.scenario
+    scn, skeleton, planned = _sized(path)
     assert scn.expect[index] == text
-    skeleton = skeleton_rows(expand(scn, loaded.testbed), scn.repetitions, scn.engine)
+    # the real size: every service row of a testbed run carries its planned requests and spread
+    assert planned is None or all(
+        p is not None for p, r in zip(planned, skeleton, strict=True) if r["_kind"] == "service")
     check = parse(text)
     verdicts = {}
-    for label, rows in _candidates(check, skeleton):
+    for label, rows in _candidates(check, skeleton, planned):
         verdicts.setdefault(evaluate(check, rows).verdict, label)
         if FAIL in verdicts and PASS in verdicts:
             break
     assert FAIL in verdicts, f"no data makes {text!r} fail"
-    assert PASS in verdicts, f"no data makes {text!r} pass"
+    # an exploratory line is not sized: at this size it may only FAIL or stay UNDECIDED
+    assert PASS in verdicts or check.exploratory, f"no data makes {text!r} pass"
 
 
 def _found(text: str) -> set[str]:

@@ -28,7 +28,7 @@ matrix:
   iperf_flows: [10, 40]
   slicing: [on, off]
 expect:
-  - slo_violation_rate[service=imgcls, slicing=on, iperf_flows=40] <= 0.01
+  - slo_violation_rate[service=imgcls, slicing=on, iperf_flows=40] <= 0.01 effect 0.02
 """
 
 
@@ -59,7 +59,7 @@ def test_indexed_matrix_paths():
                                "  services[1].policy: [static, rule_v2]\n"
                                "  testbed.link.queue_packets: [50]\n")
                   .replace("expect:\n  - slo_violation_rate[service=imgcls, slicing=on, "
-                           "iperf_flows=40] <= 0.01\n", ""))
+                           "iperf_flows=40] <= 0.01 effect 0.02\n", ""))
     cells = expand(loaded.scenario, loaded.testbed)
     assert [c.scenario.services[1].policy for c in cells] == ["static", "rule_v2"]
     assert all(c.testbed.link.queue_packets == 50 for c in cells)

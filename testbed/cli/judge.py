@@ -1,0 +1,113 @@
+"""`testbed judge RUN_DIR`: a run judged again from its record (results.json), and `testbed run
+--plan`: what each check can detect at the size the scenario plans."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from testbed.cli import app, console
+from testbed.errors import ConfigError, StateError
+
+if TYPE_CHECKING:
+    from testbed.scenario.load import LoadedScenario
+
+
+@app.command("judge")
+def judge(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (its results.json).")],
+    scenario: Annotated[Path | None, typer.Option(
+        "--scenario", help="Judge with this scenario file's expect: lines (checked at load as "
+        "for a run) instead of the run's own.")] = None,
+    allow_undecided: Annotated[bool, typer.Option(
+        "--allow-undecided", help="Exploration: an UNDECIDED check does not fail (exit 0 "
+        "instead of 2).")] = False,
+) -> None:
+    """Judge a run again from its results.json rows, without running it: the run's own expect:
+    lines, or those of --scenario FILE (changed lines, or a run someone shared). Prints the
+    expectations table and exits as `testbed run` does: 0 PASS, 1 FAIL, 2 UNDECIDED.
+
+    Example: [bold]testbed judge runs/20261122T050000Z-slicing-ci --scenario scenarios/slicing-ci.yaml[/]
+    """
+    from testbed.cli.scenario import exit_for, print_outcomes, run_banner
+    from testbed.scenario.expect import ExpectSyntaxError, evaluate_all
+    from testbed.scenario.results import failed_cells
+
+    record = read_results(run_dir)
+    texts = _expect_lines(run_dir, record, scenario)
+    try:
+        outcomes = evaluate_all(texts, record["rows"])
+    except ExpectSyntaxError as exc:
+        raise ConfigError(f"{run_dir}: an expect: line cannot be read: {exc}") from None
+    print_outcomes(outcomes)
+    interrupted = bool(record.get("interrupted"))
+    failed = failed_cells(record["rows"])
+    console.print(run_banner(outcomes, interrupted=interrupted, allow_undecided=allow_undecided,
+                             failed_cells=failed))
+    if interrupted:
+        console.print("[yellow]the run was interrupted: its rows cover what was collected[/]")
+        raise typer.Exit(130)
+    exit_for(outcomes, allow_undecided=allow_undecided, failed_cells=failed)
+
+
+def read_results(run_dir: Path) -> dict[str, Any]:
+    """The run's record: results.json (rows, outcomes, interrupted, problems), or one line."""
+    path = run_dir / "results.json"
+    if not path.is_file():
+        raise StateError(f"{run_dir}: no results.json (not a finished run directory)")
+    try:
+        record = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise StateError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("rows"), list):
+        raise StateError(f"{path}: no 'rows' list (a results.json of testbed run has one)")
+    return record
+
+
+def _expect_lines(run_dir: Path, record: dict[str, Any], scenario: Path | None) -> list[str]:
+    """--scenario's lines (loaded, with the load-time checks and the power plan), else the run's
+    manifest's, else those results.json judged."""
+    if scenario is not None:
+        from testbed.scenario.load import load_scenario
+
+        return list(load_scenario(scenario).scenario.expect)
+    manifest = run_dir / "manifest.json"
+    if manifest.is_file():
+        try:
+            lines = json.loads(manifest.read_text()).get("scenario", {}).get("expect")
+        except (json.JSONDecodeError, AttributeError):
+            lines = None
+        if isinstance(lines, list):
+            return [str(x) for x in lines]
+    return [str(o.get("text")) for o in record.get("expect", []) if isinstance(o, dict)]
+
+
+def print_plan(loaded: LoadedScenario, *, duration_s: float | None = None,
+               repetitions: int | None = None) -> None:
+    """`testbed run --plan`: each chance-tested check's planned requests per cell, the smallest
+    effect it detects (alpha 0.05, power 0.95), the effect it states, and whether it is decided.
+
+    loaded: the scenario; duration_s, repetitions: the run's overrides."""
+    from testbed.scenario.expect_power import plan_checks, plan_table
+    from testbed.scenario.matrix import expand
+
+    update: dict[str, Any] = {}
+    if duration_s is not None:
+        update["duration_s"] = duration_s
+    if repetitions is not None:
+        update["repetitions"] = repetitions
+    scn = loaded.scenario.model_copy(update=update) if update else loaded.scenario
+    plans = plan_checks(scn, expand(scn, loaded.testbed), loaded.base_dir)
+    table = Table("expect", "requests/cell", "detects", "states", "at this size",
+                  title=f"Power of {scn.name}'s checks ({scn.duration_s:g} s per cell)")
+    for row in plan_table(plans):
+        table.add_row(*(escape(c) for c in row))
+    console.print(table)
+    plain = len(scn.expect) - len(plans)
+    if plain:
+        console.print(f"{plain} check(s) are plain comparisons (no chance in their figures)")
