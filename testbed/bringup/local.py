@@ -13,6 +13,8 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from testbed.net.cmd import CommandFailed, Runner, require_binaries
 from testbed.net.congestion import allowed_while_building
 from testbed.net.shaping import Shaper, shapers_for
 from testbed.net.state import (
+    ProcessRecord,
     TestbedState,
     check_name,
     create_state,
@@ -66,6 +69,7 @@ class LocalTestbed:
         self.store_dir = store_dir
         self.provisioned: str | None = None  # "N created, M updated, K unchanged"
         self._up = False
+        self._processes: list[ProcessRecord] = []  # started outside the runner, stopped on down
 
     @property
     def name(self) -> str:
@@ -106,6 +110,8 @@ class LocalTestbed:
                                     input=shaper.batch())
             else:
                 self.runner.run_all(self.shaping_commands())
+            if self.spec.link.flow_queue_perturb_s is not None:
+                self._start_perturber(self.spec.link.flow_queue_perturb_s)
             save_state(self._state("up"))
             self._up = True
         except BaseException:
@@ -137,6 +143,17 @@ class LocalTestbed:
             raise StateError(f"subscriber store disagrees with the testbed: {exc}") from None
         self.provisioned = f"{plan.summary()} ({opened.kind} store)"
 
+    def _start_perturber(self, seconds: float) -> None:
+        """`testbed.net.perturb` in the UPF's namespace, detached: it outlives this process (a
+        `testbed up` returns) and dies with the namespace's processes on `down`."""
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.topology.upf.name, sys.executable, "-m",
+             "testbed.net.perturb", self.name, f"{seconds:g}"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+        started = process_start_time(proc.pid)
+        if started is not None:
+            self._processes.append(ProcessRecord(proc.pid, "flow-queue-perturb", started))
+
     def _state(self, status: str) -> TestbedState:
         return TestbedState(
             name=self.name,
@@ -145,6 +162,7 @@ class LocalTestbed:
             namespaces=self.topology.namespaces,
             spec=redact_testbed(self.spec.model_dump(mode="json")),  # no keys in /run
             extra={"store_dir": str(self.store_dir)} if self.store_dir else {},
+            processes=list(self._processes),
         )
 
     def _require_netem(self) -> None:

@@ -97,6 +97,12 @@ class LinkSpec(Strict):
     # also where slices share a class (slicing off), so a UE's connection never queues behind
     # another slice's flow (docs/slicing.md has the figures of both)
     flow_queue_sets: Literal["per-class", "per-slice"] = "per-class"
+    # re-draw the flow queues' hash every this many seconds, as sfq's `perturb` does: a
+    # connection that shares a queue with a bulk flow shares it for at most this long, so over a
+    # cell every connection draws many times and the share of requests that land behind a bulk
+    # flow is the collision probability, not the luck of a cell's few ports (docs/slicing.md).
+    # None: a fixed hash of the port. Local profile only: the lab's kernel has sfq itself.
+    flow_queue_perturb_s: float | None = Field(None, gt=0, le=3600)
     # the TCP congestion control of every socket in the testbed's namespaces (UEs, UPF, data
     # network). Set, not inherited: a namespace takes the kernel's default, which is CUBIC on
     # most distributions (and on the paper's testbed) but BBR on some, and the two treat a
@@ -116,7 +122,7 @@ class LinkSpec(Strict):
         return value
 
     @field_validator("flow_queue_packets", "flow_queue_drop", "flow_queue_bytes",
-                     "flow_queue_sets")
+                     "flow_queue_sets", "flow_queue_perturb_s")
     @classmethod
     def _needs_flow_queues(cls, value: object, info: ValidationInfo) -> object:
         # None, "tail" and "per-class" are the defaults, which a dumped spec repeats; flow_queues

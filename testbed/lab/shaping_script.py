@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 
 from testbed.config import TestbedSpec
+from testbed.errors import ConfigError, ConfigProblem
 from testbed.net.shaping import Shaper
 
 IFB = "tbifb0"
@@ -24,6 +25,11 @@ def _line(cmd: list[str]) -> str:
 
 def shaping_script(spec: TestbedSpec) -> str:
     """A POSIX shell script: `tb-slice-shaping start|stop NIC`."""
+    if spec.link.flow_queue_perturb_s is not None:
+        raise ConfigError([ConfigProblem(
+            f"testbed {spec.name!r}", None, "link.flow_queue_perturb_s",
+            "the local profile's stand-in for sfq's perturb (a process re-drawing the hash); "
+            "the lab's UPF host shapes with its own kernel's qdiscs: unset it")])
     up = Shaper(_N6, "uplink", spec.link, tuple(spec.slices)).commands()
     down = Shaper(IFB, "downlink", spec.link, tuple(spec.slices)).commands()
     slices = ", ".join(f"{s.name} {s.subnet} ≥{s.guaranteed_mbit:g} Mbit/s" for s in spec.slices)

@@ -27,10 +27,27 @@ LOSS_CLASS = "1:fe"  # where link.uplink_loss sends the packets it draws: a queu
 _RANDOM = 0xFFFFF000 + 56
 
 
-def flow_bucket(port: int, queues: int) -> int:
-    """The flow queue a UE's port hashes to: its bits 1..log2(queues), as the u32 mask of
-    `Shaper._flow_queues` takes them (tests/net/test_shaping.py holds the two together)."""
-    return (port >> 1) & (queues - 1)
+_NET = 0xFFF00000  # classic BPF: SKF_NET_OFF, loads relative to the IP header
+_GOLDEN = 0x9E3779B1  # Fibonacci hashing's multiplier: the top bits of port * it spread evenly
+
+
+def flow_bucket(port: int, queues: int, salt: int | None = None) -> int:
+    """The flow queue a UE's port hashes to. Without a salt (a fixed hash): its bits
+    1..log2(queues), as the u32 mask of `Shaper._flow_queues` takes them. With one (the hash
+    `link.flow_queue_perturb_s` re-draws): the top log2(queues) bits of (port ^ salt) * _GOLDEN
+    mod 2^32, as the classic-BPF filter computes them (tests/net/test_shaping.py holds each rule
+    and its filter together)."""
+    if salt is None:
+        return (port >> 1) & (queues - 1)
+    return (((port ^ salt) * _GOLDEN) & 0xFFFFFFFF) >> (32 - (queues.bit_length() - 1))
+
+
+def tc_batch(cmds: list[list[str]]) -> str:
+    """`tc` commands as one `tc -batch` script (each without its leading "tc")."""
+    def word(arg: str) -> str:  # tc's batch reader takes a double-quoted word whole
+        return f'"{arg}"' if " " in arg else arg
+
+    return "".join(" ".join(word(a) for a in cmd[1:]) + "\n" for cmd in cmds)
 
 
 def _kbit(mbit: float) -> str:
@@ -147,12 +164,13 @@ class Shaper:
         round robin with equal quanta, so each flow gets an equal share and a small flow never
         waits behind a bulk one's queue — what sfq or fq_codel would do."""
         dev, n = self.device, self.link.flow_queues
+        salted = self.link.flow_queue_perturb_s is not None  # a program hashes, not u32 tables
         table = f"{t + 2:x}:"
         # the port's bits 1..log2(n), not 0..: Linux's connect() takes even ports, so bit 0 is
         # always 0 and half the buckets would never be used (u32 shifts by the mask's lowest bit)
         mask = f"0x{(n - 1) << 17:08x}" if self.direction == "uplink" else f"0x{(n - 1) << 1:08x}"
-        cmds = [["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio", "1", "handle",
-                 table, "protocol", "ip", "u32", "divisor", str(n)]]
+        cmds = [] if salted else [["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio",
+                                   "1", "handle", table, "protocol", "ip", "u32", "divisor", str(n)]]
         for i in range(n):
             minor = 0x1000 + t * 0x100 + i
             child = f"1:{minor:x}"
@@ -161,14 +179,57 @@ class Shaper:
                          _kbit(c.ceil_mbit), "quantum", str(QUANTUM)])
             cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", child, "handle",
                          f"{minor:x}:", *self._flow_queue_leaf()])
-            cmds.append(["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio", "1",
-                         "protocol", "ip", "u32", "ht", f"{table}{i:x}:", "match", "u32", "0",
-                         "0", "flowid", child])
+            if not salted:
+                cmds.append(["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio", "1",
+                             "protocol", "ip", "u32", "ht", f"{table}{i:x}:", "match", "u32",
+                             "0", "0", "flowid", child])
+        if salted:
+            return [*cmds, self.salted_filter(t, c, subnet, salt=0, verb="add")]
         match = ["match", "u32", "0", "0"] if subnet is None else ["match", "ip", self._key, subnet]
         cmds.append(["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio", "1",
                      "protocol", "ip", "u32", *match, "hashkey", "mask", mask, "at", "20",
                      "link", table])
         return cmds
+
+    def salted_filter(self, t: int, c: SliceClass, subnet: str | None, *, salt: int,
+                      verb: str = "replace") -> list[str]:
+        """Flow queue set `t`'s classifier with its hash salted by `salt`: a classic-BPF program
+        that (for a packet of a UE in `subnet`) returns the leaf `flow_bucket(port, n, salt)` of
+        the set, else 0 (not this set's: the next filter decides). `verb` "replace" re-draws
+        the hash of a running tree (`link.flow_queue_perturb_s`)."""
+        n = self.link.flow_queues
+        base = 0x10000 | (0x1000 + t * 0x100)  # classid 1:(0x1000 + t * 0x100 + bucket)
+        port_at = 20 if self.direction == "uplink" else 22  # the UE's port: source up, dest down
+        prog: list[tuple[int, int, int, int]] = []
+        if subnet is not None:
+            net, bits = subnet.split("/")
+            mask = (0xFFFFFFFF << (32 - int(bits))) & 0xFFFFFFFF
+            addr = int.from_bytes(bytes(int(b) for b in net.split(".")), "big") & mask
+            ip_at = 12 if self.direction == "uplink" else 16
+            prog += [(0x20, 0, 0, _NET + ip_at),  # A = the UE's address
+                     (0x54, 0, 0, mask),  # A &= the subnet's mask
+                     (0x15, 0, 6, addr)]  # not the subnet: jump to "return 0"
+        prog += [(0x28, 0, 0, _NET + port_at),  # A = the UE's port
+                 (0xA4, 0, 0, salt),  # A ^= salt
+                 (0x24, 0, 0, _GOLDEN),  # A *= golden (mod 2^32)
+                 (0x74, 0, 0, 32 - (n.bit_length() - 1)),  # A >>= 32 - log2(n): the bucket
+                 (0x04, 0, 0, base),  # A += the set's first leaf
+                 (0x16, 0, 0, 0),  # return A: the leaf's classid
+                 (0x06, 0, 0, 0)]  # return 0: no match
+        code = ",".join([str(len(prog))] + [" ".join(map(str, op)) for op in prog])
+        return ["tc", "filter", verb, "dev", self.device, "parent", c.classid,
+                "prio", "1" if subnet is not None else "2", "handle", str(t + 1), "protocol", "ip",
+                "bpf", "bytecode", code]
+
+    def salted_filters(self, salt: int) -> list[list[str]]:
+        """Every flow queue set's `salted_filter`, re-drawn with `salt` (`tc filter replace`)."""
+        out: list[list[str]] = []
+        t = 0
+        for c in self.classes:
+            sets = self._flow_queue_sets(c)
+            out += [self.salted_filter(t + i, c, subnet, salt=salt) for i, subnet in enumerate(sets)]
+            t += len(sets)
+        return out
 
     def _flow_queue_leaf(self) -> list[str]:
         if self.link.flow_queue_bytes is not None:
@@ -177,10 +238,7 @@ class Shaper:
 
     def batch(self) -> str:
         """The same commands as one `tc -batch` script (hundreds of classes with flow queues)."""
-        def word(arg: str) -> str:  # tc's batch reader takes a double-quoted word whole
-            return f'"{arg}"' if " " in arg else arg
-
-        return "".join(" ".join(word(a) for a in cmd[1:]) + "\n" for cmd in self.commands())
+        return tc_batch(self.commands())
 
     def _leaf(self) -> list[str]:
         limit = str(self.link.queue_packets)

@@ -258,3 +258,66 @@ def test_uplink_loss_drops_its_share_of_a_ues_packets_and_spares_the_downlink(tb
     assert 60 <= lost["drops"] <= 140, lost
     assert not any(q["handle"] == "fe:" for q in json.loads(downlink))
     _assert_nothing_left(tb_name)
+
+
+def _leaf_counts(tb: LocalTestbed, shaper: int) -> dict[int, int]:
+    raw = Runner().run(["tc", "-n", tb.topology.upf.name, "-s", "-j", "qdisc", "show",
+                        "dev", tb.shapers[shaper].device]).stdout
+    return {int(q["handle"].rstrip(":"), 16): q["packets"] for q in json.loads(raw)
+            if q["kind"] == "pfifo" and q["handle"] not in ("1:", "ff:")}
+
+
+def _leaf_of(tb: LocalTestbed, shaper: int, send) -> int:
+    """The one flow-queue leaf whose packet count grows by what `send()` sends."""
+    before = _leaf_counts(tb, shaper)
+    send()
+    time.sleep(0.2)
+    grown = [h for h, n in _leaf_counts(tb, shaper).items() if n > before.get(h, 0)]
+    assert len(grown) == 1, grown
+    return grown[0]
+
+
+@pytest.mark.parametrize("sets", ["per-class", "per-slice"])
+def test_perturbed_flow_queue_hash_is_flow_bucket_and_moves_when_redrawn(tb_name, sets):
+    """link.flow_queue_perturb_s: the classic-BPF classifier puts a UE's port (source uplink,
+    destination downlink) in leaf flow_bucket(port, n, salt) of its set (each slice's own set
+    with per-slice), starting at salt 0; `salted_filters` re-draws it, and the perturber that
+    does so every few seconds is recorded and gone after down."""
+    from testbed.net.perturb import salted_batch
+    from testbed.net.shaping import flow_bucket
+
+    spec = _spec(tb_name, flow_queues=256, flow_queue_sets=sets, flow_queue_perturb_s=3600,
+                 slicing=False)
+    salt = 0x5EED1234
+    ports = [40002, 40004, 51234]
+    with LocalTestbed(spec) as tb:
+        [perturber] = load_state(tb_name).processes
+        assert perturber.name == "flow-queue-perturb" and not _zombie(perturber.pid)
+        first = 0x1000 + (0x100 if sets == "per-slice" else 0)  # be is the second slice's set
+        ue = tb.topology.ues_of_slice("be")[0]
+
+        def up(port):
+            return lambda: Runner().run(in_ns(ue.host.name, [
+                sys.executable, "-c", _BURST, str(ue.address), str(tb.topology.dn_addr),
+                "100", str(port), "3"]))
+
+        def down(port):  # from the data network to the UE's port
+            return lambda: Runner().run(in_ns(tb.topology.dn.name, [
+                sys.executable, "-c", _BURST_TO, str(ue.address), str(port)]))
+
+        for s in (0, salt):
+            if s:
+                Runner().run(["tc", "-n", tb.topology.upf.name, "-batch", "-"],
+                             input=salted_batch(tb.shapers, s))
+            assert [_leaf_of(tb, 0, up(p)) for p in ports] == \
+                [first + flow_bucket(p, 256, s) for p in ports]
+            assert [_leaf_of(tb, 1, down(p)) for p in ports] == \
+                [first + flow_bucket(p, 256, s) for p in ports]
+        assert len({flow_bucket(p, 256, 0) for p in ports} | {flow_bucket(p, 256, salt) for p in ports}) > 3
+    _assert_nothing_left(tb_name, [perturber.pid])
+
+
+_BURST_TO = ("import socket, sys\n"
+             "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+             "for _ in range(3):\n"
+             "    s.sendto(bytes(100), (sys.argv[1], int(sys.argv[2])))\n")

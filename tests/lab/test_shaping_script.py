@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from testbed.config import load_testbed
+from testbed.errors import ConfigError
 from testbed.lab.shaping_script import shaping_script
 from testbed.net.shaping import Shaper
 
@@ -51,3 +52,11 @@ def test_start_is_idempotent_and_stop_cleans(tmp_path: Path) -> None:
         assert run("ip", "link", "show", "tbifb0").returncode != 0
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def test_the_local_hash_perturber_is_refused_on_the_lab():
+    spec = load_testbed()
+    spec = spec.model_copy(update={"link": spec.link.model_copy(
+        update={"flow_queues": 256, "flow_queue_perturb_s": 2})})
+    with pytest.raises(ConfigError, match="flow_queue_perturb_s: the local profile"):
+        shaping_script(spec)

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from testbed.config import load_testbed
+import pytest
+
+from testbed.config import LinkSpec, load_testbed
 from testbed.net.shaping import Shaper, flow_bucket, shapers_for
 
 
@@ -170,3 +172,23 @@ def test_uplink_loss_draws_packets_into_a_zero_queue_before_any_slice_filter():
     assert not any(" bpf " in " ".join(c) for c in down.commands())
     lossless, _ = _shapers()
     assert not any(" bpf " in " ".join(c) for c in lossless.commands())
+
+
+def test_perturbed_flow_queues_hash_with_a_salted_program_instead_of_u32_tables():
+    up, down = _shapers(flow_queues=256, slicing=False, flow_queue_perturb_s=2)
+    for shaper in (up, down):
+        cmds = shaper.commands()
+        assert not any("u32" in c and c[1] == "filter" and c[6] != "1:" for c in cmds)
+        [program] = [c for c in cmds if "bpf" in c]
+        assert program[:3] == ["tc", "filter", "add"] and "handle" in program
+        redrawn = shaper.salted_filters(7)
+        assert [c[:3] for c in redrawn] == [["tc", "filter", "replace"]]
+        assert redrawn[0][3:-1] == program[3:-1] and redrawn[0][-1] != program[-1]  # only the salt
+    # every bucket is reachable from the even ports connect() picks, whatever the salt
+    for salt in (0, 1, 0xDEADBEEF):
+        assert {flow_bucket(p, 256, salt) for p in range(32768, 60999, 2)} == set(range(256))
+
+
+def test_flow_queue_perturb_needs_flow_queues():
+    with pytest.raises(ValueError, match="flow_queue_perturb_s sets each flow queue"):
+        LinkSpec(flow_queue_perturb_s=2)
