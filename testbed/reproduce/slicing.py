@@ -49,6 +49,10 @@ FIG_RATIO_ABS = 0.10  # ... and never tighter than 0.1
 FIG_SLO_FACTOR = 2.0  # our SLO violation rate without the slice within a factor 2 of the figure's,
 FIG_SLO_MIN = 0.01  # where the figure's is 1 % or more: below, a cell of a few hundred requests
 #                     cannot tell a factor 2 (and the sliced arm, ~0.1 %, has FLAT_SLO)
+# A band's lower edge under this is exploratory: at 20 flows the figure's 2.42 % puts it at
+# 1.21 %, and this model's tail there is 0.9-1.9 % from run to run (docs/slicing.md, 10 runs), so
+# a 40 s cell (1,200 requests, +-0.6 points) cannot tell the two apart; its upper edge decides
+FIG_SLO_DECIDES = 0.02
 
 
 # the spreads the judge sizes the checks with (a scenario's `plan:`): imgcls's latencies without
@@ -69,6 +73,7 @@ class Setup:
     flow_queue_sets: str = "per-class"  # whose flows may share a flow queue (link.flow_queue_sets)
     connections: str = "keep-alive"  # the clients' connections (a scenario client's `connections`)
     uplink_loss: float = 0.0  # random loss of uplink packets (link.uplink_loss)
+    perturb_s: float | None = None  # the flow queues' hash re-drawn this often (link.flow_queue_perturb_s)
     note: str = ""
 
     def describe(self) -> str:
@@ -79,6 +84,8 @@ class Setup:
         depth = (f"{self.flow_queue_bytes} bytes" if self.flow_queue_bytes
                  else f"{self.queue_packets} packets")
         sets = f" ({self.flow_queue_sets})" if self.flow_queues else ""
+        if self.perturb_s is not None:
+            sets += f", the hash re-drawn every {self.perturb_s:g} s"
         return (f"iperf3 {'+'.join(self.directions)}, {fq}{depth}{sets}, "
                 f"uplink {up:g} / downlink {down:g} Mbit/s, {self.connections} connections. "
                 f"{self.note}").strip()
@@ -101,6 +108,8 @@ class Setup:
             link["flow_queue_sets"] = self.flow_queue_sets
         if self.uplink_loss:
             link["uplink_loss"] = self.uplink_loss
+        if self.perturb_s is not None:
+            link["flow_queue_perturb_s"] = self.perturb_s
         return link
 
 
@@ -141,6 +150,10 @@ SETUPS: dict[str, Setup] = {
                                      connections="per-request",
                                      note="as -shared, each request on a new connection (the "
                                           "dissertation's client): each hashes anew"),
+    **{f"up-fq-b{kb}k-shared-perturb{p}": Setup(
+        ("uplink",), 100, flow_queues=256, flow_queue_bytes=kb * 1000, flow_queue_sets="per-class",
+        perturb_s=p, note=f"as -shared, the hash re-drawn every {p} s (sfq's perturb)")
+       for kb in (20, 30) for p in (2, 5)},
     "up-fq-b30k-fresh": Setup(("uplink",), 100, flow_queues=256, flow_queue_bytes=30_000,
                               connections="per-request",
                               note="each request on a new connection, per-slice flow queues"),
@@ -275,7 +288,8 @@ def figure_expectations(flows: list[int]) -> dict[str, list[str]]:
                              + (" exploratory" if series.service == "imgcls" else ""))
             elif off >= FIG_SLO_MIN:
                 ours = _term(series.metric, series.service, False, f)
-                lines += [f"{ours} >= {off / FIG_SLO_FACTOR:.4f}",
+                lower = off / FIG_SLO_FACTOR
+                lines += [f"{ours} >= {lower:.4f}" + (" exploratory" if lower < FIG_SLO_DECIDES else ""),
                           f"{ours} <= {off * FIG_SLO_FACTOR:.4f}"]
     return out
 

@@ -108,6 +108,7 @@ def test_every_setup_makes_a_valid_scenario_with_the_judges_checks():
         assert (link.flow_queues, depth, link.flow_queue_drop) == (
             setup.flow_queues, setup.queue_packets, setup.flow_queue_drop)
         assert link.flow_queue_bytes == setup.flow_queue_bytes
+        assert link.flow_queue_perturb_s == setup.perturb_s
         assert [x.direction for x in loaded.scenario.cross_traffic] == list(setup.directions)
         assert loaded.scenario.expect == expectations([10])["tts"]
 
