@@ -370,7 +370,7 @@ def rule_text() -> list[str]:
         f"more",
         f"every check above on SLO violation rates and mean times is decided on the "
         f"{100 * (1 - 2 * ALPHA):g} % interval of its margin (one-sided errors {ALPHA:g}, power "
-        f"0.95 at its effect; variance by one-second batches): a bound PASSes or FAILs when the "
+        f"0.95 at its effect; variance by two-second batches): a bound PASSes or FAILs when the "
         f"interval is on one side, 'no difference within M' PASSes only inside +-M; else "
         f"UNDECIDED, which fails a run (exit 2)",
     ]

@@ -10,7 +10,7 @@ Variance of one row's figure (requests that share a fate are not independent): t
 the independent figure (a rate: binomial with one violation and one on-time request added,
 Agresti and Caffo; a mean: s^2/n) and the batch-means figure the results give
 (`slo_violation_batch_se`, `mean_latency_batch_se_ms`: the spread of the means of the cell's
-one-second batches, testbed.scenario.results). docs/tolerances.md derives it.
+two-second batches, testbed.scenario.results). docs/tolerances.md derives it.
 """
 
 from __future__ import annotations

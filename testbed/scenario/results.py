@@ -17,7 +17,8 @@ SLO_MS = {name: float(p.slo_ms) for name, p in default_profiles().items()}
 # Error kinds of requests the service never answered through no fault of its own: the harness
 # gave them up (client stopped, testbed going down) or nothing listened at the endpoint.
 LOST_ERRORS = ("cancelled", "unreachable")
-BATCH_S = 1.0  # requests scheduled in the same wall second form one batch (docs/tolerances.md)
+BATCH_S = 2.0  # requests scheduled in the same two wall seconds form one batch: as long as a
+#               connection keeps its flow queue in the slicing scenarios (docs/tolerances.md)
 
 
 def service_row(records: list[dict[str, Any]], service: str, *, time_scale: float,
