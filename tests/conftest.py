@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import shutil
@@ -10,7 +11,10 @@ import subprocess
 import pytest
 
 
+@functools.cache
 def has_netns() -> tuple[bool, str]:
+    """Whether this process can make network namespaces, probed once, when the first test that
+    needs them runs (collecting the tests changes nothing on the machine)."""
     if os.geteuid() != 0:
         return False, "needs root for network namespaces"
     for tool in ("ip", "tc"):
@@ -24,16 +28,12 @@ def has_netns() -> tuple[bool, str]:
     return True, ""
 
 
-_NETNS = has_netns()
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    ok, why = _NETNS
-    if ok:
-        return
-    for item in items:
-        if "needs_root" in item.keywords:
-            item.add_marker(pytest.mark.skip(reason=why))
+@pytest.fixture(autouse=True)
+def _skip_without_netns(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("needs_root") is not None:
+        ok, why = has_netns()
+        if not ok:
+            pytest.skip(why)
 
 
 @pytest.fixture(autouse=True)
