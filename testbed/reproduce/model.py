@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.reproduce.tables import TableResult
+from testbed.reproduce.tables import Cell, Check, TableResult
 from testbed.scenario.expect import FAIL, NOT_RUN, PASS, UNDECIDED, Outcome
 
 
@@ -44,6 +44,32 @@ class Verdict:
     @property
     def passed(self) -> bool:
         return self.verdict == PASS
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data (verdicts.json, and the resume state of an interrupted reproduce)."""
+        d: dict[str, Any] = {k: getattr(self, k) for k in (
+            "artefact", "title", "verdict", "summary", "details", "decided_by", "run_dir", "seconds")}
+        d["outcomes"] = [asdict(o) for o in self.outcomes]
+        if self.table is not None:
+            t = self.table
+            d["table"] = {"key": t.key, "title": t.title, "oracle": t.oracle, "notes": t.notes,
+                          "checks": [asdict(c) for c in t.checks], "decided_by": t.decided_by,
+                          "cells": [asdict(c) for c in t.cells]}
+        if self.slicing is not None:
+            d["slicing"] = self.slicing
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Verdict:
+        """The Verdict `to_json` wrote. Plain data only: a shared resume folder runs no code."""
+        t = d.get("table")
+        table = None if t is None else TableResult(
+            t["key"], t["title"], [Cell(**c) for c in t["cells"]], oracle=t["oracle"],
+            notes=t["notes"], checks=[Check(**c) for c in t["checks"]], decided_by=t["decided_by"])
+        return cls(**{k: d[k] for k in ("artefact", "title", "verdict", "summary", "details",
+                                        "decided_by", "run_dir", "seconds")},
+                   outcomes=[Outcome(**o) for o in d["outcomes"]], table=table,
+                   slicing=d.get("slicing"))
 
 
 @dataclass

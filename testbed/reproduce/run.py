@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import shutil
 import time
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,8 @@ from testbed.scenario.load import load_scenario, parse_scenario
 from testbed.scenario.results import run_rows
 from testbed.scenario.runner import RunOptions, run_scenario
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+# the scenarios reproduce runs, shipped as package data (links to the repository's scenarios/)
+SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 # Table 5.4's window of the test day: from 13:30, where the chatbot's and imgcls's loads move
 # (shifts 0/8 h) and the simulator, run as the testbed runs, puts DRL and rule v2 0.02-0.04
 # apart, 20 times the run-to-run noise; from 09:00 the chatbot idles at one replica and imgcls
@@ -89,7 +88,7 @@ def reproduce(artefacts: list[Artefact], options: Options) -> ReproResult:
             v = _table54(a, partial, options)
         v.seconds = v.seconds or time.monotonic() - t0
         verdicts.append(v)
-        (partial / "done" / f"{a.name}.pickle").write_bytes(pickle.dumps(v))
+        (partial / "done" / f"{a.name}.json").write_text(json.dumps(v.to_json(), default=str))
         options.progress(f"{a.name}: {v.verdict} ({v.summary})"
                          + (f"; decided by: {v.decided_by}" if v.decided_by else ""))
     result = ReproResult(out, verdicts, time.monotonic() - started)
@@ -113,28 +112,15 @@ def _resume(partial: Path, options: Options) -> dict[str, Verdict]:
         if not stamp.is_file() or json.loads(stamp.read_text()) != key:
             raise StateError(f"{partial} is left from an interrupted run with other options: "
                              f"rerun with the same options to resume it, or remove it")
-        return {p.stem: pickle.loads(p.read_bytes())
-                for p in sorted((partial / "done").glob("*.pickle"))}
+        return {p.stem: Verdict.from_json(json.loads(p.read_text()))
+                for p in sorted((partial / "done").glob("*.json"))}
     (partial / "done").mkdir(parents=True)
     stamp.write_text(json.dumps(key))
     return {}
 
 
 def _jsonable(result: ReproResult) -> dict[str, Any]:
-    out = []
-    for v in result.verdicts:
-        d = {k: getattr(v, k) for k in ("artefact", "title", "verdict", "summary", "details",
-                                         "decided_by", "run_dir", "seconds")}
-        d["outcomes"] = [asdict(o) for o in v.outcomes]
-        if v.table is not None:
-            d["table"] = {"key": v.table.key, "title": v.table.title, "oracle": v.table.oracle,
-                          "checks": [asdict(c) for c in v.table.checks], "notes": v.table.notes,
-                          "decided_by": v.table.decided_by,
-                          "cells": [c.__dict__ for c in v.table.cells]}
-        if v.slicing is not None:
-            d["slicing"] = v.slicing
-        out.append(d)
-    return {"seconds": result.seconds, "verdicts": out}
+    return {"seconds": result.seconds, "verdicts": [v.to_json() for v in result.verdicts]}
 
 
 def _run(path: Path, partial: Path, options: Options, overrides: dict[str, Any] | None = None,

@@ -3,6 +3,8 @@ non-zero exit, and nothing written."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from testbed.cli import main
@@ -163,7 +165,8 @@ def test_an_interrupted_run_resumes_after_its_finished_artefacts(tmp_path, monke
     monkeypatch.setattr(run, "_sim", interrupted_at_52)
     assert main(argv) == 130
     assert "the same command with --out" in capsys.readouterr().err
-    assert (tmp_path / "rep.partial" / "done" / "table5.1.pickle").is_file()
+    kept = tmp_path / "rep.partial" / "done" / "table5.1.json"  # plain data: loading it runs no code
+    assert json.loads(kept.read_text())["artefact"] == "table5.1"
     assert main([*argv, "--quick"]) != 0  # other options: refused, nothing lost
     assert "with other options" in capsys.readouterr().err
     assert main(argv) in (0, 1)
@@ -184,3 +187,19 @@ def test_the_drl_columns_without_the_drl_extra_stop_before_any_work(tmp_path, mo
     (line,) = _lines(capsys.readouterr().err)
     assert "drl extra (sb3_contrib not installed)" in line and "--rule-only" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["traces"]
+
+
+def test_a_verdict_survives_its_json_resume_state():
+    from testbed.reproduce.model import Verdict
+    from testbed.reproduce.tables import Cell, Check, TableResult
+    from testbed.scenario.expect import Outcome
+
+    table = TableResult("5.4", "Table 5.4", [Cell("imgcls", "ppo", {"reward": 0.5}, {"reward": 0.6},
+                                                  sd={"reward": 0.01}, runs=2, passed=False, why="far")],
+                        oracle={"imgcls": 0.7}, notes=["n"], checks=[Check("a >= b", True, "d")],
+                        decided_by="86400 s")
+    v = Verdict("table5.4", "T", "NOT RUN", "s", details=["x"], table=table, run_dir="runs/a",
+                seconds=3.5, decided_by="86400 s",
+                outcomes=[Outcome("a > b", "UNDECIDED", 1.0, None, "d", "1200 s", True)])
+    again = Verdict.from_json(json.loads(json.dumps(v.to_json())))
+    assert again == v and again.table.verdict == v.table.verdict
