@@ -1,10 +1,29 @@
-"""Where the repository's own folders are, for code that ships with them (a checkout or an
-editable install): the root, the playbooks and the agents shipped in models/."""
+"""Where things are: the repository's own folders, for code that ships with them (a checkout or
+an editable install: the root, the playbooks, the agents shipped in models/), and the names of
+run directories."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MODELS_DIR = REPO_ROOT / "models"  # the agents and share-policy actors shipped with the repository
 PLAYBOOKS_DIR = REPO_ROOT / "playbooks"
+RUNS_DIR = Path("runs")  # where a command writes its run directory without --out (from the cwd)
+
+
+def stamped(label: str, root: Path = RUNS_DIR) -> Path:
+    """root/<UTC time>-<label>, the name of a run directory (not created)."""
+    return root / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{label}"
+
+
+def new_run_dir(root: Path, label: str) -> Path:
+    """A new, empty run directory root/<UTC time>-<label>, with -2, -3, ... when that exists."""
+    path = base = stamped(label, root)
+    n = 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    path.mkdir(parents=True)
+    return path

@@ -1,21 +1,15 @@
-"""`testbed judge RUN_DIR`: a run judged again from its record (results.json), and `testbed run
---plan`: what each check can detect at the size the scenario plans."""
+"""`testbed judge RUN_DIR`: a run judged again from its record (results.json)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from testbed.cli import app, console
 from testbed.errors import ConfigError, StateError
-
-if TYPE_CHECKING:
-    from testbed.scenario.load import LoadedScenario
 
 
 @app.command("judge")
@@ -85,29 +79,3 @@ def _expect_lines(run_dir: Path, record: dict[str, Any], scenario: Path | None) 
         if isinstance(lines, list):
             return [str(x) for x in lines]
     return [str(o.get("text")) for o in record.get("expect", []) if isinstance(o, dict)]
-
-
-def print_plan(loaded: LoadedScenario, *, duration_s: float | None = None,
-               repetitions: int | None = None) -> None:
-    """`testbed run --plan`: each chance-tested check's planned requests per cell, the smallest
-    effect it detects (alpha 0.05, power 0.95), the effect it states, and whether it is decided.
-
-    loaded: the scenario; duration_s, repetitions: the run's overrides."""
-    from testbed.scenario.expect_power import plan_checks, plan_table
-    from testbed.scenario.matrix import expand
-
-    update: dict[str, Any] = {}
-    if duration_s is not None:
-        update["duration_s"] = duration_s
-    if repetitions is not None:
-        update["repetitions"] = repetitions
-    scn = loaded.scenario.model_copy(update=update) if update else loaded.scenario
-    plans = plan_checks(scn, expand(scn, loaded.testbed), loaded.base_dir)
-    table = Table("expect", "requests/cell", "detects", "states", "at this size",
-                  title=f"Power of {scn.name}'s checks ({scn.duration_s:g} s per cell)")
-    for row in plan_table(plans):
-        table.add_row(*(escape(c) for c in row))
-    console.print(table)
-    plain = len(scn.expect) - len(plans)
-    if plain:
-        console.print(f"{plain} check(s) are plain comparisons (no chance in their figures)")

@@ -76,9 +76,9 @@ def status(inventory: Path = Inventory, run_dir: Path = RunDir,
     """
     # the lab layer (pydantic models, jinja2): loaded only when this command runs (fast CLI start)
     from testbed.lab import lab_status
-    from testbed.lab.bringup import new_run_dir
+    from testbed.paths import RUNS_DIR, new_run_dir
 
-    st = lab_status(inventory, run_dir or new_run_dir("status"), kubeconfig=kubeconfig,
+    st = lab_status(inventory, run_dir or new_run_dir(RUNS_DIR, "lab-status"), kubeconfig=kubeconfig,
                     prometheus_url=prometheus, console=console)
     units = Table("host", "unit", "state", title="testbed units")
     for host, rows in st.units.items():

@@ -8,7 +8,6 @@ import os
 import signal
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,6 +18,7 @@ from rich.table import Table
 from testbed.cli import app, checks, console
 from testbed.errors import StateError, TestbedError
 from testbed.net.cmd import require_binaries
+from testbed.paths import stamped
 
 if TYPE_CHECKING:
     from testbed.bringup.local import LocalTestbed
@@ -349,7 +349,7 @@ def _fmt(v: float | int | None) -> str:
 
 
 def _run_dir(out: Path | None, label: str) -> Path:
-    return out or Path("runs") / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{label}"
+    return out or stamped(label)
 
 
 @traffic_app.command("iperf")

@@ -127,7 +127,6 @@ def run(
     like_field("--metrics", Scenario, "metrics", metrics)
     loaded = _scenario_to_run(scenario, from_manifest)
     if plan:
-        from testbed.cli.judge import print_plan
 
         print_plan(loaded, duration_s=duration, repetitions=repetitions)
         return
@@ -339,3 +338,29 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run directory.")]) ->
     writable_dir("RUN_DIR", run_dir)
     md, page = write_report(run_dir)
     console.print(f"wrote {md} and {page}")
+
+
+def print_plan(loaded: LoadedScenario, *, duration_s: float | None = None,
+               repetitions: int | None = None) -> None:
+    """`testbed run --plan`: each chance-tested check's planned requests per cell, the smallest
+    effect it detects (alpha 0.05, power 0.95), the effect it states, and whether it is decided.
+
+    loaded: the scenario; duration_s, repetitions: the run's overrides."""
+    from testbed.scenario.expect_power import plan_checks, plan_table
+    from testbed.scenario.matrix import expand
+
+    update: dict[str, Any] = {}
+    if duration_s is not None:
+        update["duration_s"] = duration_s
+    if repetitions is not None:
+        update["repetitions"] = repetitions
+    scn = loaded.scenario.model_copy(update=update) if update else loaded.scenario
+    plans = plan_checks(scn, expand(scn, loaded.testbed), loaded.base_dir)
+    table = Table("expect", "requests/cell", "detects", "states", "at this size",
+                  title=f"Power of {scn.name}'s checks ({scn.duration_s:g} s per cell)")
+    for row in plan_table(plans):
+        table.add_row(*(escape(c) for c in row))
+    console.print(table)
+    plain = len(scn.expect) - len(plans)
+    if plain:
+        console.print(f"{plain} check(s) are plain comparisons (no chance in their figures)")

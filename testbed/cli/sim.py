@@ -28,7 +28,7 @@ from testbed.cli.sim_inputs import (
     sim_profiles,
 )
 from testbed.errors import ConfigError, ConfigProblem
-from testbed.paths import MODELS_DIR
+from testbed.paths import MODELS_DIR, stamped
 from testbed.profiles import paper
 
 if TYPE_CHECKING:
@@ -451,7 +451,7 @@ def sim_compare(
     rows = run_comparison(comparison, stage=console.status,
                           on_result=lambda name, r: _print_compare_run(name, r, as_json))
     elapsed = _time.perf_counter() - started
-    out = out or Path("runs") / (_time.strftime("%Y%m%dT%H%M%SZ", _time.gmtime()) + "-compare")
+    out = out or stamped("compare")
     write_compare_report(rows, out, report_note(comparison, elapsed, len(rows)))
     if not as_json:
         _print_compare_tables(rows, bool(pipes), elapsed, out)

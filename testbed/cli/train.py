@@ -353,7 +353,7 @@ def tune_cmd(
     """
     # numpy and the simulator (optuna when tuning starts): loaded only when this command runs
     from testbed.load.trace import load_trace
-    from testbed.scenario.rundir import new_run_dir
+    from testbed.paths import new_run_dir
     from testbed.train.tune import tune
 
     known = known_profiles(profiles_path)

@@ -14,7 +14,6 @@ import json
 import shutil
 import urllib.request
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +29,11 @@ from testbed.lab.inventory import LabInventory
 from testbed.lab.render import CORE_GROUP, RAN_GROUP, check_rendered, peer_addresses, render_lab
 from testbed.lab.runner import PlaybookResult, run_playbook
 from testbed.lab.shaping_script import shaping_script
-from testbed.paths import REPO_ROOT
+from testbed.paths import REPO_ROOT, RUNS_DIR, new_run_dir
 from testbed.profiles import ServiceProfile, load_profiles
 
 # RUN_DIR/rendered/workloads/<service>/k8s.yaml: the manifests the services role applies
 MANIFESTS_SUBDIR = "workloads"
-
-
-def new_run_dir(kind: str, base: Path = Path("runs")) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = base / f"{stamp}-lab-{kind}"
-    path.mkdir(parents=True, exist_ok=False)
-    return path
 
 
 def upf_instances(rendered: Path) -> list[dict[str, Any]]:
@@ -227,7 +219,7 @@ def lab_up(spec: TestbedSpec, inventory: Path, check: bool = False, run_dir: Pat
         # a render from another inventory, or from none, would leave the gNB unable to reach
         # the core (without core and RAN hosts no address is used)
         check_rendered(rendered_dir, peer_addresses(spec, lab_inventory))
-    run_dir = run_dir or new_run_dir("check" if check else "up")
+    run_dir = run_dir or new_run_dir(RUNS_DIR, "lab-check" if check else "lab-up")
     run_dir.mkdir(parents=True, exist_ok=True)
     rendered = prepare_rendered(spec, run_dir, rendered_dir, lab_inventory)
     prepare_manifests(rendered, profiles_file)
@@ -242,7 +234,7 @@ def lab_up(spec: TestbedSpec, inventory: Path, check: bool = False, run_dir: Pat
 def lab_down(inventory: Path, run_dir: Path | None = None, *, check: bool = False,
              console: Console | None = None) -> PlaybookResult:
     """Undo `lab_up` (reset.yml); safe on a half-done bring-up and when run twice."""
-    run_dir = run_dir or new_run_dir("down")
+    run_dir = run_dir or new_run_dir(RUNS_DIR, "lab-down")
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_playbook("reset.yml", inventory=inventory, run_dir=run_dir,
                         extravars={"testbed_run_dir": str(run_dir.resolve())}, check=check,

@@ -12,26 +12,29 @@ from __future__ import annotations
 import shlex
 
 from testbed.config import TestbedSpec
-from testbed.errors import ConfigError, ConfigProblem
 from testbed.net.shaping import Shaper
 
 IFB = "tbifb0"
 _N6 = "\0N6\0"  # placeholder device name, replaced by the script's "$dev"
+_SALT = "\0SALT\0"  # placeholder salt in a flow-queue program, replaced by the script's "$salt"
 
 
 def _line(cmd: list[str]) -> str:
-    return " ".join('"$dev"' if a == _N6 else shlex.quote(a) for a in cmd)
+    return " ".join('"$dev"' if a == _N6 else
+                    '"' + a.replace(_SALT, "$salt") + '"' if _SALT in a else shlex.quote(a)
+                    for a in cmd)
 
 
 def shaping_script(spec: TestbedSpec) -> str:
     """A POSIX shell script: `tb-slice-shaping start|stop NIC`."""
-    if spec.link.flow_queue_perturb_s is not None:
-        raise ConfigError([ConfigProblem(
-            f"testbed {spec.name!r}", None, "link.flow_queue_perturb_s",
-            "the local profile's stand-in for sfq's perturb (a process re-drawing the hash); "
-            "the lab's UPF host shapes with its own kernel's qdiscs: unset it")])
-    up = Shaper(_N6, "uplink", spec.link, tuple(spec.slices)).commands()
-    down = Shaper(IFB, "downlink", spec.link, tuple(spec.slices)).commands()
+    up_shaper = Shaper(_N6, "uplink", spec.link, tuple(spec.slices))
+    down_shaper = Shaper(IFB, "downlink", spec.link, tuple(spec.slices))
+    up, down = up_shaper.commands(), down_shaper.commands()
+    every = spec.link.flow_queue_perturb_s
+    # link.flow_queue_perturb_s: a loop in the background re-draws the flow queues' hash (what
+    # testbed.net.perturb does on the local profile), each salt from /dev/urandom
+    resalt = [] if every is None else [
+        _line(c) for s in (up_shaper, down_shaper) for c in s.salted_filters(_SALT)]
     slices = ", ".join(f"{s.name} {s.subnet} ≥{s.guaranteed_mbit:g} Mbit/s" for s in spec.slices)
     lines = [
         "#!/bin/sh",
@@ -40,7 +43,9 @@ def shaping_script(spec: TestbedSpec) -> str:
         "set -eu",
         'action="${1:?usage: $0 start|stop NIC}"',
         'dev="${2:?usage: $0 start|stop NIC}"',
+        f"pidfile=/run/tb-slice-shaping-{spec.name}.perturb.pid",
         "clear() {",
+        '  if [ -f "$pidfile" ]; then kill "$(cat "$pidfile")" 2>/dev/null || true; rm -f "$pidfile"; fi',
         '  tc qdisc del dev "$dev" root 2>/dev/null || true',
         '  tc qdisc del dev "$dev" ingress 2>/dev/null || true',
         f"  ip link del {IFB} 2>/dev/null || true",
@@ -57,7 +62,15 @@ def shaping_script(spec: TestbedSpec) -> str:
         '  tc filter add dev "$dev" parent ffff: protocol ip prio 1 u32 match u32 0 0 '
         f"action mirred egress redirect dev {IFB}",
         *(f"  {_line(c)}" for c in down),
+        *(['  nohup sh "$0" perturb "$dev" </dev/null >/dev/null 2>&1 &',
+           '  echo $! > "$pidfile"'] if resalt else []),
         "  ;;",
+        *(["perturb)",
+           f"  while sleep {every:g}; do",
+           "    salt=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')",
+           *(f"    {c} || exit 1" for c in resalt),
+           "  done",
+           "  ;;"] if resalt else []),
         "stop)",
         "  clear",
         "  ;;",

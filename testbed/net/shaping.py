@@ -191,12 +191,13 @@ class Shaper:
                      "link", table])
         return cmds
 
-    def salted_filter(self, t: int, c: SliceClass, subnet: str | None, *, salt: int,
+    def salted_filter(self, t: int, c: SliceClass, subnet: str | None, *, salt: int | str,
                       verb: str = "replace") -> list[str]:
         """Flow queue set `t`'s classifier with its hash salted by `salt`: a classic-BPF program
         that (for a packet of a UE in `subnet`) returns the leaf `flow_bucket(port, n, salt)` of
         the set, else 0 (not this set's: the next filter decides). `verb` "replace" re-draws
-        the hash of a running tree (`link.flow_queue_perturb_s`)."""
+        the hash of a running tree (`link.flow_queue_perturb_s`). A str salt is written into the
+        program as it is: the lab's shell script passes "$salt"."""
         n = self.link.flow_queues
         base = 0x10000 | (0x1000 + t * 0x100)  # classid 1:(0x1000 + t * 0x100 + bucket)
         port_at = 20 if self.direction == "uplink" else 22  # the UE's port: source up, dest down
@@ -221,7 +222,7 @@ class Shaper:
                 "prio", "1" if subnet is not None else "2", "handle", str(t + 1), "protocol", "ip",
                 "bpf", "bytecode", code]
 
-    def salted_filters(self, salt: int) -> list[list[str]]:
+    def salted_filters(self, salt: int | str) -> list[list[str]]:
         """Every flow queue set's `salted_filter`, re-drawn with `salt` (`tc filter replace`)."""
         out: list[list[str]] = []
         t = 0

@@ -15,12 +15,12 @@ import json
 import os
 import shutil
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from testbed.config.yamlfile import load_yaml_file
 from testbed.errors import StateError
+from testbed.paths import stamped
 from testbed.profiles.paper import FIGURE_SERVICES
 from testbed.report import write_report
 from testbed.reproduce.artefacts import ARTEFACTS, Artefact, model_files, preflight
@@ -52,8 +52,7 @@ T54_FULL_REPS = 2
 
 
 def default_out(quick: bool) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return Path("runs") / f"{stamp}-reproduce{'-quick' if quick else ''}"
+    return stamped(f"reproduce{'-quick' if quick else ''}")
 
 
 def reproduce(artefacts: list[Artefact], options: Options) -> ReproResult:

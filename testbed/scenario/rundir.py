@@ -30,17 +30,6 @@ PACKAGES = ("testbed", "pydantic", "aiohttp", "numpy", "pymongo", "montydb", "to
             "stable-baselines3", "sb3-contrib", "gymnasium", "matplotlib", "typer", "rich")
 
 
-def new_run_dir(root: Path, scenario_name: str) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = root / f"{stamp}-{scenario_name}"
-    n = 1
-    while path.exists():
-        n += 1
-        path = root / f"{stamp}-{scenario_name}-{n}"
-    path.mkdir(parents=True)
-    return path
-
-
 def git_commit() -> str | None:
     here = Path(__file__).resolve().parent
     try:

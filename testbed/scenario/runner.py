@@ -26,6 +26,7 @@ from rich.console import Console
 from testbed.bringup.local import require_root
 from testbed.errors import MissingRequirement, TestbedError
 from testbed.metrics.server import find_prometheus
+from testbed.paths import new_run_dir
 from testbed.scenario.backends import LocalProfile, Profile
 from testbed.scenario.cell import CellRunner, SimCellRunner
 from testbed.scenario.expect import PASS, Outcome, evaluate_all, run_verdict
@@ -33,7 +34,7 @@ from testbed.scenario.live import LiveView
 from testbed.scenario.load import LoadedScenario
 from testbed.scenario.matrix import Cell, expand
 from testbed.scenario.results import failed_cells, run_rows
-from testbed.scenario.rundir import CellDir, new_run_dir, write_manifest
+from testbed.scenario.rundir import CellDir, write_manifest
 from testbed.scenario.simcell import write_cell_files
 from testbed.scenario.spec import Scenario
 from testbed.scenario.sweep import check_options, run_in_pool, run_on_dask, workers

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from testbed.config import load_testbed
-from testbed.errors import ConfigError
 from testbed.lab.shaping_script import shaping_script
 from testbed.net.shaping import Shaper
 
@@ -54,9 +55,51 @@ def test_start_is_idempotent_and_stop_cleans(tmp_path: Path) -> None:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
-def test_the_local_hash_perturber_is_refused_on_the_lab():
+@pytest.mark.needs_root
+def test_the_hash_perturber_runs_beside_the_tree_and_stops_with_it(tmp_path: Path) -> None:
+    """link.flow_queue_perturb_s on the lab: `start` leaves a loop that re-draws each flow queue
+    set's salt (the classic-BPF program changes), and `stop` ends it."""
     spec = load_testbed()
     spec = spec.model_copy(update={"link": spec.link.model_copy(
-        update={"flow_queues": 256, "flow_queue_perturb_s": 2})})
-    with pytest.raises(ConfigError, match="flow_queue_perturb_s: the local profile"):
-        shaping_script(spec)
+        update={"flow_queues": 4, "flow_queue_perturb_s": 0.5})})
+    script = tmp_path / "shape.sh"
+    script.write_text(shaping_script(spec))
+    ns = f"tb-i7p{os.getpid() % 10000}"
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True)
+
+    def programs() -> str:
+        return run("tc", "filter", "show", "dev", "tbv0", "parent", "1:ff").stdout
+
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    pidfile = Path(f"/run/tb-slice-shaping-{spec.name}.perturb.pid")
+    try:
+        run("ip", "link", "add", "tbv0", "type", "veth", "peer", "name", "tbv1")
+        run("ip", "link", "set", "tbv0", "up")
+        first = run("sh", str(script), "start", "tbv0")
+        if first.returncode != 0 and ("ifb" in first.stderr or "Unknown" in first.stderr):
+            pytest.skip(f"kernel lacks ifb/mirred: {first.stderr.strip()}")
+        assert first.returncode == 0, first.stderr
+        before = programs()
+        assert "bpf" in before
+        loop = int(pidfile.read_text())
+        time.sleep(1.5)
+        assert programs() != before  # a new salt
+        assert run("sh", str(script), "stop", "tbv0").returncode == 0
+        time.sleep(0.2)
+        assert not pidfile.exists() and not _running(loop)
+    finally:
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pidfile.read_text()), 9)
+            pidfile.unlink()
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a container's init may be slow to reap the loop)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
