@@ -101,7 +101,8 @@ class LinkSpec(Strict):
     # connection that shares a queue with a bulk flow shares it for at most this long, so over a
     # cell every connection draws many times and the share of requests that land behind a bulk
     # flow is the collision probability, not the luck of a cell's few ports (docs/slicing.md).
-    # None: a fixed hash of the port. Local profile only: the lab's kernel has sfq itself.
+    # None: a fixed hash of the port. Locally testbed.net.perturb re-draws it; on the lab, a loop
+    # the UPF host's shaping script starts (testbed.lab.shaping_script).
     flow_queue_perturb_s: float | None = Field(None, gt=0, le=3600)
     # the TCP congestion control of every socket in the testbed's namespaces (UEs, UPF, data
     # network). Set, not inherited: a namespace takes the kernel's default, which is CUBIC on
