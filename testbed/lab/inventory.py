@@ -17,6 +17,7 @@ from testbed.config.yamlfile import FieldPath, LocatedYaml, format_path
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 
 UE_GROUP = "ran"
+PROMETHEUS_NODE_PORT = 30090  # the prometheus role's default (playbooks/roles/prometheus/defaults)
 
 
 @dataclass
@@ -95,6 +96,15 @@ class LabInventory:
                 f"{self.path}: no UE hosts: the inventory's group {UE_GROUP!r} is empty or "
                 "missing (the UERANSIM UEs, and so the scenario's clients and iperf3, run there)")
         return hosts
+
+    def prometheus_url(self, server: str) -> str:
+        """The lab's Prometheus, as the prometheus role exposes it on the cluster server."""
+        port = self.var(server, "prometheus_node_port", PROMETHEUS_NODE_PORT)
+        return f"http://{self.address(server)}:{port}"
+
+    def services_address(self, server: str) -> str:
+        """Where the services' NodePorts answer (services_address, else the server's address)."""
+        return str(self.var(server, "services_address") or self.address(server))
 
     def one(self, group: str, what: str) -> str:
         hosts = self.hosts(group)

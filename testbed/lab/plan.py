@@ -19,10 +19,15 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace as NS
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from testbed.cluster.kubernetes import KubernetesCluster, KubeService
 from testbed.config import TestbedSpec
 from testbed.lab.hosts import CommandResult
+from testbed.metrics.prometheus import PrometheusMetrics, PromService
+
+if TYPE_CHECKING:
+    from testbed.lab.session import Reach
 
 
 class ActionLog:
@@ -244,3 +249,28 @@ def _short(promql: str) -> str:
     """What a window query reads, by its range: "[30000ms]" (the PromQL is in `WindowQueries`)."""
     m = re.search(r"\[(\d+ms)", promql)
     return f"[{m.group(1)}]" if m else re.sub(r"\{[^{}]*\}", "{…}", promql)
+
+
+class PlanBackends:
+    """Check mode's `LabSession` backends: each client prints its actions (`PlanHosts`,
+    `PlanKube` behind a real `KubernetesCluster`, `plan_fetch` behind a real
+    `PrometheusMetrics`) on the virtual clock `vt`; `replicas`: each Deployment's count to start
+    from."""
+
+    def __init__(self, log: ActionLog, vt: VirtualTime, spec: TestbedSpec, replicas: dict[str, int]):
+        self.log, self.vt, self.spec, self.replicas = log, vt, spec, replicas
+        self.clock, self.sleep = vt.monotonic, vt.advance
+
+    def hosts(self, reach: Reach) -> PlanHosts:
+        return PlanHosts(self.log, self.spec)
+
+    def cluster(self, reach: Reach, services: list[KubeService]) -> KubernetesCluster:
+        kube = PlanKube(self.log, dict(self.replicas), reach.max_units or 0)
+        return KubernetesCluster(services, reach.namespace, apps_api=kube, core_api=kube,
+                                 max_units=reach.max_units, node_address=reach.node_address,
+                                 clock=self.vt.monotonic, sleep=self.vt.advance,
+                                 unit_pct=reach.unit_pct)
+
+    def metrics(self, reach: Reach, services: list[PromService]) -> PrometheusMetrics:
+        return PrometheusMetrics(reach.prometheus, services, fetch=plan_fetch(self.log),
+                                 clock=self.vt.time)

@@ -33,6 +33,8 @@ from testbed.lab.inventory import LabInventory
 from testbed.lab.shaping_script import shaping_script
 from testbed.lab.traffic import LabTraffic, UeSession, discover_sessions
 from testbed.metrics.prometheus import PrometheusMetrics, PromService
+from testbed.net.iperf import BASE_PORT
+from testbed.paths import RUNS_DIR
 
 SHAPING_SCRIPT = "/usr/local/sbin/tb-slice-shaping"  # the upf role's upf_shaping_script
 
@@ -58,29 +60,64 @@ class LabService:
     initial_replicas: int = 1
 
 
-def default_kubeconfig(runs: Path = Path("runs")) -> Path | None:
+def default_kubeconfig(runs: Path = RUNS_DIR) -> Path | None:
     ups = sorted(runs.glob("*-lab-up/kubeconfig")) if runs.is_dir() else []
     return ups[-1] if ups else None
 
 
+@dataclass(frozen=True)
+class Reach:
+    """Where a session's backends connect, as the inventory and the options name it."""
+
+    inventory: LabInventory
+    run_dir: Path
+    kubeconfig: Path | None
+    namespace: str
+    node_address: str  # the services' NodePorts
+    prometheus: str  # Prometheus's URL
+    unit_pct: int  # the GPU share of one MPS unit
+    max_units: int | None
+
+
+class RealBackends:
+    """The lab itself: commands through Ansible, the Kubernetes API, Prometheus over HTTP, real
+    time. `testbed.lab.plan.PlanBackends` is check mode's stand-in; a session swaps only this."""
+
+    clock: Callable[[], float] | None = None  # None: time.monotonic
+    sleep: Callable[[float], None] | None = None  # None: time.sleep
+
+    def hosts(self, reach: Reach) -> HostRunner:
+        return AnsibleHosts(reach.inventory.path, reach.run_dir)
+
+    def cluster(self, reach: Reach, services: list[KubeService]) -> KubernetesCluster:
+        kubeconfig = reach.kubeconfig or default_kubeconfig()
+        return KubernetesCluster.connect(
+            services, reach.namespace, kubeconfig=str(kubeconfig) if kubeconfig else None,
+            max_units=reach.max_units, node_address=reach.node_address, unit_pct=reach.unit_pct)
+
+    def metrics(self, reach: Reach, services: list[PromService]) -> PrometheusMetrics:
+        return PrometheusMetrics(reach.prometheus, services)
+
+
 class LabSession:
+    """One run's lab connections. `backends` makes them: `RealBackends()` (the default) or check
+    mode's `PlanBackends`; everything else is the same code."""
+
     def __init__(self, config: LabConfig, services: Sequence[LabService], spec: TestbedSpec,
                  run_dir: Path, run_id: str, *, total_units: int | None = None,
-                 hosts: HostRunner | None = None, cluster: KubernetesCluster | None = None,
-                 metrics: PrometheusMetrics | None = None,
-                 clock: Callable[[], float] | None = None,
-                 sleep: Callable[[float], None] | None = None):
+                 backends: Any = None):
         self.config = config
+        self.backends = backends or RealBackends()
         self.inventory = LabInventory.load(config.inventory)
         self.services = list(services)
         self.spec = spec
         self.run_dir = run_dir
         self.run_id = run_id
         self.total_units = total_units
-        self.hosts = hosts
-        self.cluster = cluster
-        self.metrics = metrics
-        self._clock, self._sleep = clock, sleep
+        self.hosts: HostRunner | None = None
+        self.cluster: KubernetesCluster | None = None
+        self.metrics: PrometheusMetrics | None = None
+        self._clock, self._sleep = self.backends.clock, self.backends.sleep
         self.sessions: list[UeSession] = []
         self.iperf_servers: list[tuple[str, int]] = []
         self._original: dict[str, int] = {}
@@ -101,18 +138,17 @@ class LabSession:
             raise MissingRequirement(f"{core}: upf_n6_interface is not set in {inv.path}")
         for host in inv.hosts("traffic"):
             addr = str(inv.var(host, "iperf3_address") or inv.address(host))
-            self.iperf_servers += [(addr, int(p)) for p in inv.var(host, "iperf3_ports", [5201])]
-        if self.hosts is None:
-            self.hosts = AnsibleHosts(inv.path, self.run_dir)
-        node_address = str(inv.var(server, "services_address") or inv.address(server))
-        if self.cluster is None:
-            kubeconfig = self.config.kubeconfig or default_kubeconfig()
-            self.cluster = KubernetesCluster.connect(
-                [KubeService(s.name, units_per_replica=s.units) for s in self.services],
-                self.config.namespace, kubeconfig=str(kubeconfig) if kubeconfig else None,
-                max_units=self.total_units, node_address=node_address,
-                unit_pct=mps_unit_pct(inv.var(server, "gpu_operator_mps_replicas", MPS_REPLICAS),
-                                      str(inv.path)))
+            self.iperf_servers += [(addr, int(p))
+                                   for p in inv.var(host, "iperf3_ports", [BASE_PORT])]
+        reach = Reach(inv, self.run_dir, self.config.kubeconfig, self.config.namespace,
+                      inv.services_address(server),
+                      self.config.prometheus or inv.prometheus_url(server),
+                      mps_unit_pct(inv.var(server, "gpu_operator_mps_replicas", MPS_REPLICAS),
+                                   str(inv.path)),
+                      self.total_units)
+        self.hosts = self.backends.hosts(reach)
+        self.cluster = self.backends.cluster(
+            reach, [KubeService(s.name, units_per_replica=s.units) for s in self.services])
         for s in self.services:  # reachable, and every Deployment exists
             try:
                 self._original[s.name] = self.cluster.desired_replicas(s.name)
@@ -122,12 +158,9 @@ class LabSession:
                 raise StateError(f"{exc}: apply the manifest generated from its profile's "
                                  f"deploy: ({s.manifest}) with `testbed up --profile lab "
                                  "--profiles FILE` or `kubectl apply -f`") from None
-        if self.metrics is None:
-            url = self.config.prometheus or (
-                f"http://{inv.address(server)}:{inv.var(server, 'prometheus_node_port', 30090)}")
-            self.metrics = PrometheusMetrics(
-                url, [PromService(s.name, s.slo_ms, s.capacity, self.config.namespace)
-                      for s in self.services])
+        self.metrics = self.backends.metrics(
+            reach, [PromService(s.name, s.slo_ms, s.capacity, self.config.namespace)
+                    for s in self.services])
         self.metrics.check()
         self.metrics.check_series()
         self.sessions = discover_sessions(self.hosts, ue_hosts, self.spec, groups)

@@ -24,17 +24,11 @@ from typing import Any
 
 from testbed.cluster.kubernetes import (
     GPU_RESOURCE,
-    MPS_REPLICAS,
-    KubernetesCluster,
-    KubeService,
-    mps_unit_pct,
 )
 from testbed.cluster.manifest import check_deployable, origins, write_manifests
 from testbed.errors import ConfigError, ConfigProblem
-from testbed.lab.inventory import LabInventory
-from testbed.lab.plan import ActionLog, PlanHosts, PlanKube, VirtualTime, plan_fetch
+from testbed.lab.plan import ActionLog, PlanBackends, VirtualTime
 from testbed.lab.session import DEFAULT_NAMESPACE, LabConfig, LabService, LabSession
-from testbed.metrics.prometheus import PrometheusMetrics, PromService
 from testbed.profiles import load_profiles
 from testbed.scenario.backends import CellBackends, CellMain, Clock
 from testbed.scenario.spec import Scenario
@@ -70,33 +64,15 @@ class LabProfile:
         config = LabConfig(options.inventory, options.kubeconfig, options.prometheus,
                            options.namespace)
         self.log: ActionLog | None = None
-        if session is None and options.check:
-            inv = LabInventory.load(options.inventory)
-            server = (inv.hosts("cluster_server") or ["<cluster_server>"])[0]
-            node_address = str(inv.var(server, "services_address") or inv.address(server))
-            prometheus = options.prometheus or (
-                f"http://{inv.address(server)}:{inv.var(server, 'prometheus_node_port', 30090)}")
-            vt = VirtualTime()
-            self.log = log = ActionLog(options.emit, clock=vt.elapsed)
-            kube = PlanKube(log, {s.name: 0 for s in services}, scenario.total_units)
-            cluster = KubernetesCluster(
-                [KubeService(s.name, units_per_replica=s.units) for s in services],
-                options.namespace, apps_api=kube, core_api=kube, max_units=scenario.total_units,
-                node_address=node_address, clock=vt.monotonic, sleep=vt.advance,
-                unit_pct=mps_unit_pct(inv.var(server, "gpu_operator_mps_replicas", MPS_REPLICAS),
-                                      str(inv.path)))
-            metrics = PrometheusMetrics(
-                prometheus,
-                [PromService(s.name, s.slo_ms, s.capacity, options.namespace) for s in services],
-                fetch=plan_fetch(log), clock=vt.time)
+        if session is None:
+            backends = None  # the lab itself
+            if options.check:  # the same session, its clients printing what they would do
+                vt = VirtualTime()
+                self.log = ActionLog(options.emit, clock=vt.elapsed)
+                backends = PlanBackends(self.log, vt, testbed, {s.name: 0 for s in services})
+                clock = vt
             session = LabSession(config, services, testbed, run_dir, run_dir.name,
-                                 total_units=scenario.total_units, hosts=PlanHosts(log, testbed),
-                                 cluster=cluster, metrics=metrics, clock=vt.monotonic,
-                                 sleep=vt.advance)
-            clock = vt
-        elif session is None:
-            session = LabSession(config, services, testbed, run_dir, run_dir.name,
-                                 total_units=scenario.total_units)
+                                 total_units=scenario.total_units, backends=backends)
         self.session = session
         self.clock = clock or Clock()
         groups = [c.ue_group for c in scenario.clients]

@@ -79,17 +79,33 @@ def _kube(url: str) -> KubernetesCluster:
                              max_units=6, node_address="192.168.20.20")
 
 
+class FixtureBackends:
+    """The session's backends pointed at the fixture lab (a real HTTP server speaking the
+    Kubernetes and Prometheus APIs) and at FakeHosts, on a virtual clock."""
+
+    def __init__(self, hosts: FakeHosts, kube_url: str, prom_url: str, vt: VirtualTime):
+        self._hosts, self.kube_url, self.prom_url, self.vt = hosts, kube_url, prom_url, vt
+        self.clock, self.sleep = vt.monotonic, vt.advance
+
+    def hosts(self, reach) -> FakeHosts:
+        return self._hosts
+
+    def cluster(self, reach, services) -> KubernetesCluster:
+        return _kube(self.kube_url)
+
+    def metrics(self, reach, services) -> PrometheusMetrics:
+        return PrometheusMetrics(self.prom_url, [PromService("imgcls", 500, 4)],
+                                 clock=self.vt.time, timeout_s=2)
+
+
 def _lab_factory(inv: Path, hosts: FakeHosts, kube_url: str, prom_url: str):
     def factory(run: ScenarioRun) -> LabProfile:
         vt = VirtualTime()
         session = LabSession(
             LabConfig(inv), LabProfile._services(run.scenario, run.loaded.base_dir, run.run_dir,
                                                  "drafas")[0],
-            run.loaded.testbed, run.run_dir, run.run_dir.name, total_units=6, hosts=hosts,
-            cluster=_kube(kube_url),
-            metrics=PrometheusMetrics(prom_url, [PromService("imgcls", 500, 4)], clock=vt.time,
-                                      timeout_s=2),
-            clock=vt.monotonic, sleep=vt.advance)
+            run.loaded.testbed, run.run_dir, run.run_dir.name, total_units=6,
+            backends=FixtureBackends(hosts, kube_url, prom_url, vt))
         return LabProfile(LabOptions(inv), run.scenario, run.loaded.testbed, run.loaded.base_dir,
                           run.run_dir, session=session, clock=vt)
     return factory
@@ -222,10 +238,7 @@ def _session(inv: Path, loaded, hosts: FakeHosts, lab: FixtureLab, run_dir: Path
     vt = VirtualTime()
     return LabSession(
         LabConfig(inv), [LabService("imgcls", 500, 4)], loaded.testbed, run_dir, "R1",
-        total_units=6, hosts=hosts, cluster=_kube(lab.url),
-        metrics=PrometheusMetrics(lab.url, [PromService("imgcls", 500, 4)], clock=vt.time,
-                                  timeout_s=2),
-        clock=vt.monotonic, sleep=vt.advance)
+        total_units=6, backends=FixtureBackends(hosts, lab.url, lab.url, vt))
 
 
 def _shaping_restarts(hosts: FakeHosts) -> int:
