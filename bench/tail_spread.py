@@ -2,7 +2,9 @@
 of slicing-ci's cell (its link, rates and cell length), beside the values behind the figure.
 
     python3 bench/tail_spread.py --runs 10 --plot docs/slicing-tail-spread.png
+    python3 bench/tail_spread.py --runs 10 --flows 20       # 20 flows only
     python3 bench/tail_spread.py --from RUN_DIR [RUN_DIR ...]   # summarise runs made before
+                                                            # (main-job runs hold the 40-flow cell)
 
 The scenario is slicing-ci.yaml with its matrix narrowed to imgcls, slice off, 20 and 40 flows,
 and `repetitions: N`; pass --link KEY=VALUE to try another bottleneck (e.g.
@@ -26,12 +28,12 @@ SCENARIO = ROOT / "scenarios" / "slicing-ci.yaml"
 FLOWS = (20, 40)
 
 
-def scenario_text(runs: int, link: dict[str, object]) -> str:
+def scenario_text(runs: int, link: dict[str, object], flows: list[int]) -> str:
     doc = yaml.safe_load(SCENARIO.read_text())
     doc["name"] = "tail-spread"
     doc["service_profiles"] = str((SCENARIO.parent / doc["service_profiles"]).resolve())
     doc["testbed"]["link"].update(link)
-    doc["matrix"] = {"service": ["imgcls"], "iperf_flows": list(FLOWS), "slicing": [False]}
+    doc["matrix"] = {"service": ["imgcls"], "iperf_flows": flows, "slicing": [False]}
     doc["repetitions"] = runs
     doc["expect"] = []
     doc.pop("plan", None)
@@ -43,7 +45,8 @@ def rates(run_dirs: list[Path]) -> dict[int, list[float]]:
     out: dict[int, list[float]] = {f: [] for f in FLOWS}
     for d in run_dirs:
         for row in json.loads((d / "results.json").read_text())["rows"]:
-            if row.get("service") == "imgcls" and "requests" in row and row["iperf_flows"] in out:
+            if (row.get("service") == "imgcls" and "requests" in row and row["iperf_flows"] in out
+                    and row.get("slicing") in (False, "off")):
                 out[row["iperf_flows"]].append(row["slo_violation_rate"])
     return out
 
@@ -54,6 +57,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "tail-spread")
     ap.add_argument("--from", dest="existing", type=Path, nargs="*")
     ap.add_argument("--link", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--flows", type=int, nargs="+", default=list(FLOWS),
+                    help="the flow counts to run (the main job's runs hold 40: --from them)")
     ap.add_argument("--plot", type=Path)
     args = ap.parse_args()
     from testbed.profiles.paper import FIG_5_7_5_8_VALUES
@@ -65,13 +70,14 @@ def main() -> None:
         link = {k: yaml.safe_load(v) for k, v in (x.split("=", 1) for x in args.link)}
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "tail-spread.yaml"
-            path.write_text(scenario_text(args.runs, link))
+            path.write_text(scenario_text(args.runs, link, args.flows))
             before = set(args.out.glob("*")) if args.out.exists() else set()
             subprocess.run([sys.executable, "-m", "testbed", "run", str(path), "--out",
                             str(args.out)], check=False)
             run_dirs = sorted(set(args.out.glob("*")) - before)
     by_flows = rates(run_dirs)
-    print(f"imgcls SLO violations without the slice, {len(by_flows[FLOWS[0]])} cells per flow count")
+    print("imgcls SLO violations without the slice, cells per flow count: "
+          + ", ".join(f"{f}: {len(v)}" for f, v in by_flows.items()))
     print("flows  figure   mean    sd     min    max    values (%)")
     for f, vals in by_flows.items():
         if not vals:
@@ -95,7 +101,8 @@ def main() -> None:
                       label="factor 2" if i == 0 else None)
         ax.set_xticks(range(len(by_flows)), [f"{f} flows" for f in by_flows])
         ax.set_ylabel("imgcls late without the slice (%)")
-        ax.set_title(f"Fig 5.7's tail over {len(by_flows[FLOWS[0]])} runs")
+        ax.set_title("Fig 5.7's tail, run to run ("
+                     + ", ".join(f"{len(v)} at {f}" for f, v in by_flows.items()) + ")")
         ax.legend(fontsize=8, loc="upper left")
         fig.tight_layout()
         fig.savefig(args.plot, dpi=120)

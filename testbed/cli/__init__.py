@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from testbed.errors import TestbedError
+from testbed.paths import TRACES_DIR
 
 app = typer.Typer(
     name="testbed",
@@ -25,7 +25,7 @@ console = Console(width=_WIDTH)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 # one option, one default for every command that reads the paper's traces
-TracesOpt = typer.Option(Path("traces"), "--traces", envvar="TESTBED_TRACES",
+TracesOpt = typer.Option(TRACES_DIR, "--traces", envvar="TESTBED_TRACES",
                          help="Trace directory with train/, val/ and test/ (DURATION COUNT "
                               "files); the paper's are in the team's shared folder, "
                               "../shared/traces.")

@@ -18,7 +18,7 @@ from rich.table import Table
 from testbed.cli import app, checks, console
 from testbed.errors import StateError, TestbedError
 from testbed.net.cmd import require_binaries
-from testbed.paths import stamped
+from testbed.paths import RUNS_DIR, stamped
 
 if TYPE_CHECKING:
     from testbed.bringup.local import LocalTestbed
@@ -58,7 +58,7 @@ RunDirOpt = Annotated[Path | None, typer.Option("--run-dir", help="Lab profile: 
 def _lab_inventory(inventory: Path | None, remembered: bool = False) -> Path:
     if inventory is None and remembered:
         # `down` undoes the newest `up`: its run directory's lab.json names the inventory
-        for lab_json in sorted(Path("runs").glob("*-lab-*/lab.json"), reverse=True):
+        for lab_json in sorted(RUNS_DIR.glob("*-lab-*/lab.json"), reverse=True):
             with contextlib.suppress(OSError, ValueError, KeyError):
                 inventory = Path(json.loads(lab_json.read_text())["inventory"])
                 console.print(f"inventory of the last `up` ({lab_json.parent}): {inventory}")

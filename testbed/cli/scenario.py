@@ -13,6 +13,7 @@ from rich.table import Table
 from testbed.cli import app, console
 from testbed.cli.checks import like_field, writable_dir
 from testbed.errors import StateError
+from testbed.paths import RUNS_DIR
 
 if TYPE_CHECKING:
     from testbed.scenario.expect import Outcome
@@ -69,7 +70,7 @@ def _from_manifest(path: Path) -> LoadedScenario:
 def run(
     scenario: Annotated[Path | None, typer.Argument(help="Scenario file (YAML).")] = None,
     profile: Annotated[str, typer.Option(help="local or lab.")] = "local",
-    out: Annotated[Path, typer.Option(help="Parent folder of the run directory.")] = Path("runs"),
+    out: Annotated[Path, typer.Option(help="Parent folder of the run directory.")] = RUNS_DIR,
     time_scale: Annotated[float | None, typer.Option(help="Override the scenario's time-scale "
                                                      "factor.")] = None,
     duration: Annotated[float | None, typer.Option(help="Override the seconds per cell (a "

@@ -15,7 +15,8 @@ from rich.table import Table
 
 from testbed.cli import app, checks, console, err_console
 from testbed.errors import ConfigError, ConfigProblem
-from testbed.profiles.paper import SERVICES
+from testbed.paths import LOCAL_ADMIN_PORT
+from testbed.profiles.paper import SERVICES, TOTAL_UNITS
 
 if TYPE_CHECKING:
     from testbed.cluster.local import ClusterEvent
@@ -27,7 +28,8 @@ services_app = typer.Typer(
 )
 app.add_typer(services_app, name="services")
 
-_ADMIN = typer.Option("http://127.0.0.1:8000", "--admin", help="Metrics/control URL of `services up`.")
+_ADMIN = typer.Option(f"http://127.0.0.1:{LOCAL_ADMIN_PORT}", "--admin",
+                      help="Metrics/control URL of `services up`.")
 _TOKEN = typer.Option(None, "--token-file", help="The admin token of `services up` (default: "
                       "the one it wrote for the URL's port in the state directory).")
 
@@ -55,10 +57,11 @@ def _token(admin: str, token_file: Path | None) -> str:
 def services_up(
     services: str = typer.Option(",".join(SERVICES), help="Comma-separated services to run."),
     replicas: int = typer.Option(1, min=0, help="Initial replicas per service."),
-    units: int = typer.Option(8, min=1, help="Resource units (vGPUs) shared by all services."),
+    units: int = typer.Option(TOTAL_UNITS, min=1, help="Resource units (vGPUs) shared by all services."),
     time_scale: float = typer.Option(1.0, help="Divide every profile time by this factor."),
     host: str = typer.Option("127.0.0.1", help="Address the load balancer listens on (e.g. 10.200.0.2)."),
-    port_base: int = typer.Option(8000, help="Metrics/control on PORT, services on PORT+1, PORT+2, ..."),
+    port_base: int = typer.Option(LOCAL_ADMIN_PORT,
+                                  help="Metrics/control on PORT, services on PORT+1, PORT+2, ..."),
     profiles: Path | None = typer.Option(None, help="Profile YAML (default: dissertation Table 4.4)."),
     log_dir: Path | None = typer.Option(None, help="Write each replica's stderr here."),
 ) -> None:

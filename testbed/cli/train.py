@@ -16,6 +16,7 @@ from rich.table import Table
 from testbed.cli import TracesOpt, app, checks, console
 from testbed.cli.sim_inputs import ProfilesOpt, chosen_services, known_profiles, progress_bar
 from testbed.errors import ConfigError, ConfigProblem
+from testbed.paths import RUNS_DIR
 from testbed.profiles import paper
 
 if TYPE_CHECKING:
@@ -343,7 +344,7 @@ def tune_cmd(
         "workers on several machines."),
     study: str | None = typer.Option(None, help="The study's name: workers that give the same "
                                      "--storage and --study share its trials."),
-    out: Path = typer.Option(Path("runs"), help="Parent folder of the run directory (tune.json)."),
+    out: Path = typer.Option(RUNS_DIR, help="Parent folder of the run directory (tune.json)."),
 ) -> None:
     """Tune rule-based thresholds with Optuna on the validation day (Section 4.4.4); the study is
     kept in an Optuna storage, so more workers can join it and a stopped search resumes.

@@ -25,6 +25,7 @@ from testbed.errors import ConfigError, ConfigProblem, StateError
 from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.window import WindowMetrics
 from testbed.profiles import ServiceProfile, default_profiles
+from testbed.profiles.paper import TOTAL_UNITS
 
 __all__ = ["ClusterEvent", "LocalCluster", "ReplicaProcess"]  # ClusterEvent's old import path
 
@@ -46,7 +47,7 @@ class LocalCluster:
         profiles: dict[str, ServiceProfile] | None = None,
         services: list[str] | None = None,
         initial: dict[str, int] | int = 1,
-        total_units: int = 8,
+        total_units: int = TOTAL_UNITS,
         time_scale: float = 1.0,
         host: str = "127.0.0.1",
         ports: dict[str, int] | None = None,

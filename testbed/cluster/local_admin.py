@@ -19,8 +19,9 @@ from aiohttp import web
 
 from testbed.cluster.local import LocalCluster
 from testbed.errors import StateError, TestbedError
+from testbed.paths import LOCAL_ADMIN_PORT
 
-DEFAULT_ADMIN_URL = "http://127.0.0.1:8000"
+DEFAULT_ADMIN_URL = f"http://127.0.0.1:{LOCAL_ADMIN_PORT}"
 
 
 def new_token() -> str:

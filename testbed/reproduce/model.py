@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.paths import TRACES_DIR
 from testbed.reproduce.tables import Cell, Check, TableResult
 from testbed.scenario.expect import FAIL, NOT_RUN, PASS, UNDECIDED, Outcome
 
@@ -15,7 +16,7 @@ from testbed.scenario.expect import FAIL, NOT_RUN, PASS, UNDECIDED, Outcome
 class Options:
     quick: bool = False
     out: Path | None = None
-    traces_dir: Path = Path("../shared/traces")
+    traces_dir: Path = TRACES_DIR
     models_dir: Path = Path("models")
     rule_only: bool = False
     seed: int = 0

@@ -189,8 +189,7 @@ def slicing_verdicts(rows: list[dict[str, Any]], run_dir: str, *, quick: bool
 
 _SAID = {PASS: "as stated", FAIL: "differs", UNDECIDED: "not decided at this size"}
 FULL_SIZE = ("the full size decides it: `testbed reproduce fig5.7` (slicing.yaml, 40 s cells at "
-             "10/20/40 flows; in its last run 8.08 % of imgcls's requests were late without the "
-             "slice at 40 flows, docs/slicing.md)")
+             "10/20/40 flows; docs/slicing.md gives the values it finds)")
 
 
 def _on(v: Any) -> bool:

@@ -153,7 +153,7 @@ SETUPS: dict[str, Setup] = {
     **{f"up-fq-b{kb}k-shared-perturb{p}": Setup(
         ("uplink",), 100, flow_queues=256, flow_queue_bytes=kb * 1000, flow_queue_sets="per-class",
         perturb_s=p, note=f"as -shared, the hash re-drawn every {p} s (sfq's perturb)")
-       for kb in (20, 30) for p in (2, 5)},
+       for kb in (20, 25, 30) for p in (1, 2, 5)},
     "up-fq-b30k-fresh": Setup(("uplink",), 100, flow_queues=256, flow_queue_bytes=30_000,
                               connections="per-request",
                               note="each request on a new connection, per-slice flow queues"),

@@ -26,7 +26,7 @@ from rich.console import Console
 from testbed.bringup.local import require_root
 from testbed.errors import MissingRequirement, TestbedError
 from testbed.metrics.server import find_prometheus
-from testbed.paths import new_run_dir
+from testbed.paths import RUNS_DIR, new_run_dir
 from testbed.scenario.backends import LocalProfile, Profile
 from testbed.scenario.cell import CellRunner, SimCellRunner
 from testbed.scenario.expect import PASS, Outcome, evaluate_all, run_verdict
@@ -42,7 +42,7 @@ from testbed.scenario.sweep import check_options, run_in_pool, run_on_dask, work
 
 @dataclass
 class RunOptions:
-    out_root: Path = Path("runs")
+    out_root: Path = RUNS_DIR
     profile: str = "local"
     time_scale: float | None = None  # overrides the scenario's
     duration_s: float | None = None  # overrides the scenario's (a shorter window for CI)
