@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from testbed.cli import app, console
-from testbed.errors import ConfigError, StateError
+from testbed.errors import ConfigError
 
 
 @app.command("judge")
@@ -30,9 +30,9 @@ def judge(
     """
     from testbed.cli.scenario import exit_for, print_outcomes, run_banner
     from testbed.scenario.expect import ExpectSyntaxError, evaluate_all
-    from testbed.scenario.results import failed_cells
+    from testbed.scenario.results import failed_cells, read_record
 
-    record = read_results(run_dir)
+    record = read_record(run_dir)
     texts = _expect_lines(run_dir, record, scenario)
     try:
         outcomes = evaluate_all(texts, record["rows"])
@@ -47,20 +47,6 @@ def judge(
         console.print("[yellow]the run was interrupted: its rows cover what was collected[/]")
         raise typer.Exit(130)
     exit_for(outcomes, allow_undecided=allow_undecided, failed_cells=failed)
-
-
-def read_results(run_dir: Path) -> dict[str, Any]:
-    """The run's record: results.json (rows, outcomes, interrupted, problems), or one line."""
-    path = run_dir / "results.json"
-    if not path.is_file():
-        raise StateError(f"{run_dir}: no results.json (not a finished run directory)")
-    try:
-        record = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise StateError(f"{path}: not JSON ({exc})") from None
-    if not isinstance(record, dict) or not isinstance(record.get("rows"), list):
-        raise StateError(f"{path}: no 'rows' list (a results.json of testbed run has one)")
-    return record
 
 
 def _expect_lines(run_dir: Path, record: dict[str, Any], scenario: Path | None) -> list[str]:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from testbed.errors import StateError
 from testbed.profiles.paper import (
     FIG_5_7_5_8,
     FIG_5_7_5_8_SOURCE,
@@ -20,7 +21,7 @@ from testbed.report import plots
 from testbed.report.document import Document, Section, TableData
 from testbed.report.what_was_run import what_was_run
 from testbed.scenario.expect import Outcome, evaluate_all
-from testbed.scenario.results import run_rows
+from testbed.scenario.results import RECORD, read_record, run_rows
 from testbed.scenario.rundir import read_jsonl
 
 
@@ -40,8 +41,12 @@ def build_document(run_dir: Path) -> Document:
     run_dir = Path(run_dir)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     scn = manifest["scenario"]
-    rows = run_rows(run_dir)
-    outcomes = recorded_outcomes(run_dir, scn.get("expect", [])) or evaluate_all(
+    try:  # the run's record; a run directory from before it was written: judged here
+        record: dict[str, Any] | None = read_record(run_dir)
+    except StateError:
+        record = None
+    rows = record["rows"] if record else run_rows(run_dir)
+    outcomes = recorded_outcomes(record, scn.get("expect", [])) or evaluate_all(
         scn.get("expect", []), rows)
     plots_dir = run_dir / "plots"
     plots_dir.mkdir(exist_ok=True)
@@ -108,14 +113,9 @@ def _run_section(manifest: dict[str, Any]) -> Section:
     return about
 
 
-def recorded_outcomes(run_dir: Path, texts: list[str]) -> list[Outcome]:
-    """The verdicts results.json recorded (the run's record: `testbed judge` and the report read
-    it rather than judge again), when they are of these `expect:` lines; else []."""
-    path = Path(run_dir) / "results.json"
-    try:
-        recorded = json.loads(path.read_text()).get("expect") or []
-    except (OSError, ValueError, AttributeError):
-        return []
+def recorded_outcomes(record: dict[str, Any] | None, texts: list[str]) -> list[Outcome]:
+    """The verdicts the run's record holds, when they are of these `expect:` lines; else []."""
+    recorded = (record or {}).get("expect") or []
     if [o.get("text") for o in recorded if isinstance(o, dict)] != list(texts) or not texts:
         return []
     names = {f.name for f in dataclasses.fields(Outcome)}
@@ -265,7 +265,7 @@ def _problems(run_dir: Path) -> list[str]:
             if ev.get("kind") in ("died", "replaced", "failed_to_start"):
                 out.append(f"{where}: replica {ev.get('replica')} of {ev.get('service')} "
                            f"{ev['kind']} {ev.get('detail', '')}".rstrip())
-    results = run_dir / "results.json"
+    results = run_dir / RECORD
     if results.exists() and json.loads(results.read_text()).get("interrupted"):
         out.append("the run was interrupted (Ctrl-C); the results cover what was collected")
     return list(dict.fromkeys(out))

@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from testbed.errors import StateError
 from testbed.load.stats import percentile
 from testbed.profiles import default_profiles
 from testbed.scenario.rundir import read_jsonl
@@ -237,6 +238,24 @@ def sim_rows(cell_dir: Path, info: dict[str, Any], base: dict[str, Any]) -> list
                      "chain_violation_rate": c["violation_rate"], "mean_e2e_ms": c["mean_e2e_ms"],
                      "p99_e2e_ms": c["p99_e2e_ms"], "on_time_rps": c["on_time_rps"]})
     return rows
+
+
+RECORD = "results.json"  # a finished run's record: rows, verdicts, interrupted, problems
+
+
+def read_record(run_dir: Path) -> dict[str, Any]:
+    """A finished run's record (RECORD), which the report, `testbed judge` and `reproduce` read
+    rather than recompute; StateError in one line when it is missing or not one."""
+    path = Path(run_dir) / RECORD
+    if not path.is_file():
+        raise StateError(f"{run_dir}: no {RECORD} (not a finished run directory)")
+    try:
+        record = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise StateError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("rows"), list):
+        raise StateError(f"{path}: no 'rows' list (a {RECORD} of testbed run has one)")
+    return record
 
 
 def run_rows(run_dir: Path) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from testbed.scenario.expect import PASS, Outcome, evaluate_all, run_verdict
 from testbed.scenario.live import LiveView
 from testbed.scenario.load import LoadedScenario
 from testbed.scenario.matrix import Cell, expand
-from testbed.scenario.results import failed_cells, run_rows
+from testbed.scenario.results import RECORD, failed_cells, run_rows
 from testbed.scenario.rundir import CellDir, write_manifest
 from testbed.scenario.simcell import write_cell_files
 from testbed.scenario.spec import Scenario
@@ -244,7 +244,7 @@ class ScenarioRun:
             return self._finish_plan()
         rows = run_rows(self.run_dir)
         outcomes = evaluate_all(self.scenario.expect, rows) if not self.interrupted else []
-        (self.run_dir / "results.json").write_text(json.dumps(
+        (self.run_dir / RECORD).write_text(json.dumps(
             {"rows": rows, "expect": [asdict(o) for o in outcomes],
              "interrupted": self.interrupted, "problems": self.problems}, indent=1, default=str))
         return RunResult(self.run_dir, rows, outcomes, self.interrupted, self.problems)
