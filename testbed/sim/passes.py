@@ -11,7 +11,12 @@ import numpy as np
 
 from testbed.profiles import ServiceProfile
 
-COMPILED_ENV = "TESTBED_SIM_COMPILED"  # "0": serve with the numpy kernels even where numba imports
+# "0": the numpy kernels even where numba imports; "1": the compiled ones from the first request;
+# unset: the compiled ones once the process has simulated COMPILED_AFTER_S (loading numba's cache
+# costs ~0.5 s, which a day's simulation, ~0.04 s on either path, never earns back)
+COMPILED_ENV = "TESTBED_SIM_COMPILED"
+COMPILED_AFTER_S = 3_000_000.0  # simulated seconds (~35 days) before the compiled passes pay
+_simulated_s = [0.0]  # this process's simulated seconds so far (SimService notes its arrivals' span)
 _NO_TOKENS = (-(2**62), 0)  # a rate-limit window no arrival is in, and nothing taken in it
 
 
@@ -25,17 +30,28 @@ def _compiled_module() -> ModuleType | None:
     return compiled
 
 
+def note_simulated(seconds: float) -> None:
+    """Count `seconds` of simulated time towards COMPILED_AFTER_S (a service's arrivals' span)."""
+    _simulated_s[0] += max(0.0, seconds)
+
+
 def compiled_kernels() -> ModuleType | None:
     """`testbed.sim.compiled` (the per-request passes compiled by numba, equal to the numpy ones to
-    the bit) when numba is installed and the environment does not set TESTBED_SIM_COMPILED=0."""
-    if os.environ.get(COMPILED_ENV, "1") == "0":
+    the bit) when numba is installed and TESTBED_SIM_COMPILED is "1", or unset once this process
+    has simulated COMPILED_AFTER_S; else None (the numpy passes)."""
+    mode = os.environ.get(COMPILED_ENV)
+    if mode == "0" or (mode != "1" and _simulated_s[0] < COMPILED_AFTER_S):
         return None
     return _compiled_module()
 
 
-def compiled_passes(profile: ServiceProfile, exact: bool) -> CompiledPasses | None:
+def compiled_passes(profile: ServiceProfile, exact: bool,
+                    arrivals: np.ndarray | None = None) -> CompiledPasses | None:
     """The compiled passes for a service, where they stand for its numpy kernels: one request at a
-    time per instance (`queueing.serve_fast`'s case), not the exact reference walk, numba there."""
+    time per instance (`queueing.serve_fast`'s case), not the exact reference walk, numba there
+    (`compiled_kernels`); `arrivals`' span counts as simulated time first."""
+    if arrivals is not None and len(arrivals):
+        note_simulated(float(arrivals[-1]))
     kernels = None if exact or profile.capacity != 1 else compiled_kernels()
     return None if kernels is None else CompiledPasses(kernels, profile)
 

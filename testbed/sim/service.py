@@ -168,7 +168,7 @@ class SimService:
         self._cursor = 0
         self._rr = 0
         self._exact = exact or profile.capacity != 1
-        self._passes = compiled_passes(profile, self._exact)  # None: the numpy kernels
+        self._passes = compiled_passes(profile, self._exact, arrivals)  # None: the numpy kernels
         self._chunk: _Chunk | None = None
         self._next_steps, self._max_steps = 1, max_chunk_steps
         self.measure_queue = True  # windows carry queue_length (SimBackend.measure_queue)

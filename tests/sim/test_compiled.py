@@ -111,9 +111,20 @@ def test_a_service_stepped_and_scaled_is_the_same_on_both_paths(service, options
     assert any("dropped=0" not in line for line in compiled[:-1])
 
 
-def test_the_compiled_path_is_taken_where_it_can_be(monkeypatch):
+def test_the_compiled_path_is_taken_where_it_pays(monkeypatch):
+    """Unset, the numpy passes until the process has simulated COMPILED_AFTER_S (a day never
+    earns back numba's load), then the compiled ones; "1" from the start, "0" never."""
+    from testbed.sim import passes
+
     monkeypatch.delenv(COMPILED_ENV, raising=False)
+    monkeypatch.setattr(passes, "_simulated_s", [0.0])
+    day = np.arange(0.0, 86_400.0, 0.5)
+    assert SimService(PROFILES["chatbot"], day, np.random.default_rng(0))._passes is None
+    assert passes._simulated_s[0] == day[-1]  # the day's span was counted
+    passes.note_simulated(passes.COMPILED_AFTER_S)
     assert compiled_kernels() is not None
+    assert SimService(PROFILES["chatbot"], day, np.random.default_rng(0))._passes is not None
+    monkeypatch.setattr(passes, "_simulated_s", [0.0])
     assert _service(PROFILES["chatbot"], monkeypatch, compiled=True)._passes is not None
     monkeypatch.setenv(COMPILED_ENV, "0")
     assert compiled_kernels() is None
