@@ -74,11 +74,15 @@ class Result:
         return verdict if verdict != PASS or self.outcomes else NOT_JUDGED
 
     def to_csv(self, path: str | Path, *, requests: bool = False) -> int:
-        """Write the rows (or, with `requests`, every request record) as CSV; returns the count."""
+        """Write the rows (or, with `requests`, every request record) as CSV; returns the count.
+
+        path: the CSV file to write; requests: the request records instead of the rows."""
         return write_csv(request_rows(self.run_dir) if requests else self.rows, path)
 
     def to_jsonl(self, path: str | Path, *, requests: bool = False) -> int:
-        """Write the rows (or every request record) as JSON lines; returns the count."""
+        """Write the rows (or every request record) as JSON lines; returns the count.
+
+        path: the JSON-lines file to write; requests: the request records instead of the rows."""
         return write_jsonl(request_rows(self.run_dir) if requests else self.rows, path)
 
 

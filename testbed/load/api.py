@@ -23,6 +23,7 @@ class MalformedResponse(Exception):
 
 @dataclass(frozen=True)
 class PreparedRequest:
+    """One HTTP request as a client sends it: method, target (path and query), body and headers."""
     method: str
     target: str  # path and query, e.g. "/api/tts?text=..."
     body: bytes = b""
@@ -30,17 +31,22 @@ class PreparedRequest:
 
     @property
     def bytes_up(self) -> int:
+        """The bytes the request carries up (body and target), for the records' `bytes_up`."""
         return len(self.body) + len(self.target)
 
 
 def chatbot_request(prompt: str, model: str = CHATBOT_MODEL) -> PreparedRequest:
-    """Ollama `POST /api/generate` without streaming."""
+    """Ollama `POST /api/generate` without streaming.
+
+    prompt: the question; model: the Ollama model to ask."""
     body = json.dumps({"model": model, "prompt": prompt, "stream": False}).encode()
     return PreparedRequest("POST", "/api/generate", body, {"Content-Type": "application/json"})
 
 
 def imgcls_request(images: list[bytes]) -> PreparedRequest:
-    """`POST /classify_batch`, the JPEGs as repeated multipart field `files`."""
+    """`POST /classify_batch`, the JPEGs as repeated multipart field `files`.
+
+    images: the JPEG files, one multipart part each."""
     boundary = uuid.uuid4().hex
     parts = []
     for i, img in enumerate(images):
@@ -77,9 +83,11 @@ class ChatbotClient:
     """Ollama `POST /api/generate` with a question; the answer is JSON with a `response` text."""
 
     def build(self, content: ContentSet) -> PreparedRequest:
+        """The next request: a question from `content`, the run's seeded request contents."""
         return chatbot_request(content.question())
 
     def check(self, body: bytes) -> None:
+        """Raise MalformedResponse unless `body`, a 200 answer, is JSON with a `response` text."""
         doc = _json(body)
         if not isinstance(doc, dict) or not isinstance(doc.get("response"), str):
             raise MalformedResponse("no 'response' text")
@@ -89,9 +97,12 @@ class ImgclsClient:
     """`POST /classify_batch` with four JPEGs; the answer is JSON with a `predictions` list."""
 
     def build(self, content: ContentSet) -> PreparedRequest:
+        """The next request: four JPEGs from `content`, the run's seeded request contents."""
         return imgcls_request(content.images(4))
 
     def check(self, body: bytes) -> None:
+        """Raise MalformedResponse unless `body`, a 200 answer, is JSON with a list of labelled
+        predictions."""
         doc = _json(body)
         preds = doc.get("predictions") if isinstance(doc, dict) else None
         if not isinstance(preds, list) or not preds or not all(
@@ -104,9 +115,11 @@ class TtsClient:
     """Coqui TTS `GET /api/tts` with a sentence; the answer is a WAV file."""
 
     def build(self, content: ContentSet) -> PreparedRequest:
+        """The next request: a sentence from `content`, the run's seeded request contents."""
         return tts_request(content.sentence())
 
     def check(self, body: bytes) -> None:
+        """Raise MalformedResponse unless `body`, a 200 answer, is a WAV file."""
         if len(body) < 44 or body[:4] != b"RIFF" or body[8:12] != b"WAVE":
             raise MalformedResponse("not a WAV file")
 
@@ -120,6 +133,8 @@ class SizedClient:
     spec: RequestSpec
 
     def build(self, content: ContentSet) -> PreparedRequest:
+        """The next request: `spec.upload_bytes` of `content`'s seeded bytes to the service's path
+        (nothing for a GET)."""
         path = self.spec.path_for(self.service)
         if self.spec.method == "GET":
             return PreparedRequest("GET", path)
@@ -127,6 +142,7 @@ class SizedClient:
                                {"Content-Type": "application/octet-stream"})
 
     def check(self, body: bytes) -> None:
+        """Raise MalformedResponse unless `body`, a 200 answer, is exactly `spec.response_bytes` long."""
         if len(body) != self.spec.response_bytes:
             raise MalformedResponse(f"{len(body)} bytes, not the profile's {self.spec.response_bytes}")
 
@@ -166,7 +182,9 @@ def client_for(profile: ServiceProfile, service: str = "") -> ServiceClient:
 
 
 def build_request(service: str, content: ContentSet) -> PreparedRequest:
-    """The next request of the registered `service` (a one-off: a client keeps `service_client`'s)."""
+    """The next request of the registered `service` (a one-off: a client keeps `service_client`'s).
+
+    service: a registered service's name; content: the run's seeded request contents."""
     return service_client(service).build(content)
 
 

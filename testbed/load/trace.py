@@ -20,6 +20,7 @@ MAX_DURATION = 7 * 86400.0  # seconds in one line
 
 @dataclass(frozen=True)
 class TraceLine:
+    """One `DURATION COUNT` line: `count` requests spread over `duration` seconds."""
     duration: float  # seconds of trace time
     count: float  # requests in that interval before the ratio (whole in files; a cut line keeps a part)
 
@@ -34,39 +35,51 @@ class Trace:
 
     @property
     def seconds(self) -> float:
+        """The trace's length in seconds."""
         return float(self.durations.sum())
 
     @property
     def requests(self) -> float:
+        """Its requests before any ratio."""
         return float(self.counts.sum())
 
     @property
     def max_rate(self) -> float:
+        """Its highest line rate, requests per second (0 for an empty trace)."""
         return float((self.counts / self.durations).max()) if len(self.counts) else 0.0
 
     @property
     def lines(self) -> tuple[TraceLine, ...]:
+        """Its lines as TraceLines."""
         return tuple(TraceLine(float(d), float(c)) for d, c in zip(self.durations, self.counts, strict=True))
 
     @classmethod
     def constant(cls, rate: float, seconds: int, name: str = "constant") -> Trace:
-        """A synthetic trace of `rate` requests in every second (tests, closed-form cases)."""
+        """A synthetic trace of `rate` requests in every second (tests, closed-form cases).
+
+        rate: requests per second; seconds: the trace's length; name: what it is called."""
         return cls(name, np.ones(seconds), np.full(seconds, float(rate)))
 
     @classmethod
     def from_lines(cls, lines: list[TraceLine], name: str) -> Trace:
+        """A Trace of `lines` (TraceLines) called `name`."""
         return cls(name, np.array([x.duration for x in lines], dtype=float),
                    np.array([x.count for x in lines], dtype=float))
 
     def window(self, shift_hours: float = 0.0, start: float = 0.0, duration: float | None = None) -> Trace:
-        """This trace as `window_trace` cuts it, as a Trace."""
+        """This trace as `window_trace` cuts it, as a Trace.
+
+        shift_hours: rotate the day by this many hours first; start, duration: the seconds kept
+        (None: to the end)."""
         suffix = f" +{shift_hours:g}h" if shift_hours else ""
         return Trace.from_lines(window_trace(self, shift_hours, start, duration), self.name + suffix)
 
 
 def parse_trace(text: str, source: str = "<trace>") -> Trace:
     """Parse `DURATION COUNT` lines; blank lines and `#` comments are skipped. Every malformed
-    line is reported with file and line number (the first MAX_PROBLEMS of them)."""
+    line is reported with file and line number (the first MAX_PROBLEMS of them).
+
+    text: the file's text; source: its name in the errors."""
     durations: list[float] = []
     counts: list[float] = []
     problems: list[ConfigProblem] = []
@@ -158,7 +171,11 @@ def schedule_from_trace(
 ) -> Iterator[float]:
     """Offsets (seconds from the run's start, wall time) at which the load client sends: each
     line's `count * ratio` requests spread evenly over its `duration / speedup`. Fractions carry
-    over to the next line so the total matches the scaled trace."""
+    over to the next line so the total matches the scaled trace.
+
+    trace: the trace; ratio: its counts' multiplier; shift_hours, start, duration: the window, as
+    `window_trace` cuts it; speedup: the time-scale factor (wall seconds are trace seconds /
+    speedup)."""
     if not ratio >= 0:
         raise ValueError("ratio must be >= 0")
     if not speedup > 0:
@@ -195,6 +212,8 @@ def scaled_counts(trace: Trace, ratio: float, rounding: str = "floor") -> np.nda
     3.4.2 only says the count is multiplied). At ratio 0.15 this sends about 11 % fewer requests
     than count·ratio on the test day. "carry" floors the running sum instead, so the total
     matches trace·ratio, as `schedule_from_trace` does for the testbed's client.
+
+    trace, ratio: as above; rounding: "floor" or "carry".
     """
     if rounding == "floor":
         return np.floor(trace.counts * ratio + 1e-9).astype(np.int64)
@@ -217,6 +236,8 @@ def arrival_times(trace: Trace, ratio: float, rounding: str = "floor", spacing: 
     drl/simpy_env.py:236-243): a gap of g = floor(1000·d/n) ms before each request, so they
     arrive at t + k·g for k = 1..n (the last at t + d when n divides 1000·d). "even": at
     t + k·d/n for k = 0..n-1, as the local testbed's load client (`schedule_from_trace`) does.
+
+    trace, ratio, rounding: as `scaled_counts` takes them; spacing: "ms" or "even".
     """
     if spacing not in ARRIVAL_SPACING:
         raise ConfigError(

@@ -34,14 +34,19 @@ class LoadedScenario:
 
     @property
     def source(self) -> str:
+        """The file (or string source) the scenario came from."""
         return self.doc.source
 
     def raw(self) -> dict[str, Any]:
+        """The scenario's YAML as read, before validation (the manifest records it)."""
         return self.doc.data
 
 
 def scenario_from_yaml(doc: LocatedYaml, base_dir: Path,
                        overrides: dict[str, Any] | None = None) -> LoadedScenario:
+    """A LoadedScenario from parsed YAML, every problem a ConfigError naming file, line and field.
+    doc: the YAML with its lines; base_dir: where relative paths start; overrides: top-level
+    fields replaced first (the CLI's --duration and the like)."""
     data = dict(doc.data) if isinstance(doc.data, dict) else doc.data
     if overrides and isinstance(data, dict):
         data.update(overrides)
@@ -72,12 +77,16 @@ def _check_traces(scn: Scenario, base_dir: Path) -> None:
 
 
 def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> LoadedScenario:
+    """The scenario file at `path`, validated and checked (`scenario_from_yaml`); overrides: top-
+    level fields replaced first."""
     p = Path(path)
     return scenario_from_yaml(load_yaml_file(p), p.parent, overrides)
 
 
 def parse_scenario(text: str, source: str = "<string>", base_dir: Path | None = None
                    ) -> LoadedScenario:
+    """A scenario from YAML `text`; source: its name in errors; base_dir: where its relative paths
+    start (default: the working directory)."""
     return scenario_from_yaml(parse_yaml(text, source), base_dir or Path.cwd())
 
 

@@ -25,7 +25,10 @@ BATCH_S = 2.0  # requests scheduled in the same two wall seconds form one batch:
 def service_row(records: list[dict[str, Any]], service: str, *, time_scale: float,
                 duration_s: float, slo_ms: float) -> dict[str, Any]:
     """Metrics of one service in one cell. Latencies are in scenario time (wall × time_scale),
-    so they compare with the SLO thresholds whatever the time-scale factor."""
+    so they compare with the SLO thresholds whatever the time-scale factor.
+
+    records: the service's request records in the cell; service: its name; time_scale: the run's;
+    duration_s: the cell's measured seconds; slo_ms: the SLO the violations count against."""
     ok_lat = [r["latency_ms"] * time_scale for r in records if r.get("error") is None]
     sched = [r["latency_sched_ms"] * time_scale for r in records if r.get("error") is None]
     violations = sum(1 for r in records
@@ -98,7 +101,9 @@ def lost_requests(records: list[dict[str, Any]], planned: int | None) -> int | N
     """Requests of a client schedule (`planned`) that the service never got to answer: never
     recorded (the client died, was killed with its namespace, or stopped early) or recorded as
     one of LOST_ERRORS. A slow, failing or dropping service loses none: those are its answers.
-    None when the plan was not recorded (runs before it was)."""
+    None when the plan was not recorded (runs before it was).
+
+    records: the client's request records."""
     if planned is None:
         return None
     return max(0, planned - len(records)) + sum(1 for r in records if r.get("error") in LOST_ERRORS)
@@ -108,7 +113,9 @@ def read_records(cell_dir: Path, warmup: dict[str, int] | None = None
                  ) -> dict[str, list[dict[str, Any]]]:
     """The cell's request records by service, from every client's requests/*.jsonl; with
     `warmup` (client file name -> its first requests that fell in the warm-up, the cell's
-    `warmup_requests`) only the measured ones."""
+    `warmup_requests`) only the measured ones.
+
+    cell_dir: a cell repetition's directory."""
     records: dict[str, list[dict[str, Any]]] = {}
     for f in sorted((cell_dir / "requests").glob("*.jsonl")):
         first = (warmup or {}).get(f.name, 0)
@@ -126,7 +133,9 @@ def _slo_ms(info: dict[str, Any], service: str) -> float:
 
 
 def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
-    """Rows for one repetition of one cell, from its files."""
+    """Rows for one repetition of one cell, from its files.
+
+    cell_dir: a cell repetition's directory (cell.json, requests/, samples, decisions)."""
     info = json.loads((cell_dir / "cell.json").read_text())
     # a `service` matrix key picks the service: it names rows' services, it is not a row label
     params = {k: v for k, v in info["params"].items() if k not in ("service", "slice")}
@@ -188,7 +197,9 @@ def replica_row(probes: list[dict[str, Any]], decisions: list[dict[str, Any]]) -
     """What the replicas of one service reported at each scaler period (replicas.jsonl) against
     what the cluster set for them (config_mismatches: share, batch or interference stretch
     differ, or the replica did not answer) and against the policy's last applied target
-    (target_mismatches: share or batch differ; only for policies that set targets)."""
+    (target_mismatches: share or batch differ; only for policies that set targets).
+
+    probes: the service's replicas.jsonl lines; decisions: its decisions.jsonl lines."""
     answered = [p for p in probes if "error" not in p]
 
     def mean(key: str) -> float | None:
@@ -218,7 +229,10 @@ def replica_row(probes: list[dict[str, Any]], decisions: list[dict[str, Any]]) -
 
 
 def sim_rows(cell_dir: Path, info: dict[str, Any], base: dict[str, Any]) -> list[dict[str, Any]]:
-    """Rows of a simulated cell: the simulator's per-service figures."""
+    """Rows of a simulated cell: the simulator's per-service figures.
+
+    cell_dir: the cell's directory (sim.json); info: its cell.json; base: the fields every row of
+    the cell carries."""
     sim = json.loads((cell_dir / "sim.json").read_text()) if (cell_dir / "sim.json").exists() else {}
     rows = []
     for service, r in sim.items():
@@ -245,7 +259,9 @@ RECORD = "results.json"  # a finished run's record: rows, verdicts, interrupted,
 
 def read_record(run_dir: Path) -> dict[str, Any]:
     """A finished run's record (RECORD), which the report, `testbed judge` and `reproduce` read
-    rather than recompute; StateError in one line when it is missing or not one."""
+    rather than recompute; StateError in one line when it is missing or not one.
+
+    run_dir: a run directory."""
     path = Path(run_dir) / RECORD
     if not path.is_file():
         raise StateError(f"{run_dir}: no {RECORD} (not a finished run directory)")
@@ -259,6 +275,8 @@ def read_record(run_dir: Path) -> dict[str, Any]:
 
 
 def run_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """Every cell's rows of the run in `run_dir`, read from the cells' files (what results.json
+    records)."""
     rows = []
     for cell_json in sorted((run_dir / "cells").glob("*/rep-*/cell.json")):
         rows += cell_rows(cell_json.parent)

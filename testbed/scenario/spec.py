@@ -21,11 +21,14 @@ ServiceName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,31}$
 
 
 class Strict(BaseModel):
-    # as strict as the testbed file: no bool for a number, no 2.7 for a count, no NaN or inf
+    """A scenario model as strict as the testbed file: unknown keys, a bool for a number, 2.7 for a
+    count, NaN and inf are refused."""
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class InlineTestbed(Strict):
+    """A testbed written inside the scenario (`testbed:` as a mapping): its link, slices and UE
+    groups."""
     name: Name = "scn"
     link: LinkSpec = LinkSpec()
     slices: list[SliceSpec] = Field(min_length=1)
@@ -109,6 +112,9 @@ class PlanSpec(Strict):
 
 
 class Scenario(Strict):
+    """A scenario file: the testbed, services, clients, cross-traffic, the matrix of cells, the
+    `expect:` checks and how long, how fast and how often each cell runs (the fields' comments
+    say what each means; README's "Scenarios and reports" shows a file)."""
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     description: str = ""
     engine: Literal["testbed", "sim"] = "testbed"  # sim: every cell through the simulator
@@ -145,10 +151,13 @@ class Scenario(Strict):
     metrics: Literal["in-process", "prometheus"] = "in-process"
 
     def service(self, name: str) -> ServiceSpec:
+        """The ServiceSpec called `name` (StopIteration if none is)."""
         return next(s for s in self.services if s.name == name)
 
 
 def resolve_testbed(scn: Scenario, base_dir: Path) -> TestbedSpec:
+    """The testbed of `scn`: its file (relative to `base_dir`, the scenario's folder), the one
+    written inline, or the built-in default."""
     if scn.testbed is None:
         return load_testbed()
     if isinstance(scn.testbed, str):
@@ -159,7 +168,10 @@ def resolve_testbed(scn: Scenario, base_dir: Path) -> TestbedSpec:
 
 
 def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[tuple[tuple, str]]:
-    """Cross-references: names that must exist, files that must be there."""
+    """Cross-references: names that must exist, files that must be there.
+
+    scn: the scenario; testbed: its resolved testbed; base_dir: the scenario's folder. Returns
+    (field path, message) pairs."""
     problems: list[tuple[tuple, str]] = []
     seen: set[str] = set()
     models: set[str] = set()
@@ -270,7 +282,10 @@ def check_policies(scn: Scenario, base_dir: Path, params: dict[str, Any] | None 
                    ) -> list[tuple[tuple, str]]:
     """Every `module:Class` policy of a cell, imported from the scenario's folder: a module that
     fails to import, a missing class or one with no `act` is a problem at its line (the matrix
-    key's where the cell's policy comes from the matrix)."""
+    key's where the cell's policy comes from the matrix).
+
+    scn: the scenario (or a cell's); base_dir: where modules are imported from; params: the cell's
+    matrix values."""
     problems: list[tuple[tuple, str]] = []
     swept = [k for k in (params or {}) if k == "policy" or k.endswith(".policy")]
     for i, s in enumerate(scn.services):
@@ -288,7 +303,10 @@ def check_share_models(scn: Scenario, base_dir: Path, params: dict[str, Any] | N
                        ) -> list[tuple[tuple, str]]:
     """inss/ddpg in one cell: the model file (the service's `model:`, else the shipped
     models/POLICY.zip) is a model of that policy, trained for exactly the services that use it,
-    one file per policy, and the drl extra that runs it is installed."""
+    one file per policy, and the drl extra that runs it is installed.
+
+    scn: the scenario (or a cell's); base_dir: the scenario's folder; params: the cell's matrix
+    values."""
     import importlib.util
 
 
@@ -333,4 +351,6 @@ def check_share_models(scn: Scenario, base_dir: Path, params: dict[str, Any] | N
 
 
 def trace_dir(scn: Scenario, base_dir: Path) -> Path:
+    """Where the relative trace paths of `scn` live: its `traces_dir` (relative to `base_dir`, the
+    scenario's folder), else that folder."""
     return (base_dir / scn.traces_dir) if scn.traces_dir else base_dir
