@@ -218,6 +218,7 @@ class FigureSeries:
     with_slice: tuple[float, float, float]
 
     def value(self, slicing: bool, flows: int) -> float:
+        """The figure's value with the slice (`slicing` True) or without it, at `flows` iperf3 flows."""
         return (self.with_slice if slicing else self.no_slice)[FIG_FLOWS.index(flows)]
 
 

@@ -122,7 +122,9 @@ def register_service(service: ServiceProfile | str | Path | Mapping[str, Any], *
 
 
 def unregister_service(name: str) -> None:
-    """Remove a service added with `register_service` (the packaged and installed stay)."""
+    """Remove a service added with `register_service` (the packaged and installed stay).
+
+    name: the service's name."""
     _registered.pop(name, None)
 
 
@@ -171,7 +173,10 @@ def load_profiles(path: str | Path | None = None) -> dict[str, ServiceProfile]:
 def check_refs(doc: LocatedYaml, services: Mapping[str, ServiceProfile], folder: Path,
                named: Mapping[str, set[str]]) -> None:
     """Import every `client:` and `handler:` a file names itself (from `folder` first), so that a
-    plugin that fails to import is an error at load, naming the file's line."""
+    plugin that fails to import is an error at load, naming the file's line.
+
+    doc: the file's YAML with its lines; services: its profiles; folder: the file's folder; named:
+    service -> the fields (`client`, `handler`) the file itself sets."""
     plugins.add_path(folder)
     for name, profile in services.items():
         for field in ("client", "handler"):
@@ -198,7 +203,10 @@ def _over(base: ServiceProfile, entry: dict[str, Any], shared: Any, source: str)
 def profile_for(
     profiles: dict[str, ServiceProfile], service: str, source: str = "services"
 ) -> ServiceProfile:
-    """`profiles[service]`, or a ConfigError naming the known services."""
+    """`profiles[service]`, or a ConfigError naming the known services.
+
+    profiles: name -> profile; service: the one wanted; source: the file (or "services") the error
+    names."""
     try:
         return profiles[service]
     except KeyError:
@@ -209,7 +217,9 @@ def profile_for(
 
 
 def known_services(profiles: Mapping[str, ServiceProfile], profile_file: str | None = None) -> str:
-    """The sentence an unknown-service error ends with: what is known, and how to add one."""
+    """The sentence an unknown-service error ends with: what is known, and how to add one.
+
+    profiles: the services known; profile_file: the user's profile file, when one was given."""
     where = f" and {profile_file}" if profile_file else ""
     return (f"known: {', '.join(sorted(profiles))} (the registry{where}); add a service with a "
             "profile file (`service_profiles:` / --profiles FILE) or the testbed.services entry point")

@@ -61,13 +61,17 @@ class GpuCurve(BaseModel):
         return (a * batch * batch + c * batch + d) / (a + c + d)
 
     def share_factor(self, share_pct: float) -> float:
-        """time(share) / time(ref_share)."""
+        """time(share) / time(ref_share).
+
+        share_pct: the instance's MPS share, percent of the GPU."""
         return (min(self.ref_share_pct, self.share_knee_pct) / min(share_pct, self.share_knee_pct)) ** (
             self.share_exponent
         )
 
     def pressure(self, share_pct: float) -> tuple[float, float]:
-        """(l, e): the L2 cache and DRAM utilisation this instance puts on its GPU."""
+        """(l, e): the L2 cache and DRAM utilisation this instance puts on its GPU.
+
+        share_pct: the instance's MPS share, percent of the GPU."""
         return self.cache_util * share_pct / 100.0, self.dram_util * share_pct / 100.0
 
     def stretch(self, neighbours: list[tuple[float, float]]) -> float:
@@ -162,7 +166,10 @@ class ServiceProfile(BaseModel):
         self, batch: int = 1, share_pct: float | None = None, stretch: float = 1.0, *, tail: bool = False
     ) -> float:
         """Mean (or, with `tail`, worst) processing time of one batch at a share, in ms. Without a
-        `gpu` curve only batch 1 at the profiled share (share_pct None) is known."""
+        `gpu` curve only batch 1 at the profiled share (share_pct None) is known.
+
+        batch: requests per batch; share_pct: the MPS share (None: the profiled one); stretch: the
+        interference factor it is multiplied by."""
         base = self.proc_time_ms[1] if tail else self.mean_proc_time_ms
         if self.gpu is None:
             if batch != 1 or share_pct is not None:
@@ -215,6 +222,8 @@ def dump_profiles(profiles: dict[str, ServiceProfile]) -> str:
 
 
 def write_profiles(path: str | Path, profiles: dict[str, ServiceProfile]) -> None:
+    """Write `profiles` (name -> ServiceProfile) to `path` as a profile file `load_profiles` reads
+    back."""
     Path(path).write_text(dump_profiles(profiles), encoding="utf-8")
 
 

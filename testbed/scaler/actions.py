@@ -12,16 +12,21 @@ Mask = tuple[int, int, int, int, int]
 
 
 def action_index(delta: int) -> int:
+    """The action index (0..4) of a change of `delta` replicas (-2..+2)."""
     return delta + 2
 
 
 def action_delta(index: int) -> int:
+    """The replica change (-2..+2) of action `index` (0..4)."""
     return ACTIONS[index]
 
 
 def action_mask(instances: int, free_units: int, units_per_instance: int, cooldown: int) -> Mask:
     """Algorithm 1: at least one instance; scale-up only into free units; no scale-down during
-    the cooldown after a scale-up. Free units are counted in instances of this service."""
+    the cooldown after a scale-up. Free units are counted in instances of this service.
+
+    instances: the service's instances; free_units: units no service holds; units_per_instance: what
+    one instance of it takes; cooldown: decisions left in the cooldown."""
     down = cooldown <= 0
     room = free_units // max(units_per_instance, 1)
     return (  # conditionals, not int(bool): built on every decision
@@ -50,7 +55,9 @@ def mask_code(mask: Mask) -> float:
 
 
 def adjust_action(delta: int, mask: Mask) -> int:
-    """Algorithm 3: shrink a blocked +-2 to +-1 when that is allowed, otherwise do nothing."""
+    """Algorithm 3: shrink a blocked +-2 to +-1 when that is allowed, otherwise do nothing.
+
+    delta: the proposed change, -2..+2; mask: the period's action mask."""
     if delta == -2 and not mask[0]:
         return -1 if mask[1] else 0
     if delta == -1 and not mask[1]:
@@ -63,7 +70,9 @@ def adjust_action(delta: int, mask: Mask) -> int:
 
 
 def next_cooldown(cooldown: int, applied_delta: int) -> int:
-    """After a scale-up, scale-down stays blocked for the next COOLDOWN_STEPS decisions."""
+    """After a scale-up, scale-down stays blocked for the next COOLDOWN_STEPS decisions.
+
+    cooldown: decisions left before this one; applied_delta: the change this decision applied."""
     return COOLDOWN_STEPS if applied_delta > 0 else max(0, cooldown - 1)
 
 
@@ -74,5 +83,8 @@ def reward(
     alpha: float = REWARD_ALPHA,
     beta: float = REWARD_BETA,
 ) -> float:
-    """Eq. 3.2: -(alpha * SLO violation rate + beta * instances / total units)."""
+    """Eq. 3.2: -(alpha * SLO violation rate + beta * instances / total units).
+
+    slo_violation_rate: the period's; instances: the service's; total_units: the cluster's; alpha,
+    beta: the weights (Table 4.6)."""
     return -(alpha * slo_violation_rate + beta * instances / total_units)

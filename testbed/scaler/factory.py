@@ -36,7 +36,11 @@ def build_policies(choices: Sequence[PolicyChoice], profiles: Mapping[str, Servi
                    profile_source: str = "", base_dir: Path | None = None) -> BuiltPolicies:
     """Every service's policy: a policy that plans shares is built once over the services that
     chose it (a trained actor over the services its model was trained for, checked at load), the
-    rest one per service. A `module:Class` is imported from `base_dir` (the scenario's folder)."""
+    rest one per service. A `module:Class` is imported from `base_dir` (the scenario's folder).
+
+    choices: each service's policy choice; profiles: the services' profiles; total_units: the
+    cluster's units; seed: for random policies; pipelines: fa2's chains; profile_source: the profile
+    file errors name."""
     out: dict[str, Any] = {}
     models: dict[str, str] = {}
     args = BuildArgs(total_units=total_units, seed=seed, profiles=profiles, pipelines=pipelines,

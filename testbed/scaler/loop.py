@@ -173,6 +173,8 @@ class ScalerLoop:
         return out
 
     def decide(self, service: str) -> Decision:
+        """One period's decision for `service`: its newest window, the policy's action (or target), the
+        mask, the action applied and its reward."""
         policy = self.policies[service]
         if self._targeted[service]:
             return self._decide_targets(policy, [service])[0]  # type: ignore[arg-type]

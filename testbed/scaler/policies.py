@@ -35,7 +35,10 @@ class Policy(Protocol):
 
     name: str
 
-    def act(self, observation: np.ndarray, action_mask: Mask) -> int: ...
+    def act(self, observation: np.ndarray, action_mask: Mask) -> int:
+        """The action for the newest period. observation: the 30 normalised values
+        (StateBuilder's layout); action_mask: the five actions' 0/1 mask (Algorithm 1)."""
+        ...
 
 
 def policy_name(policy: object) -> str:
@@ -67,6 +70,9 @@ class RuleV1:
                                            service))
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
+        """Algorithm 2 on the newest period. observation: the 30 normalised values (StateBuilder's
+        layout); action_mask: the five actions' 0/1 mask (Algorithm 1). Returns an index into
+        ACTIONS."""
         util = float(observation[_UTIL])
         if util > self.inst_util_high_2:
             delta = 2
@@ -105,6 +111,9 @@ class RuleV2:
                                            service))
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
+        """Algorithm 4 on the newest period. observation: the 30 normalised values (StateBuilder's
+        layout); action_mask: the five actions' 0/1 mask (Algorithm 1). Returns an index into
+        ACTIONS."""
         slo = float(observation[_SLO])
         util = float(observation[_UTIL])
         if slo > self.slo_high or util > self.inst_util_high:
@@ -122,6 +131,8 @@ class StaticPolicy:
     adjust_masked: ClassVar[bool] = True  # Algorithm 3 adjusts what the mask refuses
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
+        """Always hold. observation: the 30 normalised values (StateBuilder's layout); action_mask: the
+        five actions' 0/1 mask (Algorithm 1). Returns an index into ACTIONS."""
         return action_index(0)
 
 
@@ -139,6 +150,9 @@ class HpaPolicy:
     replicas: int = 1
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
+        """Kubernetes HPA's rule on the newest utilization. observation: the 30 normalised values
+        (StateBuilder's layout); action_mask: the five actions' 0/1 mask (Algorithm 1).
+        Returns an index into ACTIONS."""
         util = float(observation[_UTIL])
         n = max(1, self.replicas)
         ratio = util / self.target
@@ -157,5 +171,7 @@ class RandomPolicy:
         self._rng = np.random.default_rng(seed)
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
+        """A seeded random allowed action. observation: the 30 normalised values (StateBuilder's layout);
+        action_mask: the five actions' 0/1 mask (Algorithm 1). Returns an index into ACTIONS."""
         valid = np.flatnonzero(np.asarray(action_mask))
         return int(self._rng.choice(valid))

@@ -46,6 +46,7 @@ class BuildArgs:
     profile_source: str = PACKAGED_PROFILES
 
     def profile(self, service: str) -> ServiceProfile:
+        """The profile of `service` in these arguments' profiles (the registry's without them)."""
         return profile_for(dict(self.profiles) if self.profiles is not None else default_profiles(),
                            service)
 
@@ -193,7 +194,9 @@ def register_policy(name: str, cls: type, *, replace: bool = False) -> None:
 
 
 def unregister_policy(name: str) -> None:
-    """Remove a policy added with `register_policy` (built-in and installed ones stay)."""
+    """Remove a policy added with `register_policy` (built-in and installed ones stay).
+
+    name: the name it was registered under."""
     _registered.pop(name, None)
 
 
@@ -226,11 +229,14 @@ def policy_names() -> list[str]:
 
 
 def known(text: str) -> bool:
-    """A registered name or the form of a reference (imported where it is used)."""
+    """A registered name or the form of a reference (imported where it is used).
+
+    text: a policy name or `module:Class`."""
     return plugins.is_ref(text) or _lookup(text) is not None
 
 
 def unknown_message(text: str) -> str:
+    """The error line for an unknown policy `text`: the known names, and the `module:Class` form."""
     return (f"unknown policy {text!r}; known: {', '.join(policy_names())}, "
             "or module:Class (a class of your own)")
 
@@ -265,6 +271,9 @@ def make_policy(name: str, service: str, *, total_units: int, seed: int = 0,
     Raises:
         ConfigError: an unknown or broken policy, or one that plans shares for several services
             (build those with `testbed.scaler.factory.build_policies`).
+
+    name: the policy; service: the service it scales; total_units: the units its rules count room
+    in; seed: for random policies; base_dir: where a `module:Class` is imported from.
     """
     entry = resolve(name, base_dir=base_dir)
     if entry.build is None:

@@ -55,12 +55,16 @@ def _gather(history: int, ring_rows: int) -> np.ndarray:
 
 
 def latest_index(metric: str, history: int = HISTORY) -> int:
-    """Where the newest value of `metric` sits in an observation laid out metric-major."""
+    """Where the newest value of `metric` sits in an observation laid out metric-major.
+
+    metric: a name in STATE_METRICS; history: periods per metric in the observation."""
     return _INDEX[metric] * history + history - 1
 
 
 def latest(observation: np.ndarray, metric: str, history: int = HISTORY) -> float:
-    """The newest value of `metric` in an observation laid out metric-major, oldest first."""
+    """The newest value of `metric` in an observation laid out metric-major, oldest first.
+
+    observation: the policy's input; metric: a name in STATE_METRICS; history: periods per metric."""
     return float(observation[latest_index(metric, history)])
 
 
@@ -118,6 +122,7 @@ class StateBuilder:
         return cls(profile_rps(profile))
 
     def reset(self) -> None:
+        """Forget the periods so far: the next push fills every history slot with its row."""
         self._empty = True
 
     def row(
@@ -127,7 +132,10 @@ class StateBuilder:
 
         Written out with the window's fields and conditionals instead of its properties and
         min/max: one row is built per decision. `b if x > b else x` is min(x, b) and
-        `b if x < b else x` is max(x, b), NaN and signed zeros included."""
+        `b if x < b else x` is max(x, b), NaN and signed zeros included.
+
+        window: the period's metrics; mask: its action mask; instances: the service's instances;
+        total_units: the cluster's units."""
         seconds, arrivals = window.seconds, window.arrivals
         request_rate = arrivals / seconds if seconds > 0 else 0.0
         if self.instance_rps:
@@ -154,7 +162,9 @@ class StateBuilder:
     def push(
         self, window: WindowMetrics, mask: Mask, instances: int, room: int, total_units: int = TOTAL_UNITS
     ) -> np.ndarray:
-        """Add one period and return the observation (float32, 30 values, a new array)."""
+        """Add one period and return the observation (float32, 30 values, a new array).
+
+        window, mask, instances, room, total_units: as `row` takes them."""
         row = self.row(window, mask, instances, room, total_units)
         rows, h = self._rows, self.history
         if self._empty:

@@ -37,10 +37,14 @@ class TargetPolicy(Protocol):
 
     name: str
 
-    def plan(self, view: ClusterView) -> dict[str, ServiceTarget]: ...
+    def plan(self, view: ClusterView) -> dict[str, ServiceTarget]:
+        """Each service's target (replicas, shares, batch) for the cluster `view` shows."""
+        ...
 
 
 def cluster_view(backend: ClusterBackend, windows: Mapping[str, WindowMetrics]) -> ClusterView:
+    """What share and batch policies see: each service's newest window (`windows`), target and share
+    used on `backend`, and each GPU's free share."""
     gpu = require_gpu_backend(backend)
     return ClusterView(
         {
@@ -53,6 +57,7 @@ def cluster_view(backend: ClusterBackend, windows: Mapping[str, WindowMetrics]) 
 
 
 def require_gpu_backend(backend: ClusterBackend) -> GpuClusterBackend:
+    """`backend` as a GpuClusterBackend, or a StateError saying where share/batch policies run."""
     if not isinstance(backend, GpuClusterBackend):
         raise StateError(
             f"{type(backend).__name__} cannot set MPS shares or batch sizes; "
@@ -62,7 +67,9 @@ def require_gpu_backend(backend: ClusterBackend) -> GpuClusterBackend:
 
 
 def apply_target(backend: ClusterBackend, service: str, target: ServiceTarget) -> ServiceTarget:
-    """Send `target` to the backend; a plain backend takes only replica counts."""
+    """Send `target` to the backend; a plain backend takes only replica counts.
+
+    backend: the cluster; service: the one configured."""
     if isinstance(backend, GpuClusterBackend):
         return backend.configure(service, target)
     if target.batch != 1 or target.gpus is not None:
