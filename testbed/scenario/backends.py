@@ -39,17 +39,22 @@ class Clock:
     """Wall time; the lab's check mode swaps in a virtual clock that never waits."""
 
     def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (time.monotonic)."""
         return time.monotonic()
 
     def time(self) -> float:
+        """Epoch seconds (time.time)."""
         return time.time()
 
     async def sleep(self, seconds: float) -> None:
+        """Wait `seconds`."""
         await asyncio.sleep(seconds)
 
 
 @dataclass
 class CellBackends:
+    """What a cell runs on, from its profile: the cluster, the metrics source, the traffic backend,
+    how to wait for the first replicas, the clock, and the sampling cadence."""
     cluster: ClusterBackend
     metrics: MetricsSource
     traffic: TrafficBackend
@@ -67,10 +72,14 @@ CellMain = Callable[[CellBackends], Awaitable[None]]
 
 
 class Profile(Protocol):
+    """Where a scenario's cells run (local or lab): `run_cell` sets up each cell, `close` undoes what
+    the whole run held."""
     name: str
 
     def run_cell(self, runner: CellRunner, main: CellMain) -> None:
-        """Prepare the cell's testbed, run `main` with its backends, undo what the cell started."""
+        """Prepare the cell's testbed, run `main` with its backends, undo what the cell started.
+
+        runner: the cell's CellRunner."""
         ...
 
     def close(self) -> list[str]:
@@ -82,7 +91,9 @@ def record_agreement(runner: CellRunner, checks: list[Agreement]) -> None:
     """The cell's comparison of its two metrics sources, per service: kept in its info
     (`metrics_agreement`), printed, and a service whose sources disagree beyond the bounds
     (`testbed.metrics.agreement`) fails the cell, in one line naming the metric, the two values
-    and the bound."""
+    and the bound.
+
+    runner: the cell's CellRunner; checks: each service's comparison (testbed.metrics.agreement)."""
     runner.info["metrics_agreement"] = [c.row() for c in checks]
     for c in checks:
         runner.view.log(f"metrics {c.line()}")
@@ -96,6 +107,8 @@ class LocalProfile:
     name = "local"
 
     def run_cell(self, runner: CellRunner, main: CellMain) -> None:
+        """Bring up the cell's local testbed and cluster, run `main` with their backends, and take them
+        down (on error and Ctrl-C too). runner: the cell's CellRunner."""
         # a fresh name per cell: runs never collide with a testbed the user has up
         name = "r" + secrets.token_hex(3)
         spec = runner.cell.testbed.model_copy(update={"name": name})
@@ -190,4 +203,5 @@ class LocalProfile:
             record_agreement(runner, [compare(local[s.name], remote[s.name]) for s in scn.services])
 
     def close(self) -> list[str]:
+        """Nothing is held across cells locally: returns no problems."""
         return []  # every cell brought its own testbed down

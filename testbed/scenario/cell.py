@@ -37,6 +37,7 @@ class SimCellRunner:
         self.cell, self.rep, self.dir, self.base_dir, self.view = cell, rep, celldir, base_dir, view
 
     def run(self) -> list[str]:
+        """Run the cell through the simulator and write its files; returns the problems it recorded."""
         self.view.set_phase(self.cell, self.rep, "simulating")
         write_cell_files(self.dir, simulate_cell(self.cell, self.rep, self.base_dir))
         return []
@@ -68,17 +69,21 @@ class CellRunner:
         self.dir.info.write_text(json.dumps(self.info, indent=1, default=str))
 
     def problem(self, text: str) -> None:
+        """Record `text` as a problem of the cell (its info and events.jsonl); the cell stays ok."""
         self.problems.append(text)
         append_jsonl(self.dir.events, {"t": time.time(), "kind": "problem", "detail": text})
 
     def fail(self, text: str) -> None:
         """A problem that fails the cell: its status becomes "failed", so no check can pass on
-        its rows and the run fails (a lost request does the same)."""
+        its rows and the run fails (a lost request does the same).
+
+        text: what failed, as the run prints it."""
         self.failures.append(text)
         self.info["failures"] = self.failures
         self.problem(text)
 
     def event(self, row: dict[str, Any]) -> None:
+        """Append `row` to the cell's events.jsonl."""
         append_jsonl(self.dir.events, row)
 
     def profiles(self) -> dict[str, Any]:
@@ -93,6 +98,8 @@ class CellRunner:
         return profiles
 
     def run(self) -> list[str]:
+        """Run the cell's repetition on its profile's backends and write its files; returns the problems
+        it recorded."""
         status = "failed"
         try:
             self.profile.run_cell(self, self._main)
@@ -147,6 +154,7 @@ class CellRunner:
              "initial_replicas": {s.name: s.replicas for s in scn.services}}, indent=1))
 
     def iperf_jobs(self, wall: float) -> list[IperfJob]:
+        """The cell's iperf3 cross-traffic, each lasting `wall` seconds plus one."""
         return [IperfJob(slice=x.slice, flows=x.flows, duration_s=max(1.0, wall + 1),
                          reverse=x.direction == "downlink",
                          out=self.dir.iperf / f"{x.slice}-{x.direction}.json")
@@ -155,7 +163,9 @@ class CellRunner:
     def client_jobs(self, cluster: ClusterBackend) -> list[ClientJob]:
         """The clients (the warm-up first, then the measured window); records in the cell's info
         how many requests each service's schedules plan and how many of each client's first
-        requests fall in the warm-up, from the same numbers the clients are given."""
+        requests fall in the warm-up, from the same numbers the clients are given.
+
+        cluster: the cell's cluster (its service endpoints)."""
         scn = self.scn
         planned = self.info.setdefault("planned_requests", {s.name: 0 for s in scn.services})
         warmup = self.info.setdefault("warmup_requests", {})
@@ -281,7 +291,9 @@ class CellRunner:
 
 def load_job(scn: Scenario, client: ClientSpec, index: int, rep: int, base_dir: Path) -> LoadJob:
     """What client `index` of the scenario sends in repetition `rep`, in wall seconds: its
-    trace or rate over the warm-up and then the measured window, time-scaled."""
+    trace or rate over the warm-up and then the measured window, time-scaled.
+
+    scn: the cell's scenario; client: its entry; base_dir: the scenario's folder."""
     ts = scn.time_scale
     warm = scn.warmup_s
     seconds = scn.duration_s + warm
@@ -304,7 +316,9 @@ def load_job(scn: Scenario, client: ClientSpec, index: int, rep: int, base_dir: 
 
 def after_warmup(scn: Scenario, samples: list[dict[str, Any]]) -> Scenario:
     """The scenario with each service's initial replicas set to those the cell's warm-up left
-    (its last warm-up sample's desired replicas, which hold the units); unchanged without one."""
+    (its last warm-up sample's desired replicas, which hold the units); unchanged without one.
+
+    scn: the cell's scenario; samples: the warm-up's samples."""
     left = {s["service"]: s["desired"] for s in samples if s.get("warmup")}
     if not scn.warmup_s or not left:
         return scn

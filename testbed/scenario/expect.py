@@ -64,6 +64,8 @@ NOT_RUN = "NOT RUN"  # `testbed reproduce`: a figure this size cannot be judged 
 
 @dataclass(frozen=True)
 class Outcome:
+    """One check's verdict over a run's rows: PASS, FAIL or UNDECIDED, the two sides' values, why,
+    and the size that would decide it."""
     text: str
     verdict: str  # PASS, FAIL or UNDECIDED
     left: float | None
@@ -75,6 +77,7 @@ class Outcome:
 
     @property
     def passed(self) -> bool:
+        """The verdict is PASS."""
         return self.verdict == PASS
 
     @property
@@ -155,6 +158,8 @@ def _size_that_decides(check: Check, se: float) -> str:
 
 
 def evaluate_all(texts: list[str], rows: list[dict[str, Any]]) -> list[Outcome]:
+    """Each of `texts` (`expect:` lines) parsed and judged over `rows` (results.json's rows), in
+    order."""
     return [evaluate(parse(t), rows) for t in texts]
 
 

@@ -76,7 +76,9 @@ def plan_checks(scn: Scenario, cells: list[Any], base_dir: Path) -> list[CheckPl
 
 def check_power(scn: Scenario, cells: list[Any], base_dir: Path) -> list[tuple[tuple, str]]:
     """The load-time problems: one line per check this size cannot decide (with the
-    `duration_s` that decides it) or that states no effect where none can be derived."""
+    `duration_s` that decides it) or that states no effect where none can be derived.
+
+    scn: the scenario; cells: its matrix cells; base_dir: its folder (profiles)."""
     problems = []
     for p in plan_checks(scn, cells, base_dir):
         if p.problem:
@@ -164,7 +166,9 @@ def _raise(rows: list[dict[str, Any]], term: Term, to: Any) -> list[dict[str, An
 
 
 def plan_rows(scn: Scenario, cells: list[Any], base_dir: Path) -> list[dict[str, Any]]:
-    """The service rows a run of these cells will have, with planned figures."""
+    """The service rows a run of these cells will have, with planned figures.
+
+    scn: the scenario; cells: its matrix cells; base_dir: its folder (profiles)."""
     from testbed.scenario.cell import load_job  # the cell runner imports the scenario's modules
 
     rows = []
@@ -215,7 +219,9 @@ def _pilot(figures: dict[str, float], service: str, params: dict[str, Any],
 
 def plan_table(plans: list[CheckPlan]) -> list[list[str]]:
     """Rows for `testbed run --plan`: the check, its requests per cell, the effect it detects, the
-    effect it states, and whether the planned size decides it."""
+    effect it states, and whether the planned size decides it.
+
+    plans: from `plan_checks`."""
     out = []
     for p in plans:
         what = ("refused" if p.problem else "exploratory, not decided at this size"

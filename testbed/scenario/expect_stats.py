@@ -83,7 +83,9 @@ def estimate(check: Check, rows: list[dict[str, Any]]) -> Estimate | None:
 
 def null_value(check: Check) -> float:
     """`left - right` with no difference: every term 1 (two or more terms: a ratio of 1, a
-    difference of 0), or 0 (one term: no violations, no time)."""
+    difference of 0), or 0 (one term: no violations, no time).
+
+    check: a parsed `expect:` line."""
     one = 1.0 if len(check.terms()) > 1 else 0.0
 
     def val(node: Any) -> float:

@@ -74,11 +74,14 @@ MAX_NESTING = 32  # parentheses and unary minus
 
 
 class ExpectSyntaxError(ValueError):
+    """An `expect:` line that does not parse, with what was expected where."""
     pass
 
 
 @dataclass(frozen=True)
 class Term:
+    """One side's term: a results metric and the selectors that pick its row
+    (`slo_violation_rate[service=imgcls, slicing=on]`)."""
     metric: str
     selectors: tuple[tuple[str, str], ...]
 
@@ -101,6 +104,7 @@ class Check:
     exploratory: bool = False
 
     def terms(self) -> list[Term]:
+        """Every term of both sides."""
         out: list[Term] = []
 
         def walk(node: Any) -> None:
@@ -116,6 +120,7 @@ class Check:
 
 
 def parse(text: str) -> Check:
+    """The Check that `expect:` line `text` states; ExpectSyntaxError if it is not one."""
     if len(text) > MAX_CHECK_CHARS:
         raise ExpectSyntaxError(f"a check is at most {MAX_CHECK_CHARS} characters, this one has "
                                 f"{len(text)}")
@@ -243,7 +248,9 @@ def _selectors(raw: str, text: str) -> tuple[tuple[str, str], ...]:
 
 def check_expectations(scn: Scenario, slices: list[str] | None = None) -> list[tuple[tuple, str]]:
     """Syntax, metrics, selector keys and values (a service, slice, repetition or matrix value
-    that no row can have), and division by a constant zero."""
+    that no row can have), and division by a constant zero.
+
+    scn: the scenario; slices: the testbed's slice names."""
     problems = []
     keys = FIXED_KEYS | set(scn.matrix)
     values: dict[str, set[str]] = {k: {_norm(v) for v in vs} for k, vs in scn.matrix.items()}
@@ -312,7 +319,9 @@ def _show(node: Any) -> str:
 
 def skeleton_rows(cells: list[Any], repetitions: int, engine: str) -> list[dict[str, Any]]:
     """The keys of every result row a run of these matrix cells (testbed.scenario.matrix.Cell)
-    will have, without values: what a selector can match."""
+    will have, without values: what a selector can match.
+
+    cells: the matrix cells; repetitions: per cell; engine: "testbed" or "sim"."""
     rows = []
     for cell, rep in itertools.product(cells, range(repetitions)):
         base = {k: v for k, v in cell.params.items() if k not in ("service", "slice")}
@@ -337,7 +346,9 @@ def _row_has(row: dict[str, Any], metric: str) -> bool:
 
 def check_selectors_match(scn: Scenario, cells: list[Any]) -> list[tuple[tuple, str]]:
     """A term whose selectors match no row any cell of the matrix will have (a combination of
-    valid values that never occurs together, a slice metric asked of a service, ...)."""
+    valid values that never occurs together, a slice metric asked of a service, ...).
+
+    scn: the scenario; cells: its matrix cells."""
     skeleton = skeleton_rows(cells, scn.repetitions, scn.engine)
     problems = []
     for i, text in enumerate(scn.expect):

@@ -39,6 +39,8 @@ LAB_POLL_S = 2.0  # first-request poll
 
 @dataclass
 class LabOptions:
+    """How a scenario runs on the lab: its inventory, kubeconfig, Prometheus URL and namespace, and
+    whether to plan (`check`) instead of run, printing each action through `emit`."""
     inventory: Path
     kubeconfig: Path | None = None
     prometheus: str | None = None
@@ -48,6 +50,8 @@ class LabOptions:
 
 
 class LabProfile:
+    """The lab as a scenario's profile: one LabSession for the run, opened and checked before the
+    first cell (see the module's docstring)."""
     name = "lab"
 
     def __init__(self, options: LabOptions, scenario: Scenario, testbed: Any, base_dir: Path,
@@ -107,6 +111,8 @@ class LabProfile:
                 for p in chosen], manifests
 
     def run_cell(self, runner: Any, main: CellMain) -> None:
+        """Shape the cell's slices, scale its Deployments, run `main` with the lab's backends, and stop
+        what it started. runner: the cell's CellRunner."""
         s = self.session
         scn = runner.scn
         replicas = {x.name: x.replicas for x in scn.services}

@@ -46,6 +46,8 @@ class LiveView:
             self._live.__exit__(None, None, None)
 
     def set_phase(self, cell: Cell, rep: int, phase: str, wall: float | None = None) -> None:
+        """Show `phase` ("starting replicas", "running", ...) of repetition `rep` of `cell`; wall: the
+        phase's planned seconds, for the progress bar."""
         key = (cell.index, rep)
         if key != self._last_cell:
             now = time.monotonic()
@@ -69,16 +71,21 @@ class LiveView:
             self.console.print(Text(self._header))
 
     def note(self, text: str) -> None:
+        """A line about the run in progress, `text` (printed at once without a live view)."""
         self._notes.append(text)
         if not self.enabled:
             self.console.print(Text(text))
 
     def log(self, text: str) -> None:
-        """A line that stays on screen (above the live view), e.g. a cell's testbed name."""
+        """A line that stays on screen (above the live view), e.g. a cell's testbed name.
+
+        text: the line."""
         self.console.print(Text(text))
 
     def update(self, rows: list[tuple[str, Any, int, int]], elapsed: float) -> None:
-        """The latest sample: (service, its 5 s WindowMetrics or None, ready, desired) per service."""
+        """The latest sample: (service, its 5 s WindowMetrics or None, ready, desired) per service.
+
+        rows: those tuples; elapsed: seconds into the cell."""
         self._elapsed = elapsed
         out = []
         for name, w, ready, desired in sorted(rows, key=lambda r: r[0]):
@@ -90,9 +97,11 @@ class LiveView:
         self._rows = out
 
     def tick(self, elapsed: float) -> None:
+        """Seconds into the cell, `elapsed`, for the progress bar between samples."""
         self._elapsed = elapsed
 
     def refresh(self) -> None:
+        """Redraw the live view now."""
         if self._live is not None:
             self._live.refresh()
 

@@ -49,15 +49,18 @@ class Cell:
 
     @property
     def label(self) -> str:
+        """The cell's parameters as people read them (`service=imgcls, slicing=on`), or "base"."""
         return ", ".join(f"{k}={fmt_value(v)}" for k, v in self.params.items()) or "base"
 
     @property
     def slug(self) -> str:
+        """The cell's directory name: its index and parameters, safe in a path."""
         s = "_".join(f"{k}-{fmt_value(v)}" for k, v in self.params.items()) or "base"
         return f"{self.index:02d}-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", s)
 
 
 def fmt_value(v: Any) -> str:
+    """A matrix value `v` as labels show it: on/off for booleans."""
     if v is True:
         return "on"
     if v is False:

@@ -31,6 +31,7 @@ PACKAGES = ("testbed", "pydantic", "aiohttp", "numpy", "pymongo", "montydb", "to
 
 
 def git_commit() -> str | None:
+    """The commit of the checkout this package runs from, or None outside one."""
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
@@ -45,6 +46,7 @@ def git_commit() -> str | None:
 
 
 def package_versions() -> dict[str, str]:
+    """The installed versions of the packages a run's figures depend on (PACKAGES)."""
     out = {}
     for name in PACKAGES:
         try:
@@ -55,6 +57,7 @@ def package_versions() -> dict[str, str]:
 
 
 def host_facts() -> dict[str, Any]:
+    """The machine a run ran on: hostname, platform, Python, CPUs, kernel."""
     import os
 
     return {"hostname": socket.gethostname(), "platform": platform.platform(),
@@ -64,6 +67,9 @@ def host_facts() -> dict[str, Any]:
 
 def write_manifest(run_dir: Path, *, scenario: dict[str, Any], testbed: dict[str, Any],
                    source: str, base_dir: Path, profile: str, overrides: dict[str, Any]) -> Path:
+    """The run's manifest.json: what was run and where. run_dir: the run directory; scenario,
+    testbed: the validated specs (secrets masked); source: the scenario file; base_dir: its
+    folder; profile: local or lab; overrides: the command line's."""
     manifest = {
         "format": 1,
         "created": datetime.now(timezone.utc).isoformat(),
@@ -88,7 +94,9 @@ def write_manifest(run_dir: Path, *, scenario: dict[str, Any], testbed: dict[str
 def used_profiles(scenario: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     """The profiles of the scenario's services as the run reads them: the packaged ones with the
     scenario's `service_profiles:` file over them (each number's source says which), so that the
-    run directory alone tells what a service of the user's own was."""
+    run directory alone tells what a service of the user's own was.
+
+    scenario: the scenario as recorded; base_dir: its folder."""
     own = scenario.get("service_profiles")
     profiles = load_profiles(base_dir / own if own else None)
     names = [s["name"] for s in scenario.get("services", [])]
@@ -103,6 +111,7 @@ class CellDir:
 
     @classmethod
     def create(cls, run_dir: Path, slug: str, rep: int) -> CellDir:
+        """The directory of repetition `rep` of the cell `slug` in `run_dir`, made with its subfolders."""
         p = run_dir / "cells" / slug / f"rep-{rep}"
         for sub in ("requests", "iperf", "logs"):
             (p / sub).mkdir(parents=True, exist_ok=True)
@@ -110,26 +119,32 @@ class CellDir:
 
     @property
     def requests(self) -> Path:
+        """requests/: each client's request records (JSON lines)."""
         return self.path / "requests"
 
     @property
     def iperf(self) -> Path:
+        """iperf/: iperf3's JSON per cross-traffic entry."""
         return self.path / "iperf"
 
     @property
     def logs(self) -> Path:
+        """logs/: the replicas' and clients' output."""
         return self.path / "logs"
 
     @property
     def samples(self) -> Path:
+        """samples.jsonl: the metrics sampled during the cell."""
         return self.path / "samples.jsonl"
 
     @property
     def decisions(self) -> Path:
+        """decisions.jsonl: the scaler's decisions."""
         return self.path / "decisions.jsonl"
 
     @property
     def events(self) -> Path:
+        """events.jsonl: replica events and problems."""
         return self.path / "events.jsonl"
 
     @property
@@ -139,15 +154,18 @@ class CellDir:
 
     @property
     def info(self) -> Path:
+        """cell.json: the cell's parameters, status, profiles and problems."""
         return self.path / "cell.json"
 
 
 def append_jsonl(path: Path, row: dict[str, Any]) -> None:
+    """Append `row` to the JSON-lines file `path`."""
     with path.open("a") as f:
         f.write(json.dumps(row, default=str, separators=(",", ":")) + "\n")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of the JSON-lines file `path` ([] when it does not exist)."""
     if not path.exists():
         return []
     rows = []

@@ -42,6 +42,8 @@ from testbed.scenario.sweep import check_options, run_in_pool, run_on_dask, work
 
 @dataclass
 class RunOptions:
+    """How `run_scenario` runs a loaded scenario: where the run directory goes, the profile, the
+    command line's overrides, the live view, and (lab) the lab's options."""
     out_root: Path = RUNS_DIR
     profile: str = "local"
     time_scale: float | None = None  # overrides the scenario's
@@ -60,6 +62,8 @@ class RunOptions:
 
 @dataclass
 class RunResult:
+    """A finished run: its directory, result rows, checks' outcomes, whether it was interrupted, and
+    its problems."""
     run_dir: Path
     rows: list[dict[str, Any]]
     outcomes: list[Outcome]
@@ -82,6 +86,7 @@ class RunResult:
 
     @property
     def passed(self) -> bool:
+        """The run's verdict is PASS (no FAIL, no UNDECIDED, no failed cell, not interrupted)."""
         return self.verdict() == PASS
 
 
@@ -89,7 +94,9 @@ MIN_FREE_MB = 200  # request records, samples and plots of a CI-size run take a 
 
 
 def require_free_space(folder: Path, need_mb: int = MIN_FREE_MB) -> None:
-    """Enough room where the run directory goes, checked before the first second of work."""
+    """Enough room where the run directory goes, checked before the first second of work.
+
+    folder: where the run directory goes; need_mb: the room it needs."""
     probe = folder
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -100,7 +107,9 @@ def require_free_space(folder: Path, need_mb: int = MIN_FREE_MB) -> None:
 
 
 def effective(loaded: LoadedScenario, options: RunOptions) -> Scenario:
-    """The scenario with command-line overrides applied."""
+    """The scenario with command-line overrides applied.
+
+    loaded: the scenario; options: the run's options."""
     update: dict[str, Any] = {}
     if options.time_scale is not None:
         update["time_scale"] = options.time_scale
@@ -190,7 +199,9 @@ class ScenarioRun:
                 self.problems.append(f"cleanup: {p}")
 
     def run_cell(self, cell: Cell, view: LiveView | None = None) -> list[str]:
-        """Every repetition of one cell; returns the problems it recorded."""
+        """Every repetition of one cell; returns the problems it recorded.
+
+        cell: the matrix cell; view: the live view, if any."""
         view = view or LiveView(self.console, [cell], self.scenario.repetitions, enabled=False)
         problems: list[str] = []
         for rep in range(self.scenario.repetitions):
@@ -239,6 +250,8 @@ class ScenarioRun:
             raise
 
     def finish(self) -> RunResult:
+        """Close the run, judge its rows and write its record (results.json); a --check run writes its
+        plan instead."""
         self.close()
         if self.plan:
             return self._finish_plan()

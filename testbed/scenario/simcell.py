@@ -31,7 +31,9 @@ from testbed.train.evaluate import evaluate
 
 
 def cell_traces(scn: Scenario, base_dir: Path) -> tuple[dict[str, Any], dict[str, float]]:
-    """Per service: its trace window (one client per service in the simulator) and ratio."""
+    """Per service: its trace window (one client per service in the simulator) and ratio.
+
+    scn: the cell's scenario; base_dir: its folder."""
 
     traces: dict[str, Trace] = {}
     ratios: dict[str, float] = {}
@@ -53,7 +55,10 @@ def sim_profiles(scn: Scenario, cluster_profiles: dict[str, Any] | None,
                  base_dir: Path | None = None) -> dict[str, Any]:
     """The simulator's profiles: the packaged ones (Table 4.4) with the scenario's
     `service_profiles:` file (under `base_dir`) over them, or — for the sim-to-testbed check —
-    exactly the profiles the testbed's replicas ran with; each starts with the scenario's replicas."""
+    exactly the profiles the testbed's replicas ran with; each starts with the scenario's replicas.
+
+    scn: the cell's scenario; cluster_profiles: the testbed cell's recorded profiles, when the
+    simulator runs beside one."""
 
     own = base_dir / scn.service_profiles if scn.service_profiles and base_dir is not None else None
     profiles = cluster_profiles or load_profiles(own)
@@ -77,7 +82,10 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
     carries fractional trace counts to the next interval instead of truncating them, and the
     balancer's utilization counts ready replicas only. With the scenario's `pipelines:` (and not
     `like_testbed`: the testbed's replicas do not forward) the chains are routed and their figures
-    appended to `chains`."""
+    appended to `chains`.
+
+    scn: the cell's scenario; base_dir: its folder; seed: the cell's; cluster_profiles: as
+    `sim_profiles` takes them."""
 
     traces, ratios = cell_traces(scn, base_dir)
     routed = bool(scn.pipelines) and not like_testbed
