@@ -4,6 +4,7 @@ run directories."""
 
 from __future__ import annotations
 
+import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -29,3 +30,18 @@ def new_run_dir(root: Path, label: str) -> Path:
         path = base.with_name(f"{base.name}-{n}")
     path.mkdir(parents=True)
     return path
+
+
+def git_commit() -> str | None:
+    """The commit of the checkout this package runs from, or None outside one."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=5).stdout.strip()
+    return out.stdout.strip() + ("-dirty" if dirty else "")

@@ -30,6 +30,9 @@ _RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED}
 
 @dataclass
 class ClientConfig:
+    """How a LoadClient sends: the service and its endpoint, the slice its records carry, the
+    timeout, the local address to bind, the connection limit, keep-alive or a connection per
+    request, the content seed, whether answers are checked, and the service's profile."""
     service: str
     base_url: str  # the service's endpoint, e.g. http://10.200.0.2:8001
     slice: str | None = None  # recorded with every request
@@ -46,12 +49,14 @@ class ClientConfig:
 
 @dataclass
 class ClientSummary:
+    """What a client's run did: requests scheduled, completed, and errors by kind."""
     scheduled: int = 0
     completed: int = 0
     errors: Counter[str] = field(default_factory=Counter)
 
     @property
     def ok(self) -> int:
+        """Completed requests that got a valid answer."""
         return self.completed - sum(self.errors.values())
 
 
@@ -94,6 +99,7 @@ class LoadClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Cancel what is outstanding (each ends recorded as 'cancelled') and close the connections."""
         await self._cancel_all()
         self._pool = None
 
@@ -102,7 +108,9 @@ class LoadClient:
 
     async def run_open_loop(self, offsets: Iterable[float], lead_s: float = 0.05) -> ClientSummary:
         """Send one request at each offset (seconds from now + lead), never waiting for answers;
-        then wait for the outstanding ones. Cancelling records the in-flight ones as 'cancelled'."""
+        then wait for the outstanding ones. Cancelling records the in-flight ones as 'cancelled'.
+
+        offsets: seconds from now, ascending; lead_s: added to each, so the first is not late."""
         loop = asyncio.get_running_loop()
         self._t0 = loop.time() + lead_s
         self._schedule = iter(offsets)
@@ -147,7 +155,10 @@ class LoadClient:
 
     async def run_closed_loop(self, workers: int = 1, duration_s: float | None = None,
                               requests: int | None = None) -> ClientSummary:
-        """`workers` loops that each send the next request when the last one returns."""
+        """`workers` loops that each send the next request when the last one returns.
+
+        workers: concurrent loops; duration_s: stop sending after this many seconds; requests: or
+        after this many requests in all."""
         if duration_s is None and requests is None:
             raise ValueError("give duration_s or requests")
         loop = asyncio.get_running_loop()
@@ -218,6 +229,7 @@ class LoadClient:
         return None
 
     async def drain(self) -> None:
+        """Wait until no request is outstanding."""
         assert self._idle is not None
         await self._idle.wait()
 

@@ -105,7 +105,9 @@ _WORDS = [
 
 
 def questions(n: int = 500, seed: int = 0) -> list[str]:
-    """`n` distinct procedurally generated questions, each asking for a short answer."""
+    """`n` distinct procedurally generated questions, each asking for a short answer.
+
+    n: how many; seed: the generator's seed."""
     rng = random.Random(seed)
     pairs = [(tpl, topic) for tpl in _TEMPLATES for topic in _TOPICS]
     rng.shuffle(pairs)
@@ -115,7 +117,9 @@ def questions(n: int = 500, seed: int = 0) -> list[str]:
 
 
 def sentences(n: int = 100, seed: int = 0, min_words: int = 3, max_words: int = 60) -> list[str]:
-    """`n` sentences whose lengths spread evenly from `min_words` to `max_words` words."""
+    """`n` sentences whose lengths spread evenly from `min_words` to `max_words` words.
+
+    n: how many; seed: the generator's seed; min_words, max_words: the range of lengths."""
     rng = random.Random(seed + 1)
     out = []
     for i in range(n):
@@ -127,7 +131,9 @@ def sentences(n: int = 100, seed: int = 0, min_words: int = 3, max_words: int = 
 
 
 def tiny_picture(rng: np.random.Generator) -> np.ndarray:
-    """A 32×32 RGB picture (CIFAR-10 sized): a gradient background with a few coloured blobs."""
+    """A 32×32 RGB picture (CIFAR-10 sized): a gradient background with a few coloured blobs.
+
+    rng: the generator it draws from."""
     y, x = np.mgrid[0:32, 0:32].astype(np.float32) / 31.0
     base = rng.uniform(0, 255, size=(2, 3)).astype(np.float32)
     img = base[0] * (1 - x[..., None]) + base[1] * y[..., None]
@@ -139,7 +145,9 @@ def tiny_picture(rng: np.random.Generator) -> np.ndarray:
 
 
 def jpeg_images(n: int = 40, seed: int = 0, size: int = 512, quality: int = 85) -> list[bytes]:
-    """`n` JPEG files: tiny pictures upscaled to size×size, as the paper did with CIFAR-10."""
+    """`n` JPEG files: tiny pictures upscaled to size×size, as the paper did with CIFAR-10.
+
+    n: how many; seed: the generator's seed; size: their side in pixels; quality: the JPEG quality."""
     from PIL import Image  # imported here: only image content needs Pillow
 
     rng = np.random.default_rng(seed)

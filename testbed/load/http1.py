@@ -45,6 +45,8 @@ class Exchange:
         self.done = False
 
     def finish(self, status: int, body: bytes, error: BaseException | None) -> None:
+        """End the exchange once: the answer's `status` and `body`, or the `error` (status 0), to its
+        callback."""
         if self.done:
             return
         self.done = True
@@ -54,7 +56,10 @@ class Exchange:
 
 
 def encode_request(method: str, target: str, host: str, headers: dict[str, str], body: bytes) -> bytes:
-    """The request's bytes on the wire: request line, Host, the given headers, Content-Length."""
+    """The request's bytes on the wire: request line, Host, the given headers, Content-Length.
+
+    method, target: the request line's; host: the Host header; headers: the others; body: the
+    payload."""
     lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
     lines += [f"{k}: {v}" for k, v in headers.items()]
     if body or method in ("POST", "PUT", "PATCH"):
@@ -261,11 +266,15 @@ class ConnectionPool:
 
     @property
     def open_connections(self) -> int:
+        """The connections open now, idle or busy."""
         return len(self._all)
 
     def request(self, method: str, target: str, headers: dict[str, str], body: bytes,
                 on_done: DoneCallback) -> Exchange:
-        """Send now if a connection is free; `on_done` runs exactly once, with the answer or error."""
+        """Send now if a connection is free; `on_done` runs exactly once, with the answer or error.
+
+        method, target, headers, body: the request; on_done: its callback (status, body, error, sent
+        time)."""
         if not self.keep_alive:
             headers = {**headers, "Connection": "close"}
         data = encode_request(method, self.prefix + target, self.host_header, headers, body)

@@ -21,6 +21,8 @@ Progress = Callable[[str], None]
 
 @dataclass
 class ProfileResult:
+    """What `testbed profile` measured of a service: its closed-loop processing times, the offered-
+    vs-achieved sweep, the capacity it derived and its start-up time."""
     service: str
     proc_ms: list[float] = field(default_factory=list)  # closed-loop latencies of successful requests
     sweep: list[tuple[float, float]] = field(default_factory=list)  # (offered req/s, achieved ok/s)
@@ -49,7 +51,10 @@ class ProfileResult:
 async def measure_processing(
     service: str, url: str, requests: int = 50, timeout_s: float = 30.0, source_address: str | None = None
 ) -> list[float]:
-    """Send `requests` one after another (each when the last returned): no queueing time."""
+    """Send `requests` one after another (each when the last returned): no queueing time.
+
+    service: the service's name; url: its endpoint; timeout_s: per request; source_address: the
+    local address to bind."""
     records: list[RequestRecord] = []
     cfg = ClientConfig(service, url, timeout_s=timeout_s, source_address=source_address)
     async with LoadClient(cfg, [records.append]) as client:
@@ -72,7 +77,11 @@ async def measure_capacity(
     source_address: str | None = None,
 ) -> tuple[int, list[tuple[float, float]]]:
     """Offer rates at multiples of one replica-slot's throughput (1000/mean_proc_ms req/s) and
-    take capacity = the best achieved throughput × the mean processing time (requests in parallel)."""
+    take capacity = the best achieved throughput × the mean processing time (requests in parallel).
+
+    service, url: as above; factors: the offered rates as multiples of one slot's throughput;
+    step_s: seconds per rate; timeout_s: per request; progress: called per step; source_address: the
+    local address to bind."""
     base_rate = 1000.0 / max(mean_proc_ms, 1e-3)
     sweep: list[tuple[float, float]] = []
     best = 0.0
@@ -100,7 +109,10 @@ async def measure_capacity(
 async def measure_startup(
     backend: ClusterBackend, service: str, timeout_s: float = 300.0, poll_s: float = 0.02
 ) -> float:
-    """Scale `service` up by one, time until one more replica is ready, scale back. Milliseconds."""
+    """Scale `service` up by one, time until one more replica is ready, scale back. Milliseconds.
+
+    backend: the cluster that scales it; timeout_s: the longest wait; poll_s: how often readiness is
+    checked."""
     before_desired = backend.desired_replicas(service)
     before_ready = backend.ready_replicas(service)
     t0 = time.monotonic()
@@ -124,6 +136,10 @@ async def profile_service(
     progress: Progress | None = None,
     source_address: str | None = None,
 ) -> ProfileResult:
+    """Measure a running service for a profile: processing times, capacity and (with a `backend`)
+    start-up. service: its name; url: its endpoint; requests: how many for the processing
+    times; step_s: seconds per capacity step; backend: the cluster to time start-up on;
+    progress: called per step; source_address: the local address to bind."""
     say = progress or (lambda _msg: None)
     result = ProfileResult(service)
     say(f"processing time: {requests} closed-loop requests")

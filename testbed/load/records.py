@@ -16,6 +16,8 @@ ERROR_KINDS = ("unreachable", "reset", "http_5xx", "http_4xx", "malformed", "tim
 
 @dataclass(slots=True)
 class RequestRecord:
+    """One request as the client saw it: when it was scheduled and sent, its latency (from sending
+    and from the schedule), status, bytes and error kind."""
     service: str
     slice: str | None
     seq: int  # order of scheduling within the client
@@ -30,13 +32,16 @@ class RequestRecord:
 
     @property
     def ok(self) -> bool:
+        """Answered without error."""
         return self.error is None
 
     @property
     def lateness_ms(self) -> float:
+        """How late the client sent it after its scheduled time."""
         return (self.sent - self.scheduled) * 1000.0
 
     def to_json(self) -> str:
+        """The record as one JSON line."""
         # field by field rather than dataclasses.asdict (which deep-copies): 3x cheaper per record
         return _dumps({
             "service": self.service, "slice": self.slice, "seq": self.seq,
@@ -48,6 +53,7 @@ class RequestRecord:
 
     @classmethod
     def from_json(cls, line: str) -> RequestRecord:
+        """The record one JSON `line` holds."""
         return cls(**json.loads(line))
 
 
@@ -63,6 +69,7 @@ class RecordWriter:
         self._last_flush = 0.0
 
     def open(self) -> RecordWriter:
+        """Open the file for appending (its folder made); returns the writer."""
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = self.path.open("a", encoding="utf-8")
@@ -73,6 +80,7 @@ class RecordWriter:
         self.write(record)
 
     def write(self, record: RequestRecord) -> None:
+        """Append `record` as a JSON line."""
         if self._fh is None:
             self.open()
         assert self._fh is not None
@@ -84,6 +92,7 @@ class RecordWriter:
             self._last_flush = now
 
     def close(self) -> None:
+        """Flush and close the file."""
         if self._fh is not None:
             self._fh.flush()
             self._fh.close()
@@ -97,5 +106,6 @@ class RecordWriter:
 
 
 def read_records(path: str | Path) -> list[RequestRecord]:
+    """The RequestRecords of the JSON-lines file `path`."""
     with Path(path).open(encoding="utf-8") as fh:
         return [RequestRecord.from_json(line) for line in fh if line.strip()]

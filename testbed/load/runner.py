@@ -17,6 +17,9 @@ from testbed.profiles import ServiceProfile
 
 @dataclass
 class LoadSpec:
+    """What `testbed load` runs: a service's endpoint, a trace window (with ratio, shift, start,
+    duration and speed-up) or a constant rate or closed-loop workers, where records go, the
+    slice, the address to bind, timeout, seed, SLO, connections and profile."""
     service: str
     url: str
     trace: Path | None = None
@@ -40,7 +43,10 @@ class LoadSpec:
 async def run_load(spec: LoadSpec, on_tick: Callable[[LiveFigures, int, float], None] | None = None,
                    tick_s: float = 0.5, totals: RunTotals | None = None) -> ClientSummary:
     """Run to the end of the schedule (or until cancelled); every finished or cancelled request
-    is written to `spec.out`, and counted in `totals`, before this returns or raises."""
+    is written to `spec.out`, and counted in `totals`, before this returns or raises.
+
+    spec: what to run; on_tick: called every `tick_s` with the live figures, the requests in flight
+    and the seconds elapsed; totals: run-wide counters to add to."""
     trace = load_trace(spec.trace) if spec.trace is not None else None  # bad trace: fail before sending
     stats = LiveStats(spec.slo_ms)
     writer = RecordWriter(spec.out) if spec.out else None

@@ -14,6 +14,8 @@ from testbed.load.records import RequestRecord
 
 @dataclass(frozen=True)
 class LiveFigures:
+    """The live view's figures over its window: completion rate, p50/p99 latency from the schedule,
+    SLO violation rate, errors by kind and the total."""
     rate: float  # completed requests per second over the window
     p50_ms: float | None
     p99_ms: float | None  # latency from the scheduled time (coordinated omission visible)
@@ -53,6 +55,7 @@ class LiveStats:
         self._recent.append((self.clock(), record.latency_sched_ms, violated))
 
     def figures(self) -> LiveFigures:
+        """The figures now."""
         now = self.clock()
         while self._recent and self._recent[0][0] < now - self.window_s:
             self._recent.popleft()
@@ -91,6 +94,7 @@ class RunTotals:
 
     @property
     def finished(self) -> int:
+        """Requests that ended, answered or not."""
         return len(self.latencies_ms)
 
     @property
@@ -101,7 +105,9 @@ class RunTotals:
         return failed / self.finished if self.finished else 0.0
 
     def summary(self, elapsed_s: float | None = None) -> dict[str, object]:
-        """The figures as plain data (the CLI prints them as a table or as JSON)."""
+        """The figures as plain data (the CLI prints them as a table or as JSON).
+
+        elapsed_s: the run's seconds, for its rate."""
         elapsed = self.clock() - self.started if elapsed_s is None else elapsed_s
         lat = sorted(self.latencies_ms)
         pct = {f"p{round(q * 100)}_ms": percentile(lat, q) for q in SUMMARY_PERCENTILES}

@@ -86,14 +86,19 @@ class ClientJob:
 
     @classmethod
     def of(cls, load: LoadJob, *, index: int, ue_group: str, url: str, out: Path) -> ClientJob:
-        """The client that runs `load` against `url`, numbered `index` in its cell."""
+        """The client that runs `load` against `url`, numbered `index` in its cell.
+
+        load: what it sends; index: its number in the cell; ue_group: the UE group it runs in; url:
+        the service's endpoint; out: its records file."""
         return cls(index=index, service=load.service, ue_group=ue_group, url=url, out=out,
                    args=load.options(), trace=load.trace, profiles=load.profiles)
 
     def load_argv(self, *, out: str, slice: str, source: str, trace: str | None,
                   profiles: str | None = None) -> list[str]:
         """The arguments after `testbed load` on a UE of `slice` at `source`: records to `out`,
-        no live view, and the trace file and profile file where that host reads them."""
+        no live view, and the trace file and profile file where that host reads them.
+
+        out, slice, source, trace: as said; profiles: the profile file to pass."""
         argv = [self.service, "--url", self.url, "--out", out, "--quiet",
                 "--slice", slice, "--source", source, *self.args]
         if trace is not None:
@@ -121,9 +126,13 @@ class TrafficBackend(Protocol):
     """Starts and stops clients and iperf3 for UE groups; every method returns the problems it
     met (one line each) instead of raising, so one failed flow does not lose the cell."""
 
-    async def start_iperf(self, jobs: Sequence[IperfJob]) -> list[str]: ...
+    async def start_iperf(self, jobs: Sequence[IperfJob]) -> list[str]:
+        """Start each of `jobs`' iperf3 flows in its slice's UE group."""
+        ...
 
-    async def start_clients(self, jobs: Sequence[ClientJob]) -> list[str]: ...
+    async def start_clients(self, jobs: Sequence[ClientJob]) -> list[str]:
+        """Start each of `jobs`' load clients in its UE group."""
+        ...
 
     def clients_running(self) -> bool:
         """Whether any client is still sending (cheap: called every tick)."""

@@ -40,7 +40,10 @@ class Pipeline:
 def require_curves(
     profiles: Mapping[str, ServiceProfile], policy: str, source: str = PACKAGED_PROFILES
 ) -> None:
-    """A policy that needs batch/share curves: one error naming the profile file and field."""
+    """A policy that needs batch/share curves: one error naming the profile file and field.
+
+    profiles: the services' profiles; policy: the policy that needs them; source: the profile file the
+    error names."""
     missing = [name for name, p in profiles.items() if p.gpu is None]
     if missing:
         raise ConfigError(
@@ -85,7 +88,9 @@ class Fa2Policy:
                 )
 
     def latency_ms(self, service: str, batch: int) -> float:
-        """FA2's d(b): tail time of a batch at the policy's share, in a fully packed GPU."""
+        """FA2's d(b): tail time of a batch at the policy's share, in a fully packed GPU.
+
+        service: the service; batch: the batch size b."""
         prof = self.profiles[service]
         g = prof.gpu
         share = self.share[service]
@@ -94,6 +99,8 @@ class Fa2Policy:
         return prof.time_ms(batch, share, stretch, tail=True)
 
     def plan(self, view: ClusterView) -> dict[str, ServiceTarget]:
+        """Algorithm 1 on each pipeline at its current request rates: each service's instances and batch,
+        at the policy's share. view: the cluster's."""
         rates = {
             s: max(v.window.request_rate * self.headroom, 1e-6)
             for s, v in view.services.items() if s in self.profiles
@@ -113,7 +120,10 @@ class Fa2Policy:
         return out
 
     def solve(self, chain: Sequence[str], rates: Mapping[str, float], sla_ms: float) -> list[tuple[int, int]]:
-        """Algorithm 1 on a chain: (instances, batch) per service minimising total instances."""
+        """Algorithm 1 on a chain: (instances, batch) per service minimising total instances.
+
+        chain: the services in order; rates: each one's request rate; sla_ms: the chain's end-to-end
+        SLA."""
         t_max = int(sla_ms)
         nxt = np.zeros(t_max + 1, dtype=np.int64)  # OPT of the (empty) rest of the chain
         tables = []

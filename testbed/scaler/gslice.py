@@ -16,6 +16,8 @@ from testbed.scaler.target import ClusterView
 
 
 class EqualSharePolicy:
+    """GSLICE-like baseline: every service one instance per GPU at an equal share of each, with the
+    largest batch whose tail time at that share is within half its SLO."""
     name = "gslice"
 
     def __init__(self, profiles: Mapping[str, ServiceProfile], *, profile_source: str = ""):
@@ -23,6 +25,7 @@ class EqualSharePolicy:
         self.profiles = dict(profiles)
 
     def plan(self, view: ClusterView) -> dict[str, ServiceTarget]:
+        """The equal-share targets for `view`'s GPUs."""
         gpus = len(view.gpu_free_pct)
         k = len(self.profiles)
         share = math.floor(100.0 / k)

@@ -9,7 +9,6 @@ reward); training also writes the manifest beside the zip as SERVICE.json.
 from __future__ import annotations
 
 import json
-import subprocess
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ META_MEMBER = "testbed.json"
 
 
 def require_drl():
+    """A MissingRequirement naming the drl extra unless sb3-contrib and torch import."""
     try:
         import sb3_contrib  # noqa: F401
         import torch  # noqa: F401
@@ -64,22 +64,8 @@ class ModelMeta:
     like_testbed: float = 0.0  # share of episodes with the local testbed's clients (TESTBED_OPTIONS)
 
 
-def git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            cwd=Path(__file__).resolve().parent,
-            check=False,
-        )
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def read_meta(path: str | Path) -> ModelMeta:
+    """The ModelMeta a model file at `path` carries, or a ConfigError naming the file."""
     try:
         with zipfile.ZipFile(path) as zf:
             return ModelMeta(**json.loads(zf.read(META_MEMBER)))
@@ -128,6 +114,7 @@ class MaskablePpoPolicy:
         return cls(model, meta)
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
+        """The agent's deterministic action for `observation` under `action_mask`."""
         action, _ = self.model.predict(
             np.asarray(observation, dtype=np.float32),
             action_masks=np.asarray(action_mask, dtype=bool),

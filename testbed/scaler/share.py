@@ -47,7 +47,9 @@ MIN_TOTAL = 0.05  # the smallest fraction of the cluster the total output can as
 
 
 def default_model(kind: str) -> Path:
-    """The shipped model of a share policy: models/inss.zip, models/ddpg.zip."""
+    """The shipped model of a share policy: models/inss.zip, models/ddpg.zip.
+
+    kind: "inss" or "ddpg"."""
     return MODELS_DIR / f"{kind}.zip"
 
 
@@ -85,14 +87,19 @@ class ShareMapper:
 
     @property
     def obs_size(self) -> int:
+        """Values in an observation: OBS_PER_SERVICE per service."""
         return OBS_PER_SERVICE * len(self.services)
 
     @property
     def action_size(self) -> int:
+        """Values in an action: a weight per service, plus the total (ddpg) or a batch per service
+        (inss)."""
         n = len(self.services)
         return n + 1 if self.kind == "ddpg" else 2 * n
 
     def observe(self, view: ClusterView) -> np.ndarray:
+        """The observation of `view`: per service its load, SLO violation rate, utilization, share used
+        and batch, each in 0..1."""
         total_units = len(view.gpu_free_pct) * 100.0 / view.unit_pct
         out = []
         for s in self.services:
@@ -109,6 +116,8 @@ class ShareMapper:
         return np.asarray(out, dtype=np.float32)
 
     def targets(self, action: np.ndarray, view: ClusterView) -> dict[str, ServiceTarget]:
+        """The targets an `action` (values in 0..1) asks for in `view`: each service's instances, share,
+        batch and (inss) GPUs."""
         a = np.clip(np.asarray(action, dtype=np.float64), 0.0, 1.0)
         n = len(self.services)
         weights = a[:n] + 1e-3
@@ -160,6 +169,8 @@ class SharePolicy:
     def load(
         cls, path: str | Path, profiles: Mapping[str, ServiceProfile], *, profile_source: str = ""
     ) -> SharePolicy:
+        """The trained actor at `path` for these `profiles` (a ConfigError naming the file when it is not
+        one, or was trained for other services); profile_source: the profile file errors name."""
         require_drl()
         from stable_baselines3 import DDPG, TD3
 
@@ -176,11 +187,13 @@ class SharePolicy:
         return cls(algo.load(str(path), device="cpu"), mapper, meta)
 
     def plan(self, view: ClusterView) -> dict[str, ServiceTarget]:
+        """The actor's targets for `view`."""
         action, _ = self.model.predict(self.mapper.observe(view), deterministic=True)
         return self.mapper.targets(action, view)
 
 
 def read_share_meta(path: str | Path) -> ShareMeta:
+    """The ShareMeta a model file at `path` carries, or a ConfigError naming the file."""
     try:
         with zipfile.ZipFile(path) as zf:
             return ShareMeta(**json.loads(zf.read(META_MEMBER)))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import platform
 import socket
-import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -24,25 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from testbed.config.secrets import redact_scenario, redact_testbed
+from testbed.paths import git_commit
 from testbed.profiles import load_profiles
 
 PACKAGES = ("testbed", "pydantic", "aiohttp", "numpy", "pymongo", "montydb", "torch",
             "stable-baselines3", "sb3-contrib", "gymnasium", "matplotlib", "typer", "rich")
-
-
-def git_commit() -> str | None:
-    """The commit of the checkout this package runs from, or None outside one."""
-    here = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0:
-        return None
-    dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, timeout=5).stdout.strip()
-    return out.stdout.strip() + ("-dirty" if dirty else "")
 
 
 def package_versions() -> dict[str, str]:

@@ -13,9 +13,10 @@ import numpy as np
 
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.load.trace import Trace
+from testbed.paths import git_commit
 from testbed.profiles import paper
 from testbed.scaler.policies import Policy
-from testbed.scaler.ppo import ModelMeta, git_commit, read_meta, require_drl
+from testbed.scaler.ppo import ModelMeta, read_meta, require_drl
 from testbed.scaler.state import OBSERVATION
 from testbed.train.command import rerunnable_command
 from testbed.train.config import TrainConfig
@@ -221,7 +222,7 @@ def _manifest(
         val_traces=[t.name for t in val_traces],
         seed=config.seed,
         steps=0,
-        commit=git_commit(),
+        commit=git_commit() or "unknown",
         observation=OBSERVATION,
         command=rerunnable_command(command) if command else command,
         scales=sorted(set(config.scales)) if config.scales else None,

@@ -22,9 +22,10 @@ import gymnasium as gym
 import numpy as np
 
 from testbed.load.trace import Trace
+from testbed.paths import git_commit
 from testbed.profiles import ServiceProfile
 from testbed.profiles.paper import REWARD_ALPHA, REWARD_BETA, TEST_SHIFT_HOURS
-from testbed.scaler.ppo import git_commit, require_drl
+from testbed.scaler.ppo import require_drl
 from testbed.scaler.share import META_MEMBER, ShareMapper, ShareMeta
 from testbed.scaler.target import cluster_view
 from testbed.sim.gpu import UNIT_PCT, GpuSimCluster
@@ -167,7 +168,7 @@ def train_share(
         command=rerunnable_command(command) if command else command,
         seed=seed,
         steps=0,
-        commit=git_commit(),
+        commit=git_commit() or "unknown",
         train_traces=[t.name for t in train_days],
         val_traces=[t.name for t in val_days],
         load_scales=list(load_scales) if load_scales else None,
