@@ -159,8 +159,8 @@ def train_cmd(
     known = known_profiles(profiles_path)
     train_tr, val_tr = _training_days(traces, trace, val_trace)
     if policy in ("ddpg", "inss"):
-        _train_share(policy, train_tr, val_tr, out, steps or 12_000, seed, gpus, scales_range,
-                     {s: known[s] for s in paper.TABLE_5_1.ratios})
+        _train_share(policy, train_tr, val_tr, out, steps=steps or 12_000, seed=seed, gpus=gpus,
+                     load_scales=scales_range, profiles={s: known[s] for s in paper.TABLE_5_1.ratios})
         return
     if policy != "ppo":
         raise ConfigError(
@@ -298,7 +298,7 @@ def _loads(text: str) -> list[float] | None:
                            "comma-separated multipliers > 0")
 
 
-def _train_share(policy, train_tr, val_tr, out, steps, seed, gpus, load_scales=None,
+def _train_share(policy, train_tr, val_tr, out, *, steps, seed, gpus, load_scales=None,
                  profiles=None) -> None:
     # gymnasium, numpy and the GPU simulator: loaded only for ddpg/inss training (fast CLI start)
     from testbed.train.share import train_share

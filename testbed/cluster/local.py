@@ -46,6 +46,7 @@ class LocalCluster:
         self,
         profiles: dict[str, ServiceProfile] | None = None,
         services: list[str] | None = None,
+        *,
         initial: dict[str, int] | int = 1,
         total_units: int = TOTAL_UNITS,
         time_scale: float = 1.0,

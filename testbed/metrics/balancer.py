@@ -250,6 +250,7 @@ class LoadBalancer:
         self,
         profiles: dict[str, ServiceProfile],
         services: list[str] | None = None,
+        *,
         host: str = "127.0.0.1",
         ports: dict[str, int] | None = None,
         metrics_port: int = 0,

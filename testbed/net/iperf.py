@@ -106,7 +106,7 @@ class IperfSession:
 
     _reserved: ClassVar[set[int]] = set()
 
-    def __init__(self, topology: Topology, ue: UE, port: int, flows: int, duration: float,
+    def __init__(self, topology: Topology, ue: UE, port: int, *, flows: int, duration: float,
                  reverse: bool, omit: int, server: subprocess.Popen[bytes],
                  client: subprocess.Popen[str]):
         self.topology, self.ue, self.port = topology, ue, port
@@ -141,7 +141,8 @@ class IperfSession:
             server.wait()
             cls._reserved.discard(port)
             raise
-        return cls(topology, ue, port, flows, duration, reverse, omit, server, client)
+        return cls(topology, ue, port, flows=flows, duration=duration, reverse=reverse, omit=omit,
+                   server=server, client=client)
 
     def wait(self, timeout: float | None = None) -> IperfResult:
         try:

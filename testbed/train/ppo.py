@@ -262,8 +262,9 @@ class _Run:
         c = self.config
         return validation_reward(
             model, c.service, self.val_traces, c.service_ratio, c.total_units, c.val_episodes,
-            c.scales, c.loads, c.shared, c.pool_reward or c.validate_pool, self.partners,
-            c.like_testbed > 0, profile=c.profile,
+            scales=c.scales, loads=c.loads, shared=c.shared,
+            pool_reward=c.pool_reward or c.validate_pool, partners=self.partners,
+            like_testbed=c.like_testbed > 0, profile=c.profile,
         )
 
     def candidate(self, model):  # type: ignore[no-untyped-def]

@@ -20,6 +20,7 @@ def validation_reward(
     ratio: float,
     total_units: int,
     episodes: int,
+    *,
     scales: Sequence[int] | None = None,
     loads: Sequence[float] | None = None,
     shared: bool = False,
@@ -50,20 +51,21 @@ def validation_reward(
                 [
                     episodes_reward(
                         model, service, traces, ratio * load * u / total_units, u, episodes,
-                        shared and u == total_units, pool_reward, partners, testbed, profile=profile,
+                        shared=shared and u == total_units, pool_reward=pool_reward,
+                        partners=partners, testbed=testbed, profile=profile,
                     )
                     for u, load, testbed in setups
                 ]
             )
         )
     return episodes_reward(
-        model, service, traces, ratio, total_units, episodes, shared, pool_reward, partners, False,
-        profile=profile,
+        model, service, traces, ratio, total_units, episodes, shared=shared,
+        pool_reward=pool_reward, partners=partners, testbed=False, profile=profile,
     )
 
 
 def episodes_reward(
-    model, service, traces, ratio, total_units, episodes, shared, pool_reward, partners, testbed,
+    model, service, traces, ratio, total_units, episodes, *, shared, pool_reward, partners, testbed,
     profile: ServiceProfile | None = None,
 ) -> float:
     env = ScalingEnv(

@@ -363,8 +363,10 @@ def test_like_testbed_validation_adds_the_testbed_setup(tmp_path):
     meta = train("chatbot", tr, tr, tmp_path / "a.zip", steps=64, ratio=0.6, like_testbed=0.5, **kw)
     assert meta.like_testbed == 0.5
     model = MaskablePpoPolicy.load(tmp_path / "a.zip").model
-    usual = _episodes_reward(model, "chatbot", tr, 0.6, 8, 1, False, False, None, False)
-    testbed = _episodes_reward(model, "chatbot", tr, 0.6, 8, 1, False, False, None, True)
+    usual = _episodes_reward(model, "chatbot", tr, 0.6, 8, 1, shared=False, pool_reward=False,
+                             partners=None, testbed=False)
+    testbed = _episodes_reward(model, "chatbot", tr, 0.6, 8, 1, shared=False, pool_reward=False,
+                               partners=None, testbed=True)
     assert usual != testbed
     both = validation_reward(model, "chatbot", tr, 0.6, 8, 1, like_testbed=True)
     assert both == pytest.approx((usual + testbed) / 2)
