@@ -70,6 +70,7 @@ class LocalTestbed:
         self.provisioned: str | None = None  # "N created, M updated, K unchanged"
         self._up = False
         self._processes: list[ProcessRecord] = []  # started outside the runner, stopped on down
+        self._perturber: subprocess.Popen[bytes] | None = None
 
     @property
     def name(self) -> str:
@@ -120,6 +121,9 @@ class LocalTestbed:
 
     def down(self) -> None:
         teardown(self.name, self.runner)
+        if self._perturber is not None:  # killed by teardown: reap it
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._perturber.wait(timeout=2)
         self._up = False
 
     def __enter__(self) -> LocalTestbed:
@@ -150,6 +154,7 @@ class LocalTestbed:
             ["ip", "netns", "exec", self.topology.upf.name, sys.executable, "-m",
              "testbed.net.perturb", self.name, f"{seconds:g}"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+        self._perturber = proc
         started = process_start_time(proc.pid)
         if started is not None:
             self._processes.append(ProcessRecord(proc.pid, "flow-queue-perturb", started))
