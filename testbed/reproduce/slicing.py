@@ -20,7 +20,9 @@ from testbed.profiles.paper import (
     FIG_5_7_5_8_SOURCE,
     FIG_5_7_5_8_VALUES,
     FIG_FLOWS,
+    FIG_MEAN_EXPLORATORY,
     SLICING_CLAIMS,
+    SLICING_PLAN,
     SLICING_RATES,
 )
 from testbed.scenario.expect import ALPHA, PASS, Outcome, evaluate_all, run_verdict
@@ -53,16 +55,8 @@ FIG_SLO_MIN = 0.01  # where the figure's is 1 % or more: below, a cell of a few 
 # 1.21 %, and this model's tail there is 0.9-1.9 % from run to run (docs/slicing.md, 10 runs), so
 # a 40 s cell (1,200 requests, +-0.6 points) cannot tell the two apart; its upper edge decides
 FIG_SLO_DECIDES = 0.02
-# TTS's mean band at 40 flows (the figure's 1.062 +- 0.1) is exploratory too: a TTS connection
-# behind an iperf3 flow waits for its ACKs behind up to 25,000 bytes (CoDel would keep 5 ms), so
-# the model gives 1.14 (1.11-1.22 over 10 runs), at the band's edge (docs/slicing.md, known gaps)
-FIG_TTS_EDGE_FLOWS = 40
 
 
-# the spreads the judge sizes the checks with (a scenario's `plan:`): imgcls's latencies without
-# the slice spread far beyond its processing time (sd 200-300 ms at 40 flows, issue 34); with it,
-# ~20 ms
-PLAN = {"latency_sd_ms": {"imgcls": 20.0, "imgcls[slicing=off]": 300.0}}
 
 
 @dataclass(frozen=True)
@@ -195,7 +189,7 @@ def slicing_scenario(setup: Setup, *, name: str, duration_s: float, services: li
             "ue_groups": [{"name": "ai", "slice": "ai", "count": 2},
                           {"name": "be", "slice": "be", "count": 2}]},
         "services": [{"name": s, "replicas": 6} for s in SLICING_RATES],
-        "plan": PLAN,
+        "plan": SLICING_PLAN,
         "clients": [{"service": s, "ue_group": "ai", "rate": r}
                     | ({"connections": setup.connections}
                        if setup.connections != "keep-alive" else {})
@@ -287,11 +281,9 @@ def figure_expectations(flows: list[int]) -> dict[str, list[str]]:
                 band = max(FIG_RATIO_REL * (ratio - 1), FIG_RATIO_ABS)
                 ours = (f"{_term(series.metric, series.service, False, f)} / "
                         f"{_term(series.metric, series.service, True, f)}")
-                # imgcls's band: exploratory (the unsliced arm's spread needs ~10,000 requests);
-                # TTS's at the most flows: the model's value sits at its edge
-                edge = series.service == "tts" and f == FIG_TTS_EDGE_FLOWS
+                undecided = f in FIG_MEAN_EXPLORATORY.get(series.service, ())  # paper.py says why
                 lines.append(f"{ours} ~= {ratio:.3f} within {band:.3f}"
-                             + (" exploratory" if series.service == "imgcls" or edge else ""))
+                             + (" exploratory" if undecided else ""))
             elif off >= FIG_SLO_MIN:
                 ours = _term(series.metric, series.service, False, f)
                 lower = off / FIG_SLO_FACTOR
