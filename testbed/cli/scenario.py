@@ -300,7 +300,10 @@ def run_banner(outcomes: list[Outcome], *, interrupted: bool, allow_undecided: b
     green), or with `allow_undecided` PASS marked as exploration."""
     from testbed.scenario.expect import run_verdict
 
-    counts = {v: sum(o.verdict == v for o in outcomes) for v in ("PASS", "FAIL", "UNDECIDED")}
+    counts = {v: sum(o.verdict == v and not (v == "UNDECIDED" and o.exploratory) for o in outcomes)
+              for v in ("PASS", "FAIL", "UNDECIDED")}
+    counts["UNDECIDED (exploratory)"] = sum(o.verdict == "UNDECIDED" and o.exploratory
+                                            for o in outcomes)
     detail = ", ".join(f"{n} {v.lower()}" for v, n in counts.items() if n) or "no checks"
     if interrupted:
         return f"[bold yellow]INTERRUPTED[/] ({detail})"
