@@ -30,7 +30,7 @@ from testbed.reproduce.slicing import combine, judge_slicing
 from testbed.reproduce.tables import TableResult, sim_table, testbed_table
 from testbed.scenario.expect import FAIL, NOT_RUN, PASS, UNDECIDED
 from testbed.scenario.load import load_scenario, parse_scenario
-from testbed.scenario.results import read_record
+from testbed.scenario.results import recorded_rows
 from testbed.scenario.runner import RunOptions, run_scenario
 
 # the scenarios reproduce runs, shipped as package data (links to the repository's scenarios/)
@@ -150,7 +150,7 @@ def judge_run_dir(run_dir: Path) -> dict[str, Verdict]:
     slicing(-ci).yaml): the same checks, outcomes and words as that run's `expect:`."""
 
     scenario = json.loads((run_dir / "manifest.json").read_text())["scenario"]
-    return slicing_verdicts(read_record(run_dir)["rows"], str(run_dir),
+    return slicing_verdicts(recorded_rows(run_dir), str(run_dir),
                             quick=scenario["name"] != "slicing")
 
 

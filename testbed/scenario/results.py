@@ -274,6 +274,15 @@ def read_record(run_dir: Path) -> dict[str, Any]:
     return record
 
 
+def recorded_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's rows: its record's (RECORD), else, for a run directory without one (written
+    before records were, or cut short), read from its cells' files (`run_rows`)."""
+    try:
+        return read_record(run_dir)["rows"]
+    except StateError:
+        return run_rows(run_dir)
+
+
 def run_rows(run_dir: Path) -> list[dict[str, Any]]:
     """Every cell's rows of the run in `run_dir`, read from the cells' files (what results.json
     records)."""

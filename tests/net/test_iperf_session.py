@@ -16,7 +16,8 @@ def _session() -> IperfSession:
     server = subprocess.Popen(["sleep", "60"])
     client = subprocess.Popen(["sleep", "60"], stdout=subprocess.PIPE, text=True)
     IperfSession._reserved.add(PORT)
-    return IperfSession(None, None, PORT, 1, 60, False, 0, server, client)  # type: ignore[arg-type]
+    return IperfSession(None, None, PORT, flows=1, duration=60, reverse=False, omit=0,  # type: ignore[arg-type]
+                        server=server, client=client)
 
 
 def test_leaving_the_with_block_by_an_exception_ends_both_processes():
