@@ -275,8 +275,8 @@ def read_record(run_dir: Path) -> dict[str, Any]:
 
 
 def recorded_rows(run_dir: Path) -> list[dict[str, Any]]:
-    """The run's rows: its record's (RECORD), else, for a run directory without one (written
-    before records were, or cut short), read from its cells' files (`run_rows`)."""
+    """The rows of the run in `run_dir`: its record's (RECORD), else, for a run directory without
+    one (written before records were, or cut short), read from its cells' files (`run_rows`)."""
     try:
         return read_record(run_dir)["rows"]
     except StateError:
