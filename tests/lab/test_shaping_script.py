@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,12 +26,15 @@ def test_script_contains_the_local_profile_commands() -> None:
     assert "mirred egress redirect dev tbifb0" in text
 
 
-@pytest.mark.needs_root
-def test_start_is_idempotent_and_stop_cleans(tmp_path: Path) -> None:
+Run = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture
+def upf_host() -> Iterator[Run]:
+    """A namespace with a veth `tbv0` standing for the UPF host's NIC; yields `run(*argv)`, which
+    runs a command in it."""
     if os.geteuid() != 0 or shutil.which("tc") is None:
         pytest.skip("needs root and tc")
-    script = tmp_path / "shape.sh"
-    script.write_text(shaping_script(load_testbed()))
     ns = f"tb-i7s{os.getpid() % 10000}"
 
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -40,47 +44,51 @@ def test_start_is_idempotent_and_stop_cleans(tmp_path: Path) -> None:
     try:
         run("ip", "link", "add", "tbv0", "type", "veth", "peer", "name", "tbv1")
         run("ip", "link", "set", "tbv0", "up")
-        first = run("sh", str(script), "start", "tbv0")
-        if first.returncode != 0 and ("ifb" in first.stderr or "Unknown" in first.stderr):
-            pytest.skip(f"kernel lacks ifb/mirred: {first.stderr.strip()}")
-        assert first.returncode == 0, first.stderr
-        assert run("sh", str(script), "start", "tbv0").returncode == 0  # again: no "exists" errors
-        classes = run("tc", "class", "show", "dev", "tbifb0").stdout
-        assert "1:100" in classes and "rate 20Mbit" in classes
-        assert "ingress" in run("tc", "qdisc", "show", "dev", "tbv0").stdout
-        assert run("sh", str(script), "stop", "tbv0").returncode == 0
-        assert "htb" not in run("tc", "qdisc", "show", "dev", "tbv0").stdout
-        assert run("ip", "link", "show", "tbifb0").returncode != 0
+        yield run
     finally:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
+def _start(run: Run, script: Path) -> None:
+    first = run("sh", str(script), "start", "tbv0")
+    if first.returncode != 0 and ("ifb" in first.stderr or "Unknown" in first.stderr):
+        pytest.skip(f"kernel lacks ifb/mirred: {first.stderr.strip()}")
+    assert first.returncode == 0, first.stderr
+
+
 @pytest.mark.needs_root
-def test_the_hash_perturber_runs_beside_the_tree_and_stops_with_it(tmp_path: Path) -> None:
+def test_start_is_idempotent_and_stop_cleans(tmp_path: Path, upf_host: Run) -> None:
+    run = upf_host
+    script = tmp_path / "shape.sh"
+    script.write_text(shaping_script(load_testbed()))
+    _start(run, script)
+    assert run("sh", str(script), "start", "tbv0").returncode == 0  # again: no "exists" errors
+    classes = run("tc", "class", "show", "dev", "tbifb0").stdout
+    assert "1:100" in classes and "rate 20Mbit" in classes
+    assert "ingress" in run("tc", "qdisc", "show", "dev", "tbv0").stdout
+    assert run("sh", str(script), "stop", "tbv0").returncode == 0
+    assert "htb" not in run("tc", "qdisc", "show", "dev", "tbv0").stdout
+    assert run("ip", "link", "show", "tbifb0").returncode != 0
+
+
+@pytest.mark.needs_root
+def test_the_hash_perturber_runs_beside_the_tree_and_stops_with_it(tmp_path: Path,
+                                                                   upf_host: Run) -> None:
     """link.flow_queue_perturb_s on the lab: `start` leaves a loop that re-draws each flow queue
     set's salt (the classic-BPF program changes), and `stop` ends it."""
+    run = upf_host
     spec = load_testbed()
     spec = spec.model_copy(update={"link": spec.link.model_copy(
         update={"flow_queues": 4, "flow_queue_perturb_s": 0.5})})
     script = tmp_path / "shape.sh"
     script.write_text(shaping_script(spec))
-    ns = f"tb-i7p{os.getpid() % 10000}"
-
-    def run(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True)
 
     def programs() -> str:
         return run("tc", "filter", "show", "dev", "tbv0", "parent", "1:ff").stdout
 
-    subprocess.run(["ip", "netns", "add", ns], check=True)
     pidfile = Path(f"/run/tb-slice-shaping-{spec.name}.perturb.pid")
     try:
-        run("ip", "link", "add", "tbv0", "type", "veth", "peer", "name", "tbv1")
-        run("ip", "link", "set", "tbv0", "up")
-        first = run("sh", str(script), "start", "tbv0")
-        if first.returncode != 0 and ("ifb" in first.stderr or "Unknown" in first.stderr):
-            pytest.skip(f"kernel lacks ifb/mirred: {first.stderr.strip()}")
-        assert first.returncode == 0, first.stderr
+        _start(run, script)
         before = programs()
         assert "bpf" in before
         loop = int(pidfile.read_text())
@@ -94,7 +102,6 @@ def test_the_hash_perturber_runs_beside_the_tree_and_stops_with_it(tmp_path: Pat
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pidfile.read_text()), 9)
             pidfile.unlink()
-        subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
 def _running(pid: int) -> bool:
