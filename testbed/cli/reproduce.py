@@ -32,6 +32,10 @@ def reproduce_cmd(
     t54_repetitions: Annotated[int | None, typer.Option(help="Table 5.4 repetitions.")] = None,
     t54_start: Annotated[str | None, typer.Option(help="Table 5.4 window start, HH:MM of the test "
                                                   "day (default 13:30).")] = None,
+    t54_time_scale: Annotated[float, typer.Option(
+        help="Table 5.4's time scale: the window runs this many times faster, the replicas "
+        "sleeping their profile's time instead of decoding (the whole day: --t54-start 00:00 "
+        "--t54-duration 86400 --t54-time-scale 8, bench/time_scale.py measures what holds).")] = 1.0,
     no_progress: Annotated[bool, typer.Option("--no-progress", "--quiet", help="Plain lines instead of the "
                                               "live view.")] = False,
     allow_undecided: Annotated[bool, typer.Option(
@@ -54,6 +58,8 @@ def reproduce_cmd(
         raise typer.BadParameter("--t54-duration must be positive")
     if t54_repetitions is not None and t54_repetitions < 1:
         raise typer.BadParameter("--t54-repetitions must be at least 1")
+    if not 0 < t54_time_scale <= 1000:
+        raise typer.BadParameter("--t54-time-scale must be in (0, 1000]")
     start_s = None if t54_start is None else _clock(t54_start)
     out = out or default_out(quick)
     partial = out.with_name(out.name + ".partial")
@@ -61,6 +67,7 @@ def reproduce_cmd(
         result = reproduce(chosen, Options(
             quick=quick, out=out, traces_dir=traces, models_dir=models, rule_only=rule_only,
             t54_duration_s=t54_duration, t54_repetitions=t54_repetitions, t54_start_s=start_s,
+            t54_time_scale=t54_time_scale,
             progress=lambda line: console.print(line, highlight=False, markup=False),
             show_runs=not no_progress))
     except (TestbedError, KeyboardInterrupt):

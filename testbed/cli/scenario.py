@@ -73,6 +73,10 @@ def run(
     out: Annotated[Path, typer.Option(help="Parent folder of the run directory.")] = RUNS_DIR,
     time_scale: Annotated[float | None, typer.Option(help="Override the scenario's time-scale "
                                                      "factor.")] = None,
+    replica_work: Annotated[str | None, typer.Option(
+        "--replica-work", help="Local profile: real (the replicas decode and synthesise) or sleep "
+        "(they only spend their profile's time: for a --time-scale the work cannot keep up "
+        "with). Default: the scenario's `replica_work:`, else real.")] = None,
     duration: Annotated[float | None, typer.Option(help="Override the seconds per cell (a "
                                                    "shorter window).")] = None,
     repetitions: Annotated[int | None, typer.Option(help="Override repetitions.")] = None,
@@ -123,6 +127,7 @@ def run(
     # overrides get the file fields' rules and messages; the output folder must be writable:
     # all before a testbed is built
     like_field("--time-scale", Scenario, "time_scale", time_scale)
+    like_field("--replica-work", Scenario, "replica_work", replica_work)
     like_field("--duration", Scenario, "duration_s", duration)
     like_field("--repetitions", Scenario, "repetitions", repetitions)
     like_field("--metrics", Scenario, "metrics", metrics)
@@ -134,6 +139,7 @@ def run(
     writable_dir("--out", out)
     lab = _lab_options(profile, inventory, kubeconfig=kubeconfig, prometheus=prometheus, check=check)
     result = run_scenario(loaded, RunOptions(out_root=out, profile=profile, time_scale=time_scale,
+                                             replica_work=replica_work,
                                              duration_s=duration, repetitions=repetitions,
                                              metrics=metrics, progress=not no_progress and not check,
                                              console=console, lab=lab, jobs=jobs, dask=dask))

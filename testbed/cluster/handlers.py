@@ -33,6 +33,9 @@ class EmulatedReplica(Protocol):
     service: str
     profile: ServiceProfile
     use_espeak: bool
+    # only sleep the profile's time: skip the work a small machine cannot keep up with at a time
+    # scale (decoding, synthesis), answering in the same shape (a scenario's replica_work: sleep)
+    sleep_only: bool
 
 
 class Handler(Protocol):
@@ -101,7 +104,10 @@ class ImgclsHandler:
 
         async def work() -> web.Response:
             try:
-                preds = await asyncio.to_thread(payload.classify_images, files)
+                if replica.sleep_only:
+                    preds = payload.label_images_undecoded(files)
+                else:
+                    preds = await asyncio.to_thread(payload.classify_images, files)
             except ValueError as exc:
                 return web.json_response({"error": str(exc)}, status=400)
             return web.json_response({"predictions": preds, "model": "emulated-resnet152"})
@@ -121,7 +127,10 @@ class TtsHandler:
         speaker = request.query.get("speaker_id", "")
 
         async def work() -> web.Response:
-            wav = await asyncio.to_thread(payload.synthesize_wav, text, speaker, replica.use_espeak)
+            if replica.sleep_only:
+                wav = payload.silent_wav(text)
+            else:
+                wav = await asyncio.to_thread(payload.synthesize_wav, text, speaker, replica.use_espeak)
             return web.Response(body=wav, content_type="audio/wav")
 
         return work

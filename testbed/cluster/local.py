@@ -35,7 +35,9 @@ class LocalCluster:
     services, scaled by `scale()`, reached through `endpoint(service)`.
 
     `time_scale` divides every profile time (processing, startup) and the sampling interval, so
-    a scaler period of 30 s becomes 30/time_scale s of wall time.
+    a scaler period of 30 s becomes 30/time_scale s of wall time. `sleep_only` replicas spend
+    that time without their handler's work (decoding, synthesis), for time scales the work
+    itself could not keep up with.
 
     The scaling policy lives here (how many replicas, which stop, which replace the dead); the
     pieces it composes do the rest: ReplicaSupervisor the processes, GpuPlacement the GPUs,
@@ -60,6 +62,7 @@ class LocalCluster:
         seed: int = 0,
         on_event: Callable[[ClusterEvent], None] | None = None,
         use_espeak: bool = True,
+        sleep_only: bool = False,
         interference: bool = False,
     ):
         self.profiles = profiles or default_profiles()
@@ -96,7 +99,8 @@ class LocalCluster:
         self._tuner = InterferenceTuner(self._table, self.profiles, interference, self._client, self._events)
         self._launcher = ReplicaLauncher(self.profiles, token, time_scale=time_scale,
                                          replica_host=replica_host, use_espeak=use_espeak,
-                                         log_dir=Path(log_dir) if log_dir else None)
+                                         log_dir=Path(log_dir) if log_dir else None,
+                                         sleep_only=sleep_only)
         self._supervisor = ReplicaSupervisor(
             self._table, self._placement, self._tuner, self._rotation, self._client, self._launcher,
             self._events, seed=seed, on_ready=self._retire_replaced, on_died=self._replace_dead,

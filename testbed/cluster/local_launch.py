@@ -26,12 +26,14 @@ class ReplicaLauncher:
     the profile files and closes the logs."""
 
     def __init__(self, profiles: dict[str, ServiceProfile], token: str, *, time_scale: float,
-                 replica_host: str, use_espeak: bool, log_dir: Path | None) -> None:
+                 replica_host: str, use_espeak: bool, log_dir: Path | None,
+                 sleep_only: bool = False) -> None:
         self._profiles = profiles
         self._token = token
         self.time_scale = time_scale
         self.replica_host = replica_host
         self.use_espeak = use_espeak
+        self.sleep_only = sleep_only
         self.log_dir = log_dir
         self._logs: list[IO[bytes]] = []
         self._profile_files: tempfile.TemporaryDirectory[str] | None = None
@@ -77,6 +79,8 @@ class ReplicaLauncher:
         ]
         if not self.use_espeak:
             args.append("--no-espeak")
+        if self.sleep_only:
+            args.append("--sleep-only")
         if batch != 1 or r.share != 25.0:
             args += ["--batch", str(batch), "--share", repr(r.share)]
         if r.stretch != 1.0:

@@ -66,6 +66,20 @@ def classify_images(files: list[bytes]) -> list[dict[str, object]]:
     return out
 
 
+def label_images_undecoded(files: list[bytes]) -> list[dict[str, object]]:
+    """The same answer's shape as classify_images without decoding (a replica that only sleeps
+    its profile's time, issue 34's time-scaled runs): a label per file from its bytes' digest;
+    raises ValueError for data that does not start as a JPEG or PNG does."""
+    out: list[dict[str, object]] = []
+    for data in files:
+        if not data.startswith((b"\xff\xd8", b"\x89PNG")):
+            raise ValueError("cannot decode image: not a JPEG or PNG")
+        index = hashlib.blake2b(data[:4096], digest_size=1).digest()[0] % len(CIFAR10_LABELS)
+        out.append({"label": CIFAR10_LABELS[index], "index": index, "score": 0.5,
+                    "width": None, "height": None})
+    return out
+
+
 def espeak_binary() -> str | None:
     return shutil.which("espeak-ng") or shutil.which("espeak")
 
@@ -97,6 +111,12 @@ def generated_wav(text: str, speaker_id: str = "", rate: int = 16000) -> bytes:
             v = int(8000 * math.sin(2 * math.pi * freq * i / rate)) if freq else 0
             frames += struct.pack("<h", v)
     return wav_bytes(bytes(frames), rate)
+
+
+def silent_wav(text: str, rate: int = 16000) -> bytes:
+    """generated_wav's length and format in silence, without synthesising (a replica that only
+    sleeps its profile's time)."""
+    return wav_bytes(bytes(2 * int(rate * 0.06) * len(text or " ")), rate)
 
 
 def wav_bytes(pcm: bytes, rate: int, channels: int = 1, width: int = 2) -> bytes:

@@ -194,7 +194,8 @@ class LoadClient:
         assert self._idle is not None
         self._idle.clear()
 
-        def on_done(status: int, body: bytes, exc: BaseException | None, sent_mono: float) -> None:
+        def on_done(status: int, body: bytes, exc: BaseException | None, sent_mono: float,
+                    server_ms: float | None) -> None:
             end = pool.loop.time()
             self.in_flight -= 1
             error = self._classify(status, body, exc)
@@ -205,6 +206,7 @@ class LoadClient:
                 scheduled=self._wall(scheduled_mono), sent=self._wall(sent_mono),
                 latency_ms=(end - sent_mono) * 1000.0, latency_sched_ms=(end - scheduled_mono) * 1000.0,
                 status=status, bytes_up=req.bytes_up, bytes_down=len(body), error=error,
+                server_ms=server_ms,
             ))
             if done is not None and not done.done():
                 done.set_result(None)

@@ -9,8 +9,13 @@ from collections import deque
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-# on_done(status, body, error, sent_mono): status 0 and body b"" when there was no response.
-DoneCallback = Callable[[int, bytes, "BaseException | None", float], None]
+from testbed.cluster.base import SERVER_MS_HEADER
+
+# on_done(status, body, error, sent_mono, server_ms): status 0 and body b"" when there was no
+# response; server_ms is the answer's X-Testbed-Server-Ms header (an emulated replica's time, wall
+# ms, from admission to its answer), None without one.
+DoneCallback = Callable[[int, bytes, "BaseException | None", float, "float | None"], None]
+_SERVER_MS = SERVER_MS_HEADER.lower().encode()
 
 _MAX_HEAD = 64 * 1024
 
@@ -44,15 +49,16 @@ class Exchange:
         self.conn: _Connection | None = None
         self.done = False
 
-    def finish(self, status: int, body: bytes, error: BaseException | None) -> None:
-        """End the exchange once: the answer's `status` and `body`, or the `error` (status 0), to its
-        callback."""
+    def finish(self, status: int, body: bytes, error: BaseException | None,
+               server_ms: float | None = None) -> None:
+        """End the exchange once: the answer's `status`, `body` and server time, or the `error`
+        (status 0), to its callback."""
         if self.done:
             return
         self.done = True
         if self.timer is not None:
             self.timer.cancel()
-        self.on_done(status, body, error, self.sent)
+        self.on_done(status, body, error, self.sent, server_ms)
 
 
 def encode_request(method: str, target: str, host: str, headers: dict[str, str], body: bytes) -> bytes:
@@ -87,6 +93,7 @@ class _Connection(asyncio.Protocol):
         self._body = bytearray()
         self._keep_alive = True
         self._in_body = False
+        self._server_ms: float | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -118,7 +125,7 @@ class _Connection(asyncio.Protocol):
                 self.close()  # answered in full: an orderly close, as the server does
             else:
                 self.abort()
-            ex.finish(status, body, None)
+            ex.finish(status, body, None, self._server_ms)
 
     def _parse(self) -> bool:
         """Consume what is buffered; True once the whole response is in."""
@@ -163,6 +170,11 @@ class _Connection(asyncio.Protocol):
                 self._length = int(value)
             elif name == b"transfer-encoding" and b"chunked" in value:
                 self._chunked = True
+            elif name == _SERVER_MS:
+                try:
+                    self._server_ms = float(value)
+                except ValueError:
+                    raise ProtocolViolation(f"bad {SERVER_MS_HEADER} {value[:40]!r}") from None
             elif name == b"connection":
                 self._keep_alive = value == b"keep-alive" or (self._keep_alive and value != b"close")
         if self._chunked:
@@ -213,7 +225,8 @@ class _Connection(asyncio.Protocol):
             return
         self.exchange = None
         if exc is None and self._in_body and self._length is None and not self._chunked:
-            ex.finish(self._status, bytes(self._body), None)  # body ended by the close, as announced
+            ex.finish(self._status, bytes(self._body), None,
+                      self._server_ms)  # body ended by the close, as announced
         else:
             ex.finish(self._status, b"", exc if isinstance(exc, ConnectionResetError)
                       else ConnectionDropped("server closed the connection before answering"))

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 # Error kinds a record can carry (None when the request succeeded).
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
@@ -29,6 +30,9 @@ class RequestRecord:
     bytes_up: int  # request body + request target
     bytes_down: int  # response body
     error: str | None = None  # one of ERROR_KINDS
+    # an emulated replica's own time for it (wall ms from admission to its answer, the part a time
+    # scale compresses), from its X-Testbed-Server-Ms header; None from a real service
+    server_ms: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -49,12 +53,26 @@ class RequestRecord:
             "latency_ms": round(self.latency_ms, 3), "latency_sched_ms": round(self.latency_sched_ms, 3),
             "status": self.status, "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
             "error": self.error,
+            "server_ms": None if self.server_ms is None else round(self.server_ms, 3),
         })
 
     @classmethod
     def from_json(cls, line: str) -> RequestRecord:
         """The record one JSON `line` holds."""
         return cls(**json.loads(line))
+
+
+def scenario_latency_ms(record: Mapping[str, Any], time_scale: float) -> float:
+    """A recorded request's latency in scenario time. At a time scale, only the emulated replica's
+    own time (`server_ms`) was compressed: it counts `time_scale` times, the rest (network,
+    balancer, client) at its real duration. Without `server_ms` (a real service) all of it scales.
+
+    record: a request record as its JSON line reads; time_scale: the run's."""
+    latency = record["latency_ms"]
+    server = record.get("server_ms")
+    if server is None or time_scale == 1:
+        return latency * time_scale
+    return latency + server * (time_scale - 1)
 
 
 class RecordWriter:

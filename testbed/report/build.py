@@ -101,7 +101,10 @@ def _run_section(manifest: dict[str, Any]) -> Section:
     about.bullets += [
         f"source `{manifest['source']}`, profile {manifest['profile']}, created {manifest['created']}",
         f"commit `{manifest.get('commit')}`, seed {scn.get('seed')}, "
-        f"time scale {scn.get('time_scale')}, {scn.get('duration_s')} s per cell, "
+        f"time scale {scn.get('time_scale')}"
+        + (", replicas sleeping their profile's time (replica_work: sleep)"
+           if scn.get("replica_work") == "sleep" else "")
+        + f", {scn.get('duration_s')} s per cell, "
         f"{scn.get('repetitions')} repetition(s)",
         f"host {manifest['host'].get('hostname')} ({manifest['host'].get('cpus')} CPUs, "
         f"kernel {manifest['host'].get('kernel')}, Python {manifest['host'].get('python')})",

@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
+from testbed.load.records import scenario_latency_ms
 from testbed.profiles.paper import FIG_5_7_5_8_VALUES, FIG_FLOWS, SERVICE_TITLES
 from testbed.scenario.results import SLO_MS, percentile
 from testbed.scenario.rundir import read_jsonl
@@ -104,7 +105,7 @@ def latency_cdfs(run_dir: Path, out: Path) -> list[Path]:
         key = (int(params["iperf_flows"]), bool(params["slicing"]))
         for f in sorted((info_path.parent / "requests").glob("*.jsonl")):
             for r in read_jsonl(f):
-                lat = math.inf if r.get("error") is not None else r["latency_ms"] * ts
+                lat = math.inf if r.get("error") is not None else scenario_latency_ms(r, ts)
                 cells[r["service"]][key].append(lat)
         for service, ms in (info.get("slo_ms") or {}).items():
             slo_of[service] = ms
@@ -265,9 +266,9 @@ def latency_buckets(cell_dir: Path, n_buckets: int = 40) -> dict[str, dict[str, 
                                   "bucket_s": bucket_s, "slo_ms": slo_ms}
         for i in sorted(by_bucket):
             rows = by_bucket[i]
-            lat = [r["latency_ms"] * ts for r in rows if r.get("error") is None]
+            lat = [scenario_latency_ms(r, ts) for r in rows if r.get("error") is None]
             bad = sum(1 for r in rows if r.get("error") is not None
-                      or (slo_ms is not None and r["latency_ms"] * ts > slo_ms))
+                      or (slo_ms is not None and scenario_latency_ms(r, ts) > slo_ms))
             series["t"].append(lo + (i + 0.5) * bucket_s)
             series["p50"].append(percentile(lat, 0.5) if lat else float("nan"))
             series["p99"].append(percentile(lat, 0.99) if lat else float("nan"))

@@ -105,7 +105,8 @@ def _resume(partial: Path, options: Options) -> dict[str, Verdict]:
     `partial` with none."""
     key = {"quick": options.quick, "rule_only": options.rule_only, "seed": options.seed,
            "traces": str(options.traces_dir), "models": str(options.models_dir),
-           "t54": [options.t54_duration_s, options.t54_repetitions, options.t54_start_s]}
+           "t54": [options.t54_duration_s, options.t54_repetitions, options.t54_start_s,
+                   options.t54_time_scale]}
     stamp = partial / "options.json"
     if partial.exists():
         if not stamp.is_file() or json.loads(stamp.read_text()) != key:
@@ -229,12 +230,17 @@ def _table54(a: Artefact, partial: Path, options: Options) -> Verdict:
         else {k: v for k, v in s.items() if k != "model"} for s in data["services"]]
     data["clients"] = [{**c, "start_s": start} for c in data["clients"]]
     data["traces_dir"] = str(options.traces_dir.resolve())
+    ts = options.t54_time_scale
+    if ts != 1:  # the JPEG decoding cannot keep up at a time scale on a small machine
+        data.update(time_scale=ts, replica_work="sleep")
     data.update(duration_s=duration, repetitions=reps, warmup_s=warmup,
                 matrix={"policy": ["rule_v2"] if options.rule_only else ["ppo", "rule_v2"]},
                 expect=[], markers=[])
     window = (f"{duration:g} s of the test day from {start // 3600:02d}:{start % 3600 // 60:02d}, "
               f"{reps} repetition(s)"
-              + (f", after a {warmup:g} s warm-up (not measured)" if warmup else ""))
+              + (f", after a {warmup:g} s warm-up (not measured)" if warmup else "")
+              + (f", at time scale {ts:g} (replicas sleeping their profile's time)"
+                 if ts != 1 else ""))
     options.progress(f"Table 5.4: {window}")
     run_dir, rows = _run(path, partial, options, text=yaml.safe_dump(data, sort_keys=False))
     table = testbed_table(rows, window=window, duration_s=duration, repetitions=reps)

@@ -155,7 +155,8 @@ class LocalProfile:
             initial={s.name: s.replicas for s in scn.services},
             total_units=scn.total_units, time_scale=scn.time_scale,
             host=str(tb.topology.dn_addr), log_dir=runner.dir.logs, seed=scn.seed + runner.rep,
-            on_event=on_event, interference=scn.interference)
+            on_event=on_event, interference=scn.interference,
+            sleep_only=scn.replica_work == "sleep")
         # the traffic's clients and iperf3 sessions stop on the way out, whatever happened (the
         # cell stops them itself when it ends normally; stopping twice is a no-op)
         async with cluster, LocalTraffic(tb.topology, runner.dir.logs) as traffic:

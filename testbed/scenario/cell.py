@@ -24,7 +24,14 @@ from testbed.scaler.loop import ScalerLoop
 from testbed.scenario.backends import CellBackends, LocalProfile, Profile
 from testbed.scenario.live import LiveView
 from testbed.scenario.matrix import Cell
-from testbed.scenario.results import LOST_ERRORS, SLO_MS, lost_requests, read_records
+from testbed.scenario.results import (
+    LATENESS_SLO_SHARE,
+    LOST_ERRORS,
+    SLO_MS,
+    behind_schedule,
+    lost_requests,
+    read_records,
+)
 from testbed.scenario.rundir import CellDir, append_jsonl, read_jsonl
 from testbed.scenario.simcell import run_sim_cell, simulate_cell, write_cell_files
 from testbed.scenario.spec import ClientSpec, Scenario, trace_dir
@@ -59,6 +66,7 @@ class CellRunner:
         self.info: dict[str, Any] = {
             "slug": cell.slug, "label": cell.label, "params": cell.params, "rep": rep,
             "services": [s.name for s in self.scn.services], "time_scale": self.scn.time_scale,
+            "replica_work": self.scn.replica_work,
             "duration_s": self.scn.duration_s, "warmup_s": self.scn.warmup_s, "slo_ms": SLO_MS,
             "status": "running",
             "profile": self.profile.name, "started": time.time(), "problems": self.problems,
@@ -106,7 +114,7 @@ class CellRunner:
             status = "ok"
             if getattr(self.profile, "plan", False):
                 status = "planned"  # the lab's --check: stand-ins answered, no request was sent
-            elif self._lost_requests() or self.failures:
+            elif self._lost_requests() + self._behind_schedule() or self.failures:
                 status = "failed"
             if self.scn.compare_sim:
                 self._compare_sim()
@@ -134,6 +142,25 @@ class CellRunner:
                              f"(never recorded, or {' or '.join(LOST_ERRORS)}; "
                              f"{len(records.get(service, []))} recorded): the cell failed")
         return sum(lost.values())
+
+    def _behind_schedule(self) -> int:
+        """At a time scale: the services whose clients fell behind their schedule (the machine did
+        not hold the scale), each failing the cell with one line; returns how many."""
+        scn = self.scn
+        if scn.time_scale == 1:
+            return 0
+        records = read_records(self.dir.path)
+        slo = self.info.get("slo_ms") or SLO_MS
+        behind = 0
+        for service, recs in records.items():
+            late = behind_schedule(recs, time_scale=scn.time_scale,
+                                   slo_ms=slo.get(service, SLO_MS.get(service, 1000.0)))
+            if late is not None:
+                behind += 1
+                self.fail(f"{service}: the clients sent p99 {late:.0f} ms late (scenario time), over "
+                          f"{LATENESS_SLO_SHARE:g} of its SLO: this machine does not hold time scale "
+                          f"{scn.time_scale:g} (lower --time-scale; bench/time_scale.py measures it)")
+        return behind
 
     def _compare_sim(self) -> None:
         """The same cell through the simulator, with the replicas' own profiles: the measured

@@ -64,6 +64,10 @@ class LabProfile:
             raise ConfigError([ConfigProblem("<scenario>", None, "time_scale",
                                              f"the lab runs in real time (time_scale 1), not "
                                              f"{scenario.time_scale:g}: real replicas do not speed up")])
+        if scenario.replica_work != "real":
+            raise ConfigError([ConfigProblem("<scenario>", None, "replica_work",
+                                             "the lab runs the real services (replica_work: real), "
+                                             f"not {scenario.replica_work!r}")])
         services, manifests = self._services(scenario, base_dir, run_dir, options.namespace)
         config = LabConfig(options.inventory, options.kubeconfig, options.prometheus,
                            options.namespace)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import StateError
+from testbed.load.records import scenario_latency_ms
 from testbed.load.stats import percentile
 from testbed.profiles import default_profiles
 from testbed.scenario.rundir import read_jsonl
@@ -24,15 +25,20 @@ BATCH_S = 2.0  # requests scheduled in the same two wall seconds form one batch:
 
 def service_row(records: list[dict[str, Any]], service: str, *, time_scale: float,
                 duration_s: float, slo_ms: float) -> dict[str, Any]:
-    """Metrics of one service in one cell. Latencies are in scenario time (wall × time_scale),
-    so they compare with the SLO thresholds whatever the time-scale factor.
+    """Metrics of one service in one cell. Latencies are in scenario time (the replica's own time
+    × time_scale, the rest as measured: `scenario_latency_ms`), so they compare with the SLO
+    thresholds whatever the time-scale factor.
 
     records: the service's request records in the cell; service: its name; time_scale: the run's;
     duration_s: the cell's measured seconds; slo_ms: the SLO the violations count against."""
-    ok_lat = [r["latency_ms"] * time_scale for r in records if r.get("error") is None]
-    sched = [r["latency_sched_ms"] * time_scale for r in records if r.get("error") is None]
+    ok_lat = [scenario_latency_ms(r, time_scale) for r in records if r.get("error") is None]
+    sched = [scenario_latency_ms(r, time_scale) + (r["latency_sched_ms"] - r["latency_ms"]) * time_scale
+             for r in records if r.get("error") is None]
     violations = sum(1 for r in records
-                     if r.get("error") is not None or r["latency_ms"] * time_scale > slo_ms)
+                     if r.get("error") is not None or scenario_latency_ms(r, time_scale) > slo_ms)
+    # how late the clients sent, in scenario time: a time scale the machine does not hold shows here
+    lateness = [(r["sent"] - r["scheduled"]) * 1000.0 * time_scale for r in records
+                if r.get("sent") is not None and r.get("scheduled") is not None]
     n = len(records)
     errors = sum(1 for r in records if r.get("error") is not None)
     kinds: dict[str, int] = {}
@@ -52,6 +58,7 @@ def service_row(records: list[dict[str, Any]], service: str, *, time_scale: floa
         "p50_latency_ms": percentile(ok_lat, 0.5),
         "p99_latency_ms": percentile(ok_lat, 0.99),
         "mean_sched_latency_ms": sum(sched) / len(sched) if sched else None,
+        "p99_lateness_ms": percentile(lateness, 0.99),
         "throughput_rps": (n - errors) / duration_s if duration_s else None,
         **batch_se(records, time_scale=time_scale, slo_ms=slo_ms),
         "bytes_up": sum(r.get("bytes_up", 0) for r in records),
@@ -73,7 +80,7 @@ def batch_se(records: list[dict[str, Any]], *, time_scale: float, slo_ms: float,
     for r in records:
         b = batches.setdefault(int(r.get("scheduled", 0.0) // batch_s), [0, 0, 0, 0.0])
         ok = r.get("error") is None
-        lat = r["latency_ms"] * time_scale if ok else 0.0
+        lat = scenario_latency_ms(r, time_scale) if ok else 0.0
         b[0] += 1
         b[1] += (not ok) or lat > slo_ms
         b[2] += ok
@@ -107,6 +114,24 @@ def lost_requests(records: list[dict[str, Any]], planned: int | None) -> int | N
     if planned is None:
         return None
     return max(0, planned - len(records)) + sum(1 for r in records if r.get("error") in LOST_ERRORS)
+
+
+# At a time scale, clients whose p99 lateness (scenario time) exceeds this share of their service's
+# SLO show a machine that does not hold the scale: the cell fails (bench/time_scale.py measured it)
+LATENESS_SLO_SHARE = 0.1
+
+
+def behind_schedule(records: list[dict[str, Any]], *, time_scale: float, slo_ms: float
+                    ) -> float | None:
+    """The p99 lateness (scenario ms) of a service's requests when it exceeds LATENESS_SLO_SHARE
+    of its SLO at a time scale other than 1, else None: the machine did not hold the time scale.
+
+    records: the service's request records; time_scale: the run's; slo_ms: the service's SLO."""
+    if time_scale == 1:
+        return None
+    late = percentile([(r["sent"] - r["scheduled"]) * 1000.0 * time_scale for r in records
+                       if r.get("sent") is not None and r.get("scheduled") is not None], 0.99)
+    return late if late is not None and late > LATENESS_SLO_SHARE * slo_ms else None
 
 
 def read_records(cell_dir: Path, warmup: dict[str, int] | None = None

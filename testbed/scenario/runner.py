@@ -47,6 +47,7 @@ class RunOptions:
     out_root: Path = RUNS_DIR
     profile: str = "local"
     time_scale: float | None = None  # overrides the scenario's
+    replica_work: str | None = None  # overrides the scenario's (real or sleep)
     duration_s: float | None = None  # overrides the scenario's (a shorter window for CI)
     repetitions: int | None = None
     metrics: str | None = None  # overrides the scenario's `metrics:` (in-process or prometheus)
@@ -113,6 +114,8 @@ def effective(loaded: LoadedScenario, options: RunOptions) -> Scenario:
     update: dict[str, Any] = {}
     if options.time_scale is not None:
         update["time_scale"] = options.time_scale
+    if options.replica_work is not None:
+        update["replica_work"] = options.replica_work
     if options.duration_s is not None:
         update["duration_s"] = options.duration_s
     if options.repetitions is not None:
@@ -163,6 +166,7 @@ class ScenarioRun:
                        testbed=loaded.testbed.model_dump(mode="json"), source=loaded.source,
                        base_dir=loaded.base_dir, profile=o.profile,
                        overrides={k: v for k, v in (("time_scale", o.time_scale),
+                                                    ("replica_work", o.replica_work),
                                                     ("duration_s", o.duration_s),
                                                     ("repetitions", o.repetitions))
                                   if v is not None})

@@ -126,6 +126,11 @@ class Scenario(Strict):
     # decisions and requests are kept, marked, and left out of the results
     warmup_s: float = Field(0.0, ge=0, le=86400)
     time_scale: float = Field(1.0, gt=0, le=1000)
+    # local testbed: what the emulated replicas do in their profile's time. real: the handler's
+    # work (decode the JPEGs, synthesise the WAV) padded to the drawn time; sleep: only the time,
+    # answering in the same shape, for time scales at which the work itself cannot keep up on the
+    # machine (the network path is unchanged). The lab runs the real services.
+    replica_work: Literal["real", "sleep"] = "real"
     scaler_period_s: float = Field(30.0, gt=0, le=86400)
     total_units: int = Field(8, ge=1, le=1024)
     repetitions: int = Field(1, ge=1, le=100)

@@ -159,3 +159,19 @@ def test_a_service_without_deploy_is_one_line_naming_its_profile_file(tmp_path: 
     assert f"{tmp_path / 'profiles.yaml'}:2: services.asr.deploy: service 'asr' has no lab " \
            "container" in lines[0]
     assert "GET deployments" not in r.stdout, "refused before anything reaches the lab"
+
+
+def test_sleeping_replicas_are_refused_on_the_lab_in_one_line(tmp_path: Path):
+    """replica_work: sleep is the local profile's stand-in for work a small machine cannot keep up
+    with at a time scale; the lab runs the real services, so it is refused before any action."""
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(INVENTORY)
+    r = _testbed("run", "--profile", "lab", "-i", str(inv), "--check", "--out", str(tmp_path),
+                 "--replica-work", "sleep", str(ROOT / "scenarios" / "slicing-ci.yaml"), cwd=tmp_path)
+    assert r.returncode != 0
+    lines = [x for x in (r.stdout + r.stderr).splitlines() if x.strip()]
+    assert len(lines) == 1 and "replica_work: the lab runs the real services" in lines[0], lines
+    assert "GET deployments" not in r.stdout
+    bad = _testbed("run", "--replica-work", "nap", "--plan", str(ROOT / "scenarios" / "smoke.yaml"),
+                   cwd=tmp_path)
+    assert bad.returncode != 0 and "--replica-work" in bad.stdout + bad.stderr

@@ -251,3 +251,71 @@ def test_the_interference_stretch_lengthens_processing_and_arrives_by_token_guar
             return r.status, replica.stretch
 
     assert asyncio.run(unconfigured()) == (403, 1.0)
+
+
+def test_a_sleeping_replica_answers_each_api_in_its_shape_without_the_work(monkeypatch):
+    """replica_work: sleep (time-scaled runs): the JPEGs are not decoded and no WAV is synthesised,
+    the answers still pass the clients' checks, each carries the replica's own time, and data
+    that is not an image is still a 400."""
+    from testbed.cluster import payload
+
+    def refuse(*a, **k):
+        raise AssertionError("a sleeping replica did the work")
+
+    monkeypatch.setattr(payload, "classify_images", refuse)
+    monkeypatch.setattr(payload, "synthesize_wav", refuse)
+    monkeypatch.setattr(payload, "generated_wav", refuse)
+
+    async def main():
+        content = ContentSet(seed=1, n_images=4)
+        out = {}
+        for service in ("chatbot", "imgcls", "tts"):
+            replica = EmulatedReplica(service, FAST, time_scale=10, seed=1, sleep_only=True)
+            async with serve(replica) as server, aiohttp.ClientSession() as s:
+                base = str(server.make_url("")).rstrip("/")
+                req = build_request(service, content)
+                async with s.request(req.method, base + req.target, data=req.body or None,
+                                     headers=req.headers) as r:
+                    out[service] = (r.status, await r.read(), r.headers.get("X-Testbed-Server-Ms"))
+                form = aiohttp.FormData()
+                form.add_field("files", b"not a jpeg", filename="x.jpg", content_type="image/jpeg")
+                if service == "imgcls":
+                    async with s.post(base + "/classify_batch", data=form) as r:
+                        out["not an image"] = (r.status, b"", None)
+        return out
+
+    out = asyncio.run(main())
+    for service in ("chatbot", "imgcls", "tts"):
+        status, body, server_ms = out[service]
+        assert status == 200, (service, body[:200])
+        check_response(service, body)
+        assert 10.0 <= float(server_ms) < 100.0  # 100 ms of profile time at time scale 10
+    assert len(json.loads(out["imgcls"][1])["predictions"]) == 4
+    assert out["not an image"][0] == 400
+
+
+def test_processing_times_keep_the_profiles_mean_at_a_time_scale():
+    """At time scale 4 imgcls's 60-80 ms are 15-20 ms of wall time, where each of the event loop's
+    timer overruns (about a millisecond) would be several per cent of capacity times 4: the replica
+    takes them off the next request's time, so the mean is the profile's 17.5 ms."""
+    profile = ServiceProfile(capacity=1, queue_limit=2, proc_time_ms=(60, 80), startup_ms=0,
+                             slo_ms=500)
+
+    async def main():
+        content = ContentSet(seed=1, n_images=4)
+        replica = EmulatedReplica("imgcls", profile, time_scale=4, seed=3, sleep_only=True)
+        times = []
+        async with serve(replica) as server, aiohttp.ClientSession() as s:
+            base = str(server.make_url("")).rstrip("/")
+            for _ in range(80):
+                req = build_request("imgcls", content)
+                async with s.request(req.method, base + req.target, data=req.body,
+                                     headers=req.headers) as r:
+                    await r.read()
+                    times.append(float(r.headers["X-Testbed-Server-Ms"]))
+        return times
+
+    times = asyncio.run(main())
+    mean = sum(times) / len(times)
+    assert abs(mean - 17.5) < 0.35, f"mean {mean:.2f} ms against the profile's 17.5"
+    assert max(times) < 20.0 + 5.0  # an overrun is paid back, not a request made to wait longer

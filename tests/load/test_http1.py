@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from testbed.load.client import classify_error
-from testbed.load.http1 import ConnectionPool, encode_request
+from testbed.load.http1 import ConnectionPool, ProtocolViolation, encode_request
 
 OK_LEN = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello"
 OK_CHUNKED = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -75,7 +75,7 @@ async def fetch(pool: ConnectionPool, n: int = 1, target: str = "/x", body: byte
     for _ in range(n):
         fut = loop.create_future()
         pool.request("POST", target, {"Content-Type": "text/plain"}, body,
-                     lambda s, b, e, sent, f=fut: f.set_result((s, b, e, sent)))
+                     lambda s, b, e, sent, ms, f=fut: f.set_result((s, b, e, sent)))
         futs.append(fut)
     return await asyncio.gather(*futs)
 
@@ -186,7 +186,7 @@ def test_connection_limit_queues_and_close_cancels():
             loop = asyncio.get_running_loop()
             pending = [loop.create_future() for _ in range(3)]
             for f in pending:
-                pool.request("GET", "/", {}, b"", lambda s, b, e, sent, f=f: f.set_result(e))
+                pool.request("GET", "/", {}, b"", lambda s, b, e, sent, ms, f=f: f.set_result(e))
             await asyncio.sleep(0.01)
             pool.close()
             cancelled = await asyncio.wait_for(asyncio.gather(*pending), 2)
@@ -222,3 +222,22 @@ def test_https_is_refused():
 
     with pytest.raises(ValueError, match="plain http"):
         run(main())
+
+
+def test_the_replicas_server_time_header_reaches_the_callback():
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Testbed-Server-Ms: 12.5\r\n\r\nhello")
+    bad = (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Testbed-Server-Ms: soon\r\n\r\nhello")
+
+    async def main(raw):
+        async with RawServer(lambda req: raw) as srv:
+            pool = ConnectionPool(srv.url)
+            fut = asyncio.get_running_loop().create_future()
+            pool.request("GET", "/", {}, b"", lambda s, b, e, sent, ms: fut.set_result((s, e, ms)))
+            out = await fut
+            pool.close()
+            return out
+
+    assert run(main(answer)) == (200, None, 12.5)
+    assert run(main(OK_LEN)) == (200, None, None)  # a real service sends none
+    _status, error, ms = run(main(bad))
+    assert isinstance(error, ProtocolViolation) and ms is None

@@ -3,7 +3,7 @@
 import json
 from dataclasses import fields
 
-from testbed.load.records import RecordWriter, RequestRecord, read_records
+from testbed.load.records import RecordWriter, RequestRecord, read_records, scenario_latency_ms
 
 
 def test_json_has_every_field_and_round_trips(tmp_path):
@@ -17,3 +17,17 @@ def test_json_has_every_field_and_round_trips(tmp_path):
     back = read_records(tmp_path / "r.jsonl")
     assert back[0].latency_ms == 12.346 and back[0].sent == 1700000000.125 and back[0].slice == "embb"
     assert back[1].error == "timeout" and back[1].lateness_ms == 500.0 and back[1].slice is None
+
+
+def test_scenario_time_compresses_only_the_replicas_own_time():
+    """At time scale 4 a request of 30 ms wall, 20 of them in the emulated replica, took 20 x 4 in
+    the replica and 10 on the network: 90 ms of scenario time, not 120. A real service's record
+    (no server time) scales whole, and time scale 1 leaves every record as measured."""
+    emulated = {"latency_ms": 30.0, "server_ms": 20.0}
+    real = {"latency_ms": 30.0, "server_ms": None}
+    assert scenario_latency_ms(emulated, 4) == 90.0
+    assert scenario_latency_ms(real, 4) == 120.0
+    assert scenario_latency_ms({"latency_ms": 30.0}, 4) == 120.0  # records written before server_ms
+    assert scenario_latency_ms(emulated, 1) == scenario_latency_ms(real, 1) == 30.0
+    rec = RequestRecord("imgcls", None, 1, 1.0, 1.0, 30.0, 30.0, 200, 10, 10, None, server_ms=20.0)
+    assert scenario_latency_ms(json.loads(rec.to_json()), 4) == 90.0

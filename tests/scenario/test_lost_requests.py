@@ -102,3 +102,22 @@ def test_a_cell_whose_testbed_is_taken_away_is_failed_with_its_count(tmp_path: P
              if r.get("service") == "imgcls"]
     assert (row["status"], row["planned_requests"]) == ("failed", 100)
     assert row["lost_requests"] == info["lost_requests"]["imgcls"]
+
+
+def test_clients_behind_their_schedule_at_a_time_scale_fail_the_cell():
+    """At time scale 10 a p99 lateness of 6 ms wall is 60 ms of scenario time: over a tenth of a
+    500 ms SLO, so the machine did not hold the scale; 4 ms (40 ms) holds. Time scale 1 is never
+    judged so (its clients are the measurement itself)."""
+    from testbed.scenario.results import LATENESS_SLO_SHARE, behind_schedule, service_row
+
+    def late_by(ms: float) -> list[dict]:
+        return [{**_record(i), "scheduled": 100.0 + i, "sent": 100.0 + i + (ms / 1000 if i % 10 == 9
+                                                                               else 0.0)}
+                for i in range(200)]
+
+    assert LATENESS_SLO_SHARE == 0.1
+    assert behind_schedule(late_by(6.0), time_scale=10, slo_ms=500) == pytest.approx(60.0, rel=0.01)
+    assert behind_schedule(late_by(4.0), time_scale=10, slo_ms=500) is None
+    assert behind_schedule(late_by(600.0), time_scale=1, slo_ms=500) is None
+    row = service_row(late_by(6.0), "chatbot", time_scale=10, duration_s=20, slo_ms=500)
+    assert row["p99_lateness_ms"] == pytest.approx(60.0, rel=0.01)
