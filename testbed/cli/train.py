@@ -115,8 +115,15 @@ ResumeOpt = typer.Option(
 )
 
 
+ConfigOpt = typer.Option(
+    None, "--config", help="A YAML file of these options by name (init_from: ..., scales: [8, 128]; "
+    "paths relative to it), e.g. models/imgcls.train.yaml, the shipped agent's run; an option "
+    "given here wins over the file's.")
+
+
 @app.command("train")
 def train_cmd(
+    ctx: typer.Context,
     service: str = ServiceArg,
     policy: str = PolicyOpt,
     traces: Path = TracesOpt,
@@ -143,6 +150,7 @@ def train_cmd(
     hold_largest: bool = HoldLargestOpt,
     like_testbed: float = LikeTestbedOpt,
     resume: bool = ResumeOpt,
+    config_file: Path = ConfigOpt,
 ) -> None:
     """Train a policy on the simulator, keeping the best validated model: Maskable PPO for one
     service (Section 4.4.3), or a share allocator for all three on the GPU simulator (ddpg: the
@@ -154,7 +162,33 @@ def train_cmd(
     Example: testbed train chatbot --traces ../shared/traces --steps 300000
     Example: testbed train --policy ddpg --traces ../shared/traces --steps 12000
     Example: testbed train mysvc --profiles mysvc.yaml --trace day1.txt --val-trace day2.txt
+    Example: testbed train --config models/imgcls.train.yaml --traces ../shared/traces --out new.zip
     """
+    options = {k: v for k, v in locals().items() if k not in ("ctx", "config_file")}
+    if config_file is not None:
+        options.update(_file_options(ctx, config_file))
+    _train(**options)
+
+
+def _file_options(ctx: typer.Context, path: Path) -> dict[str, Any]:
+    """The options `--config FILE` sets that the command line did not."""
+    from testbed.train.config_file import load_train_file
+
+    def defaulted(name: str) -> bool:  # by name: typer may bring its own click's ParameterSource
+        source = ctx.get_parameter_source(name)
+        return source is None or source.name in ("DEFAULT", "DEFAULT_MAP")
+
+    return {k: v for k, v in load_train_file(path).items() if defaulted(k)}
+
+
+def _train(*, service: str | None, policy: str, traces: Path, trace: list[Path] | None,
+           val_trace: Path | None, profiles_path: Path | None, out: Path | None, steps: int | None,
+           seed: int, gpus: int, tensorboard: str | None, stop_at: int | None, scales: str,
+           init_from: Path | None, load_scales: str | None, loads: str, shared: bool,
+           pool_reward: bool, partners: Path | None, validate_pool: bool, checkpoints: Path | None,
+           ent_coef: float, release_below: float | None, hold_largest: bool, like_testbed: float,
+           resume: bool) -> None:
+    """`train` with its options merged: a share allocator, or Maskable PPO for one service."""
     scales_range = _load_scales(load_scales)  # checked before anything is read or started
     known = known_profiles(profiles_path)
     train_tr, val_tr = _training_days(traces, trace, val_trace)
