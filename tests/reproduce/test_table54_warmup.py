@@ -87,3 +87,18 @@ def test_a_window_whose_every_decision_was_warmup_has_no_reward_and_fails(tmp_pa
     assert [r["reward"] for r in rows] == [None, None, None]
     table = testbed_table(rows, window="test", duration_s=86400, repetitions=1)
     assert table.verdict == FAIL
+
+
+def test_the_whole_day_at_a_time_scale_runs_sleeping_replicas_and_is_judged_against_the_paper(
+        tmp_path, monkeypatch):
+    """--t54-time-scale 4 on the whole day: the scenario runs at time scale 4 with replicas that
+    only sleep, the title says so, and the cells are judged against the paper (no NOT RUN): with
+    the rows 0.05 off the paper's reward, the table FAILs."""
+    verdict, text = _table54(tmp_path, monkeypatch, _rows(-0.08), t54_start_s=0,
+                             t54_duration_s=86400, t54_repetitions=1, t54_time_scale=4.0)
+    scn = parse_scenario(text, "slo-testbed.yaml", run.SCENARIOS).scenario
+    assert (scn.time_scale, scn.replica_work, scn.duration_s) == (4.0, "sleep", 86400)
+    assert "at time scale 4 (replicas sleeping their profile's time)" in verdict.table.title
+    assert verdict.verdict == FAIL and not verdict.decided_by
+    _, real = _table54(tmp_path / "b", monkeypatch, _rows(-0.05))
+    assert yaml.safe_load(real).get("replica_work", "real") == "real"
