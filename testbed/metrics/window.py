@@ -33,6 +33,7 @@ class WindowMetrics:
     @classmethod
     def fast(
         cls,
+        *,
         service: str,
         seconds: float,
         arrivals: int,

@@ -222,8 +222,8 @@ class BatchedService:
             ids = req[:carry_from]
             self.closed = (ids if self.origin is None else self.origin[ids],
                            np.repeat(finish, sizes) if nb else np.empty(0))
-        return self._outcome(t0, t1, new, a[:carry_from], starts, sizes, ready_t, finish, owner,
-                             start_pending)
+        return self._outcome(t0, t1, new, a[:carry_from], starts=starts, sizes=sizes,
+                             ready_t=ready_t, finish=finish, owner=owner, start_pending=start_pending)
 
     def _admit(self, closes: np.ndarray, who: np.ndarray, nominal: np.ndarray,
                tokens: list[np.ndarray]) -> np.ndarray:
@@ -269,7 +269,7 @@ class BatchedService:
             i = e
         return np.asarray(starts, dtype=np.int64), np.asarray(closes), i
 
-    def _outcome(self, t0, t1, new, a, starts, sizes, ready_t, finish, owner, start_pending):
+    def _outcome(self, t0, t1, new, a, *, starts, sizes, ready_t, finish, owner, start_pending):
         """The period's figures. With `slo_counting` "completion" (default, as SimService and the
         published simulator) a served request counts in the period it finishes in, a dropped one
         in the period its batch closed in; with "arrival" every request counts in the period its

@@ -33,8 +33,9 @@ class SimOptions:
 
 
 DEFAULT_OPTIONS = SimOptions()
-# The local testbed's client and balancer (docs/table-5.4.md): counts carried to the next second,
-# each second's requests from its start (not one gap into it), utilization over ready replicas.
+# The local testbed's client and balancer (docs/notes/table-5.4-runs.md): counts carried to the next
+# second, each second's requests from its start (not one gap into it), utilization over ready
+# replicas.
 TESTBED_OPTIONS = SimOptions(rounding="carry", util_counts_starting=False, spacing="even")
 
 

@@ -10,6 +10,7 @@ order is hard to repeat (a pairwise sum), the loop stops short and numpy finishe
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -18,6 +19,83 @@ from testbed.sim.queueing import SEGMENT_GAP
 from testbed.sim.windows import EPS
 
 _jit = numba.njit(cache=True, nogil=True)
+
+
+class SubChunk(NamedTuple):
+    """One sub-chunk's requests as `serve_round_robin` serves them: arrival times `a` (sorted) and
+    service times `s`, and what it writes: each one's `finish` time (NaN-filled: refused and
+    dropped stay NaN) and its `owner` instance."""
+
+    a: np.ndarray
+    s: np.ndarray
+    finish: np.ndarray
+    owner: np.ndarray
+
+
+class Slots(NamedTuple):
+    """The instances a sub-chunk is dealt to, one row per round-robin slot: `targets` (instance
+    ids), the rate-limit window and count each carries from earlier calls (`prior_window`,
+    `prior_count`, per column c: slot (rr + c) % m), and each one's queue: `pending` rows of
+    finish times, `pending_len` of them valid."""
+
+    targets: np.ndarray
+    prior_window: np.ndarray
+    prior_count: np.ndarray
+    pending: np.ndarray
+    pending_len: np.ndarray
+
+
+class Rules(NamedTuple):
+    """How `serve_round_robin` deals and admits: the round-robin pointer `rr`, the rate limit
+    (`rate_limit` requests per `rate_window` seconds per instance; 0: none) and `limit`, the
+    requests an instance holds."""
+
+    rr: int
+    rate_limit: int
+    rate_window: float
+    limit: int
+
+
+class Frame(NamedTuple):
+    """The windows `count_chunk` counts in: from `t0`, `steps` of `step` seconds; `slo` (s);
+    `completion` (count a served request in the window it finishes in, else where it arrived);
+    the busy samples' `origin` and count `n_samples`; `m` instances."""
+
+    t0: float
+    step: float
+    steps: int
+    slo: float
+    completion: bool
+    origin: float
+    n_samples: int
+    m: int
+
+
+class Served(NamedTuple):
+    """A chunk's requests as `count_chunk` counts them: arrival times `a`, `finish` times (NaN:
+    dropped) and `owner` instances."""
+
+    a: np.ndarray
+    finish: np.ndarray
+    owner: np.ndarray
+
+
+class Carried(NamedTuple):
+    """Served requests of earlier chunks not yet counted (completion counting): their `finish`
+    times and `latency`."""
+
+    finish: np.ndarray
+    latency: np.ndarray
+
+
+class Held(NamedTuple):
+    """What the instances held when the chunk began (`instance` and `finish` per request, in
+    flight from the first sample) and which instances the busy samples sum (`counted`; empty: one
+    row per instance)."""
+
+    instance: np.ndarray
+    finish: np.ndarray
+    counted: np.ndarray
 
 
 @_jit
@@ -95,7 +173,7 @@ def _bucket_edge(bucket: int, width: float) -> float:
 
 
 @_jit
-def _admit(a, m, rate_limit, rate_window, prior_window, prior_count, ok, last_window, last_count):
+def _admit(a, slots, ok, last_window, last_count, m, rate_limit, rate_window):
     """The rate limit (`windows.round_robin_admit`) over arrivals dealt round-robin to m columns:
     clears `ok` where it refuses, leaves each column's latest window and count in `last_window` and
     `last_count`, and returns how many it admits.
@@ -106,6 +184,7 @@ def _admit(a, m, rate_limit, rate_window, prior_window, prior_count, ok, last_wi
     column's instance took in that window in earlier calls (`prior_window`, `prior_count`). The
     window is found by a division only near its edges: it only grows with t, and arrivals are
     sorted."""
+    prior_window, prior_count = slots.prior_window, slots.prior_count
     n = len(a)
     admitted = 0
     col, b, lo = 0, np.int64(0), 0
@@ -135,15 +214,21 @@ def _admit(a, m, rate_limit, rate_window, prior_window, prior_count, ok, last_wi
 
 
 @_jit
-def _closed_form(a, s, ok, first, m, t0, busy, offset, pending_row, p, recent, acc, run, started,
-                 finish):
+def _closed_form(chunk, ok, pending_row, p, recent, lane, origin, carry):
     """`queueing.serve_fast`'s closed form, f_i = C_i + max(b, max_j (a_j - C_(j-1))), over one
     slot's admitted arrivals (every m-th from `first`), carrying the running sum `acc` and the
     running max `run` over the offset segments from the slots before it; writes `finish` and the
     slot's last finish times into the ring `recent`. Also checks each request against the one
     `len(recent)` before it (in what the instance held, `pending_row[:p]`, or in the ring): the
     queue fills when that one has not finished by its arrival. Returns (acc, run, started,
-    requests, ring position, whether the queue fills)."""
+    requests, ring position, whether the queue fills).
+
+    `lane`: (first, m), the slot's arrivals; `origin`: (t0, busy, offset), the segment's time
+    origin, the instance's busy time and the slot's offset; `carry`: (acc, run, started)."""
+    a, s, finish = chunk.a, chunk.s, chunk.finish
+    first, m = lane
+    t0, busy, offset = origin
+    acc, run, started = carry
     limit = len(recent)
     base = acc
     q = 0
@@ -175,11 +260,13 @@ def _closed_form(a, s, ok, first, m, t0, busy, offset, pending_row, p, recent, a
 
 
 @_jit
-def _walk(a, s, ok, first, m, count, pending_row, p, hist, finish, new_row):
+def _walk(chunk, ok, pending_row, p, hist, new_row, lane, count):
     """One instance whose queue fills, walked as `queueing._serve_one_with_drops` walks it: its
     `count` admitted arrivals (every m-th from `first`) after what it held (`pending_row[:p]`);
     writes `finish` (NaN where dropped) and its last finish times to `new_row`, and returns how
-    many those are."""
+    many those are. `lane`: (first, m), the instance's arrivals."""
+    a, s, finish = chunk.a, chunk.s, chunk.finish
+    first, m = lane
     at = np.empty(count, dtype=np.int64)
     i = 0
     for j in range(first, len(a), m):
@@ -212,27 +299,28 @@ def _kept(pending_row, p, recent, ring, q, new_row):
 
 
 @_jit
-def serve_round_robin(a, s, targets, rr, rate_limit, rate_window, prior_window, prior_count,
-                      pending, pending_len, limit, finish, owner):
+def serve_round_robin(chunk, slots, rules):
     """One sub-chunk of `SimService._serve_chunk`: arrival j (sorted) goes to slot (rr + j) % m,
     instance targets[slot] (written to `owner`); the rate limit (`windows.round_robin_admit`,
     none when `rate_limit` is 0) admits some, and those are served as `queueing.serve_fast`
     serves them, finish times written to `finish` (NaN-filled: refused and dropped stay NaN).
 
-    `prior_window`/`prior_count` (per column c, slot (rr + c) % m): the rate-limit window and
-    count its instance carries from earlier calls. `pending` (per slot, `pending_len` of them):
-    the instance's finish times. Returns (new pending rows, their lengths, whether a slot's
-    pending changed, each column's latest rate-limit window and count, and whether the column
-    saw an arrival)."""
+    `chunk`: the requests and what is written (SubChunk); `slots`: the instances, their carried
+    rate-limit windows and their queues (Slots); `rules`: the pointer, rate limit and queue
+    (Rules). Returns
+    (new pending rows, their lengths, whether a slot's pending changed, each column's latest
+    rate-limit window and count, and whether the column saw an arrival)."""
+    rr, rate_limit, rate_window, limit = rules.rr, rules.rate_limit, rules.rate_window, rules.limit
+    a, owner, targets = chunk.a, chunk.owner, slots.targets
+    pending, pending_len = slots.pending, slots.pending_len
     n, m = len(a), len(targets)
     rr = rr % m  # a pointer left by a sub-chunk with more or fewer instances
-    last_window = prior_window.copy()
-    last_count = prior_count.copy()
+    last_window = slots.prior_window.copy()
+    last_count = slots.prior_count.copy()
     ok = np.ones(n, dtype=np.bool_)
     admitted = n
     if rate_limit > 0:
-        admitted = _admit(a, m, rate_limit, rate_window, prior_window, prior_count, ok,
-                          last_window, last_count)
+        admitted = _admit(a, slots, ok, last_window, last_count, m, rate_limit, rate_window)
     seen = np.zeros(m, dtype=np.bool_)
     seen[: min(n, m)] = True
     slot = rr
@@ -246,8 +334,8 @@ def serve_round_robin(a, s, targets, rr, rate_limit, rate_window, prior_window, 
         return new_pending, new_len, changed, last_window, last_count, seen
     hist = np.empty(limit)
     if m == 1:  # serve_fast's one-instance walk
-        new_len[0] = _walk(a, s, ok, 0, 1, admitted, pending[0], pending_len[0], hist, finish,
-                           new_pending[0])
+        new_len[0] = _walk(chunk, ok, pending[0], pending_len[0], hist, new_pending[0], (0, 1),
+                           admitted)
         changed[0] = True
         return new_pending, new_len, changed, last_window, last_count, seen
     first = 0
@@ -262,13 +350,13 @@ def serve_round_robin(a, s, targets, rr, rate_limit, rate_window, prior_window, 
         busy = pending[k, p - 1] - t0 if p else -SEGMENT_GAP / 4
         first = k - rr if k >= rr else k - rr + m
         acc, run, started, q, ring, full = _closed_form(
-            a, s, ok, first, m, t0, busy, k * SEGMENT_GAP, pending[k], p, recent, acc, run,
-            started, finish)
+            chunk, ok, pending[k], p, recent, (first, m), (t0, busy, k * SEGMENT_GAP),
+            (acc, run, started))
         if q == 0:
             continue
         changed[k] = True
         if full:  # its queue fills: request by request from the first drop
-            new_len[k] = _walk(a, s, ok, first, m, q, pending[k], p, hist, finish, new_pending[k])
+            new_len[k] = _walk(chunk, ok, pending[k], p, hist, new_pending[k], (first, m), q)
         else:
             new_len[k] = _kept(pending[k], p, recent, ring, q, new_pending[k])
     return new_pending, new_len, changed, last_window, last_count, seen
@@ -280,10 +368,12 @@ def _window(t: float, t0: float, step: float) -> int:
 
 
 @_jit
-def _count_earlier(done_finish, done_latency, t0, step, steps, slo, served, slow, proc_sum, later):
+def _count_earlier(done, served, slow, proc_sum, later, frame):
     """Requests of earlier chunks that finish in this one's windows (completion counting), counted
     before this chunk's, as numpy concatenates them first; those finishing later still have their
     indices put in `later`, and their number is returned."""
+    done_finish, done_latency = done.finish, done.latency
+    t0, step, steps, slo = frame.t0, frame.step, frame.steps, frame.slo
     n_later = 0
     margin = 1e-3 * step
     lo, hi, w = np.inf, -np.inf, np.int64(0)  # finish times in [lo, hi) are in window w
@@ -304,8 +394,7 @@ def _count_earlier(done_finish, done_latency, t0, step, steps, slo, served, slow
 
 
 @_jit
-def _count_requests(a, finish, owner, t0, step, slo, completion, origin, n_samples, m, n_done,
-                    counts, proc_sum, later, n_later, delta):
+def _count_requests(chunk, counts, proc_sum, later, delta, frame, n_done, n_later):
     """This chunk's requests: per window (`counts` rows: arrivals, drops, served, late) and their
     summed latency, each served request's entry and exit in `delta` (its instance's row of
     samples), and the indices of those finishing past the chunk (after `n_later` of them from
@@ -313,6 +402,9 @@ def _count_requests(a, finish, owner, t0, step, slo, completion, origin, n_sampl
 
     Each window's sums are held in registers while its requests follow each other: the same
     additions in the same order as numpy's bincounts."""
+    a, finish, owner = chunk.a, chunk.finish, chunk.owner
+    t0, step, slo, completion = frame.t0, frame.step, frame.slo, frame.completion
+    origin, n_samples, m = frame.origin, frame.n_samples, frame.m
     arrivals, dropped, served, slow = counts[0], counts[1], counts[2], counts[3]
     steps = len(proc_sum)
     width = n_samples + 1
@@ -366,10 +458,12 @@ def _count_requests(a, finish, owner, t0, step, slo, completion, origin, n_sampl
 
 
 @_jit
-def _busy_samples(delta, m, n_samples, held_instance, held_finish, origin, counted):
+def _busy_samples(delta, held, frame):
     """min(in flight, 1) per instance and sample from the entries and exits in `delta`, with the
     requests held from before the chunk in flight from its first sample; summed over the
     instances marked in `counted` (one row), or one row per instance when it is empty."""
+    held_instance, held_finish, counted = held.instance, held.finish, held.counted
+    m, n_samples, origin = frame.m, frame.n_samples, frame.origin
     width = n_samples + 1
     for i in range(len(held_instance)):
         row = held_instance[i] * width
@@ -390,27 +484,30 @@ def _busy_samples(delta, m, n_samples, held_instance, held_finish, origin, count
 
 
 @_jit
-def count_chunk(a, finish, owner, t0, step, steps, slo, completion, done_finish, done_latency,
-                origin, n_samples, m, held_instance, held_finish, counted):
+def count_chunk(chunk, done, held, frame):
     """`SimService._outcomes`'s counts up to the utilization's busy samples: per window the
     arrivals, drops, served, late and summed latency; the served requests that finish past the
     chunk (completion counting); and the busy samples, min(in flight, 1) per instance and sample:
     summed over the instances marked in `counted` (one row), or all rows when `counted` is empty.
 
     A window is found by a division only where a time leaves the last one's interval, which sits a
-    thousandth of a step inside the window's edges: far beyond the rounding of (t - t0) / step."""
+    thousandth of a step inside the window's edges: far beyond the rounding of (t - t0) / step.
+
+    `chunk`: the requests (Served); `done`: earlier chunks' requests still to count (Carried);
+    `held`: what the instances held at the chunk's start and which ones are summed (Held);
+    `frame`: the windows, the SLO and the samples (Frame)."""
+    steps, completion, n_samples, m = frame.steps, frame.completion, frame.n_samples, frame.m
+    a, finish, done_finish, done_latency = chunk.a, chunk.finish, done.finish, done.latency
     counts = np.zeros((4, steps), dtype=np.int64)  # arrivals, dropped, served, slow
     proc_sum = np.zeros(steps)
     n, n_done = len(a), len(done_finish)
     later = np.empty(n_done + n, dtype=np.int64)  # indices (earlier chunks' first) counted later
     n_later = 0
     if completion:
-        n_later = _count_earlier(done_finish, done_latency, t0, step, steps, slo, counts[2],
-                                 counts[3], proc_sum, later)
+        n_later = _count_earlier(done, counts[2], counts[3], proc_sum, later, frame)
     delta = np.zeros(m * (n_samples + 1), dtype=np.int64)
-    n_later = _count_requests(a, finish, owner, t0, step, slo, completion, origin, n_samples, m,
-                              n_done, counts, proc_sum, later, n_later, delta)
-    busy = _busy_samples(delta, m, n_samples, held_instance, held_finish, origin, counted)
+    n_later = _count_requests(chunk, counts, proc_sum, later, delta, frame, n_done, n_later)
+    busy = _busy_samples(delta, held, frame)
     left_finish = np.empty(n_later)
     left_latency = np.empty(n_later)
     for j in range(n_later):

@@ -74,11 +74,14 @@ class CompiledPasses:
         m = len(targets)
         prior = [tokens.get(targets[(rr + col) % m], _NO_TOKENS) for col in range(m)]
         width = max(1, max(map(len, pending)))
-        new, new_len, changed, window, count, seen = self.kernels.serve_round_robin(
-            a, s, np.array(targets), rr, self.rate_limit, self.rate_window,
-            np.array([w for w, _ in prior]), np.array([c for _, c in prior]),
-            np.array([p + [0.0] * (width - len(p)) for p in pending]),
-            np.array([len(p) for p in pending]), self.queue, finish, owner)
+        kn = self.kernels
+        slots = kn.Slots(np.array(targets), np.array([w for w, _ in prior]),
+                        np.array([c for _, c in prior]),
+                        np.array([p + [0.0] * (width - len(p)) for p in pending]),
+                        np.array([len(p) for p in pending]))
+        new, new_len, changed, window, count, seen = kn.serve_round_robin(
+            kn.SubChunk(a, s, finish, owner), slots,
+            kn.Rules(rr, self.rate_limit, self.rate_window, self.queue))
         for k in range(m):
             if changed[k]:
                 pending[k] = new[k, : new_len[k]].tolist()
@@ -88,15 +91,18 @@ class CompiledPasses:
                 if hit:
                     tokens[targets[(rr + col) % m]] = (w, c)
 
-    def count(self, t0: float, step: float, steps: int, a, finish, owner, start_pending,
+    def count(self, a, finish, owner, *, t0: float, step: float, steps: int, start_pending,
               done: tuple[np.ndarray, np.ndarray], completion: bool, sample_origin: float,
               counted: list[bool]) -> tuple:
         """A chunk's per-window columns (arrivals, served, dropped, slow, summed latency), its busy
         samples (summed over the `counted` instances, or one row per instance when that is empty)
         and the served requests left for a later chunk (finish, latency)."""
         held = [(k, f) for k, p in enumerate(start_pending) for f in p]
-        arrivals, dropped, served, slow, proc_sum, busy, left_finish, left_latency = self.kernels.count_chunk(
-            a, finish, owner, t0, step, steps, self.slo, completion, done[0], done[1], sample_origin,
-            steps * round(step), len(start_pending), np.array([k for k, _ in held], dtype=np.int64),
-            np.array([f for _, f in held]), np.array(counted, dtype=np.bool_))
+        kn = self.kernels
+        arrivals, dropped, served, slow, proc_sum, busy, left_finish, left_latency = kn.count_chunk(
+            kn.Served(a, finish, owner), kn.Carried(done[0], done[1]),
+            kn.Held(np.array([i for i, _ in held], dtype=np.int64), np.array([f for _, f in held]),
+                   np.array(counted, dtype=np.bool_)),
+            kn.Frame(t0, step, steps, self.slo, completion, sample_origin, steps * round(step),
+                     len(start_pending)))
         return (arrivals, served, dropped, slow, proc_sum), busy, (left_finish, left_latency)

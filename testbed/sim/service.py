@@ -82,10 +82,12 @@ class _Outcomes:
     """Per-window counts of a chunk; a window's StepOutcome is built when it is asked for (a
     scaling action drops the rest of the chunk)."""
 
-    def __init__(self, name, step, arrivals, served, dropped, slow, proc_sum, util, ready):
+    def __init__(self, name, step, cols):
+        """`cols`: per window, arrivals, served, dropped, slow, summed latency, utilization and
+        ready instances."""
         self.name, self.step = name, step
-        self.cols = (arrivals, served, dropped, slow, proc_sum, util, ready)
-        self.n = len(arrivals)  # windows; read on every step, a method call dearer than the field
+        self.cols = cols
+        self.n = len(cols[0])  # windows; read on every step, a method call dearer than the field
         self.queue: list[int | None] = [None] * self.n  # waiting at each end (None: not measured)
 
     def __len__(self) -> int:
@@ -295,7 +297,8 @@ class SimService:
                 self._passes.serve(pend, a[j0:j1], s[j0:j1], targets, rr, tokens, finish[j0:j1],
                                    owner[j0:j1])
             else:
-                finish, owner = self._serve_numpy(a, s, j0, j1, targets, rr, tokens, pend, finish, owner)
+                finish, owner = self._serve_numpy(a, s, j0, j1, targets=targets, rr=rr, tokens=tokens,
+                                                  pend=pend, finish=finish, owner=owner)
             for k, p in zip(targets, pend, strict=True):
                 self.instances[k].pending = p
         done_in = self._done
@@ -305,7 +308,7 @@ class SimService:
                                              self.profile.capacity)
         return _Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes, done_in)
 
-    def _serve_numpy(self, a, s, j0, j1, targets, rr, tokens, pend, finish, owner):
+    def _serve_numpy(self, a, s, j0, j1, *, targets, rr, tokens, pend, finish, owner):
         """Arrivals [j0, j1) of a chunk through the numpy kernels: writes their finish times and
         instances into the chunk's `finish` and `owner` (or, when they are the whole chunk and all
         admitted, returns the kernels' arrays as those)."""
@@ -373,33 +376,26 @@ class SimService:
         proc_sum = np.bincount(w_ok, weights=latency, minlength=steps)[:steps]
         util = self._utilization(t0, step, steps, a_ok, f_ok, owner if everything else owner[ok],
                                  start_pending)
-        return self._listed(t0, step, steps, arrivals, served, dropped, slow, proc_sum, util)
+        return self._listed(t0, step, steps, (arrivals, served, dropped, slow, proc_sum), util)
 
-    def _listed(self, t0, step, steps, arrivals, served, dropped, slow, proc_sum, util) -> _Outcomes:
-        """A chunk's per-window arrays as the `_Outcomes` a step reads (lists: Python numbers)."""
-        return _Outcomes(
-            self.profile.name,
-            step,
-            arrivals.tolist(),
-            served.tolist(),
-            dropped.tolist(),
-            slow.tolist(),
-            proc_sum.tolist(),
-            util.tolist(),
-            self._ready_by_window(t0, step, steps),
-        )
+    def _listed(self, t0, step, steps, columns, util) -> _Outcomes:
+        """A chunk's per-window arrays (`columns`: arrivals, served, dropped, slow, summed latency)
+        as the `_Outcomes` a step reads (lists: Python numbers)."""
+        return _Outcomes(self.profile.name, step, (*(c.tolist() for c in columns), util.tolist(),
+                                                   self._ready_by_window(t0, step, steps)))
 
     def _outcomes_compiled(self, t0, step, steps, a, finish, owner, start_pending) -> _Outcomes:
         """`_outcomes` through the compiled passes, which count up to the busy samples."""
         completion = self.slo_counting == "completion"
         counted = [not inst.draining for inst in self.instances] if self.util_counts_starting else []
         columns, busy, left = self._passes.count(
-            t0, step, steps, a, finish, owner, start_pending, self._done, completion,
-            t0 + self.util_sample_phase - 1e-6, counted)
+            a, finish, owner, t0=t0, step=step, steps=steps, start_pending=start_pending,
+            done=self._done, completion=completion,
+            sample_origin=t0 + self.util_sample_phase - 1e-6, counted=counted)
         if completion:
             self._done = left
         util = self._utilization_of(busy, t0, step, steps, summed=self.util_counts_starting)
-        return self._listed(t0, step, steps, *columns, util)
+        return self._listed(t0, step, steps, columns, util)
 
     def _ready_by_window(self, t0: float, step: float, steps: int) -> list[int]:
         """Instances (not draining) ready at the end of each window."""

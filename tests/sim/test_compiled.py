@@ -53,8 +53,8 @@ def test_a_sub_chunk_is_served_as_the_numpy_kernels_serve_it(seed, monkeypatch):
     numpy_pending = [list(held[k]) for k in targets]
     numpy_tokens = dict(tokens)
     finish, owner = _service(profile, monkeypatch, compiled=False)._serve_numpy(
-        a, s, 0, n, targets, rr, numpy_tokens, numpy_pending, np.full(n, np.nan),
-        np.full(n, -1, dtype=np.int64))
+        a, s, 0, n, targets=targets, rr=rr, tokens=numpy_tokens, pend=numpy_pending,
+        finish=np.full(n, np.nan), owner=np.full(n, -1, dtype=np.int64))
 
     passes = _service(profile, monkeypatch, compiled=True)._passes
     c_pending = [list(held[k]) for k in targets]
