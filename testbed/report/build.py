@@ -108,7 +108,8 @@ def _run_section(manifest: dict[str, Any]) -> Section:
         f"{scn.get('repetitions')} repetition(s)",
         f"host {manifest['host'].get('hostname')} ({manifest['host'].get('cpus')} CPUs, "
         f"kernel {manifest['host'].get('kernel')}, Python {manifest['host'].get('python')})",
-        "latencies are in scenario time (wall time × time scale) and measured from send time; "
+        "latencies are in scenario time (the replicas' own time × time scale, the network's as "
+        "measured) and measured from send time; "
         "'sched' latency is measured from the scheduled time and shows client lateness",
     ]
     if manifest.get("overrides"):
