@@ -44,7 +44,7 @@ T54_START_S = 48600
 T54_QUICK_S = 120
 # --quick's window follows a warm-up of 4 scaler periods (the test day's 2 minutes before it,
 # the scaler on, out of the results): without it the 2 minutes measured the replicas the load
-# needs starting up, where DRL and rule v2 gave the same reward (docs/table-5.4.md, "CI size").
+# needs starting up, where DRL and rule v2 gave the same reward (docs/notes/table-5.4-runs.md, "CI size").
 # The full size keeps none: its 20 minutes and the whole day are measured from the start.
 T54_QUICK_WARMUP_S = 120
 T54_FULL_S = 1200

@@ -51,7 +51,7 @@ class ScalingEnv(gym.Env):
     (testbed.sim.cluster.TESTBED_OPTIONS: each second's requests from its start rather than one gap
     into it, utilization over ready replicas, counts carried), so that an agent does not learn the
     published simulator's utilization samples, which always catch the request that arrived just
-    before them, as the only reading there is (docs/table-5.4.md).
+    before them, as the only reading there is (docs/notes/table-5.4-runs.md).
 
     The per-episode draws are testbed.train.episode.EpisodeDraws; a shared episode's other two
     services are its Neighbours there.
