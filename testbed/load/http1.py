@@ -51,8 +51,9 @@ class Exchange:
 
     def finish(self, status: int, body: bytes, error: BaseException | None,
                server_ms: float | None = None) -> None:
-        """End the exchange once: the answer's `status`, `body` and server time, or the `error`
-        (status 0), to its callback."""
+        """End the exchange once: the answer's `status`, `body` and `server_ms` (the replica's own
+        time from its X-Testbed-Server-Ms header, None without one), or the `error` (status 0),
+        to its callback."""
         if self.done:
             return
         self.done = True
