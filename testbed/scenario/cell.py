@@ -217,13 +217,16 @@ class CellRunner:
         warm = scn.warmup_s
         wall = (scn.duration_s + warm) / ts
         traffic = b.traffic
+        # the policies first: loading a model (torch, sb3: seconds, once per process) blocks this
+        # event loop, where the local balancer runs; after the clients had started, the first
+        # requests of a DRL cell waited 3-14 s for it (docs/table-5.4.md)
+        profiles = self.profiles()
+        policies = self._policies(profiles)
         try:
             for p in await traffic.start_iperf(self.iperf_jobs(wall)):
                 self.problem(p)
             for p in await traffic.start_clients(self.client_jobs(b.cluster)):
                 self.problem(p)
-            profiles = self.profiles()
-            policies = self._policies(profiles)
             period = scn.scaler_period_s / ts
             latest: dict[str, Any] = {}
             loop = ScalerLoop(b.cluster, policies, lambda s: latest[s], clock=clock.time,
