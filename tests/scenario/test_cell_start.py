@@ -1,0 +1,61 @@
+"""A cell's load starts once everything that blocks the harness's event loop is done: a policy
+that takes seconds to build (a DRL model loading torch) must not hold the first requests, which
+the local balancer in that same loop would otherwise leave unanswered."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SLOW_POLICY = """\
+import time
+
+from testbed.scaler.actions import action_index
+
+
+class Slow:
+    \"\"\"Holds its replicas; building it takes 3 s, as loading a model does.\"\"\"
+
+    def __init__(self, service="", total_units=8):
+        time.sleep(3.0)
+
+    def act(self, observation, action_mask):
+        return action_index(0)
+"""
+
+SCENARIO = """\
+name: slow-start
+duration_s: 6
+scaler_period_s: 3
+traces_dir: .
+services:
+  - {name: chatbot, replicas: 1, policy: "slowpol:Slow"}
+clients:
+  - {service: chatbot, ue_group: ai, trace: steady.txt}
+"""
+
+
+@pytest.mark.needs_root
+@pytest.mark.slow
+def test_the_first_requests_are_answered_while_the_policy_is_built_before_them(tmp_path: Path):
+    (tmp_path / "slowpol.py").write_text(SLOW_POLICY)
+    (tmp_path / "steady.txt").write_text("6 12\n")
+    scn = tmp_path / "slow.yaml"
+    scn.write_text(SCENARIO)
+    out = tmp_path / "runs"
+    run = subprocess.run([sys.executable, "-m", "testbed", "run", str(scn), "--out", str(out),
+                          "--no-progress"], capture_output=True, text=True, timeout=240,
+                         env=dict(os.environ, COLUMNS="200"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    [cell] = out.glob("*/cells/*/rep-0")
+    sent = [json.loads(line) for line in (cell / "requests" / "chatbot-ai-0.jsonl").read_text().split()]
+    first = min(sent, key=lambda r: r["sent"])
+    # 140-420 ms of processing: a first answer after the 3 s build would be the loop's stall
+    assert first["error"] is None and first["latency_ms"] < 1500, first
+    info = json.loads((cell / "cell.json").read_text())
+    assert abs(info["load_started"] - first["sent"]) < 1.5  # the first period starts with the load
