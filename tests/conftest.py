@@ -7,6 +7,8 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +50,17 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
 def tb_name() -> str:
     """A testbed name unique to this test (namespaces are tb-<name>-...)."""
     return "t" + secrets.token_hex(4)
+
+
+def run_scenario_cli(scenario: Path, out: Path, timeout_s: float = 240
+                     ) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`testbed run SCENARIO --out OUT --no-progress` as a user runs it; the process and the
+    directory of its one cell's first repetition (None when it made none)."""
+    run = subprocess.run([sys.executable, "-m", "testbed", "run", str(scenario), "--out", str(out),
+                          "--no-progress"], capture_output=True, text=True, timeout=timeout_s,
+                         env=dict(os.environ, COLUMNS="200"))
+    cells = sorted(out.glob("*/cells/*/rep-0"))
+    return run, (cells[0] if cells else None)
 
 
 def namespaces_with_prefix(prefix: str) -> list[str]:

@@ -5,12 +5,11 @@ the local balancer in that same loop would otherwise leave unanswered."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import run_scenario_cli
 
 SLOW_POLICY = """\
 import time
@@ -47,12 +46,8 @@ def test_the_first_requests_are_answered_while_the_policy_is_built_before_them(t
     (tmp_path / "steady.txt").write_text("6 12\n")
     scn = tmp_path / "slow.yaml"
     scn.write_text(SCENARIO)
-    out = tmp_path / "runs"
-    run = subprocess.run([sys.executable, "-m", "testbed", "run", str(scn), "--out", str(out),
-                          "--no-progress"], capture_output=True, text=True, timeout=240,
-                         env=dict(os.environ, COLUMNS="200"))
+    run, cell = run_scenario_cli(scn, tmp_path / "runs")
     assert run.returncode == 0, run.stdout + run.stderr
-    [cell] = out.glob("*/cells/*/rep-0")
     sent = [json.loads(line) for line in (cell / "requests" / "chatbot-ai-0.jsonl").read_text().split()]
     first = min(sent, key=lambda r: r["sent"])
     # 140-420 ms of processing: a first answer after the 3 s build would be the loop's stall

@@ -4,9 +4,6 @@ but marked and left out of the results (testbed.scenario.cell, .results, .spec).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +13,7 @@ from testbed.scenario.cell import _end_decision_due, after_warmup
 from testbed.scenario.load import parse_scenario
 from testbed.scenario.results import cell_rows
 from testbed.scenario.rundir import CellDir
+from tests.conftest import run_scenario_cli
 
 SCENARIO = """\
 name: warm
@@ -98,11 +96,8 @@ def test_a_real_run_measures_the_trace_window_after_its_warmup(tmp_path: Path):
     scn = tmp_path / "warm.yaml"
     scn.write_text(SCENARIO)
     out = tmp_path / "runs"
-    run = subprocess.run([sys.executable, "-m", "testbed", "run", str(scn), "--out", str(out),
-                          "--no-progress"], capture_output=True, text=True, timeout=240,
-                         env=dict(os.environ, COLUMNS="200"))
+    run, cell = run_scenario_cli(scn, out)
     assert run.returncode == 0, run.stdout + run.stderr
-    [cell] = out.glob("*/cells/*/rep-0")
     info = json.loads((cell / "cell.json").read_text())
     assert info["status"] == "ok", info["problems"]
     assert info["planned_requests"] == {"imgcls": 104}
