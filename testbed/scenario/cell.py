@@ -114,8 +114,10 @@ class CellRunner:
             status = "ok"
             if getattr(self.profile, "plan", False):
                 status = "planned"  # the lab's --check: stand-ins answered, no request was sent
-            elif self._lost_requests() + self._behind_schedule() or self.failures:
-                status = "failed"
+            else:
+                records = read_records(self.dir.path)  # once: a day's run holds millions
+                if self._lost_requests(records) + self._behind_schedule(records) or self.failures:
+                    status = "failed"
             if self.scn.compare_sim:
                 self._compare_sim()
         except KeyboardInterrupt:
@@ -129,11 +131,11 @@ class CellRunner:
             self._write_info()
         return self.problems
 
-    def _lost_requests(self) -> int:
+    def _lost_requests(self, records: dict[str, list[dict[str, Any]]]) -> int:
         """Requests the cell planned but the services never got to answer (the testbed gone,
-        a client dead or cancelled): recorded per service in the cell's info, each a problem."""
+        a client dead or cancelled): recorded per service in the cell's info, each a problem.
+        records: the cell's request records by service."""
         planned = self.info.get("planned_requests", {})
-        records = read_records(self.dir.path)
         lost = {s: lost_requests(records.get(s, []), n) or 0 for s, n in planned.items()}
         self.info["lost_requests"] = lost
         for service, n in lost.items():
@@ -143,13 +145,13 @@ class CellRunner:
                              f"{len(records.get(service, []))} recorded): the cell failed")
         return sum(lost.values())
 
-    def _behind_schedule(self) -> int:
+    def _behind_schedule(self, records: dict[str, list[dict[str, Any]]]) -> int:
         """At a time scale: the services whose clients fell behind their schedule (the machine did
-        not hold the scale), each failing the cell with one line; returns how many."""
+        not hold the scale), each failing the cell with one line; returns how many.
+        records: the cell's request records by service."""
         scn = self.scn
         if scn.time_scale == 1:
             return 0
-        records = read_records(self.dir.path)
         slo = self.info.get("slo_ms") or SLO_MS
         behind = 0
         for service, recs in records.items():
