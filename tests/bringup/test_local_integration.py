@@ -267,12 +267,16 @@ def _leaf_counts(tb: LocalTestbed, shaper: int) -> dict[int, int]:
             if q["kind"] == "pfifo" and q["handle"] not in ("1:", "ff:")}
 
 
+_LEAF_BURST = 20  # datagrams per probe: a stray ARP or ICMP packet never reaches as many
+
+
 def _leaf_of(tb: LocalTestbed, shaper: int, send) -> int:
-    """The one flow-queue leaf whose packet count grows by what `send()` sends."""
+    """The one flow-queue leaf whose packet count grows by the _LEAF_BURST datagrams `send()`
+    sends (other leaves may see a stray packet of the namespace's own)."""
     before = _leaf_counts(tb, shaper)
     send()
     time.sleep(0.2)
-    grown = [h for h, n in _leaf_counts(tb, shaper).items() if n > before.get(h, 0)]
+    grown = [h for h, n in _leaf_counts(tb, shaper).items() if n - before.get(h, 0) >= _LEAF_BURST]
     assert len(grown) == 1, grown
     return grown[0]
 
@@ -299,11 +303,11 @@ def test_perturbed_flow_queue_hash_is_flow_bucket_and_moves_when_redrawn(tb_name
         def up(port):
             return lambda: Runner().run(in_ns(ue.host.name, [
                 sys.executable, "-c", _BURST, str(ue.address), str(tb.topology.dn_addr),
-                "100", str(port), "3"]))
+                "100", str(port), str(_LEAF_BURST)]))
 
         def down(port):  # from the data network to the UE's port
             return lambda: Runner().run(in_ns(tb.topology.dn.name, [
-                sys.executable, "-c", _BURST_TO, str(ue.address), str(port)]))
+                sys.executable, "-c", _BURST_TO, str(ue.address), str(port), str(_LEAF_BURST)]))
 
         for s in (0, salt):
             if s:
@@ -319,5 +323,5 @@ def test_perturbed_flow_queue_hash_is_flow_bucket_and_moves_when_redrawn(tb_name
 
 _BURST_TO = ("import socket, sys\n"
              "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-             "for _ in range(3):\n"
+             "for _ in range(int(sys.argv[3])):\n"
              "    s.sendto(bytes(100), (sys.argv[1], int(sys.argv[2])))\n")
