@@ -2,10 +2,10 @@
 
 A cell runs against three backends — a `ClusterBackend` (replicas, scale, free units,
 endpoint), a `MetricsSource` (the window counts the scaler needs) and a `TrafficBackend` (clients
-and iperf3 per UE group) — plus a clock. A `Profile` supplies them for one cell and cleans up
-after it: `LocalProfile` brings a local testbed up and down around each cell and runs the cell
-inside its data-network namespace; the lab's profile (`testbed.scenario.lab`) connects to a lab
-that `testbed up --profile lab` brought up.
+and iperf3 per UE group) — plus a clock. A `Profile` supplies them for one cell (a `CellJob`),
+cleans up after it and returns what it found (a `CellOutcome`): `LocalProfile` brings a local
+testbed up and down around each cell and runs the cell inside its data-network namespace; the
+lab's profile (`testbed.scenario.lab`) connects to a lab that `testbed up --profile lab` brought up.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import asyncio
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, replace
-from typing import Any, Protocol
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 from testbed.bringup.local import LocalTestbed, sigint_deferred
 from testbed.bringup.traffic import LocalTraffic
@@ -29,10 +29,13 @@ from testbed.metrics.server import PrometheusServer
 from testbed.metrics.source import BalancerMetrics, MetricsSource
 from testbed.net.netns import NetnsLoop
 from testbed.net.state import prometheus_dir, state_dir
+from testbed.profiles import ServiceProfile
+from testbed.scenario.matrix import Cell
+from testbed.scenario.rundir import CellDir
 
-# The runner passes itself as `runner` (a `testbed.scenario.runner.CellRunner`): its cell, rep,
-# dir, view, info, scn, closing, problem(), event() and profiles() are what a profile may use.
-CellRunner = Any
+if TYPE_CHECKING:
+    from testbed.scenario.live import LiveView
+    from testbed.scenario.spec import Scenario
 
 
 class Clock:
@@ -68,18 +71,62 @@ class CellBackends:
     probe: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
 
 
-CellMain = Callable[[CellBackends], Awaitable[None]]
+# the runner's cell: drives the backends; returns when its measured window began (epoch
+# seconds), None when no load started
+CellMain = Callable[[CellBackends], Awaitable["float | None"]]
+
+
+@dataclass(frozen=True)
+class CellJob:
+    """One repetition of one cell, as the runner hands it to a profile: the cell, the repetition,
+    its directory, the live view, the services' profiles, and `event` (appends a row to the cell's
+    events.jsonl as it happens)."""
+    cell: Cell
+    rep: int
+    dir: CellDir
+    view: LiveView
+    profiles: dict[str, ServiceProfile]
+    event: Callable[[dict[str, Any]], None]
+
+    @property
+    def scn(self) -> Scenario:
+        """The cell's scenario."""
+        return self.cell.scenario
+
+
+@dataclass
+class CellOutcome:
+    """What a profile found running a cell: facts for the cell's record (`info`: its testbed,
+    Prometheus, the metrics' agreement, the lab's sessions), the problems it met (each one an
+    event as it happens, through `log`), those of them that fail the cell (`failures`), and
+    whether it was only planned (the lab's --check: no request was sent)."""
+    log: Callable[[dict[str, Any]], None] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    planned: bool = False
+
+    def problem(self, text: str) -> None:
+        """Record `text` as a problem of the cell; the cell stays ok."""
+        self.problems.append(text)
+        if self.log is not None:
+            self.log({"t": time.time(), "kind": "problem", "detail": text})
+
+    def fail(self, text: str) -> None:
+        """Record `text` as a problem that fails the cell (no check can pass on its rows)."""
+        self.failures.append(text)
+        self.problem(text)
 
 
 class Profile(Protocol):
-    """Where a scenario's cells run (local or lab): `run_cell` sets up each cell, `close` undoes what
-    the whole run held."""
+    """Where a scenario's cells run (local or lab): `run_cell` sets up each cell and returns what it
+    found, `close` undoes what the whole run held."""
     name: str
 
-    def run_cell(self, runner: CellRunner, main: CellMain) -> None:
+    def run_cell(self, job: CellJob, main: CellMain) -> CellOutcome:
         """Prepare the cell's testbed, run `main` with its backends, undo what the cell started.
 
-        runner: the cell's CellRunner."""
+        job: the cell's repetition; main: the runner's cell, run once on the backends."""
         ...
 
     def close(self) -> list[str]:
@@ -87,18 +134,20 @@ class Profile(Protocol):
         ...
 
 
-def record_agreement(runner: CellRunner, checks: list[Agreement]) -> None:
-    """The cell's comparison of its two metrics sources, per service: kept in its info
+def record_agreement(outcome: CellOutcome, checks: list[Agreement],
+                     print_line: Callable[[str], None]) -> None:
+    """The cell's comparison of its two metrics sources, per service: kept in its outcome's info
     (`metrics_agreement`), printed, and a service whose sources disagree beyond the bounds
     (`testbed.metrics.agreement`) fails the cell, in one line naming the metric, the two values
     and the bound.
 
-    runner: the cell's CellRunner; checks: each service's comparison (testbed.metrics.agreement)."""
-    runner.info["metrics_agreement"] = [c.row() for c in checks]
+    outcome: the cell's outcome; checks: each service's comparison (testbed.metrics.agreement);
+    print_line: where the comparison is printed (the live view's log)."""
+    outcome.info["metrics_agreement"] = [c.row() for c in checks]
     for c in checks:
-        runner.view.log(f"metrics {c.line()}")
+        print_line(f"metrics {c.line()}")
         if not c.agrees:
-            runner.fail(f"metrics sources disagree on {c.service}: {'; '.join(c.misses)}")
+            outcome.fail(f"metrics sources disagree on {c.service}: {'; '.join(c.misses)}")
 
 
 class LocalProfile:
@@ -106,91 +155,94 @@ class LocalProfile:
 
     name = "local"
 
-    def run_cell(self, runner: CellRunner, main: CellMain) -> None:
+    def run_cell(self, job: CellJob, main: CellMain) -> CellOutcome:
         """Bring up the cell's local testbed and cluster, run `main` with their backends, and take them
-        down (on error and Ctrl-C too). runner: the cell's CellRunner."""
+        down (on error and Ctrl-C too). job: the cell's repetition; main: the runner's cell."""
         # a fresh name per cell: runs never collide with a testbed the user has up
         name = "r" + secrets.token_hex(3)
-        spec = runner.cell.testbed.model_copy(update={"name": name})
+        spec = job.cell.testbed.model_copy(update={"name": name})
         # the subscriber store holds every UE's K/OPc: kept beside the state file, not in the
         # run directory that users share, and removed by the testbed's down
         tb = LocalTestbed(spec, provision=True, store_dir=state_dir() / f"{name}.store")
         # printed before anything is built: after a crash or SIGKILL, `down` needs this name
-        runner.view.log(f"cell {runner.cell.index + 1} ({runner.cell.label}), rep {runner.rep + 1}: "
-                        f"testbed {name} (if left behind: testbed down --name {name})")
+        job.view.log(f"cell {job.cell.index + 1} ({job.cell.label}), rep {job.rep + 1}: "
+                     f"testbed {name} (if left behind: testbed down --name {name})")
+        outcome = CellOutcome(log=job.event)
         try:
             tb.up()
-            runner.info["testbed"] = {"name": name, "namespaces": tb.topology.namespaces}
-            runner.info["provisioned"] = tb.provisioned
-            job = NetnsLoop(tb.topology.dn.name, lambda: self._cell(runner, tb, main))
-            job.start()
+            outcome.info["testbed"] = {"name": name, "namespaces": tb.topology.namespaces}
+            outcome.info["provisioned"] = tb.provisioned
+            cell = NetnsLoop(tb.topology.dn.name, lambda: self._cell(job, outcome, tb, main))
+            cell.start()
             try:
-                while not job.join(0.25):
-                    runner.view.refresh()
+                while not cell.join(0.25):
+                    job.view.refresh()
             except KeyboardInterrupt:
-                runner.view.note("interrupted: stopping clients, keeping what was collected…")
-                job.cancel()
+                job.view.note("interrupted: stopping clients, keeping what was collected…")
+                cell.cancel()
                 with sigint_deferred():
-                    job.join()
+                    cell.join()
                 raise
-            job.result()
+            cell.result()
         finally:
             with sigint_deferred():
                 tb.down()
+        return outcome
 
-    async def _cell(self, runner: CellRunner, tb: Any, main: CellMain) -> None:
-        scn = runner.scn
+    async def _cell(self, job: CellJob, outcome: CellOutcome, tb: Any, main: CellMain) -> None:
+        scn = job.scn
+        main_done = False  # replicas stopped by the cell's own shutdown are not failures
 
         def on_event(ev: Any) -> None:
             row = asdict(ev)
-            runner.event(row)
-            # replicas stopped by the cell's own shutdown are not failures
-            if row.get("kind") in ("died", "failed_to_start") and not runner.closing:
-                runner.problem(f"replica {row.get('replica')} of {row.get('service')} "
-                               f"{row.get('kind')}: {row.get('detail', '')}")
+            job.event(row)
+            if row.get("kind") in ("died", "failed_to_start") and not main_done:
+                outcome.problem(f"replica {row.get('replica')} of {row.get('service')} "
+                                f"{row.get('kind')}: {row.get('detail', '')}")
 
-        profiles = runner.profiles()
         cluster = LocalCluster(
-            profiles=profiles, services=[s.name for s in scn.services],
+            profiles=job.profiles, services=[s.name for s in scn.services],
             initial={s.name: s.replicas for s in scn.services},
             total_units=scn.total_units, time_scale=scn.time_scale,
-            host=str(tb.topology.dn_addr), log_dir=runner.dir.logs, seed=scn.seed + runner.rep,
+            host=str(tb.topology.dn_addr), log_dir=job.dir.logs, seed=scn.seed + job.rep,
             on_event=on_event, interference=scn.interference,
             sleep_only=scn.replica_work == "sleep")
         # the traffic's clients and iperf3 sessions stop on the way out, whatever happened (the
         # cell stops them itself when it ends normally; stopping twice is a no-op)
-        async with cluster, LocalTraffic(tb.topology, runner.dir.logs) as traffic:
+        async with cluster, LocalTraffic(tb.topology, job.dir.logs) as traffic:
             backends = CellBackends(
                 cluster=cluster, metrics=BalancerMetrics(cluster.lb),
                 traffic=traffic,
                 wait_ready=lambda timeout_s: cluster.wait_ready(timeout_s=timeout_s),
                 clock=Clock(), probe=cluster.probe)
-            if scn.metrics == "prometheus":
-                await self._with_prometheus(runner, tb, cluster, backends, main, profiles)
-            else:
-                await main(backends)
+            try:
+                if scn.metrics == "prometheus":
+                    await self._with_prometheus(job, outcome, tb, cluster, backends, main)
+                else:
+                    await main(backends)
+            finally:
+                main_done = True
 
-    async def _with_prometheus(self, runner: CellRunner, tb: Any, cluster: Any,
-                               backends: CellBackends, main: CellMain,
-                               profiles: dict[str, Any]) -> None:
+    async def _with_prometheus(self, job: CellJob, outcome: CellOutcome, tb: Any, cluster: Any,
+                               backends: CellBackends, main: CellMain) -> None:
         """The cell reads a Prometheus server of its own (inside the data-network namespace, where
         `down` finds it after a crash) scraping the balancer's mesh series, as the lab reads its
         mesh; at the end both sources' counts of the measured span are compared."""
 
-        scn = runner.scn
+        scn = job.scn
         ts = scn.time_scale
         scrape_s = max(min(1.0, 1.0 / ts), 0.05)
         async with PrometheusServer(prometheus_dir(tb.name),
                                     [cluster.lb.metrics_url.removeprefix("http://")],
                                     scrape_interval_s=scrape_s,
-                                    log=runner.dir.logs / "prometheus.log") as prom:
-            runner.info["prometheus"] = {"url": prom.url, "scrape_interval": prom.interval}
+                                    log=job.dir.logs / "prometheus.log") as prom:
+            outcome.info["prometheus"] = {"url": prom.url, "scrape_interval": prom.interval}
             metrics = PrometheusMetrics(
-                prom.url, [PromService(s.name, profiles[s.name].slo_ms / ts, profiles[s.name].capacity,
-                                       MESH_NAMESPACE) for s in scn.services],
+                prom.url, [PromService(s.name, job.profiles[s.name].slo_ms / ts,
+                                       job.profiles[s.name].capacity, MESH_NAMESPACE)
+                           for s in scn.services],
                 time_scale=ts, step_s=scrape_s)
-            await main(replace(backends, metrics=metrics, poll_s=scrape_s))
-            started = runner.info.get("measure_started")
+            started = await main(replace(backends, metrics=metrics, poll_s=scrape_s))
             if started is None:
                 return
             await asyncio.sleep(3 * scrape_s)  # the last counts scraped
@@ -201,7 +253,8 @@ class LocalProfile:
             # the span the balancer's whole intervals cover, so both divide by the same time
             remote = {s.name: await asyncio.to_thread(metrics.window, s.name, local[s.name].seconds,
                                                       end=at) for s in scn.services}
-            record_agreement(runner, [compare(local[s.name], remote[s.name]) for s in scn.services])
+            record_agreement(outcome, [compare(local[s.name], remote[s.name]) for s in scn.services],
+                             job.view.log)
 
     def close(self) -> list[str]:
         """Nothing is held across cells locally: returns no problems."""

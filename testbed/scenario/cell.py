@@ -21,7 +21,7 @@ from testbed.profiles import PACKAGED_PROFILES, load_profiles
 from testbed.scaler.fa2 import Pipeline
 from testbed.scaler.factory import PolicyChoice, build_policies
 from testbed.scaler.loop import ScalerLoop
-from testbed.scenario.backends import CellBackends, LocalProfile, Profile
+from testbed.scenario.backends import CellBackends, CellJob, CellOutcome, LocalProfile, Profile
 from testbed.scenario.live import LiveView
 from testbed.scenario.matrix import Cell
 from testbed.scenario.results import (
@@ -62,7 +62,7 @@ class CellRunner:
         self.scn = cell.scenario
         self.problems: list[str] = []
         self.failures: list[str] = []  # the problems that fail the cell (`fail`)
-        self.closing = False  # set once the cell stops its own replicas
+        self._profiles: dict[str, Any] = {}  # the services' profiles, read as the cell starts
         self.info: dict[str, Any] = {
             "slug": cell.slug, "label": cell.label, "params": cell.params, "rep": rep,
             "services": [s.name for s in self.scn.services], "time_scale": self.scn.time_scale,
@@ -110,9 +110,12 @@ class CellRunner:
         it recorded."""
         status = "failed"
         try:
-            self.profile.run_cell(self, self._main)
+            self._profiles = self.profiles()
+            job = CellJob(self.cell, self.rep, self.dir, self.view, self._profiles, self.event)
+            outcome = self.profile.run_cell(job, self._main)
+            self._take(outcome)
             status = "ok"
-            if getattr(self.profile, "plan", False):
+            if outcome.planned:
                 status = "planned"  # the lab's --check: stand-ins answered, no request was sent
             else:
                 records = read_records(self.dir.path)  # once: a day's run holds millions
@@ -130,6 +133,14 @@ class CellRunner:
             self.info.update(status=status, ended=time.time())
             self._write_info()
         return self.problems
+
+    def _take(self, outcome: CellOutcome) -> None:
+        """What the profile found, into the cell's record (its problems are already events)."""
+        self.info.update(outcome.info)
+        self.problems += outcome.problems
+        if outcome.failures:
+            self.failures += outcome.failures
+            self.info["failures"] = self.failures
 
     def _lost_requests(self, records: dict[str, list[dict[str, Any]]]) -> int:
         """Requests the cell planned but the services never got to answer (the testbed gone,
@@ -168,8 +179,7 @@ class CellRunner:
         """The same cell through the simulator, with the replicas' own profiles: the measured
         window, from the replicas the warm-up left (the simulator does not run the warm-up)."""
         try:
-            profiles = load_profiles(self.base_dir / self.scn.service_profiles
-                                     if self.scn.service_profiles else None)
+            profiles = self._profiles
             scn = after_warmup(self.scn, read_jsonl(self.dir.samples))
             results = run_sim_cell(scn, self.base_dir, seed=self.scn.seed + self.rep,
                                    cluster_profiles=profiles, like_testbed=True)
@@ -210,7 +220,9 @@ class CellRunner:
                                      url=cluster.endpoint(c.service), out=out))
         return jobs
 
-    async def _main(self, b: CellBackends) -> None:
+    async def _main(self, b: CellBackends) -> float | None:
+        """The cell on its profile's backends; returns when its measured window began (epoch
+        seconds), None when no load started."""
         scn = self.scn
         ts = scn.time_scale
         clock = b.clock
@@ -222,7 +234,7 @@ class CellRunner:
         # the policies first: loading a model (torch, sb3: seconds, once per process) blocks this
         # event loop, where the local balancer runs; after the clients had started, the first
         # requests of a DRL cell waited 3-14 s for it (docs/table-5.4.md)
-        profiles = self.profiles()
+        profiles = self._profiles
         policies = self._policies(profiles)
         try:
             for p in await traffic.start_iperf(self.iperf_jobs(wall)):
@@ -270,7 +282,7 @@ class CellRunner:
             self.info["measured_s"] = scn.duration_s
             for p in await traffic.stop():
                 self.problem(p)
-            self.closing = True
+        return self.info.get("measure_started")
 
     def _policies(self, profiles: dict[str, Any]) -> dict[str, Any]:
         """One policy per service (`testbed.scaler.factory`); the cell records the model file of

@@ -30,7 +30,7 @@ from testbed.errors import ConfigError, ConfigProblem
 from testbed.lab.plan import ActionLog, PlanBackends, VirtualTime
 from testbed.lab.session import DEFAULT_NAMESPACE, LabConfig, LabService, LabSession
 from testbed.profiles import load_profiles
-from testbed.scenario.backends import CellBackends, CellMain, Clock
+from testbed.scenario.backends import CellBackends, CellJob, CellMain, CellOutcome, Clock
 from testbed.scenario.spec import Scenario
 
 LAB_SAMPLE_S = 5.0  # scenario seconds between samples: each is ~10 PromQL queries per service
@@ -114,23 +114,22 @@ class LabProfile:
                            bool(p.deploy and p.deploy.gpu), p.initial_replicas)
                 for p in chosen], manifests
 
-    def run_cell(self, runner: Any, main: CellMain) -> None:
+    def run_cell(self, job: CellJob, main: CellMain) -> CellOutcome:
         """Shape the cell's slices, scale its Deployments, run `main` with the lab's backends, and stop
-        what it started. runner: the cell's CellRunner."""
+        what it started. job: the cell's repetition; main: the runner's cell."""
         s = self.session
-        scn = runner.scn
-        replicas = {x.name: x.replicas for x in scn.services}
-        runner.info["lab"] = {"inventory": str(s.inventory.path), "namespace": s.config.namespace,
-                              "sessions": [vars(u) for u in s.sessions]}
+        replicas = {x.name: x.replicas for x in job.scn.services}
+        outcome = CellOutcome(log=job.event, planned=self.plan)
+        outcome.info["lab"] = {"inventory": str(s.inventory.path), "namespace": s.config.namespace,
+                               "sessions": [vars(u) for u in s.sessions]}
         if self.log:
-            self.log(f"── cell {runner.cell.label or runner.cell.slug}, rep {runner.rep} ──")
-        traffic = s.traffic(f"{runner.cell.slug}-rep-{runner.rep}")
+            self.log(f"── cell {job.cell.label or job.cell.slug}, rep {job.rep} ──")
+        traffic = s.traffic(f"{job.cell.slug}-rep-{job.rep}")
         try:
-            s.apply_shaping(runner.cell.testbed)
+            s.apply_shaping(job.cell.testbed)
             s.scale_for_cell(replicas)
             assert s.metrics is not None and s.cluster is not None
             metrics = s.metrics.for_services(replicas)
-            runner.profiles()
             asyncio.run(main(CellBackends(
                 cluster=s.cluster, metrics=metrics, traffic=traffic,
                 wait_ready=lambda timeout_s: s.wait_ready(replicas, timeout_s),
@@ -138,9 +137,10 @@ class LabProfile:
                 wait_first_request=self.log is None)))
         finally:
             for p in traffic.close():
-                runner.problem(p)
+                outcome.problem(p)
             if self.log:
                 self.log.flush()
+        return outcome
 
     def __enter__(self) -> LabProfile:
         return self

@@ -59,10 +59,13 @@ class _DoctoredProfile:
     def __init__(self, prometheus_utilization: float):
         self.prometheus_utilization = prometheus_utilization
 
-    def run_cell(self, runner, main) -> None:
-        from testbed.scenario.backends import record_agreement
+    def run_cell(self, job, main):
+        from testbed.scenario.backends import CellOutcome, record_agreement
 
-        record_agreement(runner, [compare(_w(util=0.588), _w(util=self.prometheus_utilization))])
+        outcome = CellOutcome(log=job.event)
+        record_agreement(outcome, [compare(_w(util=0.588), _w(util=self.prometheus_utilization))],
+                         job.view.log)
+        return outcome
 
     def close(self) -> list[str]:
         return []
