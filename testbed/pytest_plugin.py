@@ -73,7 +73,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config) the scenario globs and the files named on the command line."""
     for line in ("slow: takes more than a few seconds",
                  "needs_root: needs root and network namespaces",
-                 "scenario: an item of a scenario file (a matrix cell or its expect)"):
+                 "scenario: an item of a scenario file (a matrix cell or its expect)",
+                 "xdist_group(name): pytest-xdist's --dist loadgroup runs a group on one worker"):
         config.addinivalue_line("markers", line)
     globs = config.getoption("scenario_glob") or config.getini("testbed_scenarios")
     named = {(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args}
@@ -202,10 +203,12 @@ class ScenarioFile(pytest.File):
         except TestbedError as exc:
             raise self.CollectError(str(exc)) from None
         self.loaded = loaded
+        group = _worker_group(self.path, loaded.scenario.engine)
         scale = self.config.getoption("--scenario-time-scale") or loaded.scenario.time_scale
         seconds = self.config.getoption("--scenario-duration") or loaded.scenario.duration_s
         for cell in expand(loaded.scenario, loaded.testbed):
             item = ScenarioCellItem.from_parent(self, name=cell.label, cell=cell)
+            item.add_marker(group)
             for m in markers:
                 item.add_marker(getattr(pytest.mark, m))
             if loaded.scenario.engine == "testbed":
@@ -214,6 +217,7 @@ class ScenarioFile(pytest.File):
                 item.add_marker(pytest.mark.timeout(max(300, int(budget))))
             yield item
         item = ScenarioExpectItem.from_parent(self, name="expect")
+        item.add_marker(group)
         for m in markers:
             item.add_marker(getattr(pytest.mark, m))
         yield item
@@ -230,6 +234,17 @@ class ScenarioFile(pytest.File):
                 out_root=Path(opts.scenario_out), time_scale=opts.scenario_time_scale,
                 duration_s=opts.scenario_duration, progress=False))
         return self.run
+
+
+TESTBED_GROUP = "testbed-scenarios"
+
+
+def _worker_group(path: Path, engine: str) -> pytest.MarkDecorator:
+    """The pytest-xdist group of a scenario's items (`-n N --dist loadgroup`): a file's cells and
+    its expect item share one run, so they stay on one worker; every testbed-engine scenario
+    shares one group, so no two of them run at once (each is timed against the clock, and two
+    would share the cores); a simulator scenario is a group of its own."""
+    return pytest.mark.xdist_group(TESTBED_GROUP if engine == "testbed" else f"sim:{path}")
 
 
 class ScenarioCellFailed(Exception):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import subprocess
 import time
@@ -35,7 +36,7 @@ def upf_host() -> Iterator[Run]:
     runs a command in it."""
     if os.geteuid() != 0 or shutil.which("tc") is None:
         pytest.skip("needs root and tc")
-    ns = f"tb-i7s{os.getpid() % 10000}"
+    ns = f"tb-i7s{secrets.token_hex(3)}"  # unique: parallel workers never share one
 
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True)
