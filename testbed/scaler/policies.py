@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -47,8 +47,27 @@ def policy_name(policy: object) -> str:
     return str(getattr(policy, "name", type(policy).__name__))
 
 
+_Rule = TypeVar("_Rule", bound="_ProfileRule")
+
+
+class _ProfileRule:
+    """A rule whose thresholds are a service profile's `rule:` (`for_profile`, per rule)."""
+
+    @classmethod
+    def for_profile(cls: type[_Rule], profile: ServiceProfile) -> _Rule:
+        """The rule with the thresholds of `profile`'s `rule:`."""
+        raise NotImplementedError
+
+    @classmethod
+    def for_service(cls: type[_Rule], service: str,
+                    profiles: dict[str, ServiceProfile] | None = None) -> _Rule:
+        """`for_profile` of `service` in `profiles` (default: the service registry's)."""
+        return cls.for_profile(profile_for(profiles if profiles is not None else default_profiles(),
+                                           service))
+
+
 @dataclass
-class RuleV1:
+class RuleV1(_ProfileRule):
     """Algorithm 2: instance utilization against four thresholds (Table 4.9 defaults)."""
 
     inst_util_high_2: float
@@ -62,12 +81,6 @@ class RuleV1:
     def for_profile(cls, profile: ServiceProfile) -> RuleV1:
         """The thresholds of the profile's `rule:` (the paper's services: Table 4.9)."""
         return cls(**profile.rule.v1())
-
-    @classmethod
-    def for_service(cls, service: str, profiles: dict[str, ServiceProfile] | None = None) -> RuleV1:
-        """`for_profile` of `service` in `profiles` (default: the service registry's)."""
-        return cls.for_profile(profile_for(profiles if profiles is not None else default_profiles(),
-                                           service))
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
         """Algorithm 2 on the newest period. observation: the 30 normalised values (StateBuilder's
@@ -88,7 +101,7 @@ class RuleV1:
 
 
 @dataclass
-class RuleV2:
+class RuleV2(_ProfileRule):
     """Algorithm 4: scale up on high SLO violation OR high utilization, down when both are low
     (Table 4.10 defaults)."""
 
@@ -103,12 +116,6 @@ class RuleV2:
     def for_profile(cls, profile: ServiceProfile) -> RuleV2:
         """The thresholds of the profile's `rule:` (the paper's services: Table 4.10)."""
         return cls(**profile.rule.v2())
-
-    @classmethod
-    def for_service(cls, service: str, profiles: dict[str, ServiceProfile] | None = None) -> RuleV2:
-        """`for_profile` of `service` in `profiles` (default: the service registry's)."""
-        return cls.for_profile(profile_for(profiles if profiles is not None else default_profiles(),
-                                           service))
 
     def act(self, observation: np.ndarray, action_mask: Mask) -> int:
         """Algorithm 4 on the newest period. observation: the 30 normalised values (StateBuilder's

@@ -2,7 +2,9 @@
 Prometheus text, and a dead replica taken out of rotation."""
 
 import asyncio
+import contextlib
 import re
+from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp.test_utils import TestServer
@@ -19,6 +21,21 @@ from testbed.profiles import ServiceProfile, default_profiles
 PROFILE = ServiceProfile(capacity=1, queue_limit=10, proc_time_ms=(200, 200), startup_ms=0, slo_ms=480)
 
 
+@contextlib.asynccontextmanager
+async def replica_servers(profile: ServiceProfile, n: int = 2
+                          ) -> AsyncIterator[tuple[list[EmulatedReplica], list[TestServer]]]:
+    """`n` emulated chatbot replicas of `profile`, each served on a local port; closed after."""
+    replicas = [EmulatedReplica("chatbot", profile, seed=i) for i in range(n)]
+    servers = [TestServer(r.app(), host="127.0.0.1") for r in replicas]
+    try:
+        for s in servers:
+            await s.start_server()
+        yield replicas, servers
+    finally:
+        for s in servers:
+            await s.close()
+
+
 async def send(session, base, n, content):
     req = build_request("chatbot", content)
 
@@ -32,29 +49,22 @@ async def send(session, base, n, content):
 def test_round_robin_counts_and_prometheus_text():
     async def main():
         profiles = default_profiles() | {"chatbot": PROFILE}
-        replicas = [EmulatedReplica("chatbot", PROFILE, seed=i) for i in range(2)]
-        servers = [TestServer(r.app(), host="127.0.0.1") for r in replicas]
-        for s in servers:
-            await s.start_server()
-        try:
-            async with LoadBalancer(profiles, ["chatbot", "imgcls"], sample_interval_s=0.05) as lb, \
-                    aiohttp.ClientSession() as session:
-                for i, s in enumerate(servers):
-                    lb.services["chatbot"].add(f"chatbot-{i}", str(s.make_url("")))
-                base = lb.endpoint("chatbot")
-                # 6 at once: 3 per replica, 200 ms each -> the last of each takes 600 ms (> 480 SLO)
-                statuses = await send(session, base, 6, ContentSet())
-                statuses += await send(session, base, 8, ContentSet())  # 4 per replica: 2+ violate
-                await asyncio.sleep(0.5)
-                window = lb.window(10)
-                async with session.get(lb.metrics_url + "/metrics") as r:
-                    text = await r.text()
-                async with session.get(lb.metrics_url + "/window?seconds=10") as r:
-                    as_json = await r.json()
-                return statuses, [r.served for r in replicas], window, text, as_json
-        finally:
-            for s in servers:
-                await s.close()
+        async with replica_servers(PROFILE) as (replicas, servers), \
+                LoadBalancer(profiles, ["chatbot", "imgcls"], sample_interval_s=0.05) as lb, \
+                aiohttp.ClientSession() as session:
+            for i, s in enumerate(servers):
+                lb.services["chatbot"].add(f"chatbot-{i}", str(s.make_url("")))
+            base = lb.endpoint("chatbot")
+            # 6 at once: 3 per replica, 200 ms each -> the last of each takes 600 ms (> 480 SLO)
+            statuses = await send(session, base, 6, ContentSet())
+            statuses += await send(session, base, 8, ContentSet())  # 4 per replica: 2+ violate
+            await asyncio.sleep(0.5)
+            window = lb.window(10)
+            async with session.get(lb.metrics_url + "/metrics") as r:
+                text = await r.text()
+            async with session.get(lb.metrics_url + "/window?seconds=10") as r:
+                as_json = await r.json()
+            return statuses, [r.served for r in replicas], window, text, as_json
 
     statuses, served, window, text, as_json = asyncio.run(main())
     assert statuses == [200] * 14

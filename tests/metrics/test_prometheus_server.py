@@ -19,7 +19,7 @@ from testbed.metrics.balancer import MESH_NAMESPACE, LoadBalancer
 from testbed.metrics.prometheus import PrometheusMetrics, PromService, WindowQueries, _increase
 from testbed.metrics.server import PrometheusServer
 from testbed.profiles import ServiceProfile, default_profiles
-from tests.metrics.test_balancer import send
+from tests.metrics.test_balancer import replica_servers, send
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
                                 reason="no prometheus server on PATH (scripts/setup installs it)")
@@ -34,40 +34,33 @@ async def _burst(session: aiohttp.ClientSession, base: str, n: int) -> list[int]
 
 async def _measured(tmp: Path, bursts: list[int]):
     profiles = default_profiles() | {"chatbot": PROFILE}
-    replicas = [EmulatedReplica("chatbot", PROFILE, seed=i) for i in range(2)]
-    servers = [TestServer(r.app(), host="127.0.0.1") for r in replicas]
-    for s in servers:
-        await s.start_server()
-    try:
-        async with LoadBalancer(profiles, ["chatbot"], sample_interval_s=0.2) as lb, \
-                aiohttp.ClientSession() as session:
-            for i, s in enumerate(servers):
-                lb.services["chatbot"].add(f"chatbot-{i}", str(s.make_url("")))
-            target = lb.metrics_url.removeprefix("http://")
-            async with PrometheusServer(tmp / "prom", [target], scrape_interval_s=0.2) as prom:
-                prom_metrics = PrometheusMetrics(
-                    prom.url, [PromService("chatbot", PROFILE.slo_ms, PROFILE.capacity, MESH_NAMESPACE)],
-                    step_s=0.2)
-                # Prometheus has scraped the idle replicas for a while before the window starts:
-                # utilization is a time mean over the window, so both must see all of it
-                await asyncio.sleep(1.2)
-                t0 = time.monotonic()
-                statuses = []
-                for n in bursts:
-                    statuses += await _burst(session, lb.endpoint("chatbot"), n)
-                    await asyncio.sleep(0.25)
-                await asyncio.sleep(0.6)  # the last counts scraped
-                # from before the first request: the balancer counts whole intervals that start
-                # inside the window (nothing arrived earlier, so the margin adds no requests)
-                span = time.monotonic() - t0 + 1.0
-                local = lb.window(span)["chatbot"]
-                # over the span the balancer's whole intervals cover, as a cell compares them
-                remote = await asyncio.to_thread(prom_metrics.window, "chatbot", local.seconds)
-                version = await asyncio.to_thread(prom_metrics.check)
-                return statuses, local, remote, version
-    finally:
-        for s in servers:
-            await s.close()
+    async with replica_servers(PROFILE) as (_, servers), \
+            LoadBalancer(profiles, ["chatbot"], sample_interval_s=0.2) as lb, \
+            aiohttp.ClientSession() as session:
+        for i, s in enumerate(servers):
+            lb.services["chatbot"].add(f"chatbot-{i}", str(s.make_url("")))
+        target = lb.metrics_url.removeprefix("http://")
+        async with PrometheusServer(tmp / "prom", [target], scrape_interval_s=0.2) as prom:
+            prom_metrics = PrometheusMetrics(
+                prom.url, [PromService("chatbot", PROFILE.slo_ms, PROFILE.capacity, MESH_NAMESPACE)],
+                step_s=0.2)
+            # Prometheus has scraped the idle replicas for a while before the window starts:
+            # utilization is a time mean over the window, so both must see all of it
+            await asyncio.sleep(1.2)
+            t0 = time.monotonic()
+            statuses = []
+            for n in bursts:
+                statuses += await _burst(session, lb.endpoint("chatbot"), n)
+                await asyncio.sleep(0.25)
+            await asyncio.sleep(0.6)  # the last counts scraped
+            # from before the first request: the balancer counts whole intervals that start
+            # inside the window (nothing arrived earlier, so the margin adds no requests)
+            span = time.monotonic() - t0 + 1.0
+            local = lb.window(span)["chatbot"]
+            # over the span the balancer's whole intervals cover, as a cell compares them
+            remote = await asyncio.to_thread(prom_metrics.window, "chatbot", local.seconds)
+            version = await asyncio.to_thread(prom_metrics.check)
+            return statuses, local, remote, version
 
 
 @pytest.mark.slow
@@ -90,44 +83,37 @@ async def _scale_up_mid_window(tmp: Path, gap_s: float = 0.11, half_s: float = 4
     halfway through the window (each then ~45 %): both sources' window over the same span, and
     what the old query (busy seconds over the window times the mean replica count) read."""
     profiles = default_profiles() | {"chatbot": PROFILE}
-    replicas = [EmulatedReplica("chatbot", PROFILE, seed=i) for i in range(2)]
-    servers = [TestServer(r.app(), host="127.0.0.1") for r in replicas]
-    for s in servers:
-        await s.start_server()
-    try:
-        async with LoadBalancer(profiles, ["chatbot"], sample_interval_s=0.2) as lb, \
-                aiohttp.ClientSession() as session:
-            lb.services["chatbot"].add("chatbot-0", str(servers[0].make_url("")))
-            target = lb.metrics_url.removeprefix("http://")
-            async with PrometheusServer(tmp / "prom", [target], scrape_interval_s=0.2) as prom:
-                svc = PromService("chatbot", PROFILE.slo_ms, PROFILE.capacity, MESH_NAMESPACE)
-                prom_metrics = PrometheusMetrics(prom.url, [svc], step_s=0.2)
-                await asyncio.sleep(1.0)  # idle, scraped: the window starts in it
-                t0 = time.monotonic()
-                tasks = []
-                scaled = False
-                while (now := time.monotonic() - t0) < 2 * half_s:
-                    if not scaled and now >= half_s:
-                        lb.services["chatbot"].add("chatbot-1", str(servers[1].make_url("")))
-                        scaled = True
-                    tasks.append(asyncio.create_task(_burst(session, lb.endpoint("chatbot"), 1)))
-                    await asyncio.sleep(gap_s)
-                statuses = [s for batch in await asyncio.gather(*tasks) for s in batch]
-                await asyncio.sleep(0.6)  # the last counts scraped
-                # from 0.5 s before the first request: the counts' edges fall in idle time
-                local = lb.window(time.monotonic() - t0 + 0.5)["chatbot"]
-                at = time.time()
-                remote = await asyncio.to_thread(prom_metrics.window, "chatbot", local.seconds,
-                                                 end=at)
-                w = f"{round(local.seconds * 1000)}ms"
-                sel = 'namespace="local",app="chatbot"'
-                old = [await asyncio.to_thread(prom_metrics.query, q, at) for q in (
-                    _increase(f"testbed_replica_busy_seconds_total{{{sel}}}", w),
-                    f"avg_over_time(count(envoy_cluster_upstream_rq_active{{{sel}}})[{w}:200ms])")]
-                return statuses, local, remote, old[0] / (local.seconds * old[1])
-    finally:
-        for s in servers:
-            await s.close()
+    async with replica_servers(PROFILE) as (_, servers), \
+            LoadBalancer(profiles, ["chatbot"], sample_interval_s=0.2) as lb, \
+            aiohttp.ClientSession() as session:
+        lb.services["chatbot"].add("chatbot-0", str(servers[0].make_url("")))
+        target = lb.metrics_url.removeprefix("http://")
+        async with PrometheusServer(tmp / "prom", [target], scrape_interval_s=0.2) as prom:
+            svc = PromService("chatbot", PROFILE.slo_ms, PROFILE.capacity, MESH_NAMESPACE)
+            prom_metrics = PrometheusMetrics(prom.url, [svc], step_s=0.2)
+            await asyncio.sleep(1.0)  # idle, scraped: the window starts in it
+            t0 = time.monotonic()
+            tasks = []
+            scaled = False
+            while (now := time.monotonic() - t0) < 2 * half_s:
+                if not scaled and now >= half_s:
+                    lb.services["chatbot"].add("chatbot-1", str(servers[1].make_url("")))
+                    scaled = True
+                tasks.append(asyncio.create_task(_burst(session, lb.endpoint("chatbot"), 1)))
+                await asyncio.sleep(gap_s)
+            statuses = [s for batch in await asyncio.gather(*tasks) for s in batch]
+            await asyncio.sleep(0.6)  # the last counts scraped
+            # from 0.5 s before the first request: the counts' edges fall in idle time
+            local = lb.window(time.monotonic() - t0 + 0.5)["chatbot"]
+            at = time.time()
+            remote = await asyncio.to_thread(prom_metrics.window, "chatbot", local.seconds,
+                                             end=at)
+            w = f"{round(local.seconds * 1000)}ms"
+            sel = 'namespace="local",app="chatbot"'
+            old = [await asyncio.to_thread(prom_metrics.query, q, at) for q in (
+                _increase(f"testbed_replica_busy_seconds_total{{{sel}}}", w),
+                f"avg_over_time(count(envoy_cluster_upstream_rq_active{{{sel}}})[{w}:200ms])")]
+            return statuses, local, remote, old[0] / (local.seconds * old[1])
 
 
 @pytest.mark.slow
