@@ -79,14 +79,16 @@ CellMain = Callable[[CellBackends], Awaitable["float | None"]]
 @dataclass(frozen=True)
 class CellJob:
     """One repetition of one cell, as the runner hands it to a profile: the cell, the repetition,
-    its directory, the live view, the services' profiles, and `event` (appends a row to the cell's
-    events.jsonl as it happens)."""
+    its directory, the live view, the services' profiles, `event` (appends a row to the cell's
+    events.jsonl as it happens) and the outcome the profile fills and returns (the runner reads
+    it after an error or Ctrl-C too: the testbed a cell brought up is in it)."""
     cell: Cell
     rep: int
     dir: CellDir
     view: LiveView
     profiles: dict[str, ServiceProfile]
     event: Callable[[dict[str, Any]], None]
+    outcome: CellOutcome
 
     @property
     def scn(self) -> Scenario:
@@ -124,7 +126,8 @@ class Profile(Protocol):
     name: str
 
     def run_cell(self, job: CellJob, main: CellMain) -> CellOutcome:
-        """Prepare the cell's testbed, run `main` with its backends, undo what the cell started.
+        """Prepare the cell's testbed, run `main` with its backends, undo what the cell started;
+        returns what it found (`job.outcome`, filled as it goes).
 
         job: the cell's repetition; main: the runner's cell, run once on the backends."""
         ...
@@ -167,7 +170,7 @@ class LocalProfile:
         # printed before anything is built: after a crash or SIGKILL, `down` needs this name
         job.view.log(f"cell {job.cell.index + 1} ({job.cell.label}), rep {job.rep + 1}: "
                      f"testbed {name} (if left behind: testbed down --name {name})")
-        outcome = CellOutcome(log=job.event)
+        outcome = job.outcome
         try:
             tb.up()
             outcome.info["testbed"] = {"name": name, "namespaces": tb.topology.namespaces}

@@ -109,11 +109,15 @@ class CellRunner:
         """Run the cell's repetition on its profile's backends and write its files; returns the problems
         it recorded."""
         status = "failed"
+        outcome = CellOutcome(log=self.event)
         try:
             self._profiles = self.profiles()
-            job = CellJob(self.cell, self.rep, self.dir, self.view, self._profiles, self.event)
-            outcome = self.profile.run_cell(job, self._main)
-            self._take(outcome)
+            job = CellJob(self.cell, self.rep, self.dir, self.view, self._profiles, self.event,
+                          outcome)
+            try:
+                outcome = self.profile.run_cell(job, self._main)
+            finally:  # what the profile found so far, after an error or Ctrl-C too
+                self._take(outcome)
             status = "ok"
             if outcome.planned:
                 status = "planned"  # the lab's --check: stand-ins answered, no request was sent

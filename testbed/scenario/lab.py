@@ -119,7 +119,8 @@ class LabProfile:
         what it started. job: the cell's repetition; main: the runner's cell."""
         s = self.session
         replicas = {x.name: x.replicas for x in job.scn.services}
-        outcome = CellOutcome(log=job.event, planned=self.plan)
+        outcome = job.outcome
+        outcome.planned = self.plan
         outcome.info["lab"] = {"inventory": str(s.inventory.path), "namespace": s.config.namespace,
                                "sessions": [vars(u) for u in s.sessions]}
         if self.log:

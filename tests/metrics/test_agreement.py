@@ -60,9 +60,9 @@ class _DoctoredProfile:
         self.prometheus_utilization = prometheus_utilization
 
     def run_cell(self, job, main):
-        from testbed.scenario.backends import CellOutcome, record_agreement
+        from testbed.scenario.backends import record_agreement
 
-        outcome = CellOutcome(log=job.event)
+        outcome = job.outcome
         record_agreement(outcome, [compare(_w(util=0.588), _w(util=self.prometheus_utilization))],
                          job.view.log)
         return outcome
