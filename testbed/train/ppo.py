@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
@@ -25,6 +26,7 @@ from testbed.train.distill import HeldScale, distill_release
 from testbed.train.env import ScalingEnv
 from testbed.train.model_file import latest_checkpoint, load_partners, save_model, write_meta
 from testbed.train.validation import episode_periods, episodes_reward, validation_reward
+from testbed.train.wrappers import EpisodeDraws, PoolReward, RandomFreeUnits, SharedPool
 
 __all__ = ["TrainConfig", "curve_paths", "load_partners", "train", "validation_reward", "write_meta"]
 
@@ -58,12 +60,9 @@ def train(
     resume_from, resumed = _resume_point(config)
     partners = load_partners(config.partners, config.service)
     torch.set_num_threads(1)
-    env = ScalingEnv(
-        config.service, train_traces, config.service_ratio, total_units=config.total_units,
-        scales=config.train_scales, loads=config.loads, shared=config.shared,
-        pool_reward=config.pool_reward, partners=partners, like_testbed=config.like_testbed,
-        profile=config.profile,
-    )
+    env = research_env(config, train_traces, partners, scales=config.train_scales,
+                       like_testbed=config.like_testbed, pool_reward=config.pool_reward,
+                       random_free_units=True)
     model = _new_model(env, config)
     if resume_from is not None:
         from sb3_contrib import MaskablePPO
@@ -78,7 +77,7 @@ def train(
     held = _HeldLargest(model, env, config, train_traces, partners) if config.hold_largest else None
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = _manifest(config, env, train_traces, val_traces, partners, distilled, command)
+    meta = _manifest(config, env.unwrapped, train_traces, val_traces, partners, distilled, command)
     run = _Run(config, out, meta, val_traces, partners, held, progress)
     if resumed is not None:
         run.restore(resumed)
@@ -91,6 +90,33 @@ def train(
         reset_num_timesteps=resumed is None,  # resumed: the step count and the decay go on
     )
     return run.finish(model)
+
+
+def research_env(
+    config: TrainConfig,
+    traces: Sequence[Trace],
+    partners: Mapping[str, Policy],
+    *,
+    scales: Sequence[int] | None,
+    like_testbed: float = 0.0,
+    pool_reward: bool = False,
+    random_free_units: bool = False,
+) -> gym.Env:
+    """`config`'s service on `traces` (ScalingEnv) in the wrappers of its research options: each
+    episode's pool size from `scales`, its load from `config.loads` and the testbed's clients in a
+    share `like_testbed` (EpisodeDraws), the shared pool with `partners` (SharedPool), the pool's
+    reward with `pool_reward` (PoolReward), randomised free units with `random_free_units`."""
+    env: gym.Env = ScalingEnv(config.service, traces, config.service_ratio,
+                              total_units=config.total_units, profile=config.profile)
+    if scales or config.loads or like_testbed:
+        env = EpisodeDraws(env, scales=scales, loads=config.loads, like_testbed=like_testbed)
+    if config.shared:
+        env = SharedPool(env, partners)
+    if pool_reward:
+        env = PoolReward(env)
+    if random_free_units:
+        env = RandomFreeUnits(env)
+    return env
 
 
 def _require_tensorboard(tensorboard: str | None) -> None:
@@ -115,7 +141,7 @@ def _resume_point(config: TrainConfig) -> tuple[Path | None, ModelMeta | None]:
     return resume_from, resumed
 
 
-def _new_model(env: ScalingEnv, config: TrainConfig):  # type: ignore[no-untyped-def]
+def _new_model(env: gym.Env, config: TrainConfig):  # type: ignore[no-untyped-def]
     """A fresh agent with the paper's network and PPO settings; the learning rate decays linearly."""
     import torch
     from sb3_contrib import MaskablePPO
@@ -168,11 +194,7 @@ def _release_idle(  # type: ignore[no-untyped-def]
 ) -> dict:
     """`release_below`: teach the starting agent to scale down at a light load; what it learnt."""
 
-    teach_env = ScalingEnv(
-        config.service, train_traces, config.service_ratio, total_units=config.total_units,
-        randomize_free_units=False, scales=config.scales, loads=config.loads, shared=config.shared,
-        partners=partners, profile=config.profile,
-    )
+    teach_env = research_env(config, train_traces, partners, scales=config.scales)
     return asdict(distill_release(model, teach_env, config.release_below, seed=config.seed))
 
 
@@ -181,25 +203,20 @@ class _HeldLargest:
     pool size as the starting agent does (testbed.train.distill.HeldScale)."""
 
     def __init__(  # type: ignore[no-untyped-def]
-        self, model, env: ScalingEnv, config: TrainConfig, train_traces: Sequence[Trace],
+        self, model, env: gym.Env, config: TrainConfig, train_traces: Sequence[Trace],
         partners: dict[str, Policy],
     ):
         largest = max(config.scales)
         self.seed = config.seed
         self.held = HeldScale(
             model,
-            ScalingEnv(
-                config.service, train_traces, config.service_ratio * largest / config.total_units,
-                total_units=largest, randomize_free_units=False, profile=config.profile,
-            ),
+            ScalingEnv(config.service, train_traces,
+                       config.service_ratio * largest / config.total_units,
+                       total_units=largest, profile=config.profile),
             seed=config.seed,
         )
-        self.own_env = ScalingEnv(
-            config.service, train_traces, config.service_ratio, total_units=config.total_units,
-            randomize_free_units=False, scales=config.train_scales, loads=config.loads,
-            shared=config.shared, partners=partners, like_testbed=config.like_testbed,
-            profile=config.profile,
-        )
+        self.own_env = research_env(config, train_traces, partners, scales=config.train_scales,
+                                    like_testbed=config.like_testbed)
         self.fitted = _new_model(env, config)
 
     def fit(self, trained):  # type: ignore[no-untyped-def]
