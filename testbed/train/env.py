@@ -34,11 +34,17 @@ class PoolNeighbours(Protocol):
     """The services sharing an episode's pool with the agent's (testbed.train.episode.Neighbours):
     their Eq. 3.2 for a period, and their decisions before and after the agent's."""
 
-    def reward(self, windows: Mapping[str, WindowMetrics], units: int) -> float: ...
+    def reward(self, windows: Mapping[str, WindowMetrics], units: int) -> float:
+        """Their Eq. 3.2 for the period of `windows` (service -> its window), in a pool of `units`."""
+        ...
 
-    def decide_before(self) -> None: ...
+    def decide_before(self) -> None:
+        """Those that decide before the agent in a period do."""
+        ...
 
-    def decide_after(self) -> None: ...
+    def decide_after(self) -> None:
+        """Those that decide after the agent in a period do."""
+        ...
 
 
 class PoolSetup(Protocol):
@@ -47,7 +53,9 @@ class PoolSetup(Protocol):
 
     def open(
         self, env: ScalingEnv, episode: Episode, ratio: float
-    ) -> tuple[SimCluster, PoolNeighbours] | None: ...
+    ) -> tuple[SimCluster, PoolNeighbours] | None:
+        """The cluster of `env`'s `episode` (its service at `ratio`) and its neighbours, or None."""
+        ...
 
 
 class FreeUnitsView(Protocol):
@@ -58,8 +66,8 @@ class FreeUnitsView(Protocol):
 
 
 def plain_draw(rng: np.random.Generator, env: ScalingEnv) -> Episode:
-    """A trace of `env`'s and the simulator's seed, at its `total_units` and load 1 (no research
-    option): the draw of an episode when `reset` is given none."""
+    """A trace of `env`'s and the simulator's seed, drawn from `rng`, at its `total_units` and
+    load 1 (no research option): the draw of an episode when `reset` is given none."""
     return draw_episode(rng, env.traces, env.base_units)
 
 
@@ -190,4 +198,5 @@ class ScalingEnv(gym.Env):
         return self._state.push(window, self._mask, n, free // max(units, 1), self.total_units)
 
     def close(self) -> None:
+        """Drop the episode's cluster."""
         self._cluster = None

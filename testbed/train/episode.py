@@ -97,7 +97,8 @@ class Neighbours(ScalerLoop):
         self.before, self.after = services[:mine], services[mine + 1 :]
 
     def reward(self, windows: Mapping, units: int) -> float:
-        """Eq. 3.2 of the other services for the period of `windows` (the pool reward's share)."""
+        """Eq. 3.2 of the other services for the period of `windows`, in a pool of `units` (the
+        pool reward's share)."""
         cluster = self.backend
         return sum(
             reward(w.slo_violation_rate, cluster.desired_replicas(s), units)
@@ -106,9 +107,11 @@ class Neighbours(ScalerLoop):
         )
 
     def decide_before(self) -> None:
+        """The services before the agent's in the tables' order decide."""
         for s in self.before:
             self.decide(s)
 
     def decide_after(self) -> None:
+        """The services after the agent's in the tables' order decide."""
         for s in self.after:
             self.decide(s)

@@ -54,8 +54,9 @@ def train(
     callbacks: Sequence[BaseCallback] = (),
     **options,
 ) -> ModelMeta:
-    """Train Maskable PPO as in Section 4.4.3 as `config` says and write the best validated model
-    to `out`. `config` may also be the service's name with TrainConfig's fields as keywords.
+    """Train Maskable PPO as in Section 4.4.3 as `config` says on `train_traces`, validating on
+    `val_traces`, and write the best validated model to `out`. `config` may also be the service's
+    name with TrainConfig's fields as keywords (`options`).
 
     The training environment is ScalingEnv in the wrappers of `config`'s research options
     (testbed.train.wrappers), then in each of `wrappers` in turn (a user's own, e.g. a class of
