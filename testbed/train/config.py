@@ -21,13 +21,14 @@ class TrainConfig:
 
     `stop_at` ends training after that many steps while the learning rate still decays over
     `steps` (a run cut short, reproducibly). `scales`: pool sizes drawn per episode, the ratio
-    scaled with them (ScalingEnv); validation then averages the smallest and the largest.
+    scaled with them (testbed.train.wrappers.EpisodeDraws); validation then averages the smallest
+    and the largest.
     `init_from`: a model file whose weights start training (same 64x64 layers); one trained on
     fewer observation inputs (the 25-float observation before the unit-cost cue) gets zero
     weights on the new inputs, so training starts from its policy at every pool size; its own
     validation is then the first one (step 0), so a checkpoint is kept only if it validates
-    better than the model it started from. `loads` and `shared`: see ScalingEnv (the 8-unit
-    episodes at several load multipliers, the three services sharing the pool); validation
+    better than the model it started from. `loads` and `shared`: see EpisodeDraws and SharedPool
+    (the 8-unit episodes at several load multipliers, the three services sharing the pool); validation
     then covers each load, shared the same way; `pool_reward`: shared episodes (training and
     validation) score the three services' rewards together. `partners`: a folder of agents
     (SERVICE.zip) that decide the other two services in shared episodes and their validation
@@ -44,7 +45,7 @@ class TrainConfig:
     decisions at the others; the copy is validated at every size and saved, PPO goes on from the
     unfitted model. (Updates learnt at 8 units otherwise move the 128-unit behaviour too.)
     `like_testbed`: the share of training episodes run with the local testbed's clients and
-    balancer (ScalingEnv); validation then adds that setup at `total_units`, load 1.
+    balancer (EpisodeDraws); validation then adds that setup at `total_units`, load 1.
     `resume` (needs `checkpoints`): go on from the newest checkpoint there (its weights, step
     count and validations; `init_from` and `release_below` were applied before it) up to `steps`.
     `ppo_params` override the paper's PPO hyperparameters (sb3's names, e.g. ent_coef)."""

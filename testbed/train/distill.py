@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import gymnasium as gym
 import numpy as np
 
 from testbed.scaler.actions import ACTIONS
 from testbed.scaler.state import latest
-from testbed.train.env import ScalingEnv
+from testbed.train.env import ScalingEnv, action_masks
 
 SCALE_DOWN_ONE = ACTIONS.index(-1)  # the action that removes one instance
 
@@ -59,7 +60,7 @@ def release_idle(action: int, observation: np.ndarray, mask: np.ndarray, below: 
 
 
 def roll(
-    model, env: ScalingEnv, episodes: int, seed: int,
+    model, env: gym.Env, episodes: int, seed: int,
     override: Callable[[int, np.ndarray, np.ndarray], int] | None = None,
 ) -> tuple[States, np.ndarray, np.ndarray]:
     """Run `episodes` of `env` with `model`'s deterministic decisions (changed by `override`
@@ -69,7 +70,7 @@ def roll(
         obs, _ = env.reset(seed=seed + ep)
         done = False
         while not done:
-            mask = env.action_masks()
+            mask = action_masks(env)
             own, _ = model.predict(obs, action_masks=mask, deterministic=True)
             action = override(int(own), obs, mask) if override else int(own)
             obs_l.append(obs)
@@ -130,7 +131,7 @@ def fit_policy(
 
 
 def distill_release(
-    model, env: ScalingEnv, below: float, *, episodes: int = 25, epochs: int = 30, lr: float = 5e-4,
+    model, env: gym.Env, below: float, *, episodes: int = 25, epochs: int = 30, lr: float = 5e-4,
     seed: int = 0,
 ) -> DistillStats:
     """Roll `episodes` of `env` with the teacher (`model` plus `release_idle`), then fit `model`'s
@@ -165,7 +166,7 @@ class HeldScale:
         self.targets = action_distribution(teacher, self.states)
 
     def fit(
-        self, model, own_env: ScalingEnv, *, episodes: int = 10, epochs: int = 30, seed: int = 0,
+        self, model, own_env: gym.Env, *, episodes: int = 10, epochs: int = 30, seed: int = 0,
     ) -> HoldStats:
         """Fit `model`'s policy network to its own action distribution on `episodes` of `own_env`
         (the trained pool sizes) and to the teacher's on the held states."""

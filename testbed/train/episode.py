@@ -1,5 +1,5 @@
-"""The research options of a ScalingEnv episode: what each episode draws (pool size, load, clients)
-and the neighbours that share the pool with the agent's service in a shared episode."""
+"""What a ScalingEnv episode is made of: its draw (trace, pool size, load, clients) and, in a
+shared episode, the pool of the three paper services and the neighbours deciding around the agent."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from testbed.load.trace import Trace
-from testbed.profiles.paper import TEST_SHIFT_HOURS
+from testbed.profiles import ServiceProfile, default_profiles
+from testbed.profiles.paper import DEFAULT_RATIOS, TEST_SHIFT_HOURS
 from testbed.scaler.actions import reward
 from testbed.scaler.loop import ScalerLoop
 from testbed.scaler.policies import Policy, RuleV2
@@ -28,32 +29,53 @@ class Episode:
     options: SimOptions
 
 
-@dataclass(frozen=True)
-class EpisodeDraws:
-    """What each episode draws besides its trace (ScalingEnv's `scales`, `loads`, `like_testbed`).
+def draw_episode(
+    rng: np.random.Generator,
+    traces: Sequence[Trace],
+    base_units: int,
+    *,
+    scales: Sequence[int] | None = None,
+    loads: Sequence[float] | None = None,
+    like_testbed: float = 0.0,
+) -> Episode:
+    """One episode drawn from `rng`: a trace of `traces`, a pool size of `scales` (`base_units`
+    without), a load multiplier of `loads` where the pool is `base_units` (1 otherwise), the
+    simulator's seed, and the local testbed's clients and balancer in a share `like_testbed` of
+    episodes (testbed.sim.cluster.TESTBED_OPTIONS; the published simulator's otherwise).
 
-    The draws come from the env's generator in a fixed order (trace, pool size, load, seed,
-    clients), each only where its option is set, so an option left out changes no other draw."""
+    The draws come in a fixed order (trace, pool size, load, seed, clients), each only where its
+    option is set, so an option left out changes no other draw."""
+    trace = traces[int(rng.integers(len(traces)))]
+    units = base_units
+    if scales:
+        units = int(scales[int(rng.integers(len(scales)))])
+    load = 1.0
+    if loads and units == base_units:
+        load = float(loads[int(rng.integers(len(loads)))])
+    seed = int(rng.integers(2**31))
+    options = DEFAULT_OPTIONS
+    if like_testbed:  # no draw at 0: runs without it keep their random streams
+        testbed = like_testbed >= 1 or rng.random() < like_testbed
+        options = TESTBED_OPTIONS if testbed else DEFAULT_OPTIONS
+    return Episode(trace, units, load, seed, options)
 
-    base_units: int
-    scales: Sequence[int] | None = None
-    loads: Sequence[float] | None = None
-    like_testbed: float = 0.0
 
-    def draw(self, rng: np.random.Generator, traces: Sequence[Trace]) -> Episode:
-        trace = traces[int(rng.integers(len(traces)))]
-        units = self.base_units
-        if self.scales:
-            units = int(self.scales[int(rng.integers(len(self.scales)))])
-        load = 1.0
-        if self.loads and units == self.base_units:
-            load = float(self.loads[int(rng.integers(len(self.loads)))])
-        seed = int(rng.integers(2**31))
-        options = DEFAULT_OPTIONS
-        if self.like_testbed:  # no draw at 0: runs without it keep their random streams
-            testbed = self.like_testbed >= 1 or rng.random() < self.like_testbed
-            options = TESTBED_OPTIONS if testbed else DEFAULT_OPTIONS
-        return Episode(trace, units, load, seed, options)
+def shared_cluster(
+    service: str, profile: ServiceProfile, episode: Episode, ratio: float
+) -> SimCluster:
+    """The three paper services sharing the episode's pool as Tables 5.1 and 5.2 do: each replays
+    the episode's day shifted as the test day is, `service` (with `profile`) at `ratio`, the
+    others at their default ratio times the episode's load."""
+    services = list(TEST_SHIFT_HOURS)
+    profiles = default_profiles()
+    return SimCluster(
+        {s: profile if s == service else profiles[s] for s in services},
+        {s: episode.trace.window(TEST_SHIFT_HOURS[s]) for s in services},
+        {s: ratio if s == service else DEFAULT_RATIOS[s] * episode.load for s in services},
+        total_units=episode.units,
+        seed=episode.seed,
+        options=episode.options,
+    )
 
 
 class Neighbours(ScalerLoop):
@@ -75,7 +97,8 @@ class Neighbours(ScalerLoop):
         self.before, self.after = services[:mine], services[mine + 1 :]
 
     def reward(self, windows: Mapping, units: int) -> float:
-        """Eq. 3.2 of the other services for the period of `windows` (the pool reward's share)."""
+        """Eq. 3.2 of the other services for the period of `windows`, in a pool of `units` (the
+        pool reward's share)."""
         cluster = self.backend
         return sum(
             reward(w.slo_violation_rate, cluster.desired_replicas(s), units)
@@ -84,9 +107,11 @@ class Neighbours(ScalerLoop):
         )
 
     def decide_before(self) -> None:
+        """The services before the agent's in the tables' order decide."""
         for s in self.before:
             self.decide(s)
 
     def decide_after(self) -> None:
+        """The services after the agent's in the tables' order decide."""
         for s in self.after:
             self.decide(s)

@@ -1,15 +1,15 @@
-"""Maskable PPO training on the simulator (Section 4.4.3): validation, early stopping, the best
-model written as sb3's zip plus the `testbed.json` member that testbed.scaler.ppo reads."""
+"""Maskable PPO training on the simulator (Section 4.4.3): a TrainConfig made into the research
+options' wrappers around ScalingEnv and sb3 callbacks for validation, early stopping and the best
+model, written as sb3's zip plus the `testbed.json` member that testbed.scaler.ppo reads."""
 
 from __future__ import annotations
 
-import json
-import shutil
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+import gymnasium as gym
 
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.load.trace import Trace
@@ -20,13 +20,22 @@ from testbed.scaler.ppo import ModelMeta, read_meta, require_drl
 from testbed.scaler.state import OBSERVATION
 from testbed.train.command import rerunnable_command
 from testbed.train.config import TrainConfig
-from testbed.train.curve import TrainingStatus, curve_paths, write_curve
+from testbed.train.curve import TrainingStatus, curve_paths
 from testbed.train.distill import HeldScale, distill_release
 from testbed.train.env import ScalingEnv
 from testbed.train.model_file import latest_checkpoint, load_partners, save_model, write_meta
 from testbed.train.validation import episode_periods, episodes_reward, validation_reward
+from testbed.train.wrappers import EpisodeDraws, PoolReward, RandomFreeUnits, SharedPool
 
-__all__ = ["TrainConfig", "curve_paths", "load_partners", "train", "validation_reward", "write_meta"]
+if TYPE_CHECKING:
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from testbed.train.callbacks import LearningCurve, Validation
+
+__all__ = [
+    "TrainConfig", "curve_paths", "load_partners", "research_env", "train", "validation_reward",
+    "write_meta",
+]
 
 # the private names these had here before they moved out, which tests still use
 _save = save_model
@@ -41,13 +50,20 @@ def train(
     *,
     progress: Callable[[TrainingStatus], None] | None = None,
     command: str | None = None,
+    wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
+    callbacks: Sequence[BaseCallback] = (),
     **options,
 ) -> ModelMeta:
-    """Train Maskable PPO as in Section 4.4.3 as `config` says and write the best validated model
-    to `out`. `config` may also be the service's name with TrainConfig's fields as keywords.
+    """Train Maskable PPO as in Section 4.4.3 as `config` says on `train_traces`, validating on
+    `val_traces`, and write the best validated model to `out`. `config` may also be the service's
+    name with TrainConfig's fields as keywords (`options`).
 
-    `command` is the command line the manifest records (rerunnable_command). `progress` is
-    called every 256 steps with a TrainingStatus. Beside `out` goes its learning curve
+    The training environment is ScalingEnv in the wrappers of `config`'s research options
+    (testbed.train.wrappers), then in each of `wrappers` in turn (a user's own, e.g. a class of
+    gymnasium.Wrapper); sb3 calls the callbacks of `config` (testbed.train.callbacks), then
+    `callbacks` (sb3 BaseCallbacks of a user's own) at each step. Validation runs environments of
+    its own. `command` is the command line the manifest records (rerunnable_command). `progress`
+    is called every 256 steps with a TrainingStatus. Beside `out` goes its learning curve
     (curve_paths: training episodes and validations, JSON and PNG)."""
     if not isinstance(config, TrainConfig):
         config = TrainConfig(config, **options)
@@ -58,12 +74,11 @@ def train(
     resume_from, resumed = _resume_point(config)
     partners = load_partners(config.partners, config.service)
     torch.set_num_threads(1)
-    env = ScalingEnv(
-        config.service, train_traces, config.service_ratio, total_units=config.total_units,
-        scales=config.train_scales, loads=config.loads, shared=config.shared,
-        pool_reward=config.pool_reward, partners=partners, like_testbed=config.like_testbed,
-        profile=config.profile,
-    )
+    env = research_env(config, train_traces, partners, scales=config.train_scales,
+                       like_testbed=config.like_testbed, pool_reward=config.pool_reward,
+                       random_free_units=True)
+    for wrap in wrappers:
+        env = wrap(env)
     model = _new_model(env, config)
     if resume_from is not None:
         from sb3_contrib import MaskablePPO
@@ -75,22 +90,50 @@ def train(
     distilled = None
     if config.release_below is not None and resumed is None:
         distilled = _release_idle(model, config, train_traces, partners)
-    held = _HeldLargest(model, env, config, train_traces, partners) if config.hold_largest else None
+    held = _hold_largest(model, env, config, train_traces, partners) if config.hold_largest else None
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = _manifest(config, env, train_traces, val_traces, partners, distilled, command)
-    run = _Run(config, out, meta, val_traces, partners, held, progress)
+    meta = _manifest(config, env.unwrapped, train_traces, val_traces, partners, distilled, command)
+    curve, validation = _callbacks(config, out, meta, val_traces, partners, held, progress)
     if resumed is not None:
-        run.restore(resumed)
+        validation.restore(resumed, config.checkpoints)
+        curve.restore(resumed.steps)
     elif config.init_from:  # the starting model is the one to beat
-        run.start_from(model)
+        validation.start_from(model)
     model.learn(
         total_timesteps=config.steps - (resumed.steps if resumed else 0),
-        callback=_callback(run),
+        callback=[curve, validation, *callbacks],
         progress_bar=False,
         reset_num_timesteps=resumed is None,  # resumed: the step count and the decay go on
     )
-    return run.finish(model)
+    return validation.meta
+
+
+def research_env(
+    config: TrainConfig,
+    traces: Sequence[Trace],
+    partners: Mapping[str, Policy],
+    *,
+    scales: Sequence[int] | None,
+    like_testbed: float = 0.0,
+    pool_reward: bool = False,
+    random_free_units: bool = False,
+) -> gym.Env:
+    """`config`'s service on `traces` (ScalingEnv) in the wrappers of its research options: each
+    episode's pool size from `scales`, its load from `config.loads` and the testbed's clients in a
+    share `like_testbed` (EpisodeDraws), the shared pool with `partners` (SharedPool), the pool's
+    reward with `pool_reward` (PoolReward), randomised free units with `random_free_units`."""
+    env: gym.Env = ScalingEnv(config.service, traces, config.service_ratio,
+                              total_units=config.total_units, profile=config.profile)
+    if scales or config.loads or like_testbed:
+        env = EpisodeDraws(env, scales=scales, loads=config.loads, like_testbed=like_testbed)
+    if config.shared:
+        env = SharedPool(env, partners)
+    if pool_reward:
+        env = PoolReward(env)
+    if random_free_units:
+        env = RandomFreeUnits(env)
+    return env
 
 
 def _require_tensorboard(tensorboard: str | None) -> None:
@@ -115,7 +158,7 @@ def _resume_point(config: TrainConfig) -> tuple[Path | None, ModelMeta | None]:
     return resume_from, resumed
 
 
-def _new_model(env: ScalingEnv, config: TrainConfig):  # type: ignore[no-untyped-def]
+def _new_model(env: gym.Env, config: TrainConfig):  # type: ignore[no-untyped-def]
     """A fresh agent with the paper's network and PPO settings; the learning rate decays linearly."""
     import torch
     from sb3_contrib import MaskablePPO
@@ -168,44 +211,26 @@ def _release_idle(  # type: ignore[no-untyped-def]
 ) -> dict:
     """`release_below`: teach the starting agent to scale down at a light load; what it learnt."""
 
-    teach_env = ScalingEnv(
-        config.service, train_traces, config.service_ratio, total_units=config.total_units,
-        randomize_free_units=False, scales=config.scales, loads=config.loads, shared=config.shared,
-        partners=partners, profile=config.profile,
-    )
+    teach_env = research_env(config, train_traces, partners, scales=config.scales)
     return asdict(distill_release(model, teach_env, config.release_below, seed=config.seed))
 
 
-class _HeldLargest:
-    """`hold_largest`: each checkpoint is a copy of the trained model fitted to act at the largest
-    pool size as the starting agent does (testbed.train.distill.HeldScale)."""
-
-    def __init__(  # type: ignore[no-untyped-def]
-        self, model, env: ScalingEnv, config: TrainConfig, train_traces: Sequence[Trace],
-        partners: dict[str, Policy],
-    ):
-        largest = max(config.scales)
-        self.seed = config.seed
-        self.held = HeldScale(
-            model,
-            ScalingEnv(
-                config.service, train_traces, config.service_ratio * largest / config.total_units,
-                total_units=largest, randomize_free_units=False, profile=config.profile,
-            ),
-            seed=config.seed,
-        )
-        self.own_env = ScalingEnv(
-            config.service, train_traces, config.service_ratio, total_units=config.total_units,
-            randomize_free_units=False, scales=config.train_scales, loads=config.loads,
-            shared=config.shared, partners=partners, like_testbed=config.like_testbed,
-            profile=config.profile,
-        )
-        self.fitted = _new_model(env, config)
-
-    def fit(self, trained):  # type: ignore[no-untyped-def]
-        """The fitted copy of `trained` and its HoldStats (as a dict)."""
-        self.fitted.policy.load_state_dict(trained.policy.state_dict())
-        return self.fitted, asdict(self.held.fit(self.fitted, self.own_env, seed=self.seed))
+def _hold_largest(  # type: ignore[no-untyped-def]
+    model, env: gym.Env, config: TrainConfig, train_traces: Sequence[Trace],
+    partners: dict[str, Policy],
+) -> dict[str, Any]:
+    """`hold_largest`'s parts of HoldLargest: the starting agent's behaviour at the largest pool
+    size, the environment of the trained sizes, and the model that takes the fitted copies."""
+    largest = max(config.scales)
+    held = HeldScale(
+        model,
+        ScalingEnv(config.service, train_traces, config.service_ratio * largest / config.total_units,
+                   total_units=largest, profile=config.profile),
+        seed=config.seed,
+    )
+    own_env = research_env(config, train_traces, partners, scales=config.train_scales,
+                           like_testbed=config.like_testbed)
+    return {"held": held, "own_env": own_env, "fitted": _new_model(env, config), "seed": config.seed}
 
 
 def _manifest(
@@ -238,139 +263,42 @@ def _manifest(
     )
 
 
-class _Run:
-    """One training run's bookkeeping: its validations, the best model so far (written to `out`),
-    the checkpoints, the learning curve and when to stop early."""
+def _callbacks(
+    config: TrainConfig, out: Path, meta: ModelMeta, val_traces: Sequence[Trace],
+    partners: dict[str, Policy], held: dict[str, Any] | None,
+    progress: Callable[[TrainingStatus], None] | None,
+) -> tuple[LearningCurve, Validation]:
+    """`config`'s callbacks: the learning curve, and the validation (HoldLargest's with `held`)
+    followed by the checkpoints, the stop at `stop_at` and early stopping."""
+    # sb3's callbacks: imported once train() has checked that the drl extra is there
+    from stable_baselines3.common.callbacks import CallbackList
 
-    def __init__(  # type: ignore[no-untyped-def]
-        self, config: TrainConfig, out: Path, meta: ModelMeta, val_traces: Sequence[Trace],
-        partners: dict[str, Policy], held: _HeldLargest | None,
-        progress: Callable[[TrainingStatus], None] | None,
-    ):
-        self.config, self.out, self.meta, self.held, self.progress = config, out, meta, held, progress
-        self.val_traces, self.partners = val_traces, partners
-        self.checkpoints = None if config.checkpoints is None else Path(config.checkpoints)
-        if self.checkpoints is not None:
-            self.checkpoints.mkdir(parents=True, exist_ok=True)
-        self.val_periods = episode_periods(
-            config.service, val_traces[0], config.service_ratio, config.total_units, config.profile
-        )
-        self.episodes: list[tuple[int, float, int]] = []  # step at the end, reward, periods
-        self.stale = 0  # validations since the best one
+    from testbed.train.callbacks import (
+        Checkpoints,
+        EarlyStopping,
+        HoldLargest,
+        LearningCurve,
+        StopAt,
+        Validation,
+    )
 
-    def validate(self, model) -> float:  # type: ignore[no-untyped-def]
-        c = self.config
+    c = config
+    val_periods = episode_periods(c.service, val_traces[0], c.service_ratio, c.total_units, c.profile)
+    curve = LearningCurve(out, meta, val_periods, progress=progress)
+    after = [] if c.checkpoints is None else [Checkpoints(c.checkpoints)]
+    if c.stop_at is not None:
+        after.append(StopAt(c.stop_at))
+    after.append(EarlyStopping(c.patience, c.min_validations))
+
+    def score(model) -> float:  # type: ignore[no-untyped-def]
         return validation_reward(
-            model, c.service, self.val_traces, c.service_ratio, c.total_units, c.val_episodes,
+            model, c.service, val_traces, c.service_ratio, c.total_units, c.val_episodes,
             scales=c.scales, loads=c.loads, shared=c.shared,
-            pool_reward=c.pool_reward or c.validate_pool, partners=self.partners,
+            pool_reward=c.pool_reward or c.validate_pool, partners=partners,
             like_testbed=c.like_testbed > 0, profile=c.profile,
         )
 
-    def candidate(self, model):  # type: ignore[no-untyped-def]
-        """The model to validate and save for trained model `model`, with its HoldStats."""
-        return (model, None) if self.held is None else self.held.fit(model)
-
-    def restore(self, resumed: ModelMeta) -> None:
-        """Go on from a resumed run: its validations, its best model, its curve."""
-        meta, out = self.meta, self.out
-        meta.validations = [(int(n), float(r)) for n, r in resumed.validations]  # JSON: lists
-        meta.distilled = resumed.distilled
-        meta.steps, meta.best_validation_reward = max(meta.validations, key=lambda v: v[1])
-        best_at = meta.validations.index((meta.steps, meta.best_validation_reward))
-        self.stale = len(meta.validations) - 1 - best_at
-        best_file = self.checkpoints / f"{meta.service}-{meta.steps}.zip"
-        if best_file.exists():
-            shutil.copyfile(best_file, out)
-            write_meta(out, meta)
-        elif not out.exists():
-            why = f"the best model so far (step {meta.steps}) is neither {out} nor {best_file}"
-            raise ConfigError([ConfigProblem("--resume", None, "resume", why)])
-        curve_json = curve_paths(out)[0]
-        if curve_json.exists():
-            self.episodes = [
-                (e["step"], e["reward"], e["periods"])
-                for e in json.loads(curve_json.read_text())["training"]
-                if e["step"] <= resumed.steps
-            ]
-
-    def start_from(self, model) -> None:  # type: ignore[no-untyped-def]
-        """Validate the starting model at step 0: a checkpoint must do better to be kept."""
-        self.meta.best_validation_reward = self.validate(model)
-        self.meta.validations.append((0, self.meta.best_validation_reward))
-        save_model(model, self.out, self.meta)
-
-    def on_step(self, n: int, infos, model, record: Callable[[str, float], None]) -> bool:  # type: ignore[no-untyped-def]
-        """After training step `n`: note finished episodes, report, validate; False stops."""
-        for info in infos:  # sb3's Monitor: an episode just ended
-            if "episode" in info:
-                self.episodes.append((n, float(info["episode"]["r"]), int(info["episode"]["l"])))
-        if self.progress is not None and n % 256 == 0:
-            self.progress(self.status(n))
-        if n % self.config.validate_every:
-            return True
-        self.validate_at(n, model, record)
-        c = self.config
-        if c.stop_at is not None and n >= c.stop_at:
-            return False
-        return not (len(self.meta.validations) >= c.min_validations and self.stale >= c.patience)
-
-    def status(self, n: int) -> TrainingStatus:
-        recent, meta = self.episodes[-10:], self.meta
-        return TrainingStatus(
-            n,
-            float(np.mean([r for _, r, _ in recent])) if recent else None,
-            float(np.mean([length for _, _, length in recent])) if recent else None,
-            meta.validations[-1][1] if meta.validations else None,
-            meta.best_validation_reward,
-            self.val_periods,
-        )
-
-    def validate_at(self, n: int, model, record: Callable[[str, float], None]) -> None:  # type: ignore[no-untyped-def]
-        """Validate (the candidate of) `model` at step `n`; save it as a checkpoint, and to `out`
-        if it is the best so far."""
-        meta = self.meta
-        candidate, stats = self.candidate(model)
-        score = self.validate(candidate)
-        meta.validations.append((n, score))
-        if self.checkpoints is not None:
-            mine = replace(
-                meta, steps=n, best_validation_reward=score, validations=list(meta.validations),
-                held=stats,
-            )
-            save_model(candidate, self.checkpoints / f"{meta.service}-{n}.zip", mine)
-        record("validation/mean_reward", score)  # Figure 4.6 in TensorBoard
-        if meta.best_validation_reward is None or score > meta.best_validation_reward:
-            meta.best_validation_reward, meta.steps, meta.held, self.stale = score, n, stats, 0
-            save_model(candidate, self.out, meta)
-        else:
-            self.stale += 1
-        write_curve(self.out, meta, self.episodes, self.val_periods, plot=False)  # kept if cut off
-
-    def finish(self, model) -> ModelMeta:  # type: ignore[no-untyped-def]
-        """After training: the final manifest and the learning curve (and, with no validation
-        yet, the trained model as the best)."""
-        meta = self.meta
-        if meta.best_validation_reward is None:  # budget shorter than one validation period
-            candidate, meta.held = self.candidate(model)
-            meta.best_validation_reward = self.validate(candidate)
-            meta.validations.append((model.num_timesteps, meta.best_validation_reward))
-            meta.steps = model.num_timesteps
-            save_model(candidate, self.out, meta)
-        else:
-            write_meta(self.out, meta)  # every validation, also those after the best
-        write_curve(self.out, meta, self.episodes, self.val_periods)
-        return meta
-
-
-def _callback(run: _Run):  # type: ignore[no-untyped-def]
-    """sb3's callback that hands each training step to `run`."""
-    from stable_baselines3.common.callbacks import BaseCallback
-
-    class Validate(BaseCallback):
-        def _on_step(self) -> bool:
-            return run.on_step(
-                self.num_timesteps, self.locals.get("infos", ()), self.model, self.logger.record
-            )
-
-    return Validate()
+    kind, extra = (Validation, {}) if held is None else (HoldLargest, held)
+    validation = kind(score, out, meta, every=c.validate_every, curve=curve,
+                      callback=CallbackList(after), **extra)
+    return curve, validation

@@ -44,7 +44,7 @@ def test_distilled_agent_follows_the_teacher_and_keeps_its_value_network(tmp_pat
     light = Trace.constant(2, 3600)
     model = _agent(tmp_path, light)
     value_before = {k: v.clone() for k, v in model.policy.state_dict().items() if "value" in k}
-    env = ScalingEnv("chatbot", [light], 0.15, randomize_free_units=False)
+    env = ScalingEnv("chatbot", [light], 0.15)
     stats = distill_release(model, env, 0.5, episodes=2, epochs=40)
     assert stats.states == 2 * (3600 // 30 - 1)  # reset consumes the first period
     assert stats.released > 0
@@ -100,8 +100,8 @@ def test_held_scale_fit_takes_the_teachers_actions_at_the_held_size_and_keeps_it
     train("chatbot", [trace], [trace], tmp_path / "s.zip", steps=64, seed=1, **kw)
     teacher = MaskablePpoPolicy.load(tmp_path / "t.zip").model
     student = MaskablePpoPolicy.load(tmp_path / "s.zip").model
-    big = ScalingEnv("chatbot", [trace], 0.3 * 4, total_units=32, randomize_free_units=False)
-    small = ScalingEnv("chatbot", [trace], 0.3, randomize_free_units=False)
+    big = ScalingEnv("chatbot", [trace], 0.3 * 4, total_units=32)
+    small = ScalingEnv("chatbot", [trace], 0.3)
     held = HeldScale(teacher, big, episodes=2)
     assert held.units == 32 and len(held.states) == 2 * (900 // 30 - 1)
     assert agreement(student, held.states, held.targets) < 0.9  # they differ before

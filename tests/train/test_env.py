@@ -6,6 +6,7 @@ gym = pytest.importorskip("gymnasium", reason="the Gymnasium env needs the drl e
 
 from testbed.load.trace import Trace  # noqa: E402
 from testbed.train.env import ScalingEnv  # noqa: E402
+from testbed.train.wrappers import EpisodeDraws, PoolReward, RandomFreeUnits, SharedPool  # noqa: E402
 
 
 def test_check_env_and_mask():
@@ -13,6 +14,7 @@ def test_check_env_and_mask():
 
     env = ScalingEnv("chatbot", [Trace.constant(20, 1800)], 0.15)
     check_env(env, skip_render_check=True)
+    env = RandomFreeUnits(env)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (30,)
     assert list(env.action_masks()) == [False, False, True, True, True] or not env.action_masks()[0]
@@ -29,7 +31,7 @@ def test_check_env_and_mask():
 
 
 def test_free_units_are_randomised_in_training():
-    env = ScalingEnv("chatbot", [Trace.constant(1, 3000)], 0.15, randomize_free_units=True)
+    env = RandomFreeUnits(ScalingEnv("chatbot", [Trace.constant(1, 3000)], 0.15))
     env.reset(seed=1)
     seen = set()
     for _ in range(40):
@@ -42,11 +44,11 @@ def test_scales_draw_the_pool_size_and_scale_the_load():
     """Each episode draws its units; the ratio follows them, and the unit-cost cue reads 8/units."""
     from testbed.scaler.state import latest
 
-    env = ScalingEnv("imgcls", [Trace.constant(10, 600)], 0.4, scales=[8, 128])
+    env = EpisodeDraws(ScalingEnv("imgcls", [Trace.constant(10, 600)], 0.4), scales=[8, 128])
     seen = {}
     for seed in range(12):
         obs, _ = env.reset(seed=seed)
-        seen[env.total_units] = (latest(obs, "unit_cost"), env._cluster.total_units())
+        seen[env.unwrapped.total_units] = (latest(obs, "unit_cost"), env.unwrapped._cluster.total_units())
     assert seen[8] == (1.0, 8)
     assert seen[128][0] == pytest.approx(8 / 128) and seen[128][1] == 128
     # the reward prices an instance at 1/units of the episode's pool
@@ -163,25 +165,24 @@ def test_shared_episode_is_the_tables_run_with_rule_v2(monkeypatch, service):
     """--shared: an agent that acts as rule v2 in the env gives, step for step, the replica counts
     of all three services that evaluate() gives with rule v2 for all three (same pool, shifted
     traces, doubled load, the tables' decision order), so the free units it sees are the tables'."""
-    import testbed.train.env as env_mod
+    import testbed.train.episode as episode_mod
     from testbed.profiles.paper import DEFAULT_RATIOS, TEST_SHIFT_HOURS
     from testbed.scaler.policies import RuleV2
     from testbed.train.evaluate import evaluate
 
-    real = env_mod.SimCluster
-    monkeypatch.setattr(env_mod, "SimCluster", lambda *a, **k: real(*a, **{**k, "seed": 0}))
+    real = episode_mod.SimCluster
+    monkeypatch.setattr(episode_mod, "SimCluster", lambda *a, **k: real(*a, **{**k, "seed": 0}))
     day = _day()
-    env = ScalingEnv(
-        service, [day], DEFAULT_RATIOS[service], loads=[2], shared=True, pool_reward=True
-    )
+    env = PoolReward(SharedPool(EpisodeDraws(ScalingEnv(service, [day], DEFAULT_RATIOS[service]), loads=[2])))
     obs, _ = env.reset(seed=3)
-    assert env.load == 2 and set(env._cluster.services()) == set(TEST_SHIFT_HOURS)
+    env_ = env.unwrapped
+    assert env_.load == 2 and set(env_._cluster.services()) == set(TEST_SHIFT_HOURS)
     me = RuleV2.for_service(service)
     ours, rewards, done = [], [], False
     while not done:
-        action = me.act(obs, tuple(int(x) for x in env.action_masks()))
+        action = me.act(obs, tuple(int(x) for x in env_.action_masks()))
         obs, r, term, trunc, _ = env.step(action)
-        ours.append({s: env._cluster.desired_replicas(s) for s in TEST_SHIFT_HOURS})
+        ours.append({s: env_._cluster.desired_replicas(s) for s in TEST_SHIFT_HOURS})
         rewards.append(r)
         done = term or trunc
     theirs: list[dict[str, int]] = []
@@ -214,11 +215,11 @@ def test_shared_episode_is_the_tables_run_with_rule_v2(monkeypatch, service):
 
 
 def test_loads_apply_to_the_base_pool_only():
-    env = ScalingEnv("imgcls", [Trace.constant(10, 600)], 0.4, scales=[8, 128], loads=[3])
+    env = EpisodeDraws(ScalingEnv("imgcls", [Trace.constant(10, 600)], 0.4), scales=[8, 128], loads=[3])
     seen = {}
     for seed in range(12):
         env.reset(seed=seed)
-        seen[env.total_units] = env.load
+        seen[env.unwrapped.total_units] = env.unwrapped.load
     assert seen == {8: 3.0, 128: 1.0}
 
 
@@ -226,12 +227,12 @@ def test_shared_episodes_show_the_real_free_units():
     """No randomised free units in a shared episode: the mask always follows the pool."""
     from testbed.scaler.actions import action_mask
 
-    env = ScalingEnv("chatbot", [_day(3600)], 0.15, loads=[2], shared=True, randomize_free_units=True)
+    env = RandomFreeUnits(SharedPool(EpisodeDraws(ScalingEnv("chatbot", [_day(3600)], 0.15), loads=[2])))
     env.reset(seed=1)
     for _ in range(100):
-        c = env._cluster
-        want = action_mask(c.desired_replicas("chatbot"), c.free_units(), 1, env._cooldown)
-        assert tuple(int(x) for x in env.action_masks()) == want
+        c = env.unwrapped._cluster
+        want = action_mask(c.desired_replicas("chatbot"), c.free_units(), 1, env.unwrapped._cooldown)
+        assert tuple(int(x) for x in env.unwrapped.action_masks()) == want
         env.step(3)
 
 
@@ -300,18 +301,18 @@ def test_partners_decide_the_other_services_instead_of_rule_v2():
     the service without a partner stays on rule v2."""
     day = _day(3600)
     grabber = _Grabber()
-    env = ScalingEnv("chatbot", [day], 0.15, shared=True, partners={"imgcls": grabber})
+    env = SharedPool(ScalingEnv("chatbot", [day], 0.15), partners={"imgcls": grabber})
     env.reset(seed=1)
-    base = ScalingEnv("chatbot", [day], 0.15, shared=True)
+    base = SharedPool(ScalingEnv("chatbot", [day], 0.15))
     base.reset(seed=1)
     for _ in range(40):
         env.step(2)
         base.step(2)
     assert len(grabber.masks) >= 40  # asked once per period
-    ours, theirs = env._cluster, base._cluster
+    ours, theirs = env.unwrapped._cluster, base.unwrapped._cluster
     assert ours.free_units() == 0 and theirs.free_units() > 0
     assert ours.desired_replicas("imgcls") > theirs.desired_replicas("imgcls")
-    assert env._neighbours.policies["tts"].name == "rule_v2"
+    assert env.unwrapped._neighbours.policies["tts"].name == "rule_v2"
 
 
 def test_load_partners_names_a_missing_agent(tmp_path):
@@ -334,18 +335,19 @@ def test_like_testbed_draws_the_testbed_clients_per_episode():
     from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS
 
     trace = Trace("flat", np.ones(600), np.full(600, 8.0))  # 4 requests a second at ratio 0.5
-    env = ScalingEnv("chatbot", [trace], 0.5, like_testbed=0.5)
+    env = EpisodeDraws(ScalingEnv("chatbot", [trace], 0.5), like_testbed=0.5)
     seen = set()
     for seed in range(16):
         env.reset(seed=seed)
-        first = env._cluster.sims["chatbot"].arrivals[:4]
-        seen.add(env.options)
-        if env.options is TESTBED_OPTIONS:  # from the start of each second
+        first = env.unwrapped._cluster.sims["chatbot"].arrivals[:4]
+        seen.add(env.unwrapped.options)
+        if env.unwrapped.options is TESTBED_OPTIONS:  # from the start of each second
             assert first == pytest.approx([0.0, 0.25, 0.5, 0.75])
         else:  # a gap before each, the last on the next second (the published client)
             assert first == pytest.approx([0.25, 0.5, 0.75, 1.0])
     assert seen == {DEFAULT_OPTIONS, TESTBED_OPTIONS}
-    plain, zero = ScalingEnv("chatbot", [trace], 0.5), ScalingEnv("chatbot", [trace], 0.5, like_testbed=0)
+    plain = ScalingEnv("chatbot", [trace], 0.5)
+    zero = EpisodeDraws(ScalingEnv("chatbot", [trace], 0.5), like_testbed=0)
     for a, b in ((plain.reset(seed=3)[0], zero.reset(seed=3)[0]), (plain.step(3)[0], zero.step(3)[0])):
         assert np.array_equal(a, b)
 
