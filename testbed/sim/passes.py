@@ -10,6 +10,7 @@ from types import ModuleType
 import numpy as np
 
 from testbed.profiles import ServiceProfile
+from testbed.sim.kernel_args import Carried, Frame, Held, Rules, Served, Slots, SubChunk
 
 # "0": the numpy kernels even where numba imports; "1": the compiled ones from the first request;
 # unset: the compiled ones once the process has simulated COMPILED_AFTER_S (loading numba's cache
@@ -75,13 +76,13 @@ class CompiledPasses:
         prior = [tokens.get(targets[(rr + col) % m], _NO_TOKENS) for col in range(m)]
         width = max(1, max(map(len, pending)))
         kn = self.kernels
-        slots = kn.Slots(np.array(targets), np.array([w for w, _ in prior]),
+        slots = Slots(np.array(targets), np.array([w for w, _ in prior]),
                         np.array([c for _, c in prior]),
                         np.array([p + [0.0] * (width - len(p)) for p in pending]),
                         np.array([len(p) for p in pending]))
         new, new_len, changed, window, count, seen = kn.serve_round_robin(
-            kn.SubChunk(a, s, finish, owner), slots,
-            kn.Rules(rr, self.rate_limit, self.rate_window, self.queue))
+            SubChunk(a, s, finish, owner), slots,
+            Rules(rr, self.rate_limit, self.rate_window, self.queue))
         for k in range(m):
             if changed[k]:
                 pending[k] = new[k, : new_len[k]].tolist()
@@ -100,9 +101,9 @@ class CompiledPasses:
         held = [(k, f) for k, p in enumerate(start_pending) for f in p]
         kn = self.kernels
         arrivals, dropped, served, slow, proc_sum, busy, left_finish, left_latency = kn.count_chunk(
-            kn.Served(a, finish, owner), kn.Carried(done[0], done[1]),
-            kn.Held(np.array([i for i, _ in held], dtype=np.int64), np.array([f for _, f in held]),
+            Served(a, finish, owner), Carried(done[0], done[1]),
+            Held(np.array([i for i, _ in held], dtype=np.int64), np.array([f for _, f in held]),
                    np.array(counted, dtype=np.bool_)),
-            kn.Frame(t0, step, steps, self.slo, completion, sample_origin, steps * round(step),
+            Frame(t0, step, steps, self.slo, completion, sample_origin, steps * round(step),
                      len(start_pending)))
         return (arrivals, served, dropped, slow, proc_sum), busy, (left_finish, left_latency)
