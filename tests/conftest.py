@@ -8,9 +8,12 @@ import secrets
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from testbed.pytest_plugin import timed_priority
 
 
 @functools.cache
@@ -36,6 +39,18 @@ def _skip_without_netns(request: pytest.FixtureRequest) -> None:
         ok, why = has_netns()
         if not ok:
             pytest.skip(why)
+
+
+@pytest.fixture(autouse=True)
+def _timed_first(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests that need namespaces or are marked `timed` run ahead of the other workers' tests in
+    the CPU's queue (testbed.pytest_plugin.timed_priority): they assert on time."""
+    node = request.node
+    if node.get_closest_marker("needs_root") is None and node.get_closest_marker("timed") is None:
+        yield
+        return
+    with timed_priority():
+        yield
 
 
 @pytest.fixture(autouse=True)

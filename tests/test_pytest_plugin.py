@@ -4,11 +4,12 @@ and never a YAML file that is not a scenario. Each case runs pytest in a folder 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from testbed.pytest_plugin import glob_regex, looks_like_scenario, matches_glob
+from testbed.pytest_plugin import TIMED_NICE, glob_regex, looks_like_scenario, matches_glob
 
 pytest_plugins = ["pytester"]
 
@@ -158,3 +159,25 @@ def test_a_scenario_by_its_content(tmp_path: Path):
     assert not looks(PROFILE) and not looks(CI_CONFIG) and not looks(PLAYBOOK) and not looks("")
     assert looks("duration_s: 10\nservices: [\n")  # broken, but a scenario
     assert not looks("a: [\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="raising a priority needs root")
+def test_under_xdist_a_timed_test_runs_ahead_and_the_others_as_they_were(pytester: pytest.Pytester):
+    """timed_priority: a `timed` test in a worker at TIMED_NICE, another at the worker's own; a
+    serial run leaves both alone."""
+    pytester.makepyfile(test_probe=f"""
+        import os
+        import pytest
+        from testbed.pytest_plugin import timed_priority
+
+        @pytest.mark.timed
+        def test_timed():
+            worker = "PYTEST_XDIST_WORKER" in os.environ
+            with timed_priority():
+                assert os.getpriority(os.PRIO_PROCESS, 0) == ({TIMED_NICE} if worker else 0)
+
+        def test_plain():
+            assert os.getpriority(os.PRIO_PROCESS, 0) == 0
+        """)
+    pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider").assert_outcomes(passed=2)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)

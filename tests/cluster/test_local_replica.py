@@ -6,12 +6,15 @@ import json
 import wave
 
 import aiohttp
+import pytest
 from aiohttp.test_utils import TestServer
 
 from testbed.cluster.replica import EmulatedReplica
 from testbed.load.api import build_request, check_response
 from testbed.load.content import ContentSet
 from testbed.profiles import ServiceProfile
+
+pytestmark = pytest.mark.timed  # asserts on times: testbed.pytest_plugin.timed_priority
 
 FAST = ServiceProfile(capacity=1, queue_limit=2, proc_time_ms=(100, 100), startup_ms=0, slo_ms=500)
 

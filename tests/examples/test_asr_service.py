@@ -21,6 +21,7 @@ ASR_FILE = ROOT / "examples" / "asr" / "asr.yaml"
 PAPER_NAMES = re.compile(r"""["'](chatbot|imgcls|tts)["']""")
 
 
+@pytest.mark.timed
 def test_the_example_service_is_served_and_checked_through_its_own_handler_and_client():
     from aiohttp.test_utils import TestServer
 

@@ -7,6 +7,7 @@ import re
 from collections.abc import AsyncIterator
 
 import aiohttp
+import pytest
 from aiohttp.test_utils import TestServer
 
 from testbed.cluster.replica import EmulatedReplica
@@ -15,6 +16,8 @@ from testbed.load.content import ContentSet
 from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.exposition import DURATION, IN_FLIGHT, READY, REQUESTS, UTILIZATION, VIOLATIONS
 from testbed.profiles import ServiceProfile, default_profiles
+
+pytestmark = pytest.mark.timed  # asserts on times: testbed.pytest_plugin.timed_priority
 
 # 200 ms of work against a 480 ms SLO, one request at a time per replica: a request queued behind
 # two others takes at least 600 ms and violates; load on the machine only adds violations.

@@ -21,8 +21,9 @@ from testbed.metrics.server import PrometheusServer
 from testbed.profiles import ServiceProfile, default_profiles
 from tests.metrics.test_balancer import replica_servers, send
 
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
-                                reason="no prometheus server on PATH (scripts/setup installs it)")
+pytestmark = [pytest.mark.skipif(shutil.which("prometheus") is None,
+                                 reason="no prometheus server on PATH (scripts/setup installs it)"),
+              pytest.mark.timed]
 
 # 100 ms of work against a 250 ms SLO, 2 replicas of capacity 1: bursts of 6 queue up to 300 ms
 PROFILE = ServiceProfile(capacity=1, queue_limit=20, proc_time_ms=(100, 100), startup_ms=0, slo_ms=250)
