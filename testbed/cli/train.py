@@ -28,6 +28,9 @@ SCALES_DEFAULT = "none"
 # `train`'s options, declared once here so that the command's signature reads as a list
 ServiceArg = typer.Argument(None, help="A registered service or one of --profiles (ppo; ddpg and "
                             "inss take the paper's three).")
+# the options a research run sets, often together: a --config file holds them by name
+# (models/SERVICE.train.yaml); --help lists them apart from the everyday ones
+RESEARCH_PANEL = "Research options (also by name in a --config file)"
 TrainTraceOpt = typer.Option(
     None, "--trace", help="A training trace of your own ('DURATION COUNT' lines; repeatable), in "
     "place of --traces' train/*.txt.")
@@ -39,79 +42,95 @@ OutOpt = typer.Option(None, help="Model file (default models/SERVICE.zip or mode
 StepsOpt = typer.Option(None, help="Step budget (ppo: the paper's 300000; ddpg/inss: 12000).")
 SeedOpt = typer.Option(0, help="Training seed.")
 GpusOpt = typer.Option(2, help="ddpg/inss: GPUs of the training cluster (Table 5.1: 8 units = 2).")
-TensorboardOpt = typer.Option(None, help="Directory for TensorBoard logs (ppo).")
+TensorboardOpt = typer.Option(None, help="Directory for TensorBoard logs (ppo).",
+                              rich_help_panel=RESEARCH_PANEL)
 StopAtOpt = typer.Option(
-    None, help="Stop after this many steps; the learning rate still decays over --steps."
+    None, help="Stop after this many steps; the learning rate still decays over --steps.",
+    rich_help_panel=RESEARCH_PANEL,
 )
 ScalesOpt = typer.Option(
     SCALES_DEFAULT,
     help="ppo: pool sizes (units) drawn per episode, the ratio scaled with them, e.g. "
     "8,16,32,64,128; 'none' trains at 8 units only (the paper).",
+    rich_help_panel=RESEARCH_PANEL,
 )
 InitFromOpt = typer.Option(
-    None, help="ppo: start from this model's weights (e.g. an agent of the 25-float observation)."
+    None, help="ppo: start from this model's weights (e.g. an agent of the 25-float observation).",
+    rich_help_panel=RESEARCH_PANEL,
 )
 LoadScalesOpt = typer.Option(
     None, help="ddpg/inss: LO,HI: train at Table 5.1's ratios times a factor drawn log-uniformly "
-    "in [LO, HI] per episode and validate at both (default: 1 +- 30 %)."
+    "in [LO, HI] per episode and validate at both (default: 1 +- 30 %).",
+    rich_help_panel=RESEARCH_PANEL,
 )
 LoadsOpt = typer.Option(
     "none",
     help="ppo: ratio multipliers drawn per 8-unit episode, e.g. 1,2 (Table 5.1's and 5.2's "
     "loads); 'none' keeps the ratio.",
+    rich_help_panel=RESEARCH_PANEL,
 )
 SharedOpt = typer.Option(
     False,
     "--shared",
     help="ppo: 8-unit episodes and validation run the three services sharing the pool as the "
     "tables do (the other two on rule v2) instead of one service with randomised free units.",
+    rich_help_panel=RESEARCH_PANEL,
 )
 PoolRewardOpt = typer.Option(
     False,
     "--pool-reward",
     help="ppo, with --shared: shared episodes reward (and validate) the three services' "
     "Eq. 3.2 together, so holding units another service needs costs the agent.",
+    rich_help_panel=RESEARCH_PANEL,
 )
 PartnersOpt = typer.Option(
     None,
     help="ppo, with --shared: a folder of agents (SERVICE.zip, e.g. models) that decide the "
     "other two services in shared episodes instead of rule v2.",
+    rich_help_panel=RESEARCH_PANEL,
 )
 ValidatePoolOpt = typer.Option(
     False,
     "--validate-pool",
     help="ppo, with --shared: choose checkpoints on the three services' rewards together in "
     "shared validation (training keeps the agent's own reward).",
+    rich_help_panel=RESEARCH_PANEL,
 )
 CheckpointsOpt = typer.Option(
-    None, help="ppo: also write every validated model to this folder (SERVICE-STEPS.zip)."
+    None, help="ppo: also write every validated model to this folder (SERVICE-STEPS.zip).",
+    rich_help_panel=RESEARCH_PANEL,
 )
 EntCoefOpt = typer.Option(
     0.0, help="ppo: entropy bonus of the PPO loss (sb3's ent_coef; 0, sb3's default, as the "
-    "paper's Table 4.6 names none); more keeps a fine-tuned agent trying actions it rarely takes."
+    "paper's Table 4.6 names none); more keeps a fine-tuned agent trying actions it rarely takes.",
+    rich_help_panel=RESEARCH_PANEL,
 )
 ReleaseBelowOpt = typer.Option(
     None,
     help="ppo, with --init-from: before training, teach the starting agent to scale down by one "
     "wherever its offered load per instance (the observation's request rate) reads below this, "
     "e.g. 0.13; PPO then fine-tunes that model.",
+    rich_help_panel=RESEARCH_PANEL,
 )
 HoldLargestOpt = typer.Option(
     False,
     "--hold-largest",
     help="ppo, with --init-from and two --scales or more: PPO trains the smaller pool sizes only "
     "and every checkpoint is fitted to act at the largest as the starting agent does.",
+    rich_help_panel=RESEARCH_PANEL,
 )
 LikeTestbedOpt = typer.Option(
     0.0,
     help="ppo: share of training episodes whose clients and balancer run as on the local "
     "testbed (testbed.sim.cluster.TESTBED_OPTIONS), e.g. 0.5; validation then adds that setup.",
+    rich_help_panel=RESEARCH_PANEL,
 )
 ResumeOpt = typer.Option(
     False,
     "--resume",
     help="ppo, with --checkpoints DIR: go on from the newest DIR/SERVICE-STEPS.zip of an "
     "interrupted run (its steps and validations) up to --steps, with the same options.",
+    rich_help_panel=RESEARCH_PANEL,
 )
 
 
