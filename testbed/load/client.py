@@ -186,6 +186,7 @@ class LoadClient:
     def _launch(self, scheduled_mono: float, done: asyncio.Future[None] | None = None) -> None:
         pool = self._pool
         assert pool is not None, "use `async with LoadClient(...)`"
+        dispatched_mono = pool.loop.time()
         self._seq += 1
         self.summary.scheduled += 1
         seq = self._seq
@@ -206,7 +207,7 @@ class LoadClient:
                 scheduled=self._wall(scheduled_mono), sent=self._wall(sent_mono),
                 latency_ms=(end - sent_mono) * 1000.0, latency_sched_ms=(end - scheduled_mono) * 1000.0,
                 status=status, bytes_up=req.bytes_up, bytes_down=len(body), error=error,
-                server_ms=server_ms,
+                server_ms=server_ms, dispatched=self._wall(dispatched_mono),
             ))
             if done is not None and not done.done():
                 done.set_result(None)

@@ -33,6 +33,9 @@ class RequestRecord:
     # an emulated replica's own time for it (wall ms from admission to its answer, the part a time
     # scale compresses), from its X-Testbed-Server-Ms header; None from a real service
     server_ms: float | None = None
+    # epoch seconds when the client's schedule handed it to its connections: from `scheduled` to
+    # here is the client's own lag; from here to `sent` the wait for a connection (a slice's queue)
+    dispatched: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -54,12 +57,28 @@ class RequestRecord:
             "status": self.status, "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
             "error": self.error,
             "server_ms": None if self.server_ms is None else round(self.server_ms, 3),
+            "dispatched": None if self.dispatched is None else round(self.dispatched, 6),
         })
 
     @classmethod
     def from_json(cls, line: str) -> RequestRecord:
         """The record one JSON `line` holds."""
         return cls(**json.loads(line))
+
+
+def schedule_lag_ms(record: Mapping[str, Any]) -> float | None:
+    """How far behind its schedule the client handed a recorded request to its connections (wall
+    ms): its event loop's lag, which a machine that does not hold a time scale shows, without the
+    wait for a connection that a congested slice adds. Records without `dispatched` (written
+    before it existed) give the lateness of sending. None without a schedule.
+
+    record: a request record as its JSON line reads."""
+    at = record.get("dispatched")
+    if at is None:
+        at = record.get("sent")
+    if at is None or record.get("scheduled") is None:
+        return None
+    return (at - record["scheduled"]) * 1000.0
 
 
 def scenario_latency_ms(record: Mapping[str, Any], time_scale: float) -> float:

@@ -161,15 +161,19 @@ class CellRunner:
         return sum(lost.values())
 
     def _behind_schedule(self, records: dict[str, list[dict[str, Any]]]) -> int:
-        """At a time scale: the services whose clients fell behind their schedule (the machine did
-        not hold the scale), each failing the cell with one line; returns how many.
+        """At a time scale: the services whose clients fell behind their schedule in the measured
+        window (the machine did not hold the scale), each failing the cell with one line; returns
+        how many.
         records: the cell's request records by service."""
         scn = self.scn
         if scn.time_scale == 1:
             return 0
         slo = self.info.get("slo_ms") or SLO_MS
+        # the measured window's requests: a warm-up absorbs the clients' own start
+        start = self.info.get("measure_started", 0.0) if scn.warmup_s else 0.0
         behind = 0
         for service, recs in records.items():
+            recs = [r for r in recs if r.get("scheduled", 0.0) >= start]
             late = behind_schedule(recs, time_scale=scn.time_scale,
                                    slo_ms=slo.get(service, SLO_MS.get(service, 1000.0)))
             if late is not None:

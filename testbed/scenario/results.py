@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import StateError
-from testbed.load.records import scenario_latency_ms
+from testbed.load.records import scenario_latency_ms, schedule_lag_ms
 from testbed.load.stats import percentile
 from testbed.profiles import default_profiles
 from testbed.scenario.rundir import read_jsonl
@@ -37,8 +37,8 @@ def service_row(records: list[dict[str, Any]], service: str, *, time_scale: floa
     violations = sum(1 for r in records
                      if r.get("error") is not None or scenario_latency_ms(r, time_scale) > slo_ms)
     # how late the clients sent, in scenario time: a time scale the machine does not hold shows here
-    lateness = [(r["sent"] - r["scheduled"]) * 1000.0 * time_scale for r in records
-                if r.get("sent") is not None and r.get("scheduled") is not None]
+    lags = (schedule_lag_ms(r) for r in records)
+    lateness = [lag * time_scale for lag in lags if lag is not None]
     n = len(records)
     errors = sum(1 for r in records if r.get("error") is not None)
     kinds: dict[str, int] = {}
@@ -129,8 +129,8 @@ def behind_schedule(records: list[dict[str, Any]], *, time_scale: float, slo_ms:
     records: the service's request records; time_scale: the run's; slo_ms: the service's SLO."""
     if time_scale == 1:
         return None
-    late = percentile([(r["sent"] - r["scheduled"]) * 1000.0 * time_scale for r in records
-                       if r.get("sent") is not None and r.get("scheduled") is not None], 0.99)
+    lags = (schedule_lag_ms(r) for r in records)
+    late = percentile([lag * time_scale for lag in lags if lag is not None], 0.99)
     return late if late is not None and late > LATENESS_SLO_SHARE * slo_ms else None
 
 

@@ -223,3 +223,33 @@ def test_sending_keeps_pace_while_a_burst_of_answers_is_handled():
     during = [r for r in records if r.seq > warm + n_held and burst[0] <= r.scheduled <= burst[1] - 0.01]
     assert len(during) >= 10
     assert max(r.lateness_ms for r in during) < 30, sorted(r.lateness_ms for r in during)[-5:]
+
+
+def test_a_wait_for_a_connection_is_not_the_clients_lag():
+    """One connection, answers taking 0.3 s, two requests due 0.1 s apart: the second waits for
+    the connection (sent 0.2 s after its time) but was dispatched on time; a blocked event loop
+    shows in the dispatch lag itself (schedule_lag_ms), which a time-scaled cell judges."""
+    from testbed.load.records import schedule_lag_ms
+
+    async def slow_ok(request):
+        await asyncio.sleep(0.3)
+        return web.json_response({"response": "fine"})
+
+    async def main(block: bool):
+        app = web.Application()
+        app.router.add_post("/ok", slow_ok)
+        async with TestServer(app, host="127.0.0.1") as server:
+            records = []
+            cfg = ClientConfig("chatbot", str(server.make_url("")).rstrip("/"), max_connections=1)
+            async with LoadClient(cfg, [records.append], request_factory=request_to("/ok")) as client:
+                if block:
+                    asyncio.get_running_loop().call_later(0.05, __import__("time").sleep, 0.2)
+                await client.run_open_loop(constant_schedule(10, 0.2))
+            return sorted(records, key=lambda r: r.seq)
+
+    first, second = asyncio.run(main(block=False))
+    assert second.lateness_ms > 150  # sent when the first answer freed the connection
+    assert schedule_lag_ms(json.loads(second.to_json())) < 30
+    assert first.scheduled <= first.dispatched <= first.sent
+    _, blocked = asyncio.run(main(block=True))
+    assert schedule_lag_ms(json.loads(blocked.to_json())) > 100  # the loop itself fell behind

@@ -121,3 +121,34 @@ def test_clients_behind_their_schedule_at_a_time_scale_fail_the_cell():
     assert behind_schedule(late_by(600.0), time_scale=1, slo_ms=500) is None
     row = service_row(late_by(6.0), "chatbot", time_scale=10, duration_s=20, slo_ms=500)
     assert row["p99_lateness_ms"] == pytest.approx(60.0, rel=0.01)
+    # the client's own lag is judged, not the wait for a connection after it (dispatched -> sent)
+    waited = [{**r, "dispatched": r["scheduled"]} for r in late_by(600.0)]
+    assert behind_schedule(waited, time_scale=10, slo_ms=500) is None
+
+
+def test_only_the_measured_windows_requests_are_judged_behind_schedule(tmp_path):
+    """A cell with a warm-up: clients late in their first second (their start) hold the scale;
+    late in the measured window they do not."""
+    from rich.console import Console
+
+    from testbed.scenario.cell import CellRunner
+    from testbed.scenario.live import LiveView
+    from testbed.scenario.load import parse_scenario
+    from testbed.scenario.matrix import expand
+    from testbed.scenario.rundir import CellDir
+
+    loaded = parse_scenario("name: s\nduration_s: 30\nwarmup_s: 10\nscaler_period_s: 10\ntime_scale: 10\n"
+                            "services:\n  - {name: imgcls}\n", "s.yaml", tmp_path)
+    (cell,) = expand(loaded.scenario, loaded.testbed)
+
+    def judged(late_from: float, late_to: float) -> int:
+        runner = CellRunner(cell, 0, CellDir.create(tmp_path / f"{late_from}", cell.slug, 0), tmp_path,
+                            LiveView(Console(file=None), [cell], 1, enabled=False))
+        runner.info["measure_started"] = 101.0  # the load began at 100; 10 s of warm-up at 10x
+        records = [{**_record(i), "scheduled": 100.0 + i / 10,
+                    "dispatched": 100.0 + i / 10 + (0.5 if late_from <= i / 10 < late_to else 0.0)}
+                   for i in range(40)]
+        return runner._behind_schedule({"imgcls": records})
+
+    assert judged(0.0, 0.3) == 0  # the first 0.3 s: warm-up
+    assert judged(2.0, 2.3) == 1
