@@ -77,8 +77,9 @@ def pytest_configure(config: pytest.Config) -> None:
                  "needs_root: needs root and network namespaces",
                  "scenario: an item of a scenario file (a matrix cell or its expect)",
                  "xdist_group(name): pytest-xdist's --dist loadgroup runs a group on one worker",
-                 "timed: asserts on wall-clock time; under -n it runs first in the CPU's queue"):
+                 "timed: asserts on wall-clock time; under -n it runs ahead of untimed tests"):
         config.addinivalue_line("markers", line)
+    lower_worker_priority()
     globs = config.getoption("scenario_glob") or config.getini("testbed_scenarios")
     named = {(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args}
     config.stash[_WHERE] = ([(g, glob_regex(g)) for g in globs], named)
@@ -240,34 +241,38 @@ class ScenarioFile(pytest.File):
 
 
 TESTBED_GROUP = "testbed-scenarios"
-# a timed test's processes go first: real-time round robin at the lowest real-time priority
-# (the kernel still keeps 5 % of each second for everything else), else nice -10 (about nine
-# times a nice-0 process's share; on this EEVDF kernel the clients still lagged 20-50 ms by it)
-TIMED_RR_PRIORITY = 1
-TIMED_NICE = -10
+# Under -n, a worker's untimed tests run at WORKER_NICE, below the kernel's own threads (the
+# softirq threads that carry a testbed's packets run at nice 0), and a timed test's at 0. Raising
+# the timed ones instead (nice -10, or real-time round robin) left the network-heavy scenarios'
+# clients 20-50 ms behind their schedule, or starved them behind their own cell's replicas.
+WORKER_NICE = 10
+TIMED_NICE = 0
+
+
+def lower_worker_priority() -> None:
+    """In a pytest-xdist worker, as root: this process's tests yield to the timed ones (see
+    timed_priority) and to the kernel's threads. Elsewhere nothing changes (without root a timed
+    test could not come back up)."""
+    if os.geteuid() == 0 and "PYTEST_XDIST_WORKER" in os.environ:
+        os.setpriority(os.PRIO_PROCESS, 0, WORKER_NICE)
 
 
 @contextlib.contextmanager
 def timed_priority() -> Iterator[None]:
-    """Within it, this thread and the threads and processes it starts run ahead of every ordinary
-    process (SCHED_RR at TIMED_RR_PRIORITY, else nice TIMED_NICE): under pytest-xdist (-n) a test
-    timed against the clock (a testbed scenario's cells, a replica's processing times) would
-    otherwise share the cores with the other workers' CPU-bound tests and be judged on their load.
-    Only as root and in an xdist worker; a no-op elsewhere."""
+    """Within it, this thread and the threads and processes it starts run at TIMED_NICE, ahead of
+    the workers' untimed tests (WORKER_NICE): under pytest-xdist (-n) a test timed against the
+    clock (a testbed scenario's cells, a replica's processing times) would otherwise share the
+    cores with the other workers' CPU-bound tests and be judged on their load. Only as root and in
+    an xdist worker; a no-op elsewhere."""
     if os.geteuid() != 0 or "PYTEST_XDIST_WORKER" not in os.environ:
         yield
         return
-    policy, param, nice = os.sched_getscheduler(0), os.sched_getparam(0), os.getpriority(os.PRIO_PROCESS, 0)
-    try:
-        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(TIMED_RR_PRIORITY))
-    except OSError:  # no CAP_SYS_NICE for real-time (a container): a larger share at least
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, 0, TIMED_NICE)
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    os.setpriority(os.PRIO_PROCESS, 0, TIMED_NICE)
     try:
         yield
     finally:
-        os.sched_setscheduler(0, policy, param)
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
+        os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
 def _worker_group(path: Path, engine: str) -> pytest.MarkDecorator:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.pytest_plugin import glob_regex, looks_like_scenario, matches_glob
+from testbed.pytest_plugin import TIMED_NICE, WORKER_NICE, glob_regex, looks_like_scenario, matches_glob
 
 pytest_plugins = ["pytester"]
 
@@ -163,27 +163,25 @@ def test_a_scenario_by_its_content(tmp_path: Path):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="raising a priority needs root")
 def test_under_xdist_a_timed_test_runs_ahead_and_the_others_as_they_were(pytester: pytest.Pytester):
-    """timed_priority: a `timed` test in a worker runs real-time (SCHED_RR) and its child processes
-    too, the others as ordinary processes; a serial run leaves both alone."""
-    pytester.makepyfile(test_probe="""
+    """Under -n a worker's untimed tests run at WORKER_NICE and a `timed` one (with the processes
+    it starts) at TIMED_NICE; a serial run leaves both at the shell's."""
+    pytester.makepyfile(test_probe=f"""
         import os, subprocess, sys
         import pytest
         from testbed.pytest_plugin import timed_priority
 
-        CHILD = [sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"]
+        CHILD = [sys.executable, "-c", "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"]
+        WORKER = "PYTEST_XDIST_WORKER" in os.environ
 
         @pytest.mark.timed
         def test_timed():
-            worker = "PYTEST_XDIST_WORKER" in os.environ
             with timed_priority():
-                want = os.SCHED_RR if worker else os.SCHED_OTHER
-                assert os.sched_getscheduler(0) == want
-                assert int(subprocess.run(CHILD, capture_output=True, text=True).stdout) == want
-            assert os.sched_getscheduler(0) == os.SCHED_OTHER
+                assert os.getpriority(os.PRIO_PROCESS, 0) == {TIMED_NICE}
+                assert int(subprocess.run(CHILD, capture_output=True, text=True).stdout) == {TIMED_NICE}
+            assert os.getpriority(os.PRIO_PROCESS, 0) == ({WORKER_NICE} if WORKER else 0)
 
         def test_plain():
-            assert os.sched_getscheduler(0) == os.SCHED_OTHER
-            assert os.getpriority(os.PRIO_PROCESS, 0) == 0
+            assert os.getpriority(os.PRIO_PROCESS, 0) == ({WORKER_NICE} if WORKER else 0)
         """)
     pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider").assert_outcomes(passed=2)
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
