@@ -22,15 +22,15 @@ from testbed.profiles import ServiceProfile, default_profiles, load_profiles, pr
 from testbed.profiles.registry import register_service
 from testbed.report.export import request_rows, write_csv, write_jsonl
 from testbed.scaler.registry import make_policy, register_policy
-from testbed.scenario.expect import PASS, Outcome, run_verdict
+from testbed.scenario.expect import Outcome
 from testbed.scenario.load import LoadedScenario, scenario_from_yaml
 from testbed.scenario.load import load_scenario as _load_file
 from testbed.scenario.runner import RunOptions
 from testbed.scenario.runner import run_scenario as _run
+from testbed.scenario.verdict import run_verdict
 
 __all__ = ["Result", "evaluate", "load_scenario", "register_policy", "register_service", "run_scenario",
            "services"]
-NOT_JUDGED = "NOT JUDGED"  # a run with no `expect:` checks
 
 
 def services() -> dict[str, ServiceProfile]:
@@ -67,11 +67,11 @@ class Result:
 
     @property
     def verdict(self) -> str:
-        """FAIL when a check fails (or reads a cell without data), the run was interrupted or a
-        cell failed; else UNDECIDED when a check is not decided (never a pass: `testbed run` exits
-        2); PASS when every check passes; NOT JUDGED without checks."""
-        verdict = run_verdict(self.outcomes, broken=self.interrupted or bool(self.problems))
-        return verdict if verdict != PASS or self.outcomes else NOT_JUDGED
+        """The run's verdict word, by the rule every caller uses (testbed.scenario.verdict):
+        FAIL (a check fails or reads a cell without data, a cell failed, the run was interrupted),
+        UNDECIDED (never a pass: `testbed run` exits 2), PASS, or NOT JUDGED without checks. A
+        problem that leaves every cell ok (in `problems`) does not fail it."""
+        return run_verdict(self.outcomes, self.rows, interrupted=self.interrupted).verdict
 
     def to_csv(self, path: str | Path, *, requests: bool = False) -> int:
         """Write the rows (or, with `requests`, every request record) as CSV; returns the count.

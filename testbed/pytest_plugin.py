@@ -331,19 +331,6 @@ class ExpectFailed(Exception):
     message lists each, with its reason, and the report."""
 
 
-def expect_verdict(outcomes: list[Any], *, allow_undecided: bool = False
-                   ) -> tuple[list[Any], list[Any]]:
-    """(the outcomes that fail the item, the exploratory UNDECIDED ones that make it an xfail):
-    FAIL, a check over a cell without data, and an UNDECIDED check the scenario does not mark
-    `exploratory` fail it (unless allow_undecided); an UNDECIDED `exploratory` check is an xfail.
-
-    outcomes: testbed.scenario.expect.Outcome of each check; allow_undecided: --scenario-allow-undecided."""
-    failing = [o for o in outcomes if o.fails_run or (
-        o.verdict == "UNDECIDED" and not o.exploratory and not allow_undecided)]
-    xfail = [o for o in outcomes if o.verdict == "UNDECIDED" and o not in failing]
-    return failing, xfail
-
-
 class ScenarioExpectItem(pytest.Item):
     """The scenario's `expect:` block over all its cells (pytest's `name` and `parent` as for
     any item); it also writes the run's results and report."""
@@ -353,6 +340,7 @@ class ScenarioExpectItem(pytest.Item):
         run` exits 1)."""
         run = self.parent.get_run()
         from testbed.report import write_report  # matplotlib: only when a scenario ran
+        from testbed.scenario.verdict import run_verdict
 
         result = run.finish()
         write_report(result.run_dir)
@@ -360,17 +348,20 @@ class ScenarioExpectItem(pytest.Item):
         lines = [f"{o.verdict}  {o.text}  ({o.explain()})" for o in result.outcomes]
         self.add_report_section("call", "expect", "\n".join(lines) +
                                 f"\nreport: {result.run_dir / 'report.html'}")
-        # as `testbed run`: FAIL and UNDECIDED fail (UNDECIDED: an xfail when marked exploratory)
-        failing, xfail = expect_verdict(
-            result.outcomes, allow_undecided=self.config.getoption("--scenario-allow-undecided"))
-        if failing:
+        # the one rule of `testbed run` (testbed.scenario.verdict): FAIL and UNDECIDED fail the
+        # item, a failed cell too; an UNDECIDED `exploratory` check alone makes it an xfail
+        verdict = run_verdict(
+            result.outcomes, result.rows, interrupted=result.interrupted,
+            allow_undecided=self.config.getoption("--scenario-allow-undecided"))
+        if verdict.exit_code:
             raise ExpectFailed("\n".join([
-                f"{len(failing)} of {len(lines)} expectations failed or undecided "
-                f"(report: {result.run_dir / 'report.html'}):",
-                *(f"{o.verdict}  {o.text}  ({o.explain()})" for o in failing)]))
-        if xfail:
-            pytest.xfail("exploratory checks undecided: " + "; ".join(
-                f"{o.text} ({o.explain()})" for o in xfail))
+                f"{verdict.verdict}: {len(verdict.failing)} of {len(lines)} expectations failed "
+                f"or undecided (report: {result.run_dir / 'report.html'}):",
+                *(f"{o.verdict}  {o.text}  ({o.explain()})" for o in verdict.failing),
+                *(f"failed cell: {c}" for c in verdict.failed_cells)]))
+        if verdict.allowed_undecided:
+            pytest.xfail("undecided, exploratory or allowed: " + "; ".join(
+                f"{o.text} ({o.explain()})" for o in verdict.allowed_undecided))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:
         """The failure in `excinfo` as its message alone when it is the checks' or the harness's,

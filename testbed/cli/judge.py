@@ -30,7 +30,8 @@ def judge(
     """
     from testbed.cli.scenario import exit_for, print_outcomes, run_banner
     from testbed.scenario.expect import ExpectSyntaxError, evaluate_all
-    from testbed.scenario.results import failed_cells, read_record
+    from testbed.scenario.results import read_record
+    from testbed.scenario.verdict import run_verdict
 
     record = read_record(run_dir)
     texts = _expect_lines(run_dir, record, scenario)
@@ -39,14 +40,12 @@ def judge(
     except ExpectSyntaxError as exc:
         raise ConfigError(f"{run_dir}: an expect: line cannot be read: {exc}") from None
     print_outcomes(outcomes)
-    interrupted = bool(record.get("interrupted"))
-    failed = failed_cells(record["rows"])
-    console.print(run_banner(outcomes, interrupted=interrupted, allow_undecided=allow_undecided,
-                             failed_cells=failed))
-    if interrupted:
+    verdict = run_verdict(outcomes, record["rows"], interrupted=bool(record.get("interrupted")),
+                          allow_undecided=allow_undecided)
+    console.print(run_banner(verdict, outcomes))
+    if verdict.interrupted:
         console.print("[yellow]the run was interrupted: its rows cover what was collected[/]")
-        raise typer.Exit(130)
-    exit_for(outcomes, allow_undecided=allow_undecided, failed_cells=failed)
+    exit_for(verdict)
 
 
 def _expect_lines(run_dir: Path, record: dict[str, Any], scenario: Path | None) -> list[str]:

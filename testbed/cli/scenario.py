@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from testbed.scenario.lab import LabOptions
     from testbed.scenario.load import LoadedScenario
     from testbed.scenario.runner import RunResult
+    from testbed.scenario.verdict import Verdict
 
 MANIFEST_KEYS = ("scenario", "testbed", "source", "profile", "created", "host")
 
@@ -196,25 +197,20 @@ def _report_run(result: RunResult, *, allow_undecided: bool = False) -> None:
     for p in result.problems:
         console.print(f"[yellow]problem:[/] {p}")
     console.print(f"run directory: {result.run_dir}\nreport: {result.run_dir / 'report.html'}")
-    console.print(run_banner(result.outcomes, interrupted=result.interrupted,
-                             allow_undecided=allow_undecided, failed_cells=result.failed_cells))
+    verdict = result.verdict(allow_undecided)
+    console.print(run_banner(verdict, result.outcomes))
     if result.interrupted:
         console.print("[yellow]interrupted: the report covers what was collected[/]")
-        raise typer.Exit(130)
-    exit_for(result.outcomes, allow_undecided=allow_undecided, failed_cells=result.failed_cells)
+    exit_for(verdict)
 
 
-def exit_for(outcomes: list[Outcome], *, allow_undecided: bool = False,
-             failed_cells: list[str] | None = None) -> None:
-    """Exit as `testbed run` and `testbed judge` do: 1 on FAIL (a check over a cell without
-    data, or a failed cell whether a check reads it or not), 2 on UNDECIDED (unless
-    allow_undecided), else return (exit 0)."""
-    from testbed.scenario.expect import EXIT_CODES, run_verdict
+def exit_for(verdict: Verdict) -> None:
+    """Exit as `testbed run` and `testbed judge` do: the verdict's exit code (130 interrupted, 1
+    FAIL, 2 UNDECIDED), else return (exit 0).
 
-    code = EXIT_CODES[run_verdict(outcomes, broken=bool(failed_cells),
-                                  allow_undecided=allow_undecided)]
-    if code:
-        raise typer.Exit(code)
+    verdict: testbed.scenario.verdict.run_verdict's."""
+    if verdict.exit_code:
+        raise typer.Exit(verdict.exit_code)
 
 
 # UNDECIDED has its own word and colour: never green
@@ -300,28 +296,29 @@ _FIGURES = [
 ]
 
 
-def run_banner(outcomes: list[Outcome], *, interrupted: bool, allow_undecided: bool = False,
-               failed_cells: list[str] | None = None) -> str:
+def run_banner(verdict: Verdict, outcomes: list[Outcome]) -> str:
     """The run's verdict in one line: PASS, FAIL (a check, or a failed cell), UNDECIDED (never
-    green), or with `allow_undecided` PASS marked as exploration."""
-    from testbed.scenario.expect import run_verdict
+    green), NOT JUDGED (no checks), or with `allow_undecided` PASS marked as exploration.
 
+    verdict: testbed.scenario.verdict.run_verdict's; outcomes: the checks it judged."""
     counts = {v: sum(o.verdict == v and not (v == "UNDECIDED" and o.exploratory) for o in outcomes)
               for v in ("PASS", "FAIL", "UNDECIDED")}
     counts["UNDECIDED (exploratory)"] = sum(o.verdict == "UNDECIDED" and o.exploratory
                                             for o in outcomes)
     detail = ", ".join(f"{n} {v.lower()}" for v, n in counts.items() if n) or "no checks"
-    if interrupted:
+    if verdict.interrupted:
         return f"[bold yellow]INTERRUPTED[/] ({detail})"
-    if failed_cells:
-        detail += f"; failed cell(s): {', '.join(failed_cells)}"
-    verdict = run_verdict(outcomes, broken=bool(failed_cells))
-    if verdict == "FAIL":
+    if verdict.failed_cells:
+        detail += f"; failed cell(s): {', '.join(verdict.failed_cells)}"
+    if verdict.verdict == "FAIL":
         return f"[bold red]FAIL[/] ({detail})"
-    if verdict == "UNDECIDED":
-        why = ("allowed (--allow-undecided): exploration, not a pass" if allow_undecided
-               else "the data cannot decide them: see the table")
-        return f"[bold magenta]UNDECIDED[/] ({detail}; {why})"
+    if verdict.verdict == "UNDECIDED":
+        return f"[bold magenta]UNDECIDED[/] ({detail}; the data cannot decide them: see the table)"
+    if verdict.allow_undecided and counts["UNDECIDED"]:  # exits 0, and still never green
+        return (f"[bold magenta]UNDECIDED[/] ({detail}; allowed (--allow-undecided): "
+                "exploration, not a pass)")
+    if verdict.verdict == "NOT JUDGED":
+        return f"[bold]NOT JUDGED[/] ({detail})"
     return f"[bold green]PASS[/] ({detail})"
 
 

@@ -23,6 +23,7 @@ from testbed.report.what_was_run import what_was_run
 from testbed.scenario.expect import Outcome, evaluate_all
 from testbed.scenario.results import RECORD, read_record, run_rows
 from testbed.scenario.rundir import read_jsonl
+from testbed.scenario.verdict import Verdict, run_verdict
 
 
 def _f(v: Any, digits: int = 1) -> str:
@@ -55,8 +56,8 @@ def build_document(run_dir: Path) -> Document:
     doc.sections.append(_run_section(manifest))
     cells = [json.loads(f.read_text()) for f in sorted((run_dir / "cells").glob("*/rep-*/cell.json"))]
     doc.sections.append(what_was_run(manifest, cells))
-    if outcomes:
-        doc.sections.append(_expectations_section(outcomes))
+    verdict = run_verdict(outcomes, rows, interrupted=bool(record and record.get("interrupted")))
+    doc.sections.append(_expectations_section(verdict, outcomes))
     problems = _problems(run_dir)
     if problems:
         doc.sections.append(Section("Problems during the run", bullets=problems))
@@ -126,8 +127,21 @@ def recorded_outcomes(record: dict[str, Any] | None, texts: list[str]) -> list[O
     return [Outcome(**{k: v for k, v in o.items() if k in names}) for o in recorded]
 
 
-def _expectations_section(outcomes: list[Outcome]) -> Section:
-    sec = Section("Expectations")
+def run_verdict_line(verdict: Verdict) -> str:
+    """The run's verdict as the report states it: the word `testbed run` printed and exited on,
+    and what decided it (failed cells, interrupted).
+
+    verdict: testbed.scenario.verdict.run_verdict's."""
+    why = [f"failed cell(s): {', '.join(verdict.failed_cells)}"] if verdict.failed_cells else []
+    if verdict.interrupted:
+        why.append("the run was interrupted")
+    return f"Run verdict: **{verdict.verdict}**" + (f" ({'; '.join(why)})" if why else "")
+
+
+def _expectations_section(verdict: Verdict, outcomes: list[Outcome]) -> Section:
+    sec = Section("Expectations", paragraphs=[run_verdict_line(verdict)])
+    if not outcomes:
+        return sec
     sec.tables.append(TableData(["check", "result", "left", "right", "why"], [
         [f"`{o.text}`", f"**{o.verdict}**", _f(o.left, 4), _f(o.right, 4),
          o.detail + (f"; decided by: {o.decided_by}" if o.decided_by else "")]

@@ -10,6 +10,7 @@ from typing import Any
 from testbed.paths import TRACES_DIR
 from testbed.reproduce.tables import Cell, Check, TableResult
 from testbed.scenario.expect import FAIL, NOT_RUN, PASS, UNDECIDED, Outcome
+from testbed.scenario.verdict import EXIT_CODES, worst
 
 
 @dataclass
@@ -88,11 +89,14 @@ class ReproResult:
 
     def exit_code(self, allow_undecided: bool = False) -> int:
         """1 when an artefact FAILs, 2 when one is UNDECIDED (never a pass; 0 with
-        allow_undecided), else 0 (NOT RUN at this size is listed apart, not a failure)."""
-        if self.failed:
-            return 1
-        undecided = any(v.verdict == UNDECIDED for v in self.verdicts)
-        return 2 if undecided and not allow_undecided else 0
+        allow_undecided), else 0 (NOT RUN at this size is listed apart, not a failure): the
+        exit codes of testbed.scenario.verdict, over the artefacts' worst verdict.
+
+        allow_undecided: an UNDECIDED artefact exits 0 (exploration)."""
+        verdict = worst(v.verdict for v in self.verdicts)
+        if verdict == UNDECIDED and allow_undecided:
+            return 0
+        return EXIT_CODES[verdict]
 
     def not_run(self) -> list[str]:
         """'artefact: what this size does not judge' for each artefact with such a part."""

@@ -32,6 +32,7 @@ from testbed.scenario.expect import FAIL, NOT_RUN, PASS, UNDECIDED
 from testbed.scenario.load import load_scenario, parse_scenario
 from testbed.scenario.results import recorded_rows
 from testbed.scenario.runner import RunOptions, run_scenario
+from testbed.scenario.verdict import run_verdict
 
 # the scenarios reproduce runs, shipped as package data (links to the repository's scenarios/)
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
@@ -176,7 +177,8 @@ def slicing_verdicts(rows: list[dict[str, Any]], run_dir: str, *, quick: bool
     for name, services in FIGURE_SERVICES.items():
         mine = {s: judged[s] for s in services if s in judged}
         outcomes = [o for s in mine.values() for o in s.outcomes]
-        verdict = combine(outcomes) if mine and len(mine) == len(services) else FAIL
+        figure_rows = [r for r in rows if r.get("service") in services]
+        verdict = combine(outcomes, figure_rows) if mine and len(mine) == len(services) else FAIL
         parts = [f"{s} {_SAID[sv.verdict]}" for s, sv in mine.items()]
         parts += [f"{s} not run (flows {flows})" for s in services if s not in mine]
         decided_by = "; ".join(dict.fromkeys(o.decided_by for o in outcomes if o.decided_by))
@@ -250,17 +252,21 @@ def _table54(a: Artefact, partial: Path, options: Options) -> Verdict:
     if reps == 1:
         table.notes.append("one repetition: run-to-run noise not measured here (docs/table-5.4.md "
                            "gives it for the long run)")
-    return _table_verdict(a, table, options, run_dir=str(run_dir))
+    return _table_verdict(a, table, options, run_dir=str(run_dir), rows=rows)
 
 
 def _table_verdict(a: Artefact, table: TableResult, options: Options,
-                   run_dir: str | None = None) -> Verdict:
-    """A table's verdict: PASS when every cell and check passes; what failed, one line each."""
+                   run_dir: str | None = None, rows: list[dict[str, Any]] | None = None) -> Verdict:
+    """A table's verdict: PASS when every cell and check passes; what failed, one line each.
+    The rows of a scenario run behind it (Table 5.4) fail it as they fail that run: a failed cell
+    (testbed.scenario.verdict)."""
     if options.rule_only:
         table.notes.append("rule-based side only (--rule-only): no DRL column")
     bad = [f"{c.service} {c.policy}: {c.why}" for c in table.cells if c.passed is False]
     bad += [f"{c.text}: {c.detail}" for c in table.checks if not c.passed]
-    verdict = table.verdict
+    run = run_verdict((), rows or ())
+    bad += [f"failed cell {c}" for c in run.failed_cells]
+    verdict = FAIL if run.verdict == FAIL else table.verdict
     not_run = table.not_run()
     summary = {PASS: "all cells and checks judged at this size within tolerance",
                FAIL: f"{len(bad)} outside tolerance",

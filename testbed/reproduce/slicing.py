@@ -25,7 +25,8 @@ from testbed.profiles.paper import (
     SLICING_PLAN,
     SLICING_RATES,
 )
-from testbed.scenario.expect import ALPHA, PASS, Outcome, evaluate_all, run_verdict
+from testbed.scenario.expect import ALPHA, PASS, Outcome, evaluate_all
+from testbed.scenario.verdict import run_verdict
 
 # How close is "no difference" and how big is "a small difference" (Section 5.3 gives no
 # numbers; these are this harness's reading, stated in docs/slicing.md and in every report).
@@ -315,10 +316,12 @@ class ServiceVerdict:
                          if not o.passed)
 
 
-def combine(outcomes: list[Outcome]) -> str:
-    """FAIL when any check fails the run; else UNDECIDED when any (not `exploratory`) is
-    undecided (never a pass: `testbed reproduce` exits 2); else PASS."""
-    return run_verdict(outcomes)
+def combine(outcomes: list[Outcome], rows: list[dict[str, Any]] | None = None) -> str:
+    """The verdict of these checks over these rows by the rule of every run
+    (testbed.scenario.verdict): FAIL when a check fails the run or one of `rows` is a failed
+    cell; else UNDECIDED when one (not `exploratory`) is undecided (never a pass: `testbed
+    reproduce` exits 2); else PASS."""
+    return run_verdict(outcomes, rows or ()).verdict
 
 
 def judge_slicing(rows: list[dict[str, Any]], flows: list[int], *,

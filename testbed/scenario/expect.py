@@ -11,7 +11,8 @@ sampling variance (independent or batch-means, the larger):
   of E is ruled out. Else UNDECIDED, with the size that decides it.
 - `A ~= B within M` ("no difference within M"): two one-sided tests, PASS only when the interval
   lies inside +-M, FAIL when it lies wholly outside, else UNDECIDED.
-UNDECIDED is never a pass: `testbed run` exits 2 on it (1 on FAIL). A term over a cell that got
+UNDECIDED is never a pass: `testbed run` exits 2 on it (1 on FAIL; the run's verdict is
+testbed.scenario.verdict's). A term over a cell that got
 no requests or whose status is not ok is UNDECIDED with no size that decides it (exit 1).
 Bounds on other metrics (p99, throughput, replicas, simulator rows) are plain comparisons.
 
@@ -55,7 +56,7 @@ __all__ = [
     "ALPHA", "CHAIN_METRICS", "FAIL", "FIXED_KEYS", "MAX_CHECK_CHARS", "MAX_NESTING", "METRICS",
     "NOT_RUN", "PASS", "SLICE_METRICS", "UNDECIDED", "Check", "ExpectSyntaxError", "Outcome", "Term",
     "check_expectations", "check_selectors_match", "evaluate", "evaluate_all", "parse",
-    "run_verdict", "skeleton_rows",
+    "skeleton_rows",
 ]
 
 PASS, FAIL, UNDECIDED = "PASS", "FAIL", "UNDECIDED"
@@ -94,24 +95,6 @@ class Outcome:
         if self.decided_by:
             parts.append(f"decided by: {self.decided_by}")
         return "; ".join(parts)
-
-
-def run_verdict(outcomes: list[Outcome], *, broken: bool = False,
-                allow_undecided: bool = False) -> str:
-    """A run's verdict: FAIL when a check fails the run (or `broken`: interrupted, a cell failed);
-    else UNDECIDED when a check is undecided (PASS with `allow_undecided`, for exploration; a
-    check the scenario marks `exploratory` is not sized, and its UNDECIDED is expected: pytest
-    shows it as an xfail); else PASS.
-
-    outcomes: the checks' outcomes; broken: the run itself failed; allow_undecided: see above."""
-    if broken or any(o.fails_run for o in outcomes):
-        return FAIL
-    if any(o.verdict == UNDECIDED and not o.exploratory for o in outcomes) and not allow_undecided:
-        return UNDECIDED
-    return PASS
-
-
-EXIT_CODES = {PASS: 0, FAIL: 1, UNDECIDED: 2}
 
 
 def evaluate(check: Check, rows: list[dict[str, Any]]) -> Outcome:

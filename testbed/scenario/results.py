@@ -315,11 +315,3 @@ def run_rows(run_dir: Path) -> list[dict[str, Any]]:
     for cell_json in sorted((run_dir / "cells").glob("*/rep-*/cell.json")):
         rows += cell_rows(cell_json.parent)
     return rows
-
-
-def failed_cells(rows: list[dict[str, Any]]) -> list[str]:
-    """The cells (and repetitions) whose rows say they failed: lost requests, or metric sources
-    that disagree (`CellRunner.fail`); a "planned" cell (the lab's --check) has not failed. A run
-    with one fails whether a check reads it or not."""
-    return list(dict.fromkeys(f"{r.get('cell')} rep {r.get('rep')}" for r in rows
-                              if isinstance(r, dict) and r.get("status") not in (None, "ok", "planned")))

@@ -29,15 +29,16 @@ from testbed.metrics.server import find_prometheus
 from testbed.paths import RUNS_DIR, new_run_dir
 from testbed.scenario.backends import LocalProfile, Profile
 from testbed.scenario.cell import CellRunner, SimCellRunner
-from testbed.scenario.expect import PASS, Outcome, evaluate_all, run_verdict
+from testbed.scenario.expect import Outcome, evaluate_all
 from testbed.scenario.live import LiveView
 from testbed.scenario.load import LoadedScenario
 from testbed.scenario.matrix import Cell, expand
-from testbed.scenario.results import RECORD, failed_cells, run_rows
+from testbed.scenario.results import RECORD, run_rows
 from testbed.scenario.rundir import CellDir, write_manifest
 from testbed.scenario.simcell import write_cell_files
 from testbed.scenario.spec import Scenario
 from testbed.scenario.sweep import check_options, run_in_pool, run_on_dask, workers
+from testbed.scenario.verdict import Verdict, failed_cells, run_verdict
 
 
 @dataclass
@@ -71,11 +72,11 @@ class RunResult:
     interrupted: bool = False
     problems: list[str] = field(default_factory=list)
 
-    def verdict(self, allow_undecided: bool = False) -> str:
-        """FAIL (a check fails, or reads a cell without data; the run was interrupted), UNDECIDED
-        (a check is undecided: a run is never green on one) or PASS; `allow_undecided`: an
-        UNDECIDED check counts as a pass (exploration)."""
-        return run_verdict(self.outcomes, broken=self.interrupted or bool(self.failed_cells),
+    def verdict(self, allow_undecided: bool = False) -> Verdict:
+        """The run's verdict (testbed.scenario.verdict: the one rule every caller uses).
+
+        allow_undecided: an UNDECIDED check counts as a pass (exploration)."""
+        return run_verdict(self.outcomes, self.rows, interrupted=self.interrupted,
                            allow_undecided=allow_undecided)
 
     @property
@@ -87,8 +88,8 @@ class RunResult:
 
     @property
     def passed(self) -> bool:
-        """The run's verdict is PASS (no FAIL, no UNDECIDED, no failed cell, not interrupted)."""
-        return self.verdict() == PASS
+        """The run's verdict exits 0 (PASS, or no checks and nothing failed)."""
+        return self.verdict().passed
 
 
 MIN_FREE_MB = 200  # request records, samples and plots of a CI-size run take a few MB; a day, ~100

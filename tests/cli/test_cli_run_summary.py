@@ -9,25 +9,30 @@ from testbed.cli import scenario as cli_scenario
 from testbed.scenario.expect import Outcome
 from testbed.scenario.results import run_rows
 from testbed.scenario.rundir import CellDir
+from testbed.scenario.verdict import run_verdict
 
 
 def _o(verdict: str, decided_by: str = "") -> Outcome:
     return Outcome("x > y", verdict, 1.0, 2.0, "", decided_by)
 
 
+def _banner(outcomes: list[Outcome], **kw) -> str:
+    return cli_scenario.run_banner(run_verdict(outcomes, **kw), outcomes)
+
+
 def test_banner_says_pass_fail_or_undecided_at_this_size():
-    assert cli_scenario.run_banner([_o("PASS"), _o("PASS")], interrupted=False).startswith(
-        "[bold green]PASS[/] (2 pass")
-    assert cli_scenario.run_banner([_o("PASS"), _o("FAIL")], interrupted=False).startswith(
-        "[bold red]FAIL[/] (1 pass, 1 fail")
+    assert _banner([_o("PASS"), _o("PASS")]).startswith("[bold green]PASS[/] (2 pass")
+    assert _banner([_o("PASS"), _o("FAIL")]).startswith("[bold red]FAIL[/] (1 pass, 1 fail")
     # undecided is never green: its own word and colour; allowed only for exploration
-    small = cli_scenario.run_banner([_o("PASS"), _o("UNDECIDED", "5 violations")], interrupted=False)
+    small = _banner([_o("PASS"), _o("UNDECIDED", "5 violations")])
     assert small.startswith("[bold magenta]UNDECIDED[/]") and "green" not in small
-    allowed = cli_scenario.run_banner([_o("PASS"), _o("UNDECIDED", "5 violations")],
-                                      interrupted=False, allow_undecided=True)
+    allowed = _banner([_o("PASS"), _o("UNDECIDED", "5 violations")], allow_undecided=True)
     assert allowed.startswith("[bold magenta]UNDECIDED[/]") and "not a pass" in allowed
-    assert cli_scenario.run_banner([_o("UNDECIDED")], interrupted=False).startswith("[bold red]FAIL")
-    assert cli_scenario.run_banner([_o("PASS")], interrupted=True).startswith("[bold yellow]INTERRUPTED")
+    assert _banner([_o("UNDECIDED")]).startswith("[bold red]FAIL")
+    assert _banner([_o("PASS")], interrupted=True).startswith("[bold yellow]INTERRUPTED")
+    assert _banner([]).startswith("[bold]NOT JUDGED[/] (no checks")
+    failed = _banner([_o("PASS")], rows=[{"cell": "00", "rep": 0, "status": "failed"}])
+    assert failed.startswith("[bold red]FAIL") and "failed cell(s): 00 rep 0" in failed
 
 
 def test_cells_table_shows_services_slices_and_failed_cells(monkeypatch):

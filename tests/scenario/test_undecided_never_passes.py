@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from testbed.api import Result
-from testbed.pytest_plugin import expect_verdict
-from testbed.scenario.expect import EXIT_CODES, FAIL, PASS, UNDECIDED, Outcome, parse, run_verdict
+from testbed.scenario.expect import FAIL, PASS, UNDECIDED, Outcome, parse
 from testbed.scenario.runner import RunResult
+from testbed.scenario.verdict import EXIT_CODES, run_verdict
 
 
 def _o(verdict: str, decided_by: str = "more requests", exploratory: bool = False) -> Outcome:
@@ -17,29 +17,29 @@ def _o(verdict: str, decided_by: str = "more requests", exploratory: bool = Fals
 
 
 def test_a_run_with_an_undecided_check_exits_2_a_fail_1_a_pass_0():
-    assert EXIT_CODES[run_verdict([_o(PASS), _o(UNDECIDED)])] == 2
-    assert EXIT_CODES[run_verdict([_o(UNDECIDED), _o(FAIL)])] == 1
-    assert EXIT_CODES[run_verdict([_o(PASS)])] == 0
-    assert run_verdict([_o(PASS), _o(UNDECIDED)], allow_undecided=True) == PASS
-    assert run_verdict([_o(UNDECIDED, decided_by="")]) == FAIL  # a cell without data
+    assert EXIT_CODES[run_verdict([_o(PASS), _o(UNDECIDED)]).verdict] == 2
+    assert run_verdict([_o(UNDECIDED), _o(FAIL)]).exit_code == 1
+    assert run_verdict([_o(PASS)]).exit_code == 0
+    assert run_verdict([_o(PASS), _o(UNDECIDED)], allow_undecided=True).verdict == PASS
+    assert run_verdict([_o(UNDECIDED, decided_by="")]).verdict == FAIL  # a cell without data
 
 
 def test_run_result_and_the_api_agree():
     outcomes = [_o(PASS), _o(UNDECIDED)]
     run = RunResult(Path("."), [], outcomes)
-    assert run.verdict() == UNDECIDED and not run.passed
+    assert run.verdict().verdict == UNDECIDED and not run.passed
     assert Result(Path("."), [], outcomes).verdict == UNDECIDED
     assert RunResult(Path("."), [], [_o(PASS)]).passed
 
 
 def test_pytest_fails_an_undecided_check_and_xfails_only_an_exploratory_one():
-    failing, xfail = expect_verdict([_o(PASS), _o(UNDECIDED)])
-    assert [o.verdict for o in failing] == [UNDECIDED] and not xfail
-    failing, xfail = expect_verdict([_o(PASS), _o(UNDECIDED, exploratory=True)])
-    assert not failing and len(xfail) == 1
-    assert run_verdict([_o(PASS), _o(UNDECIDED, exploratory=True)]) == PASS
-    failing, _ = expect_verdict([_o(FAIL, exploratory=True)])
-    assert failing  # exploratory never excuses a FAIL
+    # the pytest item fails on `failing` and xfails on `allowed_undecided` (test_one_verdict)
+    v = run_verdict([_o(PASS), _o(UNDECIDED)])
+    assert [o.verdict for o in v.failing] == [UNDECIDED] and not v.allowed_undecided
+    v = run_verdict([_o(PASS), _o(UNDECIDED, exploratory=True)])
+    assert v.verdict == PASS and not v.failing and len(v.allowed_undecided) == 1
+    v = run_verdict([_o(FAIL, exploratory=True)])
+    assert v.verdict == FAIL and v.failing  # exploratory never excuses a FAIL
 
 
 def test_exploratory_is_a_suffix_of_the_line():
