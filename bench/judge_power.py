@@ -22,7 +22,8 @@ from __future__ import annotations
 import argparse
 import random
 
-from testbed.scenario.expect import evaluate, parse
+from testbed.judge.outcome import evaluate
+from testbed.judge.syntax import parse
 from testbed.scenario.results import service_row
 
 DURATION_S = 26.0

@@ -123,7 +123,7 @@ def judge_doctored(run_dir: Path, scenario: Path) -> dict[str, int]:
 
 def verdicts(run_dir: Path, scenario: Path) -> dict[str, str]:
     """The run's checks judged as `testbed judge` does, check text -> verdict."""
-    from testbed.scenario.expect import evaluate_all
+    from testbed.judge.outcome import evaluate_all
     from testbed.scenario.load import load_scenario
 
     rows = json.loads((run_dir / "results.json").read_text())["rows"]

@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from testbed.config.yamlfile import LocatedYaml
+from testbed.judge.outcome import Outcome
+from testbed.judge.verdict import run_verdict
 from testbed.profiles import ServiceProfile, default_profiles, load_profiles, profile_for
 from testbed.profiles.registry import register_service
 from testbed.report.export import request_rows, write_csv, write_jsonl
 from testbed.scaler.registry import make_policy, register_policy
-from testbed.scenario.expect import Outcome
 from testbed.scenario.load import LoadedScenario, scenario_from_yaml
 from testbed.scenario.load import load_scenario as _load_file
 from testbed.scenario.runner import RunOptions
 from testbed.scenario.runner import run_scenario as _run
-from testbed.scenario.verdict import run_verdict
 
 __all__ = ["Result", "evaluate", "load_scenario", "register_policy", "register_service", "run_scenario",
            "services"]
@@ -67,7 +67,7 @@ class Result:
 
     @property
     def verdict(self) -> str:
-        """The run's verdict word, by the rule every caller uses (testbed.scenario.verdict):
+        """The run's verdict word, by the rule every caller uses (testbed.judge.verdict):
         FAIL (a check fails or reads a cell without data, a cell failed, the run was interrupted),
         UNDECIDED (never a pass: `testbed run` exits 2), PASS, or NOT JUDGED without checks. A
         problem that leaves every cell ok (in `problems`) does not fail it."""

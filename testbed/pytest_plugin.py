@@ -41,6 +41,7 @@ import pytest
 import yaml
 
 from testbed.errors import TestbedError
+from testbed.judge.verdict import run_verdict
 
 SUFFIXES = (".yaml", ".yml")
 # today's rule as globs: the YAML files directly inside any folder named `scenarios`
@@ -340,7 +341,6 @@ class ScenarioExpectItem(pytest.Item):
         run` exits 1)."""
         run = self.parent.get_run()
         from testbed.report import write_report  # matplotlib: only when a scenario ran
-        from testbed.scenario.verdict import run_verdict
 
         result = run.finish()
         write_report(result.run_dir)
@@ -348,7 +348,7 @@ class ScenarioExpectItem(pytest.Item):
         lines = [f"{o.verdict}  {o.text}  ({o.explain()})" for o in result.outcomes]
         self.add_report_section("call", "expect", "\n".join(lines) +
                                 f"\nreport: {result.run_dir / 'report.html'}")
-        # the one rule of `testbed run` (testbed.scenario.verdict): FAIL and UNDECIDED fail the
+        # the one rule of `testbed run` (testbed.judge.verdict): FAIL and UNDECIDED fail the
         # item, a failed cell too; an UNDECIDED `exploratory` check alone makes it an xfail
         verdict = run_verdict(
             result.outcomes, result.rows, interrupted=result.interrupted,

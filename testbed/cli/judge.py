@@ -29,9 +29,10 @@ def judge(
     Example: [bold]testbed judge runs/20261122T050000Z-slicing-ci --scenario scenarios/slicing-ci.yaml[/]
     """
     from testbed.cli.scenario import exit_for, print_outcomes, run_banner
-    from testbed.scenario.expect import ExpectSyntaxError, evaluate_all
+    from testbed.judge.outcome import evaluate_all
+    from testbed.judge.syntax import ExpectSyntaxError
+    from testbed.judge.verdict import run_verdict
     from testbed.scenario.results import read_record
-    from testbed.scenario.verdict import run_verdict
 
     record = read_record(run_dir)
     texts = _expect_lines(run_dir, record, scenario)

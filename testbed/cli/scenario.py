@@ -16,11 +16,11 @@ from testbed.errors import StateError
 from testbed.paths import RUNS_DIR
 
 if TYPE_CHECKING:
-    from testbed.scenario.expect import Outcome
+    from testbed.judge.outcome import Outcome
+    from testbed.judge.verdict import Verdict
     from testbed.scenario.lab import LabOptions
     from testbed.scenario.load import LoadedScenario
     from testbed.scenario.runner import RunResult
-    from testbed.scenario.verdict import Verdict
 
 MANIFEST_KEYS = ("scenario", "testbed", "source", "profile", "created", "host")
 
@@ -208,7 +208,7 @@ def exit_for(verdict: Verdict) -> None:
     """Exit as `testbed run` and `testbed judge` do: the verdict's exit code (130 interrupted, 1
     FAIL, 2 UNDECIDED), else return (exit 0).
 
-    verdict: testbed.scenario.verdict.run_verdict's."""
+    verdict: testbed.judge.verdict.run_verdict's."""
     if verdict.exit_code:
         raise typer.Exit(verdict.exit_code)
 
@@ -300,7 +300,7 @@ def run_banner(verdict: Verdict, outcomes: list[Outcome]) -> str:
     """The run's verdict in one line: PASS, FAIL (a check, or a failed cell), UNDECIDED (never
     green), NOT JUDGED (no checks), or with `allow_undecided` PASS marked as exploration.
 
-    verdict: testbed.scenario.verdict.run_verdict's; outcomes: the checks it judged."""
+    verdict: testbed.judge.verdict.run_verdict's; outcomes: the checks it judged."""
     counts = {v: sum(o.verdict == v and not (v == "UNDECIDED" and o.exploratory) for o in outcomes)
               for v in ("PASS", "FAIL", "UNDECIDED")}
     counts["UNDECIDED (exploratory)"] = sum(o.verdict == "UNDECIDED" and o.exploratory
@@ -353,8 +353,9 @@ def print_plan(loaded: LoadedScenario, *, duration_s: float | None = None,
     effect it detects (alpha 0.05, power 0.95), the effect it states, and whether it is decided.
 
     loaded: the scenario; duration_s, repetitions: the run's overrides."""
-    from testbed.scenario.expect_power import plan_checks, plan_table
+    from testbed.judge.power import plan_table
     from testbed.scenario.matrix import expand
+    from testbed.scenario.plan import plan_checks
 
     update: dict[str, Any] = {}
     if duration_s is not None:

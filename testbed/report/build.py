@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import StateError
+from testbed.judge.outcome import Outcome, evaluate_all
+from testbed.judge.verdict import Verdict, run_verdict
 from testbed.profiles.paper import (
     FIG_5_7_5_8,
     FIG_5_7_5_8_SOURCE,
@@ -20,10 +22,8 @@ from testbed.profiles.paper import (
 from testbed.report import plots
 from testbed.report.document import Document, Section, TableData
 from testbed.report.what_was_run import what_was_run
-from testbed.scenario.expect import Outcome, evaluate_all
 from testbed.scenario.results import RECORD, read_record, run_rows
 from testbed.scenario.rundir import read_jsonl
-from testbed.scenario.verdict import Verdict, run_verdict
 
 
 def _f(v: Any, digits: int = 1) -> str:
@@ -131,7 +131,7 @@ def run_verdict_line(verdict: Verdict) -> str:
     """The run's verdict as the report states it: the word `testbed run` printed and exited on,
     and what decided it (failed cells, interrupted).
 
-    verdict: testbed.scenario.verdict.run_verdict's."""
+    verdict: testbed.judge.verdict.run_verdict's."""
     why = [f"failed cell(s): {', '.join(verdict.failed_cells)}"] if verdict.failed_cells else []
     if verdict.interrupted:
         why.append("the run was interrupted")

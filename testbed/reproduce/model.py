@@ -7,10 +7,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.judge.outcome import FAIL, NOT_RUN, PASS, UNDECIDED, Outcome
+from testbed.judge.verdict import EXIT_CODES, worst
 from testbed.paths import TRACES_DIR
 from testbed.reproduce.tables import Cell, Check, TableResult
-from testbed.scenario.expect import FAIL, NOT_RUN, PASS, UNDECIDED, Outcome
-from testbed.scenario.verdict import EXIT_CODES, worst
 
 
 @dataclass
@@ -90,7 +90,7 @@ class ReproResult:
     def exit_code(self, allow_undecided: bool = False) -> int:
         """1 when an artefact FAILs, 2 when one is UNDECIDED (never a pass; 0 with
         allow_undecided), else 0 (NOT RUN at this size is listed apart, not a failure): the
-        exit codes of testbed.scenario.verdict, over the artefacts' worst verdict.
+        exit codes of testbed.judge.verdict, over the artefacts' worst verdict.
 
         allow_undecided: an UNDECIDED artefact exits 0 (exploration)."""
         verdict = worst(v.verdict for v in self.verdicts)

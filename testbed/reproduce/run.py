@@ -20,6 +20,8 @@ from typing import Any
 
 from testbed.config.yamlfile import load_yaml_file
 from testbed.errors import StateError
+from testbed.judge.outcome import FAIL, NOT_RUN, PASS, UNDECIDED
+from testbed.judge.verdict import run_verdict
 from testbed.paths import stamped
 from testbed.profiles.paper import FIGURE_SERVICES
 from testbed.report import write_report
@@ -28,11 +30,9 @@ from testbed.reproduce.document import write
 from testbed.reproduce.model import Options, ReproResult, Verdict
 from testbed.reproduce.slicing import combine, judge_slicing
 from testbed.reproduce.tables import TableResult, sim_table, testbed_table
-from testbed.scenario.expect import FAIL, NOT_RUN, PASS, UNDECIDED
 from testbed.scenario.load import load_scenario, parse_scenario
 from testbed.scenario.results import recorded_rows
 from testbed.scenario.runner import RunOptions, run_scenario
-from testbed.scenario.verdict import run_verdict
 
 # the scenarios reproduce runs, shipped as package data (links to the repository's scenarios/)
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
@@ -259,7 +259,7 @@ def _table_verdict(a: Artefact, table: TableResult, options: Options,
                    run_dir: str | None = None, rows: list[dict[str, Any]] | None = None) -> Verdict:
     """A table's verdict: PASS when every cell and check passes; what failed, one line each.
     The rows of a scenario run behind it (Table 5.4) fail it as they fail that run: a failed cell
-    (testbed.scenario.verdict)."""
+    (testbed.judge.verdict)."""
     if options.rule_only:
         table.notes.append("rule-based side only (--rule-only): no DRL column")
     bad = [f"{c.service} {c.policy}: {c.why}" for c in table.cells if c.passed is False]

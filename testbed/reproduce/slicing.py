@@ -16,6 +16,9 @@ from typing import Any
 
 import yaml
 
+from testbed.judge.outcome import PASS, Outcome, evaluate_all
+from testbed.judge.stats import ALPHA
+from testbed.judge.verdict import run_verdict
 from testbed.profiles.paper import (
     FIG_5_7_5_8_SOURCE,
     FIG_5_7_5_8_VALUES,
@@ -25,8 +28,6 @@ from testbed.profiles.paper import (
     SLICING_PLAN,
     SLICING_RATES,
 )
-from testbed.scenario.expect import ALPHA, PASS, Outcome, evaluate_all
-from testbed.scenario.verdict import run_verdict
 
 # How close is "no difference" and how big is "a small difference" (Section 5.3 gives no
 # numbers; these are this harness's reading, stated in docs/slicing.md and in every report).
@@ -318,7 +319,7 @@ class ServiceVerdict:
 
 def combine(outcomes: list[Outcome], rows: list[dict[str, Any]] | None = None) -> str:
     """The verdict of these checks over these rows by the rule of every run
-    (testbed.scenario.verdict): FAIL when a check fails the run or one of `rows` is a failed
+    (testbed.judge.verdict): FAIL when a check fails the run or one of `rows` is a failed
     cell; else UNDECIDED when one (not `exploratory`) is undecided (never a pass: `testbed
     reproduce` exits 2); else PASS."""
     return run_verdict(outcomes, rows or ()).verdict

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.judge.outcome import FAIL, NOT_RUN, PASS
 from testbed.load.trace import load_trace
 from testbed.profiles import default_profiles
 from testbed.profiles.paper import PAPER_TABLES, SERVICES, TABLE_5_4
 from testbed.reproduce.artefacts import model_files, trace_files
 from testbed.scaler.registry import make_policy
-from testbed.scenario.expect import FAIL, NOT_RUN, PASS
 from testbed.train.evaluate import evaluate
 from testbed.train.oracle import shared_pool_oracles
 

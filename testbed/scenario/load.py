@@ -10,9 +10,9 @@ from testbed.config import TestbedSpec, check_testbed
 from testbed.config.yamlfile import LocatedYaml, format_path, load_yaml_file, parse_yaml, validate
 from testbed.errors import ConfigError
 from testbed.load.trace import load_trace
-from testbed.scenario.expect import check_expectations, check_selectors_match
-from testbed.scenario.expect_power import check_power
+from testbed.scenario.expect_checks import check_expectations, check_selectors_match
 from testbed.scenario.matrix import check_matrix, expand
+from testbed.scenario.plan import check_power
 from testbed.scenario.spec import (
     Scenario,
     check_policies,

@@ -25,11 +25,12 @@ from rich.console import Console
 
 from testbed.bringup.local import require_root
 from testbed.errors import MissingRequirement, TestbedError
+from testbed.judge.outcome import Outcome, evaluate_all
+from testbed.judge.verdict import Verdict, failed_cells, run_verdict
 from testbed.metrics.server import find_prometheus
 from testbed.paths import RUNS_DIR, new_run_dir
 from testbed.scenario.backends import LocalProfile, Profile
 from testbed.scenario.cell import CellRunner, SimCellRunner
-from testbed.scenario.expect import Outcome, evaluate_all
 from testbed.scenario.live import LiveView
 from testbed.scenario.load import LoadedScenario
 from testbed.scenario.matrix import Cell, expand
@@ -38,7 +39,6 @@ from testbed.scenario.rundir import CellDir, write_manifest
 from testbed.scenario.simcell import write_cell_files
 from testbed.scenario.spec import Scenario
 from testbed.scenario.sweep import check_options, run_in_pool, run_on_dask, workers
-from testbed.scenario.verdict import Verdict, failed_cells, run_verdict
 
 
 @dataclass
@@ -73,7 +73,7 @@ class RunResult:
     problems: list[str] = field(default_factory=list)
 
     def verdict(self, allow_undecided: bool = False) -> Verdict:
-        """The run's verdict (testbed.scenario.verdict: the one rule every caller uses).
+        """The run's verdict (testbed.judge.verdict: the one rule every caller uses).
 
         allow_undecided: an UNDECIDED check counts as a pass (exploration)."""
         return run_verdict(self.outcomes, self.rows, interrupted=self.interrupted,

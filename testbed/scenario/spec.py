@@ -102,7 +102,7 @@ class CrossTrafficSpec(Strict):
 
 class PlanSpec(Strict):
     """What the judge plans each check's power with, per service, where a pilot run knows better
-    than the profile (testbed.scenario.expect_power): the latencies' standard deviation and mean
+    than the profile (testbed.scenario.plan): the latencies' standard deviation and mean
     (default: the profile's processing-time range, uniform) and the SLO violation rate (default:
     the share of that range above the SLO)."""
 

@@ -6,10 +6,10 @@ from pathlib import Path
 from rich.console import Console
 
 from testbed.cli import scenario as cli_scenario
-from testbed.scenario.expect import Outcome
+from testbed.judge.outcome import Outcome
+from testbed.judge.verdict import run_verdict
 from testbed.scenario.results import run_rows
 from testbed.scenario.rundir import CellDir
-from testbed.scenario.verdict import run_verdict
 
 
 def _o(verdict: str, decided_by: str = "") -> Outcome:

@@ -190,9 +190,9 @@ def test_the_drl_columns_without_the_drl_extra_stop_before_any_work(tmp_path, mo
 
 
 def test_a_verdict_survives_its_json_resume_state():
+    from testbed.judge.outcome import Outcome
     from testbed.reproduce.model import Verdict
     from testbed.reproduce.tables import Cell, Check, TableResult
-    from testbed.scenario.expect import Outcome
 
     table = TableResult("5.4", "Table 5.4", [Cell("imgcls", "ppo", {"reward": 0.5}, {"reward": 0.6},
                                                   sd={"reward": 0.01}, runs=2, passed=False, why="far")],

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed.judge.outcome import FAIL, PASS, UNDECIDED, evaluate_all
 from testbed.report.build import build_document
 from testbed.reproduce.model import Options, ReproResult
 from testbed.reproduce.run import judge_run_dir
-from testbed.scenario.expect import FAIL, PASS, UNDECIDED, evaluate_all
 from testbed.scenario.load import load_scenario
 from testbed.scenario.matrix import expand
 from testbed.scenario.results import SLO_MS, run_rows

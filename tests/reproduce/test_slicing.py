@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.judge.outcome import FAIL, PASS, UNDECIDED
 from testbed.reproduce.slicing import (
     SETUPS,
     expectations,
@@ -14,7 +15,6 @@ from testbed.reproduce.slicing import (
     scenario_expect,
     slicing_scenario,
 )
-from testbed.scenario.expect import FAIL, PASS, UNDECIDED
 from testbed.scenario.load import load_scenario, parse_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testbed.judge.outcome import FAIL, NOT_RUN
 from testbed.reproduce import run
 from testbed.reproduce.artefacts import ARTEFACTS
 from testbed.reproduce.model import Options
 from testbed.reproduce.tables import testbed_table
-from testbed.scenario.expect import FAIL, NOT_RUN
 from testbed.scenario.load import parse_scenario
 from testbed.scenario.results import cell_rows
 from testbed.scenario.rundir import CellDir

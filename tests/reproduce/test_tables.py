@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from testbed.judge.outcome import FAIL, NOT_RUN, PASS
 from testbed.profiles.paper import TABLE_5_4
 from testbed.reproduce.tables import TB_REWARD_ABS, TB_SLO_ABS, testbed_table
-from testbed.scenario.expect import FAIL, NOT_RUN, PASS
 
 
 def _row(service, policy, reward, slo, rep):

@@ -5,7 +5,7 @@ scenario's matrix will produce, and the check is fed values until it says FAIL.
 The values tried: first the arms equal (every metric the same in every row, as when the slice or
 the policy makes no difference), then the rows one side of the check (or one of its terms) reads
 at one value and all other rows at another. Each row is a cell that ran (status ok) at the REAL
-size the scenario plans: its requests per cell (testbed.scenario.expect_power.plan_rows) and the
+size the scenario plans: its requests per cell (testbed.scenario.plan.plan_rows) and the
 spread the judge plans with (`latency_sd_ms`), so that the chance tests run as they do on a run:
 a line FAILs here only where a run of that size can FAIL it."""
 
@@ -18,19 +18,12 @@ from typing import Any
 import pytest
 import yaml
 
-from testbed.scenario.expect import (
-    FAIL,
-    METRICS,
-    PASS,
-    Check,
-    Term,
-    evaluate,
-    parse,
-)
-from testbed.scenario.expect_power import plan_rows
-from testbed.scenario.expect_syntax import _matches, _row_has, skeleton_rows
+from testbed.judge.outcome import FAIL, PASS, evaluate
+from testbed.judge.syntax import METRICS, Check, Term, matches, parse
+from testbed.scenario.expect_checks import _row_has, skeleton_rows
 from testbed.scenario.load import load_scenario
 from testbed.scenario.matrix import expand
+from testbed.scenario.plan import plan_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -109,7 +102,7 @@ def _candidates(check: Check, skeleton: list[dict[str, Any]],
                                                          lambda r, m, v=v: v, planned)
     for (name, terms), (a, b) in itertools.product(groups, itertools.permutations(VALUES, 2)):
         def value(r: dict[str, Any], m: str, terms=terms, a=a, b=b) -> float:
-            return a if any(t.metric == m and _matches(r, t.selectors) for t in terms) else b
+            return a if any(t.metric == m and matches(r, t.selectors) for t in terms) else b
         yield f"{name}'s rows at {a:g}, the rest at {b:g}", _rows(skeleton, metrics, value, planned)
 
 

@@ -8,13 +8,8 @@ import pytest
 
 from testbed.cli import main
 from testbed.errors import ConfigError
-from testbed.scenario.expect import (
-    FAIL,
-    PASS,
-    UNDECIDED,
-    evaluate,
-    parse,
-)
+from testbed.judge.outcome import FAIL, PASS, UNDECIDED, evaluate
+from testbed.judge.syntax import parse
 from testbed.scenario.load import parse_scenario
 
 SCN = """\

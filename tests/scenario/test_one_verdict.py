@@ -13,13 +13,13 @@ import pytest
 
 from testbed.api import Result
 from testbed.cli import main
+from testbed.judge.outcome import evaluate_all
+from testbed.judge.verdict import EXIT_CODES, run_verdict
 from testbed.pytest_plugin import ExpectFailed, ScenarioExpectItem
 from testbed.report.build import build_document
 from testbed.reproduce.slicing import combine
-from testbed.scenario.expect import evaluate_all
 from testbed.scenario.rundir import write_manifest
 from testbed.scenario.runner import RunResult
-from testbed.scenario.verdict import EXIT_CODES, run_verdict
 
 CHECKS = ["mean_replicas[service=imgcls] >= 2", "requests[service=imgcls] >= 100"]
 EXPLORATORY = "slo_violation_rate[service=imgcls] <= 0.01 exploratory"

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import ConfigError
-from testbed.scenario.expect import ExpectSyntaxError, evaluate, parse
+from testbed.judge.outcome import evaluate
+from testbed.judge.syntax import ExpectSyntaxError, parse
 from testbed.scenario.load import parse_scenario
 from testbed.scenario.matrix import expand
 

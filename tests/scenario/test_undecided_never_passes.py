@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from testbed.api import Result
-from testbed.scenario.expect import FAIL, PASS, UNDECIDED, Outcome, parse
+from testbed.judge.outcome import FAIL, PASS, UNDECIDED, Outcome
+from testbed.judge.syntax import parse
+from testbed.judge.verdict import EXIT_CODES, run_verdict
 from testbed.scenario.runner import RunResult
-from testbed.scenario.verdict import EXIT_CODES, run_verdict
 
 
 def _o(verdict: str, decided_by: str = "more requests", exploratory: bool = False) -> Outcome:

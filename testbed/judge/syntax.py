@@ -1,5 +1,5 @@
-"""The `expect:` language: a check's grammar, its parse tree (`Term`, `Check`) and the load-time
-checks that a scenario's checks can be read and can match its results.
+"""The `expect:` language: a check's grammar and its parse tree (`Term`, `Check`); the checks of
+a scenario's lines against the scenario are testbed.scenario.expect_checks.
 
     slo_violation_rate[service=imgcls, slicing=on, iperf_flows=40] <= 0.01
     mean_latency_ms[service=imgcls, slicing=off, iperf_flows=40]
@@ -8,7 +8,7 @@ checks that a scenario's checks can be read and can match its results.
 A term `metric[key=value, ...]` is the mean of that metric over the result rows that match
 every selector (service, slice, rep, or any matrix key); numbers, + - * / and parentheses
 combine terms; one comparison (<, <=, >, >=, ==, !=, ~=) ends the check. The verdicts are
-testbed.scenario.expect's. After the comparison, optional clauses:
+testbed.judge.outcome's. After the comparison, optional clauses:
 
     A ~= B within M     "no difference within M": an equivalence test (TOST), M in the check's units
     ... effect E        the effect the check must detect, in the check's units (a ratio for a
@@ -18,14 +18,10 @@ testbed.scenario.expect's. After the comparison, optional clauses:
 
 from __future__ import annotations
 
-import itertools
 import operator
 import re
 from dataclasses import dataclass
 from typing import Any
-
-from testbed.scenario.matrix import fmt_value
-from testbed.scenario.spec import Scenario
 
 # metric -> what it means; rows come from testbed.scenario.results
 METRICS = {
@@ -59,7 +55,7 @@ FIXED_KEYS = {"service", "slice", "rep"}
 # simulator's pipeline rows
 SLICE_METRICS = {"iperf_goodput_mbit"}
 CHAIN_METRICS = {"chain_violation_rate", "mean_e2e_ms", "p99_e2e_ms", "on_time_rps", "requests"}
-_CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+COMPARISONS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
         "==": operator.eq, "!=": operator.ne, "~=": lambda a, b: abs(a - b) <= 0.0}
 _TOKEN = re.compile(r"\s*(?:(?P<num>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|(?P<name>[A-Za-z_]\w*)"
                     r"|(?P<sel>\[[^\]]*\])|(?P<op><=|>=|==|!=|~=|[<>+\-*/()]))")
@@ -181,7 +177,7 @@ def parse(text: str) -> Check:
 
     left = expr()
     nxt = peek()
-    if not nxt or nxt[1] not in _CMP:
+    if not nxt or nxt[1] not in COMPARISONS:
         raise ExpectSyntaxError(f"a check needs one comparison (<, <=, >, >=, ==, !=, ~=): {text!r}")
     op = take()[1]
     right = expr()
@@ -246,126 +242,37 @@ def _selectors(raw: str, text: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def check_expectations(scn: Scenario, slices: list[str] | None = None) -> list[tuple[tuple, str]]:
-    """Syntax, metrics, selector keys and values (a service, slice, repetition or matrix value
-    that no row can have), and division by a constant zero.
+def constant(node: Any) -> float | None:
+    """The value of a subexpression without terms, else None.
 
-    scn: the scenario; slices: the testbed's slice names."""
-    problems = []
-    keys = FIXED_KEYS | set(scn.matrix)
-    values: dict[str, set[str]] = {k: {_norm(v) for v in vs} for k, vs in scn.matrix.items()}
-    values.setdefault("service", {_norm(s.name) for s in scn.services})
-    values["rep"] = {_norm(r) for r in range(scn.repetitions)}
-    if slices is not None:
-        values["slice"] = {_norm(s) for s in slices}
-    for i, text in enumerate(scn.expect):
-        try:
-            check = parse(text)
-        except ExpectSyntaxError as exc:
-            problems.append((("expect", i), str(exc)))
-            continue
-        for term in check.terms():
-            if term.metric not in METRICS:
-                problems.append((("expect", i), f"unknown metric {term.metric!r} "
-                                 f"(metrics: {', '.join(METRICS)})"))
-            for k, v in term.selectors:
-                if k not in keys:
-                    problems.append((("expect", i), f"unknown selector {k!r} in {term} "
-                                     f"(keys: {', '.join(sorted(keys))})"))
-                elif k in values and _norm(v) not in values[k]:
-                    problems.append((("expect", i), f"{k}={v} in {term} matches no result "
-                                     f"({k}: {', '.join(sorted(values[k]))})"))
-        for side in (check.left, check.right):
-            zero = _constant_zero_divisor(side)
-            if zero is not None:
-                problems.append((("expect", i), f"division by zero: the divisor {zero} is always 0"))
-    return problems
-
-
-def _constant(node: Any) -> float | None:
-    """The value of a subexpression without terms, else None."""
+    node: a parse-tree node (a number, a Term, or an operator tuple)."""
     if isinstance(node, float):
         return node
     if isinstance(node, Term):
         return None
     if node[0] == "neg":
-        v = _constant(node[1])
+        v = constant(node[1])
         return None if v is None else -v
-    a, b = _constant(node[1]), _constant(node[2])
+    a, b = constant(node[1]), constant(node[2])
     if a is None or b is None or (node[0] == "/" and b == 0):
         return None
     return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else 0.0}[node[0]]
 
 
-def _constant_zero_divisor(node: Any) -> str | None:
-    if isinstance(node, float | Term):
-        return None
-    if node[0] == "neg":
-        return _constant_zero_divisor(node[1])
-    if node[0] == "/" and _constant(node[2]) == 0:
-        return _show(node[2])
-    return _constant_zero_divisor(node[1]) or _constant_zero_divisor(node[2])
+def matches(row: dict[str, Any], selectors: tuple[tuple[str, str], ...]) -> bool:
+    """Whether a result row has every selector's key at its value (on/off, yes/no, true/false
+    alike; numbers as numbers).
+
+    row: a result row (or a cell's parameters); selectors: a Term's."""
+    return all(k in row and norm(row[k]) == norm(v) for k, v in selectors)
 
 
-def _show(node: Any) -> str:
-    if isinstance(node, float):
-        return f"{node:g}"
-    if isinstance(node, Term):
-        return str(node)
-    if node[0] == "neg":
-        return f"-{_show(node[1])}"
-    return f"({_show(node[1])} {node[0]} {_show(node[2])})"
+def norm(v: Any) -> str:
+    """A selector's or a row's value as selectors compare them: on/off for booleans, a float's
+    repr for a number, else the lowercased text.
 
-
-def skeleton_rows(cells: list[Any], repetitions: int, engine: str) -> list[dict[str, Any]]:
-    """The keys of every result row a run of these matrix cells (testbed.scenario.matrix.Cell)
-    will have, without values: what a selector can match.
-
-    cells: the matrix cells; repetitions: per cell; engine: "testbed" or "sim"."""
-    rows = []
-    for cell, rep in itertools.product(cells, range(repetitions)):
-        base = {k: v for k, v in cell.params.items() if k not in ("service", "slice")}
-        base["rep"] = rep
-        rows += [{**base, "service": s.name, "_kind": "service"} for s in cell.scenario.services]
-        if engine == "sim":
-            rows += [{**base, "pipeline": "->".join(p.services), "_kind": "chain"}
-                     for p in cell.scenario.pipelines]
-        else:
-            rows += [{**base, "slice": c.slice, "_kind": "slice"} for c in cell.scenario.cross_traffic]
-    return rows
-
-
-def _row_has(row: dict[str, Any], metric: str) -> bool:
-    kind = row["_kind"]
-    if metric in SLICE_METRICS:
-        return kind == "slice"
-    if kind == "chain":
-        return metric in CHAIN_METRICS
-    return kind == "service" and metric not in CHAIN_METRICS - {"requests"}
-
-
-def check_selectors_match(scn: Scenario, cells: list[Any]) -> list[tuple[tuple, str]]:
-    """A term whose selectors match no row any cell of the matrix will have (a combination of
-    valid values that never occurs together, a slice metric asked of a service, ...).
-
-    scn: the scenario; cells: its matrix cells."""
-    skeleton = skeleton_rows(cells, scn.repetitions, scn.engine)
-    problems = []
-    for i, text in enumerate(scn.expect):
-        for term in parse(text).terms():
-            if not any(_row_has(r, term.metric) and _matches(r, term.selectors) for r in skeleton):
-                problems.append((("expect", i), f"{term} matches no cell of the matrix (cells: "
-                                 + "; ".join(c.label for c in cells) + ")"))
-    return problems
-
-
-def _matches(row: dict[str, Any], selectors: tuple[tuple[str, str], ...]) -> bool:
-    return all(k in row and _norm(row[k]) == _norm(v) for k, v in selectors)
-
-
-def _norm(v: Any) -> str:
-    s = fmt_value(v) if isinstance(v, bool) else str(v)
-    s = s.strip().lower()
+    v: the value."""
+    s = str(v).strip().lower()
     s = {"true": "on", "false": "off", "yes": "on", "no": "off"}.get(s, s)
     try:
         f = float(s)

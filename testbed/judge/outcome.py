@@ -1,5 +1,5 @@
-"""The verdicts of the `expect:` language (testbed.scenario.expect_syntax): each check over a
-run's result rows is PASS, FAIL or UNDECIDED, decided by the data (testbed.scenario.expect_stats).
+"""Each `expect:` check's outcome (testbed.judge.syntax) over a run's result rows: PASS, FAIL or
+UNDECIDED, decided by the data (testbed.judge.stats).
 
 A check over SLO violation rates and mean latencies, linear in its terms or a ratio against a
 number, is judged on the (1 - 2 ALPHA) interval of its margin to the bound, with each cell's
@@ -12,12 +12,10 @@ sampling variance (independent or batch-means, the larger):
 - `A ~= B within M` ("no difference within M"): two one-sided tests, PASS only when the interval
   lies inside +-M, FAIL when it lies wholly outside, else UNDECIDED.
 UNDECIDED is never a pass: `testbed run` exits 2 on it (1 on FAIL; the run's verdict is
-testbed.scenario.verdict's). A term over a cell that got
+testbed.judge.verdict's). A term over a cell that got
 no requests or whose status is not ok is UNDECIDED with no size that decides it (exit 1).
 Bounds on other metrics (p99, throughput, replicas, simulator rows) are plain comparisons.
 
-The language's public names (`parse`, `Term`, `Check`, `METRICS`, `check_expectations`, ...) live
-in testbed.scenario.expect_syntax and are re-exported here, where their importers found them.
 """
 
 from __future__ import annotations
@@ -25,8 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.scenario.expect_stats import (
-    ALPHA,
+from testbed.judge.stats import (
     decide_equivalence,
     decide_one_sided,
     estimate,
@@ -34,30 +31,9 @@ from testbed.scenario.expect_stats import (
     value,
     zone,
 )
-from testbed.scenario.expect_syntax import (
-    _CMP,
-    CHAIN_METRICS,
-    FIXED_KEYS,
-    MAX_CHECK_CHARS,
-    MAX_NESTING,
-    METRICS,
-    SLICE_METRICS,
-    Check,
-    ExpectSyntaxError,
-    Term,
-    _matches,
-    check_expectations,
-    check_selectors_match,
-    parse,
-    skeleton_rows,
-)
+from testbed.judge.syntax import COMPARISONS, Check, matches, parse
 
-__all__ = [
-    "ALPHA", "CHAIN_METRICS", "FAIL", "FIXED_KEYS", "MAX_CHECK_CHARS", "MAX_NESTING", "METRICS",
-    "NOT_RUN", "PASS", "SLICE_METRICS", "UNDECIDED", "Check", "ExpectSyntaxError", "Outcome", "Term",
-    "check_expectations", "check_selectors_match", "evaluate", "evaluate_all", "parse",
-    "skeleton_rows",
-]
+__all__ = ["FAIL", "NOT_RUN", "PASS", "UNDECIDED", "Outcome", "evaluate", "evaluate_all"]
 
 PASS, FAIL, UNDECIDED = "PASS", "FAIL", "UNDECIDED"
 NOT_RUN = "NOT RUN"  # `testbed reproduce`: a figure this size cannot be judged against (exit 0)
@@ -111,7 +87,7 @@ def evaluate(check: Check, rows: list[dict[str, Any]]) -> Outcome:
     est = estimate(check, rows) if check.op not in ("==", "!=") else None
     if est is None:  # a plain comparison: no chance in these figures
         met = (abs(left - right) <= (check.within or 0.0) if check.op == "~="
-               else _CMP[check.op](left, right))
+               else COMPARISONS[check.op](left, right))
         return _outcome(check, PASS if met else FAIL, left, right)
     if check.op == "~=":
         assert check.within is not None
@@ -152,7 +128,7 @@ def _unusable_cells(check: Check, rows: list[dict[str, Any]]) -> str:
     why: list[str] = []
     for term in check.terms():
         for r in rows:
-            if term.metric not in r or not _matches(r, term.selectors):
+            if term.metric not in r or not matches(r, term.selectors):
                 continue
             where = f"cell {r.get('cell', '?')} rep {r.get('rep', '?')}"
             if r.get("status") not in (None, "ok"):

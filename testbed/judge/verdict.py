@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.scenario.expect import FAIL, NOT_RUN, PASS, UNDECIDED, Outcome
+from testbed.judge.outcome import FAIL, NOT_RUN, PASS, UNDECIDED, Outcome
 
 __all__ = ["EXIT_CODES", "INTERRUPTED_EXIT", "NOT_JUDGED", "Verdict", "failed_cells", "run_verdict",
            "worst"]

@@ -1,4 +1,4 @@
-"""The statistics behind the `expect:` verdicts (testbed.scenario.expect): a check over rates and
+"""The statistics behind the `expect:` verdicts (testbed.judge.outcome): a check over rates and
 mean latencies as a linear form of its rows' figures, its estimate and standard error in the
 check's own units, and the interval rule that decides it.
 
@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.scenario.expect_syntax import Check, Term, _constant, _matches
+from testbed.judge.syntax import Check, Term, constant, matches
 
 ALPHA = 0.05  # each one-sided error of a check (a (1 - 2 ALPHA) interval)
 Z = 1.6448536269514722  # the one-sided 0.05 quantile of the normal
@@ -104,12 +104,12 @@ def _scale(check: Check, rows: list[dict[str, Any]]) -> float | None:
     """What the linear form is divided by to be in the check's units: Y of `X / Y op c` or
     `X op c * Y` (either side), else 1."""
     for a, b in ((check.left, check.right), (check.right, check.left)):
-        if _constant(b) is not None and isinstance(a, tuple) and a[0] == "/" \
-                and _constant(a[2]) is None:
+        if constant(b) is not None and isinstance(a, tuple) and a[0] == "/" \
+                and constant(a[2]) is None:
             return value(a[2], rows)
-        if isinstance(b, tuple) and b[0] == "*" and _constant(a) is None:
+        if isinstance(b, tuple) and b[0] == "*" and constant(a) is None:
             for k, y in ((b[1], b[2]), (b[2], b[1])):
-                if _constant(k) is not None and _constant(y) is None:
+                if constant(k) is not None and constant(y) is None:
                     return value(y, rows)
     return 1.0
 
@@ -125,7 +125,7 @@ def linear(node: Any, rows: list[dict[str, Any]]) -> Linear | None:
     if isinstance(node, Term):
         if node.metric not in ROW_VARIANCE:
             return None
-        idx = [i for i, r in enumerate(rows) if _matches(r, node.selectors)
+        idx = [i for i, r in enumerate(rows) if matches(r, node.selectors)
                and r.get(node.metric) is not None]
         if not idx:
             raise LookupError(f"no result matches {node}")
@@ -135,7 +135,7 @@ def linear(node: Any, rows: list[dict[str, Any]]) -> Linear | None:
     op, a, b = node
     for ratio, c, sign in ((a, b, 1.0), (b, a, -1.0)):
         if (op == "-" and isinstance(ratio, tuple) and ratio[0] == "/"
-                and _constant(ratio[2]) is None and _constant(c) is not None):
+                and constant(ratio[2]) is None and constant(c) is not None):
             if value(ratio[2], rows) <= 0:
                 return None
             return _scaled(sign, linear(("-", ratio[1], ("*", c, ratio[2])), rows))
@@ -147,7 +147,7 @@ def linear(node: Any, rows: list[dict[str, Any]]) -> Linear | None:
         for key, c in lb[0].items():
             coefs[key] = coefs.get(key, 0.0) + c
         return coefs, la[1] + lb[1]
-    ka, kb = _constant(a), _constant(b)
+    ka, kb = constant(a), constant(b)
     if op == "*" and (ka is not None or kb is not None):
         return _scaled(ka, linear(b, rows)) if ka is not None else _scaled(kb, linear(a, rows))
     if op == "/" and kb:
@@ -164,7 +164,7 @@ def value(node: Any, rows: list[dict[str, Any]]) -> float:
     if isinstance(node, float):
         return node
     if isinstance(node, Term):
-        vals = [r[node.metric] for r in rows if _matches(r, node.selectors)
+        vals = [r[node.metric] for r in rows if matches(r, node.selectors)
                 and r.get(node.metric) is not None]
         if not vals:
             raise LookupError(f"no result matches {node}")
