@@ -24,6 +24,7 @@ from testbed.scaler.loop import ScalerLoop  # noqa: E402
 from testbed.scaler.policies import RuleV2  # noqa: E402
 from testbed.sim.cluster import SimCluster  # noqa: E402
 from testbed.sim.gpu import UNIT_PCT, GpuSimCluster  # noqa: E402
+from testbed.traces import PACKAGE, traces_folder  # noqa: E402
 from testbed.train.evaluate import test_day_traces  # noqa: E402
 
 COLUMNS = ("decision", "free units", "arrivals", "counted", "violations", "utilization")
@@ -48,7 +49,8 @@ def run(cluster, services: list[str]) -> tuple[np.ndarray, np.ndarray, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--traces", default=str(ROOT.parent / "shared" / "traces"))
+    ap.add_argument("--traces", type=traces_folder, default=PACKAGE,
+                    help="trace folder with train/, val/, test/ (default: the paper's, shipped with testbed)")
     ap.add_argument("--table", action="append", default=None)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

@@ -26,6 +26,7 @@ from testbed.metrics.window import WindowMetrics  # noqa: E402
 from testbed.profiles import default_profiles  # noqa: E402
 from testbed.scaler.fa2 import Fa2Policy  # noqa: E402
 from testbed.scaler.target import ClusterView, ServiceView  # noqa: E402
+from testbed.traces import PACKAGE, traces_folder  # noqa: E402
 
 
 def decision_ms(samples: int = 200) -> float:
@@ -47,7 +48,8 @@ def decision_ms(samples: int = 200) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--traces", default=str(ROOT.parent / "shared" / "traces"))
+    ap.add_argument("--traces", type=traces_folder, default=PACKAGE,
+                    help="trace folder with train/, val/, test/ (default: the paper's, shipped with testbed)")
     ap.add_argument("--models", default=str(ROOT / "models"))
     args = ap.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

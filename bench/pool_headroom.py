@@ -24,13 +24,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from testbed.profiles import default_profiles
 from testbed.profiles.paper import PAPER_TABLES, SERVICES
 from testbed.scaler.policies import RuleV2
+from testbed.traces import PACKAGE, traces_folder
 from testbed.train.evaluate import evaluate, test_day_traces
 from testbed.train.oracle import best_schedule, static_slo_table
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--traces", default="../shared/traces")
+    ap.add_argument("--traces", type=traces_folder, default=PACKAGE,
+                    help="trace folder with train/, val/, test/ (default: the paper's, shipped with testbed)")
     ap.add_argument("--models", default=str(Path(__file__).resolve().parents[1] / "models"))
     ap.add_argument("--tables", default="5.1,5.2")
     ap.add_argument("--seed", type=int, default=0)

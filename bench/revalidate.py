@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from testbed.load.trace import load_trace
 from testbed.profiles.paper import DEFAULT_RATIOS, SERVICES
 from testbed.scaler.ppo import MaskablePpoPolicy
+from testbed.traces import PACKAGE, traces_folder
 from testbed.train.ppo import validation_reward
 
 
@@ -32,7 +33,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("service", choices=SERVICES)
     ap.add_argument("candidates", nargs="+")
-    ap.add_argument("--traces", default="../shared/traces")
+    ap.add_argument("--traces", type=traces_folder, default=PACKAGE,
+                    help="trace folder with train/, val/, test/ (default: the paper's, shipped with testbed)")
     ap.add_argument("--partners", default=str(Path(__file__).resolve().parents[1] / "models"))
     ap.add_argument("--episodes", type=int, default=10)
     args = ap.parse_args()

@@ -24,13 +24,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from testbed.load.trace import load_trace
 from testbed.profiles import default_profiles
 from testbed.sim.cluster import SimCluster, SimOptions
+from testbed.traces import PACKAGE, traces_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces")
+    ap.add_argument("--traces", type=traces_folder, default=PACKAGE,
+                    help="trace folder with train/, val/, test/ (default: the paper's, shipped with testbed)")
     ap.add_argument("--start", default="13:30")
     ap.add_argument("--minutes", type=int, default=20)
     ap.add_argument("--replicas", type=int, default=2)

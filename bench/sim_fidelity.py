@@ -26,6 +26,7 @@ from testbed.profiles import default_profiles
 from testbed.profiles.paper import PAPER_TABLES, SERVICES
 from testbed.scaler.policies import RuleV2
 from testbed.sim.cluster import SimOptions
+from testbed.traces import PACKAGE, traces_folder
 from testbed.train.evaluate import evaluate, test_day_traces
 
 PROFILES = default_profiles()
@@ -176,7 +177,8 @@ def ablation(args) -> None:
 def main() -> None:
     global TRACES
     ap = argparse.ArgumentParser()
-    ap.add_argument("--traces", default="../shared/traces")
+    ap.add_argument("--traces", type=traces_folder, default=PACKAGE,
+                    help="trace folder with train/, val/, test/ (default: the paper's, shipped with testbed)")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--models", default=str(Path(__file__).resolve().parents[1] / "models"))
     ap.add_argument("--no-drl", action="store_true")

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from testbed.profiles.paper import DEFAULT_RATIOS, TABLE_5_1, TABLE_5_2
 from testbed.scaler.policies import RandomPolicy, RuleV2, StaticPolicy
 from testbed.sim.passes import COMPILED_ENV, compiled_kernels
+from testbed.traces import PACKAGE, traces_folder
 from testbed.train.evaluate import evaluate, test_day_traces
 
 FLOOR = 100.0  # issue 27: ours >= 100x the published simulator per step, on every service
@@ -122,7 +123,8 @@ def against_reference(traces_dir: str, ref_dir: str, steps: int, repeat: int, sh
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--traces", default="../shared/traces")
+    ap.add_argument("--traces", type=traces_folder, default=PACKAGE,
+                    help="trace folder with train/, val/, test/ (default: the paper's, shipped with testbed)")
     ap.add_argument("--steps", type=int, default=2880)
     ap.add_argument("--reference", help="checkout of github.com/tu-nv/drafas: compare with it")
     ap.add_argument("--repeat", type=int, default=3, help="measurements of each setup with --reference")

@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from testbed.profiles.paper import TABLE_5_4  # noqa: E402
+from testbed.traces import PACKAGE, traces_folder  # noqa: E402
 
 
 def main() -> int:
@@ -33,7 +34,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rule-only", action="store_true")
     ap.add_argument("--models", type=Path, default=ROOT / "models")
-    ap.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces")
+    ap.add_argument("--traces", type=traces_folder, default=PACKAGE,
+                    help="trace folder with train/, val/, test/ (default: the paper's, shipped with testbed)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--from-report", type=Path, help="only print figures of an earlier run")
     ap.add_argument("--sim-gaps", action="store_true",

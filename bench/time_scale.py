@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from testbed.api import load_scenario, run_scenario  # noqa: E402
 from testbed.reproduce.tables import TB_REWARD_ABS, TB_SLO_ABS  # noqa: E402
+from testbed.traces import PACKAGE, traces_folder  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "slo-testbed.yaml"
 
@@ -124,7 +125,8 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=600.0, help="scenario seconds")
     ap.add_argument("--policy", default="rule_v2", choices=["rule_v2", "ppo"])
     ap.add_argument("--models", type=Path, default=ROOT / "models")
-    ap.add_argument("--traces", type=Path, default=ROOT.parent / "shared" / "traces")
+    ap.add_argument("--traces", type=traces_folder, default=PACKAGE,
+                    help="trace folder with train/, val/, test/ (default: the paper's, shipped with testbed)")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "time-scale")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--from-json", type=Path, help="only print the figures of an earlier run")

@@ -12,7 +12,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 MODELS_DIR = REPO_ROOT / "models"  # the agents and share-policy actors shipped with the repository
 PLAYBOOKS_DIR = REPO_ROOT / "playbooks"
 RUNS_DIR = Path("runs")  # where a command writes its run directory without --out (from the cwd)
-TRACES_DIR = Path("traces")  # the traces folder without --traces or TESTBED_TRACES (from the cwd)
 LOCAL_ADMIN_PORT = 8000  # `testbed services up`: metrics/control here, its services on the next ports
 
 

@@ -17,6 +17,7 @@ LAYERS = {
     "judge": 0,  # the expect: language, its statistics, outcomes, power and the run's verdict: rows only
     "plugins": 1,  # module:attr references and entry points (imports errors only)
     "config": 1,
+    "traces": 1,  # the paper's traces, shipped as package data (imports errors only)
     "profiles": 2, "net": 2,
     "metrics": 3, "core": 3,
     "ran": 4, "cluster": 4,

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from testbed.pytest_plugin import TIMED_NICE, WORKER_NICE, glob_regex, looks_like_scenario, matches_glob
+from testbed.traces import packaged_traces
 
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "traces"
+TRACES = packaged_traces()
 
 # a simulator scenario of one cell over one minute of the test day: seconds to run
 SCENARIO = f"""\
@@ -58,8 +59,6 @@ def collected(pytester: pytest.Pytester, *args: str) -> list[str]:
 
 
 def test_a_scenario_named_on_the_command_line_runs_wherever_it_is(pytester: pytest.Pytester):
-    if not (TRACES / "test" / "day7-shift8h.txt").is_file():
-        pytest.skip(f"needs the paper's traces in {TRACES}")
     write(pytester, {"exp/my.yaml": SCENARIO})
     # a run of its own: the simulator and the report load what an in-process run would forget
     result = pytester.runpytest_subprocess("exp/my.yaml", "-p", "no:cacheprovider",

@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from testbed.errors import TestbedError
-from testbed.paths import TRACES_DIR
 
 app = typer.Typer(
     name="testbed",
@@ -25,10 +24,10 @@ console = Console(width=_WIDTH)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 # one option, one default for every command that reads the paper's traces
-TracesOpt = typer.Option(TRACES_DIR, "--traces", envvar="TESTBED_TRACES",
+TracesOpt = typer.Option(None, "--traces", envvar="TESTBED_TRACES", show_default=False,
                          help="Trace directory with train/, val/ and test/ (DURATION COUNT "
-                              "files); the paper's are in the team's shared folder, "
-                              "../shared/traces.")
+                              "files). Default: the paper's traces, shipped with testbed "
+                              "(testbed/traces).")
 
 
 def _version(value: bool) -> None:

@@ -53,6 +53,7 @@ def reproduce_cmd(
     # the whole stack (simulator, testbed, report): loaded only when this command runs
     from testbed.reproduce.artefacts import select
     from testbed.reproduce.run import Options, default_out, reproduce
+    from testbed.traces import traces_folder
 
     chosen = select(artefacts or [])
     if t54_duration is not None and t54_duration <= 0:
@@ -66,7 +67,7 @@ def reproduce_cmd(
     partial = out.with_name(out.name + ".partial")
     try:
         result = reproduce(chosen, Options(
-            quick=quick, out=out, traces_dir=traces, models_dir=models, rule_only=rule_only,
+            quick=quick, out=out, traces_dir=traces_folder(traces), models_dir=models, rule_only=rule_only,
             t54_duration_s=t54_duration, t54_repetitions=t54_repetitions, t54_start_s=start_s,
             t54_time_scale=t54_time_scale,
             progress=lambda line: console.print(line, highlight=False, markup=False),

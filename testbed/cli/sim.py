@@ -75,7 +75,7 @@ def sim_eval(
     """Run a policy on the simulator and print SLO violation, instances, processing time, reward,
     and the oracle bound's reward with the policy's gap to it (policy minus oracle).
 
-    Example: testbed sim eval --policy rule_v2 --service all --traces ../shared/traces --json
+    Example: testbed sim eval --policy rule_v2 --service all --json
     Example: testbed sim eval --service mysvc --profiles mysvc.yaml --trace day.txt
     """
     # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
@@ -190,7 +190,7 @@ def sim_tables(
     other services, the tables' setups (units, ratios) run on them, named by their traces, with
     no paper comparison.
 
-    Example: testbed sim tables --traces ../shared/traces --table 5.3 --json
+    Example: testbed sim tables --table 5.3 --json
     Example: testbed sim tables --no-drl --trace my-day.txt --table 5.1
     """
     # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
@@ -411,7 +411,7 @@ def sim_compare(
     throughput, reward, decision time per step and the share bound; writes a report with the share
     used over time and a Pareto plot.
 
-    Example: testbed sim compare --traces ../shared/traces --table 5.1 --policies fa2,rule_v2,ddpg
+    Example: testbed sim compare --table 5.1 --policies fa2,rule_v2,ddpg
     Example: testbed sim compare --service mysvc --profiles mysvc.yaml --trace mysvc=day.txt
     """
     import time as _time

@@ -134,10 +134,10 @@ def trace_choice(texts: Sequence[str] | None, services: Sequence[str]
     return every, each
 
 
-def chosen_traces(texts: Sequence[str] | None, traces_dir: Path, services: Sequence[str]
+def chosen_traces(texts: Sequence[str] | None, traces_dir: Path | None, services: Sequence[str]
                   ) -> ChosenTraces:
     """Each service's trace: its `--trace SERVICE=FILE`, else the bare `--trace FILE`, else its
-    test day in `traces_dir` (the paper's three only)."""
+    test day in `traces_dir` (the paper's three only; None: the traces shipped with testbed)."""
     from testbed.load.trace import load_trace  # numpy: not for `--help`
 
     every, each = trace_choice(texts, services)
@@ -150,7 +150,9 @@ def chosen_traces(texts: Sequence[str] | None, traces_dir: Path, services: Seque
             "--trace", None, "trace", f"no trace for {', '.join(no_day)}: the test day has the "
             f"paper's services only; pass --trace {no_day[0]}=FILE (or --trace FILE for all)")])
     loaded = {f: load_trace(f) for f in set(files.values()) if f is not None}
-    day = test_traces(traces_dir, need_day) if need_day else {}
+    from testbed.traces import traces_folder
+
+    day = test_traces(traces_folder(traces_dir), need_day) if need_day else {}
     return ChosenTraces({s: loaded[files[s]] if s in own else day[s] for s in services}, own)
 
 
@@ -188,7 +190,7 @@ def test_traces(traces: Path, services: list[str]):
                         None,
                         "",
                         "no such trace file: pass --traces DIR, a folder with test/, train/ and "
-                        "val/ (the paper's traces are in the team's shared folder, ../shared/traces)",
+                        "val/ (without --traces: the paper's, shipped with testbed)",
                     )
                 ]
             )
@@ -208,7 +210,7 @@ def drl_policies(models: Path, services: list[str]) -> dict:
                     None,
                     "",
                     "no such model directory: the agents ship in the repository's models/; "
-                    "train one with `testbed train SERVICE --traces ../shared/traces`",
+                    "train one with `testbed train SERVICE`",
                 )
             ]
         )

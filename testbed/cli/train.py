@@ -178,10 +178,10 @@ def train_cmd(
     (sums over an episode's periods, and per period: the tables' scale) and writes the learning
     curve beside the model (OUT.curve.json, OUT.curve.png).
 
-    Example: testbed train chatbot --traces ../shared/traces --steps 300000
-    Example: testbed train --policy ddpg --traces ../shared/traces --steps 12000
+    Example: testbed train chatbot --steps 300000
+    Example: testbed train --policy ddpg --steps 12000
     Example: testbed train mysvc --profiles mysvc.yaml --trace day1.txt --val-trace day2.txt
-    Example: testbed train --config models/imgcls.train.yaml --traces ../shared/traces --out new.zip
+    Example: testbed train --config models/imgcls.train.yaml --out new.zip
     """
     options = {k: v for k, v in locals().items() if k not in ("ctx", "config_file")}
     if config_file is not None:
@@ -200,7 +200,7 @@ def _file_options(ctx: typer.Context, path: Path) -> dict[str, Any]:
     return {k: v for k, v in load_train_file(path).items() if defaulted(k)}
 
 
-def _train(*, service: str | None, policy: str, traces: Path, trace: list[Path] | None,
+def _train(*, service: str | None, policy: str, traces: Path | None, trace: list[Path] | None,
            val_trace: Path | None, profiles_path: Path | None, out: Path | None, steps: int | None,
            seed: int, gpus: int, tensorboard: str | None, stop_at: int | None, scales: str,
            init_from: Path | None, load_scales: str | None, loads: str, shared: bool,
@@ -210,7 +210,9 @@ def _train(*, service: str | None, policy: str, traces: Path, trace: list[Path] 
     """`train` with its options merged: a share allocator, or Maskable PPO for one service."""
     scales_range = _load_scales(load_scales)  # checked before anything is read or started
     known = known_profiles(profiles_path)
-    train_tr, val_tr = _training_days(traces, trace, val_trace)
+    from testbed.traces import traces_folder
+
+    train_tr, val_tr = _training_days(traces_folder(traces), trace, val_trace)
     if policy in ("ddpg", "inss"):
         _train_share(policy, train_tr, val_tr, out, steps=steps or 12_000, seed=seed, gpus=gpus,
                      load_scales=scales_range, profiles={s: known[s] for s in paper.TABLE_5_1.ratios})
@@ -402,7 +404,7 @@ def tune_cmd(
     """Tune rule-based thresholds with Optuna on the validation day (Section 4.4.4); the study is
     kept in an Optuna storage, so more workers can join it and a stopped search resumes.
 
-    Example: testbed tune imgcls --trials 100 --traces ../shared/traces
+    Example: testbed tune imgcls --trials 100
     Several workers: testbed tune imgcls --storage sqlite:///tune.db --study imgcls-v2  (on each)
     """
     # numpy and the simulator (optuna when tuning starts): loaded only when this command runs
@@ -414,7 +416,9 @@ def tune_cmd(
     svc = _one_service(service, known)
     if trials < 1:
         raise checks.bad("--trials", f"must be >= 1, got {trials}")
-    day = trace or traces / "val" / "day6.txt"
+    from testbed.traces import traces_folder
+
+    day = trace or traces_folder(traces) / "val" / "day6.txt"
     if not day.is_file():
         raise ConfigError([ConfigProblem(str(day), None, "", "no such trace file" + (
             "" if trace else ": pass --traces DIR (with val/day6.txt) or --trace FILE"))])

@@ -75,8 +75,8 @@ def preflight(artefacts: list[Artefact], *, traces_dir: Path, models_dir: Path,
         missing = [str(p) for p in trace_files(traces_dir).values() if not p.is_file()]
         if missing:
             raise MissingRequirement(
-                f"traces missing: {', '.join(missing)} (the dissertation's test day; put the "
-                f"shared traces folder there or pass --traces DIR)")
+                f"traces missing: {', '.join(missing)} (the dissertation's test day; "
+                f"without --traces the paper's, shipped with testbed, are read)")
     if not rule_only and any(a.needs_models for a in artefacts):
         absent = [m for m in ("torch", "sb3_contrib", "gymnasium") if find_spec(m) is None]
         if absent:  # before minutes of rule-based runs, not at the first DRL cell

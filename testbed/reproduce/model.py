@@ -9,15 +9,15 @@ from typing import Any
 
 from testbed.judge.outcome import FAIL, NOT_RUN, PASS, UNDECIDED, Outcome
 from testbed.judge.verdict import EXIT_CODES, worst
-from testbed.paths import TRACES_DIR
 from testbed.reproduce.tables import Cell, Check, TableResult
+from testbed.traces import packaged_traces
 
 
 @dataclass
 class Options:
     quick: bool = False
     out: Path | None = None
-    traces_dir: Path = TRACES_DIR
+    traces_dir: Path = field(default_factory=packaged_traces)  # the paper's, shipped with testbed
     models_dir: Path = Path("models")
     rule_only: bool = False
     seed: int = 0

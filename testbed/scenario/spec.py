@@ -15,6 +15,7 @@ from testbed.profiles import load_profiles
 from testbed.profiles.registry import known_services
 from testbed.scaler import registry
 from testbed.scaler.share import read_share_meta
+from testbed.traces import PACKAGE, packaged_traces
 
 # a service's name as profile files key it (checked against the registry and the scenario's file)
 ServiceName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
@@ -135,7 +136,9 @@ class Scenario(Strict):
     total_units: int = Field(8, ge=1, le=1024)
     repetitions: int = Field(1, ge=1, le=100)
     seed: int = 0
-    traces_dir: str | None = None  # where relative trace paths live (default: the scenario's folder)
+    # where relative trace paths live (default: the scenario's folder; `package`: the paper's
+    # traces, shipped with testbed, testbed/traces)
+    traces_dir: str | None = None
     services: list[ServiceSpec] = Field(min_length=1)
     clients: list[ClientSpec] = Field(default_factory=list)
     cross_traffic: list[CrossTrafficSpec] = Field(default_factory=list)
@@ -357,5 +360,9 @@ def check_share_models(scn: Scenario, base_dir: Path, params: dict[str, Any] | N
 
 def trace_dir(scn: Scenario, base_dir: Path) -> Path:
     """Where the relative trace paths of `scn` live: its `traces_dir` (relative to `base_dir`, the
-    scenario's folder), else that folder."""
+    scenario's folder; `package`: the paper's traces shipped with testbed), else that folder.
+
+    scn: the scenario; base_dir: its folder."""
+    if scn.traces_dir == PACKAGE:
+        return packaged_traces()
     return (base_dir / scn.traces_dir) if scn.traces_dir else base_dir

@@ -11,7 +11,7 @@ from testbed.paths import REPO_ROOT
 
 def rerunnable_command(command: str, root: Path = REPO_ROOT, cwd: Path | None = None) -> str:
     """`command` with every path argument as a user reruns it from the repository root `root`:
-    inside it, relative to it (models/ddpg.zip); beside it, relative too (../shared/traces, the
+    inside it, relative to it (models/ddpg.zip); beside it, relative too (../data/traces, the
     layout the docs assume); anywhere else (a scratch folder of the machine that trained it),
     the option's name in capitals (`--out OUT`), since no other machine has it. Relative paths
     are taken from `cwd` (default: the current directory)."""

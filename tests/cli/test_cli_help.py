@@ -69,5 +69,6 @@ def test_the_traces_option_has_one_default_and_one_variable(monkeypatch):
         for name in path:
             c = c.commands[name]
         (opt,) = [p for p in c.params if p.name == "traces"]
-        seen.add((str(opt.default), opt.envvar))
-    assert seen == {("traces", "TESTBED_TRACES")}
+        seen.add((opt.default, opt.envvar, "shipped with testbed" in (opt.help or "")))
+    # no default folder: the command reads the paper's traces shipped with testbed
+    assert seen == {(None, "TESTBED_TRACES", True)}

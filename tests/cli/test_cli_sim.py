@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -77,7 +76,7 @@ def test_sim_tables_missing_traces(tmp_path, capsys):
     rc = main(["sim", "tables", "--traces", str(tmp_path / "nowhere"), "--no-drl"])
     assert rc != 0
     (line,) = _error_lines(capsys)
-    assert "nowhere/test/day7-shift0h.txt" in line and "--traces" in line and "shared/traces" in line
+    assert "nowhere/test/day7-shift0h.txt" in line and "--traces" in line and "shipped" in line
 
 
 def test_sim_tables_missing_models(tmp_path, capsys):
@@ -253,12 +252,11 @@ def test_train_bad_release_or_entropy_is_one_line(tmp_path, capsys, flags, words
 def test_sim_tables_prints_the_reproduce_verdict_per_cell_and_table(tmp_path, capsys):
     """The same judge as `testbed reproduce`: the paper's test day passes Table 5.1; a flat toy
     trace is nothing like it, its cells FAIL with the reason and the command exits 1."""
-    real = Path(__file__).resolve().parents[3] / "shared" / "traces"
-    if (real / "test" / "day7-shift0h.txt").is_file():
-        assert main(["sim", "tables", "--traces", str(real), "--table", "5.1", "--no-drl"]) == 0
-        out = capsys.readouterr().out
-        assert out.count("PASS") == 3 + 1 and "Table 5.1: PASS" in out  # 3 cells, the table
-        assert "gap to oracle" not in out  # no empty column without --oracle
+    # the default --traces: the paper's, shipped with testbed
+    assert main(["sim", "tables", "--table", "5.1", "--no-drl"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("PASS") == 3 + 1 and "Table 5.1: PASS" in out  # 3 cells, the table
+    assert "gap to oracle" not in out  # no empty column without --oracle
     assert main(["sim", "tables", "--traces", str(_traces(tmp_path)), "--table", "5.1",
                  "--no-drl"]) == 1
     out = capsys.readouterr().out

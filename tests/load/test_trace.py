@@ -14,6 +14,7 @@ from testbed.load.trace import (
     schedule_from_trace,
     window_trace,
 )
+from testbed.traces import packaged_traces
 
 
 def test_malformed_lines_name_file_and_line(tmp_path):
@@ -73,14 +74,8 @@ def test_constant_schedule():
     assert len(offsets) == 200 and offsets[1] == pytest.approx(0.01)
 
 
-def test_shared_trace_files_parse_if_present():
-    from pathlib import Path
-
-    # the team's shared folder sits beside the repository (tests may read it)
-    path = Path(__file__).resolve().parents[3] / "shared" / "traces" / "test" / "day7-shift0h.txt"
-    if not path.exists():
-        pytest.skip("shared traces not present")
-    trace = load_trace(path)
+def test_the_packaged_traces_parse():
+    trace = load_trace(packaged_traces() / "test" / "day7-shift0h.txt")
     assert len(trace.lines) == 86400 and trace.seconds == 86400
 
 

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from testbed.traces import packaged_traces
 from tests.conftest import namespaces_with_prefix
 
 pytestmark = pytest.mark.needs_root  # a real testbed: network namespaces, tc
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACES = ROOT.parent / "shared" / "traces" / "test"
+TRACES = packaged_traces() / "test"
 
 SCENARIO = f"""\
 name: inss-local
@@ -46,7 +47,6 @@ clients:
 """
 
 
-@pytest.mark.skipif(not TRACES.is_dir(), reason=f"needs the paper's traces in {TRACES}")
 def test_inss_plans_the_local_testbed_and_the_replicas_run_what_it_set(tmp_path: Path):
     scn = tmp_path / "inss-local.yaml"
     scn.write_text(SCENARIO)

@@ -16,10 +16,11 @@ from testbed.profiles.paper import TABLE_5_1, TABLE_5_2, TOTAL_UNITS
 from testbed.scaler.registry import make_policy
 from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS, SimCluster
 from testbed.sim.passes import COMPILED_ENV
+from testbed.traces import packaged_traces
 from testbed.train.evaluate import evaluate
 from testbed.train.evaluate import test_day_traces as day_traces  # not collected as a test
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+TRACES = packaged_traces()
 POLICIES = ("rule_v1", "rule_v2", "random", "hpa")
 SETUPS = (("chatbot",), ("imgcls",), ("tts",), ("chatbot", "imgcls", "tts"))
 # computed at 57aba8d, before the speed-ups (sha256 of the records below, one per line)
@@ -74,7 +75,6 @@ def decision_hash(traces_dir: Path, options) -> str:
     return h.hexdigest()
 
 
-@pytest.mark.skipif(not (TRACES / "test").is_dir(), reason=f"needs the paper's traces in {TRACES}")
 @pytest.mark.parametrize("passes", ["compiled", "numpy"])
 @pytest.mark.parametrize("name, options", [("default", DEFAULT_OPTIONS), ("testbed", TESTBED_OPTIONS)])
 def test_every_decision_of_the_test_day_is_as_before_the_speed_ups(name, options, passes, monkeypatch):

@@ -8,13 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from testbed.traces import packaged_traces
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACES = ROOT.parent / "shared" / "traces"
+TRACES = packaged_traces()
 
 
-@pytest.mark.skipif(not (TRACES / "test").is_dir(), reason=f"needs the paper's traces in {TRACES}")
 def test_without_the_reference_no_ratio_is_printed_and_it_says_so():
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "sim_speed.py"), "--traces", str(TRACES),
                           "--steps", "3"], capture_output=True, text=True, timeout=120, check=True).stdout

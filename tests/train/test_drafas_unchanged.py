@@ -20,18 +20,17 @@ import pytest
 
 from testbed.profiles import paper
 from testbed.scaler.policies import RuleV2
+from testbed.traces import packaged_traces
 from testbed.train.evaluate import evaluate
 from testbed.train.evaluate import test_day_traces as day_traces
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACES = ROOT.parent / "shared" / "traces"
+TRACES = packaged_traces()
 SIM_DOC = ROOT / "docs" / "sim.md"
 SEEDS = 5  # the table's "seed mean of 5"
 # docs/sim.md: "ours reproduces both to within 5 % on every cell"
 WITHIN_PUBLISHED = 0.05
 
-pytestmark = pytest.mark.skipif(not (TRACES / "test").is_dir(),
-                                reason=f"needs the paper's traces in {TRACES}")
 
 _ROW = re.compile(r"^\| (5\.[123]) \| (chatbot|imgcls|TTS) \| (-?[\d.]+) \| (-?[\d.]+) \([^)]*\) \| "
                   r"(-?[\d.]+) \([^)]*\) \| ([\d.]+) / ([\d.]+) / ([\d.]+) \|$")
