@@ -11,7 +11,7 @@ from pathlib import Path
 from testbed.bringup.local import require_root
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
 from testbed.profiles.paper import SERVICES, test_day_file
-from testbed.scaler.ppo import read_meta
+from testbed.scaler.ppo import read_manifest
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ def _check_models(models: dict[str, Path], traces_dir: Path) -> None:
 
     for service, path in models.items():
         try:
-            read_meta(path)
+            read_manifest(path)
         except ConfigError as exc:
             detail = str(exc).splitlines()[0]
             raise MissingRequirement(

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,45 +34,22 @@ def require_drl():
         ) from None
 
 
-@dataclass
-class ModelMeta:
-    """What a trained model file says about itself."""
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """The manifest (`testbed.json`) a model file at `path` carries, as its JSON object (its fields:
+    testbed.train.model_file.ModelMeta), or a ConfigError naming the file.
 
-    service: str
-    profile: dict
-    ratio: float
-    total_units: int
-    train_traces: list[str]
-    val_traces: list[str]
-    seed: int
-    steps: int
-    commit: str
-    best_validation_reward: float | None = None
-    validations: list[tuple[int, float]] = field(default_factory=list)
-    observation: str | None = None  # testbed.scaler.state.OBSERVATION it was trained with
-    command: str | None = None  # how to train it again
-    scales: list[int] | None = None  # pool sizes drawn per training episode (None: total_units only)
-    loads: list[float] | None = None  # ratio multipliers drawn per 8-unit episode (None: 1 only)
-    shared: bool = False  # 8-unit episodes ran the three services sharing the pool (rule v2 beside)
-    pool_reward: bool = False  # shared episodes rewarded the pool (the three services' Eq. 3.2)
-    partners: dict[str, str] | None = None  # shared episodes: agent files of the other services
-    validate_pool: bool = False  # checkpoints chosen on the pool's reward in shared validation
-    release_below: float | None = None  # the starting agent was taught to release idle instances
-    distilled: dict | None = None  # testbed.train.distill.DistillStats of that teaching
-    hold_largest: bool = False  # PPO trained the smaller pools; the largest kept the starting agent's
-    held: dict | None = None  # testbed.train.distill.HoldStats of this checkpoint's fitting
-    like_testbed: float = 0.0  # share of episodes with the local testbed's clients (TESTBED_OPTIONS)
-
-
-def read_meta(path: str | Path) -> ModelMeta:
-    """The ModelMeta a model file at `path` carries, or a ConfigError naming the file."""
+    path: the model file."""
     try:
         with zipfile.ZipFile(path) as zf:
-            return ModelMeta(**json.loads(zf.read(META_MEMBER)))
-    except (OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError, TypeError) as exc:
+            meta = json.loads(zf.read(META_MEMBER))
+    except (OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
         raise ConfigError(
             [ConfigProblem(str(path), None, META_MEMBER, f"not a testbed model file: {exc}")]
         ) from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("service"), str):
+        raise ConfigError([ConfigProblem(str(path), None, META_MEMBER,
+                                         "not a testbed model file: no service in its manifest")])
+    return meta
 
 
 def _problem(path: str | Path, message: str) -> ConfigError:
@@ -82,7 +59,7 @@ def _problem(path: str | Path, message: str) -> ConfigError:
 class MaskablePpoPolicy:
     """A trained agent as a policy: deterministic action with the mask applied."""
 
-    def __init__(self, model, meta: ModelMeta | None = None):
+    def __init__(self, model, meta: dict[str, Any] | None = None):
         self.model = model
         self.meta = meta
         self.name = "ppo"
@@ -95,13 +72,14 @@ class MaskablePpoPolicy:
         retrain = f"testbed train {service or 'SERVICE'} --traces TRACES"
         if not path.is_file():
             raise _problem(path, f"no such model file; the shipped agents are in models/, or run `{retrain}`")
-        meta = read_meta(path)
-        if service is not None and meta.service != service:
-            raise _problem(path, f"an agent for {meta.service!r}, not {service!r}; use models/{service}.zip")
-        if meta.observation != OBSERVATION:
+        meta = read_manifest(path)
+        if service is not None and meta["service"] != service:
+            raise _problem(path, f"an agent for {meta['service']!r}, not {service!r}; "
+                                 f"use models/{service}.zip")
+        if meta.get("observation") != OBSERVATION:
             raise _problem(
                 path,
-                f"trained on observation {meta.observation or 'of an older version (absolute rate)'}; "
+                f"trained on observation {meta.get('observation') or 'of an older version (absolute rate)'}; "
                 f"this version builds {OBSERVATION!r}: run `{retrain}`",
             )
         require_drl()

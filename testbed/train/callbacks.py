@@ -19,10 +19,9 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback, EventCallback
 
 from testbed.errors import ConfigError, ConfigProblem
-from testbed.scaler.ppo import ModelMeta
 from testbed.train.curve import TrainingStatus, curve_paths, write_curve
 from testbed.train.distill import HeldScale
-from testbed.train.model_file import save_model, write_meta
+from testbed.train.model_file import ModelMeta, save_model, write_meta
 
 
 class LearningCurve(BaseCallback):

@@ -2,53 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles import paper
+from testbed.train.options import PpoOptions
 
 if TYPE_CHECKING:
     from testbed.profiles import ServiceProfile
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """What `testbed train --policy ppo` trains and how; an inconsistent combination of options
-    is refused here, as one ConfigError naming the CLI option, before anything is read or written.
-
-    `stop_at` ends training after that many steps while the learning rate still decays over
-    `steps` (a run cut short, reproducibly). `scales`: pool sizes drawn per episode, the ratio
-    scaled with them (testbed.train.wrappers.EpisodeDraws); validation then averages the smallest
-    and the largest.
-    `init_from`: a model file whose weights start training (same 64x64 layers); one trained on
-    fewer observation inputs (the 25-float observation before the unit-cost cue) gets zero
-    weights on the new inputs, so training starts from its policy at every pool size; its own
-    validation is then the first one (step 0), so a checkpoint is kept only if it validates
-    better than the model it started from. `loads` and `shared`: see EpisodeDraws and SharedPool
-    (the 8-unit episodes at several load multipliers, the three services sharing the pool); validation
-    then covers each load, shared the same way; `pool_reward`: shared episodes (training and
-    validation) score the three services' rewards together. `partners`: a folder of agents
-    (SERVICE.zip) that decide the other two services in shared episodes and their validation
-    instead of rule v2, e.g. models/ (those loaded before training starts). `validate_pool`:
-    shared validation scores the three services' rewards together while training keeps the
-    agent's own (a checkpoint is kept for what it does to the pool, not only to itself).
-    `checkpoints`: a folder where every validated model is also written (SERVICE-STEPS.zip).
-    `release_below` (needs `init_from`): before training, the starting agent is taught to scale
-    down by one wherever its offered load per instance reads below this (testbed.train.distill,
-    on 25 episodes of the training environment); that model is then the one validated at step 0.
-    `hold_largest` (needs `init_from` and two `scales` or more): PPO trains on the smaller pool
-    sizes only, and each validated checkpoint is a copy of the trained model fitted to act at the
-    largest size as the starting agent does (testbed.train.distill.HeldScale) and to keep its own
-    decisions at the others; the copy is validated at every size and saved, PPO goes on from the
-    unfitted model. (Updates learnt at 8 units otherwise move the 128-unit behaviour too.)
-    `like_testbed`: the share of training episodes run with the local testbed's clients and
-    balancer (EpisodeDraws); validation then adds that setup at `total_units`, load 1.
-    `resume` (needs `checkpoints`): go on from the newest checkpoint there (its weights, step
-    count and validations; `init_from` and `release_below` were applied before it) up to `steps`.
-    `ppo_params` override the paper's PPO hyperparameters (sb3's names, e.g. ent_coef)."""
+@dataclass(kw_only=True)
+class TrainConfig(PpoOptions):
+    """What `testbed train --policy ppo` trains and how: the service, its pool and the paper's
+    training schedule, and the research options (PpoOptions, declared once with the command line's
+    and the --config file's options in testbed.train.options). An inconsistent combination is
+    refused here, as one ConfigError naming the CLI option, before anything is read or written.
+    `ppo_params` override the paper's PPO hyperparameters (sb3's names)."""
 
     service: str
     ratio: float | None = None  # None: the paper's default ratio of `service`
@@ -59,22 +30,8 @@ class TrainConfig:
     patience: int = paper.EARLY_STOP_PATIENCE
     min_validations: int = paper.EARLY_STOP_MIN_VALIDATIONS
     seed: int = 0
-    tensorboard: str | None = None
     learning_rate: float = paper.LEARNING_RATE
     ppo_params: dict | None = None
-    stop_at: int | None = None
-    scales: Sequence[int] | None = None
-    init_from: str | Path | None = None
-    loads: Sequence[float] | None = None
-    shared: bool = False
-    pool_reward: bool = False
-    partners: str | Path | None = None
-    validate_pool: bool = False
-    checkpoints: str | Path | None = None
-    release_below: float | None = None
-    hold_largest: bool = False
-    like_testbed: float = 0.0
-    resume: bool = False
     profile: ServiceProfile | None = None  # the service's profile in use; None: the registry's
 
     def __post_init__(self) -> None:
@@ -114,11 +71,6 @@ class TrainConfig:
             if failed:
                 return ConfigProblem(option, None, field, why)
         return None
-
-    @property
-    def ent_coef(self) -> float:
-        """The entropy bonus of the PPO loss (`ppo_params`' ent_coef; 0, sb3's default)."""
-        return (self.ppo_params or {}).get("ent_coef", 0.0)
 
     @property
     def service_ratio(self) -> float:

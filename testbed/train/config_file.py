@@ -12,56 +12,49 @@ given on the command line wins over the file's. Paths in the file are relative t
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, create_model
 
 from testbed.config.testbed_spec import Strict
 from testbed.config.yamlfile import load_yaml_file, validate
+from testbed.train.options import TRAIN_FIELDS, TrainOptions, opt
 
 
-class TrainFile(Strict):
-    """The options of `testbed train`, each as its command-line option says (`--help`); `notes`
-    is free text (where the run came from) that training ignores."""
-
-    service: str | None = None
-    policy: Literal["ppo", "ddpg", "inss"] | None = None
-    traces: str | None = None
-    trace: list[str] | None = None
-    val_trace: str | None = None
-    profiles: str | None = None
-    out: str | None = None
-    steps: int | None = Field(None, ge=1)
-    seed: int | None = None
-    gpus: int | None = Field(None, ge=1)
-    tensorboard: str | None = None
-    stop_at: int | None = Field(None, ge=1)
-    scales: list[int] | None = None
-    init_from: str | None = None
-    load_scales: tuple[float, float] | None = None
-    loads: list[float] | None = None
-    shared: bool | None = None
-    pool_reward: bool | None = None
-    partners: str | None = None
-    validate_pool: bool | None = None
-    checkpoints: str | None = None
-    ent_coef: float | None = Field(None, ge=0)
-    release_below: float | None = None
-    hold_largest: bool | None = None
-    like_testbed: float | None = Field(None, ge=0, le=1)
-    resume: bool | None = None
-    notes: str = ""
+def _file_type(name: str, hint: Any) -> Any:
+    """The type a file's field `name` takes: TrainOptions' own, with text for paths (resolved
+    against the file's folder on loading) and the choices of a named set."""
+    o = opt(name)
+    if o.choices:
+        return Literal[o.choices] | None  # type: ignore[valid-type]
+    if o.path:
+        return list[str] | None if typing.get_origin(_strip(hint)) is list else str | None
+    return hint if _strip(hint) is not hint else hint | None
 
 
-# file fields that are paths (relative to the file), and the CLI's parameter name where it differs
-_PATHS = ("traces", "val_trace", "profiles", "out", "init_from", "partners", "checkpoints")
-_PARAM = {"profiles": "profiles_path"}
+def _strip(hint: Any) -> Any:
+    """`hint` without its `| None`."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if len(args) == 1 and type(None) in typing.get_args(hint) else hint
+
+
+_HINTS = typing.get_type_hints(TrainOptions)
+# the file's fields: every option of TrainOptions by its name (absent: not set), and notes
+TrainFile = create_model(
+    "TrainFile", __base__=Strict,
+    __doc__="The options of `testbed train`, each as its command-line option says (`--help`); "
+            "`notes` is free text (where the run came from) that training ignores.",
+    notes=(str, ""),
+    **{name: (_file_type(name, _HINTS[name]),
+              Field(None, ge=opt(name).ge, le=opt(name).le)) for name in TRAIN_FIELDS},
+)
 
 
 def load_train_file(path: str | Path) -> dict[str, Any]:
-    """The options `path` sets, by the `train` command's parameter names and in the forms its
-    options take (paths resolved against the file's folder, lists as the CLI's comma lists).
+    """The options `path` sets, by TrainOptions' names and in its types (paths resolved against
+    the file's folder).
 
     Raises:
         ConfigError: one line per problem, naming the file, the line and the field.
@@ -71,11 +64,9 @@ def load_train_file(path: str | Path) -> dict[str, Any]:
     base = path.resolve().parent
     out: dict[str, Any] = {}
     for name, value in spec.model_dump(exclude={"notes"}, exclude_none=True).items():
-        if name in _PATHS:
-            value = base / value
-        elif name == "trace":
-            value = [base / v for v in value]
-        elif name in ("scales", "loads", "load_scales"):
-            value = ",".join(f"{v:g}" for v in value)
-        out[_PARAM.get(name, name)] = value
+        if opt(name).path:
+            value = [base / v for v in value] if isinstance(value, list) else base / value
+        elif isinstance(value, tuple):
+            value = list(value) if name != "load_scales" else value
+        out[name] = value
     return out

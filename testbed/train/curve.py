@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.scaler.ppo import ModelMeta
+from testbed.train.model_file import ModelMeta
 
 REWARD_SCALE = (
     "an episode's reward is the sum of Eq. 3.2 over its periods (a validation: the mean of such "

@@ -5,7 +5,7 @@ model, written as sb3's zip plus the `testbed.json` member that testbed.scaler.p
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,14 +16,22 @@ from testbed.load.trace import Trace
 from testbed.paths import git_commit
 from testbed.profiles import paper
 from testbed.scaler.policies import Policy
-from testbed.scaler.ppo import ModelMeta, read_meta, require_drl
+from testbed.scaler.ppo import require_drl
 from testbed.scaler.state import OBSERVATION
 from testbed.train.command import rerunnable_command
 from testbed.train.config import TrainConfig
 from testbed.train.curve import TrainingStatus, curve_paths
 from testbed.train.distill import HeldScale, distill_release
 from testbed.train.env import ScalingEnv
-from testbed.train.model_file import latest_checkpoint, load_partners, save_model, write_meta
+from testbed.train.model_file import (
+    ModelMeta,
+    latest_checkpoint,
+    load_partners,
+    read_meta,
+    save_model,
+    write_meta,
+)
+from testbed.train.options import PpoOptions
 from testbed.train.validation import episode_periods, episodes_reward, validation_reward
 from testbed.train.wrappers import EpisodeDraws, PoolReward, RandomFreeUnits, SharedPool
 
@@ -66,7 +74,7 @@ def train(
     is called every 256 steps with a TrainingStatus. Beside `out` goes its learning curve
     (curve_paths: training episodes and validations, JSON and PNG)."""
     if not isinstance(config, TrainConfig):
-        config = TrainConfig(config, **options)
+        config = TrainConfig(service=config, **options)
     require_drl()
     import torch
 
@@ -176,7 +184,8 @@ def _new_model(env: gym.Env, config: TrainConfig):  # type: ignore[no-untyped-de
         },
         tensorboard_log=config.tensorboard,
         device="cpu",
-        **{**paper.PPO_PARAMS, **(config.ppo_params or {})},
+        **{**paper.PPO_PARAMS, **({"ent_coef": config.ent_coef} if config.ent_coef else {}),
+           **(config.ppo_params or {})},
     )
 
 
@@ -237,8 +246,11 @@ def _manifest(
     config: TrainConfig, env: ScalingEnv, train_traces: Sequence[Trace], val_traces: Sequence[Trace],
     partners: dict[str, Policy], distilled: dict | None, command: str | None,
 ) -> ModelMeta:
-    """The manifest of the run's models, before any validation."""
+    """The manifest of the run's models, before any validation: the config's research options as
+    the run holds them, plus what it is trained on and with (results come with validation)."""
+    options = {f.name: getattr(config, f.name) for f in fields(PpoOptions)}
     return ModelMeta(
+        **{k: str(v) if isinstance(v, Path) else v for k, v in options.items()},
         service=config.service,
         profile=env.profile.model_dump(exclude={"sources"}),
         ratio=config.service_ratio,
@@ -250,16 +262,7 @@ def _manifest(
         commit=git_commit() or "unknown",
         observation=OBSERVATION,
         command=rerunnable_command(command) if command else command,
-        scales=sorted(set(config.scales)) if config.scales else None,
-        loads=sorted(set(config.loads)) if config.loads else None,
-        shared=config.shared,
-        pool_reward=config.pool_reward,
-        partners={s: str(Path(config.partners) / f"{s}.zip") for s in partners} or None,
-        validate_pool=config.validate_pool,
-        release_below=config.release_below,
         distilled=distilled,
-        hold_largest=config.hold_largest,
-        like_testbed=config.like_testbed,
     )
 
 

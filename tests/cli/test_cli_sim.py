@@ -107,9 +107,9 @@ def _tiny_model(path, service, obs_size=30, observation="current"):
     import numpy as np
     from sb3_contrib import MaskablePPO
 
-    from testbed.scaler import ppo
     from testbed.scaler.state import OBSERVATION
     from testbed.train import ppo as train_ppo
+    from testbed.train.model_file import ModelMeta
 
     class Env(gym.Env):
         observation_space = gym.spaces.Box(0.0, 1.0, shape=(obs_size,), dtype=np.float32)
@@ -125,8 +125,9 @@ def _tiny_model(path, service, obs_size=30, observation="current"):
             return np.ones(5, dtype=bool)
 
     model = MaskablePPO("MlpPolicy", Env(), n_steps=16, batch_size=16, device="cpu")
-    meta = ppo.ModelMeta(service, {}, 0.15, 8, [], [], 0, 0, "test",
-                         observation=OBSERVATION if observation == "current" else observation)
+    meta = ModelMeta(service=service, profile={}, ratio=0.15, total_units=8, seed=0,
+                     train_traces=[], val_traces=[], steps=0, commit="test",
+                     observation=OBSERVATION if observation == "current" else observation)
     train_ppo._save(model, path, meta)
     return path
 
@@ -273,7 +274,7 @@ def test_train_writes_the_learning_curve_beside_the_model(tmp_path, capsys):
     model's meta records and the training episodes, the PNG exists, and the last line gives the
     best validation on both scales."""
     pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
-    from testbed.scaler.ppo import read_meta
+    from testbed.train.model_file import read_meta
 
     traces = _episode_traces(tmp_path)
     out = tmp_path / "m.zip"
@@ -390,7 +391,7 @@ def test_train_a_service_of_ones_own_on_trace_files_of_ones_own(tmp_path, capsys
     """Maskable PPO for asr (a profile file's) on the user's files: the model's meta records asr's
     profile, ratio 1 and the files; the rerunnable command names them."""
     pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
-    from testbed.scaler.ppo import read_meta
+    from testbed.train.model_file import read_meta
 
     prof, trace = _asr(tmp_path)
     out = tmp_path / "asr.zip"

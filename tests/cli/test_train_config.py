@@ -8,6 +8,7 @@ import pytest
 
 from testbed.cli import main
 from testbed.train.config_file import load_train_file
+from testbed.train.options import opt
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,8 +73,9 @@ def test_each_shipped_agent_keeps_the_run_that_made_it_beside_it(service):
     for key, flag in (("steps", "--steps"), ("seed", "--seed"), ("scales", "--scales"),
                       ("loads", "--loads"), ("release_below", "--release-below")):
         if key in opts:
-            assert f"{flag} {opts[key]:g}" in command if isinstance(opts[key], float) \
-                else f"{flag} {opts[key]}" in command, (key, command)
+            shown = opt(key).show(opts[key]) if opt(key).show else (
+                f"{opts[key]:g}" if isinstance(opts[key], float) else str(opts[key]))
+            assert f"{flag} {shown}" in command, (key, command)
     for key, flag in (("shared", "--shared"), ("validate_pool", "--validate-pool"),
                       ("hold_largest", "--hold-largest")):
         assert opts.get(key, False) == (flag in command), (key, command)
@@ -82,7 +84,7 @@ def test_each_shipped_agent_keeps_the_run_that_made_it_beside_it(service):
 def test_a_config_file_runs_a_training(tmp_path, capsys):
     """A tiny run from a file: its seed and steps are the model's."""
     pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
-    from testbed.scaler.ppo import read_meta
+    from testbed.train.model_file import read_meta
 
     cfg = tmp_path / "tiny.train.yaml"
     cfg.write_text("service: chatbot\nsteps: 256\nseed: 3\n")

@@ -129,7 +129,7 @@ def test_train_with_hold_largest_fits_every_checkpoint_and_needs_a_start_and_two
     meta = train("chatbot", [trace], [trace], tmp_path / "b.zip", steps=128, scales=[8, 32],
                  init_from=tmp_path / "a.zip", hold_largest=True, checkpoints=tmp_path / "ck", **kw)
     assert meta.hold_largest and [n for n, _ in meta.validations] == [0, 64, 128]
-    from testbed.scaler.ppo import read_meta
+    from testbed.train.model_file import read_meta
 
     for n in (64, 128):
         held = read_meta(tmp_path / "ck" / f"chatbot-{n}.zip").held

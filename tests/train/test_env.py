@@ -65,7 +65,8 @@ def test_short_training_beats_random(tmp_path):
     import numpy as np
 
     from testbed.scaler.policies import RandomPolicy
-    from testbed.scaler.ppo import MaskablePpoPolicy, read_meta
+    from testbed.scaler.ppo import MaskablePpoPolicy
+    from testbed.train.model_file import read_meta
     from testbed.train.ppo import train, validation_reward
 
     rate = 10 + 8 * np.sin(np.arange(21600) / 3000.0)  # one instance suffices: learn not to waste units
@@ -261,7 +262,8 @@ def test_validate_pool_scores_the_pool_and_checkpoints_keep_every_validation(tmp
     """--validate-pool: the validations are the pool's reward (the three services' Eq. 3.2) while
     training keeps the agent's own; --checkpoints writes each validated model with its step."""
     pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
-    from testbed.scaler.ppo import MaskablePpoPolicy, read_meta
+    from testbed.scaler.ppo import MaskablePpoPolicy
+    from testbed.train.model_file import read_meta
     from testbed.train.ppo import train, validation_reward
 
     tr = [Trace.constant(5, 900)]

@@ -39,7 +39,7 @@ def test_curve_and_progress_carry_episode_and_validation_rewards(tmp_path):
 
 def test_resume_goes_on_from_the_newest_checkpoint(tmp_path):
     pytest.importorskip("sb3_contrib", reason="Maskable PPO needs the drl extra")
-    from testbed.scaler.ppo import read_meta
+    from testbed.train.model_file import read_meta
     from testbed.train.ppo import train
 
     tr = [Trace.constant(5, 900)]
