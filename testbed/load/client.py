@@ -253,7 +253,9 @@ class LoadClient:
 
 
 def classify_error(exc: BaseException) -> str:
-    """Map a client-side exception to an error kind of testbed.load.records.ERROR_KINDS."""
+    """Map a client-side exception to an error kind of testbed.load.records.ERROR_KINDS.
+
+    exc: the exception a request raised."""
     if isinstance(exc, RequestCancelled | asyncio.CancelledError):
         return "cancelled"
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):

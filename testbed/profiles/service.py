@@ -216,7 +216,9 @@ def _entry(name: str, entry: Any, shared: Any) -> Any:
 
 
 def dump_profiles(profiles: dict[str, ServiceProfile]) -> str:
-    """YAML text in the same format `load_profiles` reads."""
+    """YAML text in the same format `load_profiles` reads.
+
+    profiles: the service profiles by name."""
     data = {"services": {name: _plain(p) for name, p in sorted(profiles.items())}}
     return yaml.safe_dump(data, sort_keys=False)
 

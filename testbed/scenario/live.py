@@ -64,7 +64,9 @@ class LiveView:
             self.console.print(Text(self._header))  # labels hold user values: never markup
 
     def finished(self, cell: Cell, rep: int) -> None:
-        """A repetition of a cell finished elsewhere (a parallel run's worker)."""
+        """A repetition of a cell finished elsewhere (a parallel run's worker).
+
+        cell: the matrix cell; rep: its repetition (from 0)."""
         self.done += 1
         self._header = f"cell {cell.index + 1} ({cell.label}), rep {rep + 1}: done"
         if not self.enabled:
