@@ -401,7 +401,8 @@ def sim_compare(
                                 "share_pct, batch, gpus (overrides the table's GPU count)."),
     interference: bool = typer.Option(True, "--interference/--no-interference",
                                       help="InSS's interference term between instances on one GPU."),
-    steps: int = typer.Option(None, help="Stop after this many 30 s steps (default: the whole day)."),
+    steps: int = typer.Option(None, help=f"Stop after this many {paper.STEP_SECONDS:g} s steps "
+                              "(default: the whole day)."),
     scale: float = typer.Option(1.0, help="Multiply the table's ratios (e.g. 4: saturate the GPUs)."),
     seed: int = typer.Option(0, help="Simulation seed."),
     out: Path = typer.Option(None, help="Report directory (default runs/<UTC time>-compare)."),

@@ -29,7 +29,13 @@ from testbed.reproduce.artefacts import ARTEFACTS, Artefact, model_files, prefli
 from testbed.reproduce.document import write
 from testbed.reproduce.model import Options, ReproResult, Verdict
 from testbed.reproduce.slicing import combine, judge_slicing
-from testbed.reproduce.tables import TableResult, sim_table, testbed_table
+from testbed.reproduce.tables import (
+    T54_DECIDES_ORDER_REPS,
+    T54_DECIDES_ORDER_S,
+    TableResult,
+    sim_table,
+    testbed_table,
+)
 from testbed.scenario.load import load_scenario, parse_scenario
 from testbed.scenario.results import recorded_rows
 from testbed.scenario.runner import RunOptions, run_scenario
@@ -42,14 +48,14 @@ SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 # gets the same replicas under both policies (docs/table-5.4.md, `bench/table54_noise.py
 # --sim-gaps`). TTS is idle at 13:30; its gap is largest at night: `--t54-start 21:00`.
 T54_START_S = 48600
+# the full size's window and repetitions are what decides DRL against rule v2 (tables.py's
+# T54_DECIDES_ORDER_S and _REPS: 20 minutes, 2 repetitions)
 T54_QUICK_S = 120
 # --quick's window follows a warm-up of 4 scaler periods (the test day's 2 minutes before it,
 # the scaler on, out of the results): without it the 2 minutes measured the replicas the load
 # needs starting up, where DRL and rule v2 gave the same reward (docs/notes/table-5.4-runs.md, "CI size").
 # The full size keeps none: its 20 minutes and the whole day are measured from the start.
 T54_QUICK_WARMUP_S = 120
-T54_FULL_S = 1200
-T54_FULL_REPS = 2
 
 
 def default_out(quick: bool) -> Path:
@@ -219,8 +225,8 @@ def _table54(a: Artefact, partial: Path, options: Options) -> Verdict:
     import yaml
 
 
-    duration = options.t54_duration_s or (T54_QUICK_S if options.quick else T54_FULL_S)
-    reps = options.t54_repetitions or (1 if options.quick else T54_FULL_REPS)
+    duration = options.t54_duration_s or (T54_QUICK_S if options.quick else T54_DECIDES_ORDER_S)
+    reps = options.t54_repetitions or (1 if options.quick else T54_DECIDES_ORDER_REPS)
     start = T54_START_S if options.t54_start_s is None else options.t54_start_s
     # the warm-up replays the trace before the window: none before the day's first minutes
     warmup = T54_QUICK_WARMUP_S if options.quick and start >= T54_QUICK_WARMUP_S else 0

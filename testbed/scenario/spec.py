@@ -11,7 +11,7 @@ from testbed.config import LinkSpec, SliceSpec, TestbedSpec, UEGroupSpec, check_
 from testbed.config.testbed_spec import Name
 from testbed.errors import ConfigError
 from testbed.plugins import is_ref
-from testbed.profiles import load_profiles
+from testbed.profiles import load_profiles, paper
 from testbed.profiles.registry import known_services
 from testbed.scaler import registry
 from testbed.scaler.share import read_share_meta
@@ -132,7 +132,7 @@ class Scenario(Strict):
     # answering in the same shape, for time scales at which the work itself cannot keep up on the
     # machine (the network path is unchanged). The lab runs the real services.
     replica_work: Literal["real", "sleep"] = "real"
-    scaler_period_s: float = Field(30.0, gt=0, le=86400)
+    scaler_period_s: float = Field(paper.STEP_SECONDS, gt=0, le=86400)
     total_units: int = Field(8, ge=1, le=1024)
     repetitions: int = Field(1, ge=1, le=100)
     seed: int = 0

@@ -23,7 +23,7 @@ import numpy as np
 
 from testbed.load.trace import Trace
 from testbed.paths import git_commit
-from testbed.profiles import ServiceProfile
+from testbed.profiles import ServiceProfile, paper
 from testbed.profiles.paper import REWARD_ALPHA, REWARD_BETA, TEST_SHIFT_HOURS
 from testbed.scaler.ppo import require_drl
 from testbed.scaler.share import META_MEMBER, ShareMapper, ShareMeta
@@ -71,8 +71,9 @@ class ShareEnv(gym.Env):
         if self.episode_steps is None:
             start, duration = 0.0, None
         else:
-            duration = self.episode_steps * 30.0 + 30.0
-            start = float(self.np_random.integers(0, max(1, int(day.seconds - duration) // 30))) * 30.0
+            step = paper.STEP_SECONDS
+            duration = (self.episode_steps + 1) * step
+            start = float(self.np_random.integers(0, max(1, int((day.seconds - duration) // step)))) * step
         scale = 1.0 + self.load_jitter * (2 * self.np_random.random() - 1) if self.load_jitter else 1.0
         if self.load_scales is not None:
             lo, hi = np.log(self.load_scales[0]), np.log(self.load_scales[1])
