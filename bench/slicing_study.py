@@ -11,7 +11,7 @@ at 40 flows only in mean time; chatbot does not differ. Needs root and iperf3.
 
     python3 bench/slicing_study.py [--setups up-q100 both-q100 ...] [--duration 30]
         [--flows 10 40] [--services imgcls tts chatbot] [--out runs/slicing-study]
-        [--plot docs/slicing-study.png]
+        [--plot docs/notes/slicing-study.png]
 
 Cells already measured (same setup, service, flows, slicing, duration) are read back from
 --out/cells.jsonl, so an interrupted study resumes. `--list` prints the setups.
