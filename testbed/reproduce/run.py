@@ -24,9 +24,7 @@ from testbed.judge.outcome import FAIL, NOT_RUN, PASS, UNDECIDED
 from testbed.judge.verdict import run_verdict
 from testbed.paths import stamped
 from testbed.profiles.paper import FIGURE_SERVICES
-from testbed.report import write_report
 from testbed.reproduce.artefacts import ARTEFACTS, Artefact, model_files, preflight
-from testbed.reproduce.document import write
 from testbed.reproduce.model import Options, ReproResult, Verdict
 from testbed.reproduce.slicing import combine, judge_slicing
 from testbed.reproduce.tables import (
@@ -36,9 +34,6 @@ from testbed.reproduce.tables import (
     sim_table,
     testbed_table,
 )
-from testbed.scenario.load import load_scenario, parse_scenario
-from testbed.scenario.results import recorded_rows
-from testbed.scenario.runner import RunOptions, run_scenario
 
 # the scenarios reproduce runs, shipped as package data (links to the repository's scenarios/)
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
@@ -99,6 +94,8 @@ def reproduce(artefacts: list[Artefact], options: Options) -> ReproResult:
                          + (f"; decided by: {v.decided_by}" if v.decided_by else ""))
     result = ReproResult(out, verdicts, time.monotonic() - started)
     (partial / "verdicts.json").write_text(json.dumps(_jsonable(result), indent=1, default=str))
+    from testbed.reproduce.document import write  # matplotlib: once every artefact has run
+
     write(result, partial, options)
     shutil.rmtree(partial / "done")  # what a resume would have needed: the report is whole now
     (partial / "options.json").unlink()
@@ -132,6 +129,12 @@ def _jsonable(result: ReproResult) -> dict[str, Any]:
 
 def _run(path: Path, partial: Path, options: Options, overrides: dict[str, Any] | None = None,
          *, text: str | None = None) -> tuple[Path, list[dict[str, Any]]]:
+    # the scenario loader, runner and report: only for the artefacts that run a scenario (the
+    # simulator's tables load none of them)
+    from testbed.report import write_report
+    from testbed.scenario.load import load_scenario, parse_scenario
+    from testbed.scenario.runner import RunOptions, run_scenario
+
     loaded = (parse_scenario(text, str(path), path.parent) if text is not None
               else load_scenario(path, overrides))
     result = run_scenario(loaded, RunOptions(out_root=partial / "runs", progress=options.show_runs))
@@ -158,6 +161,8 @@ def judge_run_dir(run_dir: Path) -> dict[str, Verdict]:
     slicing(-ci).yaml): the same checks, outcomes and words as that run's `expect:`."""
 
     scenario = json.loads((run_dir / "manifest.json").read_text())["scenario"]
+    from testbed.scenario.results import recorded_rows  # a run directory's rows: this path only
+
     return slicing_verdicts(recorded_rows(run_dir), str(run_dir),
                             quick=scenario["name"] != "slicing")
 
