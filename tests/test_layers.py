@@ -35,7 +35,8 @@ LAYERS = {
     "cli": 11, "__main__": 12,
 }
 # The CLI imports the library inside each command so that `testbed --help`, `status` and `down`
-# start in < 0.3 s (tests/cli/test_startup.py): its function-local imports need no comment each.
+# start within 8x of `python3 -c pass` (bench/startup.py, tests/cli/test_startup.py): its
+# function-local imports need no comment each.
 LATE_IMPORTS_EXPLAINED_ONCE = ("cli",)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from testbed.config import TestbedSpec
 from testbed.config.secrets import redact_testbed
 from testbed.errors import MissingRequirement, StateError
-from testbed.net.cmd import CommandFailed, Runner, require_binaries
+from testbed.net.cmd import CommandFailed, Runner, require_binaries, require_root
 from testbed.net.congestion import allowed_while_building
 from testbed.net.shaping import Shaper, shapers_for
 from testbed.net.state import (
@@ -40,13 +40,6 @@ from testbed.net.state import (
     state_path,
 )
 from testbed.net.topology import N3, N6, Topology, prefix_for
-
-
-def require_root(what: str = "the local data plane") -> None:
-    if os.geteuid() != 0:
-        raise MissingRequirement(
-            f"{what} needs root (network namespaces, tc): run it as root, e.g. `sudo testbed up`"
-        )
 
 
 def netns_list(runner: Runner) -> list[str]:

@@ -47,12 +47,17 @@ def _options(version: bool = typer.Option(False, "--version", callback=_version,
     """End-to-end 5G testbed harness for AI-native services."""
 
 
-def _register() -> None:
-    # Each concern adds its commands in its own module; importing it registers them on `app`.
+def _register(argv: list[str] | None = None) -> None:
+    """Register the commands: each concern adds its own in its module of testbed.cli, and
+    importing it registers them on `app`. With `argv` naming a command, only that command's module
+    is imported (a command starts without the others' imports); else every module (--help).
+
+    argv: the command line after `testbed`, or None for every command."""
     import importlib
 
-    for module in ("core", "export", "judge", "lab", "net", "reproduce", "scenario", "services",
-                   "sim", "train"):
+    word = next((a for a in argv or () if not a.startswith("-")), None)
+    wanted = [COMMAND_MODULES[word]] if word in COMMAND_MODULES else MODULES
+    for module in wanted:
         importlib.import_module(f"testbed.cli.{module}")
     for info in [*app.registered_commands, *app.registered_groups]:
         name = info.name or (info.callback.__name__ if info.callback else "")
@@ -64,19 +69,27 @@ def _register() -> None:
             info.short_help = " ".join(doc.strip().split("\n\n")[0].split())
 
 
-# `testbed --help` lists the commands by what a user does with them
+# `testbed --help` lists the commands by what a user does with them; each command's module
 HELP_PANELS = {
-    "Testbed": ("init", "up", "down", "status", "exec", "traffic", "demo", "slice", "subscriber",
-                "render", "ue"),
-    "Services and load": ("services", "load", "profile"),
-    "Scenarios and reports": ("run", "judge", "report", "export", "reproduce"),
-    "Simulator and training": ("sim", "train", "tune"),
+    "Testbed": {"init": "net", "up": "net", "down": "net", "status": "net", "exec": "net",
+                "traffic": "net", "demo": "net", "slice": "core", "subscriber": "core",
+                "render": "core", "ue": "core"},
+    "Services and load": {"services": "services", "load": "services", "profile": "services"},
+    "Scenarios and reports": {"run": "scenario", "judge": "judge", "report": "scenario",
+                              "export": "export", "reproduce": "reproduce"},
+    "Simulator and training": {"sim": "sim", "train": "train", "tune": "train"},
 }
+# `lab`: the old spelling of `up|down|status --profile lab`, in no panel
+COMMAND_MODULES = {name: module for names in HELP_PANELS.values()
+                   for name, module in names.items()} | {"lab": "lab"}
+MODULES = sorted(set(COMMAND_MODULES.values()))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script: one line per error, non-zero exit, no traceback."""
-    _register()
+    """Entry point of the console script: one line per error, non-zero exit, no traceback.
+
+    argv: the command line after `testbed` (default: sys.argv's)."""
+    _register(sys.argv[1:] if argv is None else argv)
     try:
         # without standalone mode, click returns a command's typer.Exit code instead of raising
         rv = app(args=argv, standalone_mode=False)

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from testbed.cli import app, checks, console
 from testbed.errors import StateError, TestbedError
-from testbed.net.cmd import require_binaries
+from testbed.net.cmd import require_binaries, require_root
 from testbed.paths import RUNS_DIR, stamped
 
 if TYPE_CHECKING:
@@ -87,13 +87,12 @@ def _sigterm_as_interrupt() -> None:
 
 
 def _running(name: str | None) -> TestbedState:
-    # state files and the data plane need the config models (pydantic): only when used
-    from testbed.bringup.local import recorded_testbeds
-    from testbed.net.state import load_state
+    # the state files: their specs are built (pydantic) only when one is loaded
+    from testbed.net.state import load_state, recorded_names
 
     if name is not None:
         return load_state(name)
-    names = recorded_testbeds()
+    names = recorded_names()
     if not names:
         raise StateError("no testbed is up; start one with `testbed up`")
     if len(names) > 1:
@@ -206,7 +205,7 @@ def down(name: NameOpt = None,
     Lab: [bold]testbed down --profile lab [-i inventory.yml][/] (default: the last `up`'s inventory)
     """
     # pydantic models and the data plane: loaded only when this command runs (fast CLI start)
-    from testbed.bringup.local import recorded_testbeds, require_root, teardown
+    from testbed.bringup.local import recorded_testbeds, teardown
 
     _check_profile(profile)
     if profile == "lab":
@@ -267,9 +266,6 @@ def status(name: NameOpt = None,
     Example: [bold]testbed status[/]
     Lab: [bold]testbed status --profile lab -i inventory.yml --run-dir runs/X[/]
     """
-    # pydantic models and the data plane: loaded only when this command runs (fast CLI start)
-    from testbed.bringup.local import class_counters, require_root
-
     _check_profile(profile)
     if profile == "lab":
         from testbed.cli import lab
@@ -281,6 +277,9 @@ def status(name: NameOpt = None,
         return
     require_root("testbed status")
     state = _running(name)
+    # the data plane's models (pydantic): only once a testbed is up (fast when none is)
+    from testbed.bringup.local import class_counters
+
     tb = _topology(state)
     counters = class_counters(state)
     if as_json:
@@ -317,7 +316,6 @@ def exec_(ue: Annotated[str, typer.Argument(help="UE group name (its namespace).
 
     Example: [bold]testbed exec ai -- ping -c 3 10.200.0.2[/]
     """
-    from testbed.bringup.local import require_root  # the data plane: only when this command runs
 
     require_root("testbed exec")
     state = _running(name)
@@ -369,7 +367,6 @@ def traffic_iperf(
     Example: [bold]testbed traffic iperf --slice be --flows 10 --duration 10 --reverse[/]
     """
     # pydantic models and the data plane: loaded only when this command runs (fast CLI start)
-    from testbed.bringup.local import require_root
     from testbed.net.iperf import IperfSession, save_json
 
     require_root("testbed traffic")
@@ -405,7 +402,7 @@ def demo(
     Example: [bold]testbed demo --flows 20[/]
     """
     # pydantic models and the data plane: loaded only when this command runs (fast CLI start)
-    from testbed.bringup.local import LocalTestbed, require_root
+    from testbed.bringup.local import LocalTestbed
     from testbed.config import load_testbed
     from testbed.net.iperf import IperfSession
 

@@ -10,11 +10,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from testbed.config.names import NAME_PATTERN
 from testbed.config.yamlfile import FieldPath, LocatedYaml, load_yaml_file, parse_yaml, validate
 from testbed.errors import ConfigError
 
 # Names end up inside namespace and interface names (15-char limit), so keep them short.
-NAME_PATTERN = r"^[a-z][a-z0-9]{0,11}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 _SD = re.compile(r"^(0x)?([0-9a-fA-F]{6})$")
 _HEX128 = re.compile(r"^[0-9a-fA-F]{32}$")

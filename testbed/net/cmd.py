@@ -60,6 +60,16 @@ def install_hint(binary: str) -> str:
     return _HINTS.get(binary, f"install {binary} and make sure it is on PATH")
 
 
+def require_root(what: str = "the local data plane") -> None:
+    """A MissingRequirement unless this process runs as root (namespaces and tc need it).
+
+    what: the command or part that needs it, as the message names it."""
+    if os.geteuid() != 0:
+        raise MissingRequirement(
+            f"{what} needs root (network namespaces, tc): run it as root, e.g. `sudo testbed up`"
+        )
+
+
 def require_binaries(*names: str) -> None:
     missing = [n for n in names if shutil.which(n) is None]
     if missing:

@@ -13,11 +13,13 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from testbed.config.secrets import unredact_testbed
-from testbed.config.testbed_spec import NAME_PATTERN, TestbedSpec
+from testbed.config.names import NAME_PATTERN
 from testbed.errors import StateError
+
+if TYPE_CHECKING:
+    from testbed.config.testbed_spec import TestbedSpec
 
 STATE_DIR_ENV = "TESTBED_STATE_DIR"
 DEFAULT_STATE_DIR = Path("/run/testbed")
@@ -76,6 +78,10 @@ class TestbedState:
 
     def testbed_spec(self) -> TestbedSpec:
         """The recorded spec as a TestbedSpec (its masked secrets back to the defaults)."""
+        # the pydantic models: only when a state is read, not to list the state files
+        from testbed.config.secrets import unredact_testbed
+        from testbed.config.testbed_spec import TestbedSpec
+
         return TestbedSpec.model_validate(unredact_testbed(self.spec))
 
     def to_json(self) -> str:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
-from testbed.bringup.local import require_root
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement
+from testbed.net.cmd import require_root
 from testbed.profiles.paper import SERVICES, test_day_file
 from testbed.scaler.ppo import read_manifest
 

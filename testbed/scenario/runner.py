@@ -23,11 +23,11 @@ from typing import Any
 
 from rich.console import Console
 
-from testbed.bringup.local import require_root
 from testbed.errors import MissingRequirement, TestbedError
 from testbed.judge.outcome import Outcome, evaluate_all
 from testbed.judge.verdict import Verdict, failed_cells, run_verdict
 from testbed.metrics.server import find_prometheus
+from testbed.net.cmd import require_root
 from testbed.paths import RUNS_DIR, new_run_dir
 from testbed.scenario.backends import LocalProfile, Profile
 from testbed.scenario.cell import CellRunner, SimCellRunner

@@ -72,3 +72,27 @@ def test_the_traces_option_has_one_default_and_one_variable(monkeypatch):
         seen.add((opt.default, opt.envvar, "shipped with testbed" in (opt.help or "")))
     # no default folder: the command reads the paper's traces shipped with testbed
     assert seen == {(None, "TESTBED_TRACES", True)}
+
+
+def test_each_command_is_imported_from_the_module_the_panels_name():
+    """`testbed status` imports only testbed.cli.net: the table must say where each command is."""
+    from testbed.cli import COMMAND_MODULES
+
+    _register()
+    for info in app.registered_commands:
+        name = info.name or info.callback.__name__
+        assert info.callback.__module__ == f"testbed.cli.{COMMAND_MODULES[name]}", name
+    for info in app.registered_groups:
+        modules = {c.callback.__module__ for c in info.typer_instance.registered_commands}
+        assert modules == {f"testbed.cli.{COMMAND_MODULES[info.name]}"}, info.name
+
+
+def test_a_named_command_imports_its_module_alone():
+    import subprocess
+    import sys
+
+    probe = ("import sys\nfrom testbed.cli import _register\n_register(['status', '--json'])\n"
+             "print(sorted(m for m in sys.modules if m.startswith('testbed.cli.')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert out.strip() == "['testbed.cli.checks', 'testbed.cli.net']"

@@ -82,12 +82,12 @@ def test_commands_on_a_missing_testbed_fail_clearly(tb_name):
 
 
 def test_not_root_is_one_clear_line(monkeypatch):
-    from testbed.bringup import local
     from testbed.errors import MissingRequirement
+    from testbed.net import cmd
 
-    monkeypatch.setattr(local.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(cmd.os, "geteuid", lambda: 1000)
     with pytest.raises(MissingRequirement, match="needs root"):
-        local.require_root()
+        cmd.require_root()
 
 
 def test_missing_binary_names_the_package(monkeypatch):

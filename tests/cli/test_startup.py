@@ -66,6 +66,15 @@ def test_status_and_down_with_nothing_up_import_no_heavy_library(command):
     assert got["heavy"] == []
 
 
+def test_status_with_nothing_up_builds_no_testbed_model_and_loads_no_other_command():
+    """Issue 45: `status` lists the state files without the specs' pydantic models or the data
+    plane, and imports its own CLI module alone."""
+    watched = ("testbed.config.testbed_spec", "testbed.bringup.local", "testbed.cli.train",
+               "testbed.cli.sim", "testbed.cli.scenario", "testbed.train.options")
+    got = startup_imports(["status"], watched)
+    assert got["heavy"] == []
+
+
 def test_probe_sees_a_heavy_import():
     # the check above is not vacuous: a heavy module imported before main is reported
     got = startup_imports(["--help"], HELP_HEAVY, preload="numpy")
