@@ -34,7 +34,6 @@ from testbed.net.state import (
     load_state,
     process_start_time,
     prometheus_dir,
-    recorded_names,
     remove_state,
     save_state,
     state_path,
@@ -273,10 +272,6 @@ def _stop_core(state: TestbedState) -> None:
         ue_down(core_state, group.name)
     # the store and UE state are this testbed's alone: `down` leaves no directory behind
     shutil.rmtree(core_state, ignore_errors=True)
-
-
-def recorded_testbeds() -> list[str]:
-    return recorded_names()
 
 
 @dataclass(frozen=True)

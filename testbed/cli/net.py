@@ -204,8 +204,8 @@ def down(name: NameOpt = None,
     Example: [bold]testbed down[/]   or   [bold]testbed down --all[/]
     Lab: [bold]testbed down --profile lab [-i inventory.yml][/] (default: the last `up`'s inventory)
     """
-    # pydantic models and the data plane: loaded only when this command runs (fast CLI start)
-    from testbed.bringup.local import recorded_testbeds, teardown
+    # the state files are listed without the specs' models (fast when nothing is up)
+    from testbed.net.state import recorded_names
 
     _check_profile(profile)
     if profile == "lab":
@@ -215,17 +215,20 @@ def down(name: NameOpt = None,
         return
     require_root("testbed down")
     if all_:
-        names = recorded_testbeds()
+        names = recorded_names()
     elif name is not None:
         names = [name]
     else:
-        names = recorded_testbeds()
+        names = recorded_names()
         if len(names) > 1:
             raise StateError(f"several testbeds are up ({', '.join(names)}); "
                              "pick one with --name or use --all")
     if not names:
         console.print("nothing to remove: no testbed is recorded as up")
         return
+    # pydantic models and the data plane: only once there is a testbed to remove
+    from testbed.bringup.local import teardown
+
     in_use: list[str] = []
     for n in names:
         owner = _owner(n)

@@ -66,12 +66,13 @@ def test_status_and_down_with_nothing_up_import_no_heavy_library(command):
     assert got["heavy"] == []
 
 
-def test_status_with_nothing_up_builds_no_testbed_model_and_loads_no_other_command():
-    """Issue 45: `status` lists the state files without the specs' pydantic models or the data
-    plane, and imports its own CLI module alone."""
+@pytest.mark.parametrize("command", ["status", "down"])
+def test_status_and_down_with_nothing_up_build_no_testbed_model_and_load_no_other_command(command):
+    """Issue 45: `status` and `down` list the state files without the specs' pydantic models or
+    the data plane, and import their own CLI module alone."""
     watched = ("testbed.config.testbed_spec", "testbed.bringup.local", "testbed.cli.train",
                "testbed.cli.sim", "testbed.cli.scenario", "testbed.train.options")
-    got = startup_imports(["status"], watched)
+    got = startup_imports([command], watched)
     assert got["heavy"] == []
 
 
