@@ -53,7 +53,7 @@ def _register() -> None:
     import importlib
 
     for module in ("core", "export", "judge", "lab", "net", "reproduce", "scenario", "services",
-                   "sim", "train"):
+                   "sim", "gpu", "train"):
         importlib.import_module(f"testbed.cli.{module}")
     for info in [*app.registered_commands, *app.registered_groups]:
         name = info.name or (info.callback.__name__ if info.callback else "")

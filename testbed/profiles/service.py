@@ -37,6 +37,9 @@ class GpuCurve(BaseModel):
     max_batch: int = Field(default=16, ge=1, description="largest batch the service accepts")
     share_exponent: float = Field(ge=0, description="k in (ref / share)^k")
     share_knee_pct: float = Field(gt=0, le=100, description="share (%) above which time stops falling")
+    floor: float = Field(
+        default=0.0, ge=0,
+        description="F: a pass takes at least F x the work of batch 1 at ref_share_pct (0: no floor)")
     interference: tuple[float, float] = Field(
         description="[alpha_cache, alpha_dram]: InSS's two interference coefficients of this model"
     )
@@ -55,13 +58,22 @@ class GpuCurve(BaseModel):
             raise ValueError(f"sources names unknown fields: {', '.join(unknown)}")
         return self
 
+    def factor(self, batch: int, share_pct: float) -> float:
+        """time(batch, share) / time(1, ref_share): batch_factor x share_factor, held at the floor.
+
+        batch: requests per pass; share_pct: the instance's MPS share, percent of the GPU."""
+        work = self.batch_factor(batch) * self.share_factor(share_pct)
+        if self.floor <= 0:
+            return work
+        return max(self.floor, work) / max(self.floor, 1.0)
+
     def batch_factor(self, batch: int) -> float:
-        """time(batch) / time(1)."""
+        """The work of a batch over the work of batch 1 (time(batch) / time(1) without a floor)."""
         a, c, d = self.batch_curve
         return (a * batch * batch + c * batch + d) / (a + c + d)
 
     def share_factor(self, share_pct: float) -> float:
-        """time(share) / time(ref_share).
+        """The work at a share over the work at ref_share (time(share) / time(ref) without a floor).
 
         share_pct: the instance's MPS share, percent of the GPU."""
         return (min(self.ref_share_pct, self.share_knee_pct) / min(share_pct, self.share_knee_pct)) ** (
@@ -176,6 +188,8 @@ class ServiceProfile(BaseModel):
                 raise ValueError(f"{self.name}: no gpu curve (batch {batch}, share {share_pct})")
             return base * stretch
         share = self.gpu.ref_share_pct if share_pct is None else share_pct
+        if self.gpu.floor > 0:
+            return base * self.gpu.factor(batch, share) * stretch
         return base * self.gpu.batch_factor(batch) * self.gpu.share_factor(share) * stretch
 
     def replace(self, **changes: Any) -> ServiceProfile:
