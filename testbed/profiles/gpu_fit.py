@@ -107,7 +107,8 @@ def _stats_points(src: str, share: float, by: Any, per_request: float, where: st
 
 
 def share_points(doc: dict[str, Any], source: str, images_per_request: float) -> list[Point]:
-    """The model's passes at MPS shares: `by_share` (run 2's shape) or `mps` (run 1's)."""
+    """The model's passes at MPS shares: `by_share` (run 2's shape) or `mps` (run 1's); without
+    either (no MPS where it was measured), `batch`: the whole device, as 100 %."""
     rows = doc.get("by_share") or doc.get("mps") or {}
     key = "by_share" if "by_share" in doc else "mps"
     out: list[Point] = []
@@ -115,6 +116,10 @@ def share_points(doc: dict[str, Any], source: str, images_per_request: float) ->
         if isinstance(r, dict) and "by_images" in r:
             out += _stats_points(source, float(share), r["by_images"], images_per_request,
                                  f"{key}.{share}.by_images")
+    whole = doc.get("batch")
+    if not out and isinstance(whole, dict) and "by_images" in whole:
+        out = _stats_points(source, float(whole.get("share_env") or 100), whole["by_images"],
+                            images_per_request, "batch.by_images")
     return out
 
 
