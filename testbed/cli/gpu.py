@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import typer
-import yaml
 from rich.table import Table
 
 from testbed.cli import console
@@ -136,7 +135,7 @@ def _print_fit(curve, fit, inter) -> None:
     rows = [
         ("work(1) at ref share", f"{w1:.2f} ms", "a + c + d (this GPU's ms; the profile keeps its own)"),
         ("batch_curve a, c, d", ", ".join(f"{x:g}" for x in curve.batch_curve),
-         "work(b)/work(1) = a b² + c b + d"),
+         "work(b) / work(1) = a b² + c b + d"),
         ("share_exponent", f"{curve.share_exponent:g}", "work(s) = work(ref) (ref / min(s, knee))^k"
          + ("" if fit.k_measured else " (not measured: assumed)")),
         ("share_knee_pct", f"{curve.share_knee_pct:g}", "share above which time stops falling"),
@@ -165,6 +164,8 @@ def _print_fit(curve, fit, inter) -> None:
 
 
 def _write(out: Path, service: str, curve, cmd: str) -> None:
+    import yaml  # only here: `testbed --help` imports no heavy library (tests/cli/test_startup.py)
+
     doc: dict = {}
     if out.exists():
         try:

@@ -79,7 +79,7 @@ class InterferenceFit:
 
 
 def read_probe(path: str | Path) -> dict[str, Any]:
-    """A probe JSON file, or a ConfigError naming it."""
+    """The probe JSON file at `path`, or a ConfigError naming it."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
@@ -107,8 +107,11 @@ def _stats_points(src: str, share: float, by: Any, per_request: float, where: st
 
 
 def share_points(doc: dict[str, Any], source: str, images_per_request: float) -> list[Point]:
-    """The model's passes at MPS shares: `by_share` (run 2's shape) or `mps` (run 1's); without
-    either (no MPS where it was measured), `batch`: the whole device, as 100 %."""
+    """The model's passes at MPS shares in `doc`: `by_share` (run 2's shape) or `mps` (run 1's);
+    without either (no MPS where it was measured), `batch`: the whole device, as 100 %.
+
+    source: the file's name for errors and residuals; images_per_request: images in one request
+    (the JSON counts images, a curve's batch counts requests)."""
     rows = doc.get("by_share") or doc.get("mps") or {}
     key = "by_share" if "by_share" in doc else "mps"
     out: list[Point] = []
@@ -124,7 +127,8 @@ def share_points(doc: dict[str, Any], source: str, images_per_request: float) ->
 
 
 def decoder_points(doc: dict[str, Any], source: str) -> list[Point]:
-    """The decoder's generate calls against batch: `chatbot` (whole GPU) and `chatbot_share25`."""
+    """The decoder's generate calls against batch in `doc`: `chatbot` (whole GPU) and
+    `chatbot_share25`; source: the file's name for errors and residuals."""
     out: list[Point] = []
     for key in ("chatbot", "chatbot_share25"):
         r = doc.get(key)
@@ -166,7 +170,7 @@ def _nelder_mead(f: Any, x0: np.ndarray, iters: int = 3000, scale: float = 0.3) 
 
 
 def knee_share(points: list[Point], ref_share: float = 25.0) -> float:
-    """The share past which more share stops helping: at the largest batch measured, the first
+    """The share past which more share stops helping: at the largest batch of `points`, the first
     share above `ref_share` whose next larger share is not KNEE_GAIN faster (100: none)."""
     top = max(p.batch for p in points)
     by_share: dict[float, list[float]] = {}
@@ -182,7 +186,8 @@ def knee_share(points: list[Point], ref_share: float = 25.0) -> float:
 
 def fit_curve(points: list[Point], ref_share: float = 25.0, floor: bool | None = None,
               unmeasured_k: float = 0.95) -> CurveFit:
-    """Least squares on log time over `points` (at least 3, two batch sizes).
+    """Least squares on log time over `points` (at least 3, two batch sizes), normalised at batch 1
+    and `ref_share` %.
 
     floor: True fits a floor, False none, None (default) keeps one only where it lowers the RMS log
     residual to FLOOR_GAIN of the fit without; unmeasured_k: the share exponent when no point lies
@@ -236,8 +241,9 @@ def fit_curve(points: list[Point], ref_share: float = 25.0, floor: bool | None =
 
 def interference_fit(doc: dict[str, Any], source: str, images_per_request: float,
                      batch: float = 4.0) -> InterferenceFit | None:
-    """beta from `interf_mps`: the measuring process's time at `batch` requests beside each set of
-    neighbours over its time alone. None when the file has no such rows."""
+    """beta from `doc`'s `interf_mps`: the measuring process's time at `batch` requests
+    (`images_per_request` images each) beside each set of neighbours over its time alone. None
+    when the file has no such rows; `source` names it in errors."""
     rows = doc.get("interf_mps")
     if not isinstance(rows, dict) or "alone" not in rows:
         return None
@@ -268,7 +274,8 @@ def to_curve(fit: CurveFit, inter: InterferenceFit | None, assumed: GpuCurve, *,
     """The `GpuCurve` of a fit: batch_curve normalised to 1 at batch 1, the floor in units of
     work(1). Interference: only alpha_cache * cache_util + alpha_dram * dram_util is measurable, so
     `assumed`'s split between cache and DRAM is kept and scaled to `inter`'s beta (without `inter`,
-    `assumed`'s numbers as they are)."""
+    `assumed`'s numbers as they are). max_batch: the largest batch measured; sources: field -> where
+    its number comes from."""
     w1 = fit.a + fit.c + fit.d
     alphas = assumed.interference
     if inter is not None:

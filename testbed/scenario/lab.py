@@ -163,8 +163,8 @@ class LabProfile:
 
 
 def server_modes(services: list[LabService]) -> dict[str, str]:
-    """The server mode each service's pods run, where its server has modes: the imgcls server's
-    TESTBED_IMGCLS_MODE from the manifest's environment (overlap, its default, when unset)."""
+    """The server mode each of `services`' pods run, where its server has modes: the imgcls
+    server's TESTBED_IMGCLS_MODE from the manifest's environment (overlap, its default, when unset)."""
     return {s.name: s.env.get(IMGCLS_MODE_ENV, "overlap (the server's default)")
             for s in services if IMGCLS_MODE_ENV in s.env or s.image.startswith("testbed/imgcls")}
 
