@@ -56,9 +56,10 @@ def sim_fit_gpu(
         raise ConfigError([ConfigProblem("--service", None, "service",
                                          f"{service!r} is no registered service with a gpu: curve")])
     assumed = known[service].gpu
-    points, inter, names = [], None, []
+    points, inter, names, docs = [], None, [], []
     for path in files:
         doc = read_probe(path)
+        docs.append(doc)
         per = images_per_request or float(doc.get("images_per_request", 4))
         found = decoder_points(doc, str(path)) if decoder else share_points(doc, str(path), per)
         points += found
@@ -67,6 +68,7 @@ def sim_fit_gpu(
             inter = interference_fit(doc, str(path), per)
     if interference is not None and not decoder:
         doc = read_probe(interference)
+        docs.append(doc)
         inter = interference_fit(doc, str(interference), images_per_request or
                                  float(doc.get("images_per_request", 4)))
         if inter is None:
@@ -82,7 +84,7 @@ def sim_fit_gpu(
                                                      else []), *(["--decoder"] if decoder else []),
                     "--service", service])
     curve = to_curve(fit, inter, assumed, max_batch=int(max(p.batch for p in points)),
-                     sources=_sources(cmd, fit, inter, decoder))
+                     sources=_sources(cmd, fit, inter, _measured_on(docs, files, decoder)))
     if as_json:
         console.print_json(json.dumps({
             "curve": curve.model_dump(mode="json"), "rms_log": fit.rms_log,
@@ -97,11 +99,23 @@ def sim_fit_gpu(
         console.print(f"wrote services.{service}.gpu to {out}")
 
 
-def _sources(cmd: str, fit, inter, decoder: bool) -> dict[str, str]:
-    what = ("a llama3.2-1B-shaped decoder (64 new tokens)" if decoder
-            else "ResNet152 (fp32, random weights, 4 images a request)")
-    where = f"`{cmd}` on {what}, NVIDIA H200 under MPS (testbed/profiles/gpu/h200/provenance.yaml)"
-    rms = f"RMS log residual {fit.rms_log:.3f}, every point's residual in docs/gpu.md"
+def _measured_on(docs: list[dict], files: list[Path], decoder: bool) -> str:
+    """What the files measured, on what, as their JSON says: bench/gpu_curve.py's `target` and
+    `info`; the H200 probe's files (no `target`) measured ResNet152 and the decoder."""
+    target = next((d["target"] for d in docs if isinstance(d.get("target"), str)), None)
+    what = target or ("a llama3.2-1B-shaped decoder (64 new tokens)" if decoder
+                      else "ResNet152 (fp32, random weights, 4 images a request)")
+    device = next((d["info"]["device"] for d in docs
+                   if isinstance(d.get("info"), dict) and d["info"].get("device")), "an unnamed device")
+    mps = any(isinstance(d.get(k), dict) and "skipped" not in d[k] for d in docs for k in ("by_share", "mps"))
+    prov = ("provenance.yaml beside the data" if (files[0].parent / "provenance.yaml").is_file()
+            else "no provenance file beside the data")
+    return f"{what}, {device}{' under MPS' if mps else ''} ({prov})"
+
+
+def _sources(cmd: str, fit, inter, measured_on: str) -> dict[str, str]:
+    where = f"`{cmd}` on {measured_on}"
+    rms = f"RMS log residual {fit.rms_log:.3f}, every point's residual printed by the command"
     out = {
         "ref_share_pct": "DRAFAS's slice (a quarter of a GPU): the curve is 1 at batch 1 there",
         "batch_curve": f"least squares on log time, {where}; {rms}",
