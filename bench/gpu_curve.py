@@ -382,6 +382,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if a.mode == "probe":
         if a.out is None:
             ap.error("probe needs --out DIR")
+        if a.serve and not a.url:
+            ap.error("--serve needs --url (where the service it starts answers)")
         if a.url and (a.body is None or not a.body.is_file()):
             ap.error(f"--url needs --body FILE (a request body); {a.body} is no file")
         if a.url and not a.neighbour_model:

@@ -194,6 +194,10 @@ def _write(out: Path, service: str, curve, cmd: str) -> None:
     for key in ("batch_curve", "interference"):
         gpu[key] = list(gpu[key])
     doc.setdefault("services", {}).setdefault(service, {})["gpu"] = gpu
+    from testbed.profiles import default_profiles
+
+    assumed = sorted(n for n, p in default_profiles().items() if p.gpu and n not in doc["services"])
     header = ("# Measured GPU curves, written by `testbed sim fit-gpu` (docs/gpu.md): merged over the\n"
-              "# packaged profiles with --profiles; a service not named here keeps the assumed curve.\n")
+              "# packaged profiles with --profiles; a service not named here keeps the assumed curve.\n"
+              + (f"# Not measured, so on the assumed curve: {', '.join(assumed)}.\n" if assumed else ""))
     out.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=100), encoding="utf-8")
