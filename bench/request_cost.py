@@ -7,11 +7,13 @@ sending at a constant rate, as `testbed run` does. Reads each process's CPU seco
 system, /proc/<pid>/stat) before and after the load and prints CPU milliseconds per completed
 request for: the replicas (together), the balancer (this process), the clients (together), and
 the kernel's softirq time (system-wide, /proc/stat: includes other work on the machine).
+A refused request (503: a replica starved of CPU on a busy machine fills its queue) costs less
+than a served one: the clients' errors are printed, and a run with many is not a fair figure.
 
 Per-process CPU time is what a request costs wherever it runs, so the figures hold on a busy
 machine (their wall-clock lateness does not; it is printed with /proc/loadavg for context).
 
-    python3 bench/request_cost.py [--time-scale 16] [--duration 10] [--rates 60,250,60]
+    python3 bench/request_cost.py [--time-scale 16] [--duration 10] [--rates 30,125,30]
     python3 bench/request_cost.py --profile imgcls     # also py-spy an imgcls replica (needs py-spy)
     python3 bench/pyspy_top.py /tmp/request_cost.pyspy.txt   # where its samples fall
 """
@@ -26,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +67,8 @@ def client_main(service: str, url: str, rate: float, duration: float, lead: floa
     lags = [lag for r in records if (lag := schedule_lag_ms(r)) is not None]
     print(json.dumps({"service": service, "requests": len(records),
                       "errors": sum(1 for r in records if r.get("error")),
+                      "error_kinds": dict(Counter(f"{r['error']} {r['status']}" for r in records
+                                                  if r.get("error"))),
                       "p99_lateness_ms": percentile(lags, 0.99)}), flush=True)
 
 
@@ -125,7 +130,8 @@ def show(res: dict) -> None:
     for s, c in res["clients"].items():
         late = c["p99_lateness_ms"]
         print(f"client {s:<8} requests {c['requests']:>6}  errors {c['errors']:>5}  "
-              f"p99 lateness {late if late is None else round(late, 1)} ms (wall)")
+              f"p99 lateness {late if late is None else round(late, 1)} ms (wall)  "
+              f"{c.get('error_kinds') or ''}")
 
 
 def main() -> int:
@@ -136,7 +142,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-scale", type=float, default=16.0)
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of load")
-    ap.add_argument("--rates", default="60,250,60", help="req/s of chatbot,imgcls,tts")
+    ap.add_argument("--rates", default="30,125,30", help="req/s of chatbot,imgcls,tts")
     ap.add_argument("--replicas", default="2,4,2", help="replicas of chatbot,imgcls,tts")
     ap.add_argument("--profile", choices=(*SERVICES, "balancer"),
                     help="py-spy one replica of this service, or the balancer (py-spy's raw "
