@@ -380,11 +380,13 @@ class ScenarioCellItem(pytest.Item):
         import json
 
         run = self.parent.get_run()
+        # the run's own cell: it carries --scenario-time-scale and --scenario-duration
+        cell = next((c for c in run.cells if c.slug == self.cell.slug), self.cell)
         if self.parent.loaded.scenario.engine == "testbed":
             with timed_priority():
-                problems = run.run_cell(self.cell)
+                problems = run.run_cell(cell)
         else:
-            problems = run.run_cell(self.cell)
+            problems = run.run_cell(cell)
         self.user_properties.append(("run_dir", str(run.run_dir)))
         self.add_report_section("call", "scenario", f"run directory: {run.run_dir}\n"
                                 + "".join(f"problem: {p}\n" for p in problems))
