@@ -47,15 +47,15 @@ def behind_cells(run_dir: Path) -> dict[str, dict[str, float]]:
 
 def peak_rate(records: dict[str, list[dict[str, Any]]], time_scale: float) -> float:
     """Requests per second of scenario time in the busiest scenario second, all services
-    together, from a cell's request records (their `scheduled` epoch seconds)."""
+    together, from a cell's request `records` (their `scheduled` epoch seconds) at `time_scale`."""
     bins = Counter(int(r["scheduled"] * time_scale) for recs in records.values() for r in recs
                    if r.get("scheduled"))
     return float(max(bins.values())) if bins else 0.0
 
 
 def candidates(time_scale: float) -> list[float]:
-    """The time scales the probe tries, highest first: the run's, three quarters of it, then
-    halving, down to 1 (whole numbers below the run's)."""
+    """The time scales the probe tries, highest first: the run's `time_scale`, three quarters of
+    it, then halving, down to 1 (whole numbers below the run's)."""
     steps = {time_scale, max(1.0, float(int(time_scale * 0.75)))}
     k = 2
     while time_scale / k > 1:
@@ -66,8 +66,8 @@ def candidates(time_scale: float) -> list[float]:
 
 def held_time_scale(rate: float, slo_ms: float, time_scale: float,
                     step_s: float = PROBE_STEP_S) -> tuple[float, float]:
-    """(the highest candidate time scale this machine holds now at `rate` scenario requests per
-    second for an SLO of `slo_ms`, the probe's p99 lateness there in scenario ms); 1 with the
+    """(the highest of candidates(`time_scale`) this machine holds now at `rate` scenario requests
+    per second for an SLO of `slo_ms`, the probe's p99 lateness there in scenario ms); 1 with the
     lateness at 1 when none holds. Each candidate sends for `step_s`, or as long as 50 requests
     take (at most 2 s), plus about a second to start."""
     server = subprocess.Popen([sys.executable, "-m", "testbed.scenario.pace", "--serve"],
