@@ -63,10 +63,11 @@ def test_peak_rate_and_candidates():
 
 
 @pytest.mark.timed
-def test_the_probe_holds_a_light_load_and_not_one_beyond_a_core():
+def test_the_probe_holds_a_light_load_and_not_one_beyond_what_a_process_sends():
     """The real probe (load client, bare server): 2 scenario requests/s at time scale 2 hold (a
-    bound of 125 ms of wall time, for a busy machine too); 200 at 16 (6,400 requests/s: beyond
-    what one client process sends on any core) do not."""
+    bound of 125 ms of wall time, for a busy machine too); 2,000 at time scale 4 do not (16,000
+    requests/s for 0.4 s: 6,400 requests, more than a Python process writes in that time at
+    0.1 ms each), and the scale it gives back keeps the bound or is 1."""
     assert held_time_scale(2, 2500, 2)[0] == 2
-    held, late = held_time_scale(200, 500, 16)
-    assert 1 <= held < 8 and (held == 1 or late <= 50)
+    held, late = held_time_scale(2000, 500, 4)
+    assert held < 4 and (held == 1 or late <= 50)
