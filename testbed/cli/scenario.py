@@ -146,7 +146,9 @@ def run(
     if check:
         _print_check_run(result)
     else:
-        _report_run(result, allow_undecided=allow_undecided)
+        rerun = ["testbed", "run", *(["--from", str(from_manifest)] if from_manifest is not None
+                                     else [str(scenario)])]
+        _report_run(result, allow_undecided=allow_undecided, rerun=rerun)
 
 
 def _scenario_to_run(scenario: Path | None, from_manifest: Path | None) -> LoadedScenario:
@@ -185,9 +187,12 @@ def _print_check_run(result: RunResult) -> None:
         console.print(f"[yellow]problem:[/] {p}")
 
 
-def _report_run(result: RunResult, *, allow_undecided: bool = False) -> None:
+def _report_run(result: RunResult, *, allow_undecided: bool = False, rerun: list[str] | None = None
+                ) -> None:
     """Write the run's report, print its cells, checks and verdict, and exit 130 when it was
-    interrupted, else as `exit_for` (allow_undecided: an UNDECIDED check does not fail it)."""
+    interrupted, else as `exit_for` (allow_undecided: an UNDECIDED check does not fail it). When
+    a cell failed because the machine fell behind, one line says the time scale it holds now,
+    measured on the spot, and how to rerun at it (`rerun`: the run's command)."""
     from testbed.report import write_report  # matplotlib: loaded only once a run has results
 
     write_report(result.run_dir)
@@ -196,6 +201,12 @@ def _report_run(result: RunResult, *, allow_undecided: bool = False) -> None:
     for p in result.problems:
         console.print(f"[yellow]problem:[/] {p}")
     console.print(f"run directory: {result.run_dir}\nreport: {result.run_dir / 'report.html'}")
+    if result.failed_cells and not result.interrupted:
+        from testbed.scenario.pace import advice  # the probe's client and server: only when behind
+
+        line = advice(result.run_dir, rerun or ["testbed", "run", "SCENARIO"])
+        if line is not None:
+            console.print(f"[yellow]{escape(line)}[/]", soft_wrap=True, highlight=False)
     console.print(run_banner(result.outcomes, interrupted=result.interrupted,
                              allow_undecided=allow_undecided, failed_cells=result.failed_cells))
     if result.interrupted:
