@@ -15,7 +15,7 @@ machine (their wall-clock lateness does not; it is printed with /proc/loadavg fo
 
     python3 bench/request_cost.py [--time-scale 16] [--duration 10] [--rates 30,125,30]
     python3 bench/request_cost.py --profile imgcls     # also py-spy an imgcls replica (needs py-spy)
-    python3 bench/pyspy_top.py /tmp/request_cost.pyspy.txt   # where its samples fall
+    python3 bench/pyspy_top.py request_cost.pyspy.txt   # where its samples fall
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def main() -> int:
     ap.add_argument("--profile", choices=(*SERVICES, "balancer"),
                     help="py-spy one replica of this service, or the balancer (py-spy's raw "
                          "stacks go to --profile-out; bench/pyspy_top.py sums them)")
-    ap.add_argument("--profile-out", type=Path, default=Path("/tmp/request_cost.pyspy.txt"))
+    ap.add_argument("--profile-out", type=Path, default=Path("request_cost.pyspy.txt"))
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     if args.profile and shutil.which("py-spy") is None:

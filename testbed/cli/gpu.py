@@ -18,11 +18,13 @@ from testbed.errors import ConfigError, ConfigProblem
 def sim_fit_gpu(
     files: list[Path] = typer.Argument(..., help="Probe JSON files (bench/gpu_curve.py's shape; the "
                                        "H200's are in testbed/profiles/gpu/h200/)."),
-    service: str = typer.Option("imgcls", help="The service whose curve this is (any registered one)."),
-    decoder: bool = typer.Option(False, "--decoder", help="Fit the decoder's rows (chatbot, "
-                                 "chatbot_share25) instead of the model's shares (by_share, mps)."),
+    service: str = typer.Option(None, help="The service whose curve this is (any registered one; "
+                                "default: the image classifier, the decoder's service with --decoder)."),
+    decoder: bool = typer.Option(False, "--decoder", help="Fit the decoder's rows (its whole-"
+                                 "GPU and 25 % share rows) instead of the model's shares (by_share, mps)."),
     images_per_request: float = typer.Option(
-        None, help="Images in one request (default: the file's images_per_request, else 4, as imgcls)."),
+        None, help="Images in one request (default: the file's images_per_request, else 4, "
+                   "as the image classifier)."),
     ref_share: float = typer.Option(25.0, help="Share (%) the curve is normalised at (DRAFAS's slice)."),
     interference: Path = typer.Option(None, help="Probe JSON whose interf_mps rows give the "
                                       "interference (default: the first of FILES that has them)."),
@@ -41,6 +43,9 @@ def sim_fit_gpu(
     """
     from testbed.profiles import default_profiles
     from testbed.profiles.gpu_fit import (
+        DECODER_ROWS,
+        DECODER_SERVICE,
+        MODEL_SERVICE,
         decoder_points,
         fit_curve,
         interference_fit,
@@ -51,6 +56,7 @@ def sim_fit_gpu(
 
     if floor not in ("auto", "on", "off"):
         raise ConfigError([ConfigProblem("--floor", None, "floor", f"auto, on or off, not {floor!r}")])
+    service = service or (DECODER_SERVICE if decoder else MODEL_SERVICE)
     known = default_profiles()
     if service not in known or known[service].gpu is None:
         raise ConfigError([ConfigProblem("--service", None, "service",
@@ -75,8 +81,8 @@ def sim_fit_gpu(
             raise ConfigError([ConfigProblem(str(interference), None, "interf_mps",
                                              "no interf_mps rows (alone and beside neighbours)")])
     if not points:
-        what = "chatbot/chatbot_share25 rows" if decoder else "by_share or mps rows"
-        raise ConfigError([ConfigProblem(str(files[0]), None, "by_share" if not decoder else "chatbot",
+        what = "/".join(DECODER_ROWS) + " rows" if decoder else "by_share or mps rows"
+        raise ConfigError([ConfigProblem(str(files[0]), None, "by_share" if not decoder else DECODER_ROWS[0],
                                          f"no {what} in {', '.join(names)}")])
     fit = fit_curve(points, ref_share, {"auto": None, "on": True, "off": False}[floor],
                     unmeasured_k=assumed.share_exponent)

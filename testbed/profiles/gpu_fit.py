@@ -16,6 +16,9 @@ import numpy as np
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles.service import GpuCurve
 
+DECODER_ROWS = ("chatbot", "chatbot_share25")  # the probe's decoder rows: whole GPU, 25 % share
+MODEL_SERVICE = "imgcls"  # the service a model's rows describe unless one is named
+DECODER_SERVICE = "chatbot"  # the service the decoder's rows describe unless one is named
 FLOOR_GAIN = 0.75  # a floor is kept where it brings the RMS log residual below this much of none's
 KNEE_GAIN = 0.05  # the knee: the first share past which the largest batch gains less than this
 
@@ -130,7 +133,7 @@ def decoder_points(doc: dict[str, Any], source: str) -> list[Point]:
     """The decoder's generate calls against batch in `doc`: `chatbot` (whole GPU) and
     `chatbot_share25`; source: the file's name for errors and residuals."""
     out: list[Point] = []
-    for key in ("chatbot", "chatbot_share25"):
+    for key in DECODER_ROWS:
         r = doc.get(key)
         if isinstance(r, dict) and "by_batch" in r:
             share = float(r.get("share_env") or 100)
