@@ -46,7 +46,12 @@ def scenario_from_yaml(doc: LocatedYaml, base_dir: Path,
                        overrides: dict[str, Any] | None = None) -> LoadedScenario:
     """A LoadedScenario from parsed YAML, every problem a ConfigError naming file, line and field.
     doc: the YAML with its lines; base_dir: where relative paths start; overrides: top-level
-    fields replaced first (the CLI's --duration and the like)."""
+    fields replaced first (the CLI's --duration and the like).
+
+    `base_dir` is made absolute here, once: every path the scenario names (testbed, traces_dir,
+    service_profiles, models, `module:Class` policies) is joined to it, so a worker started in
+    another directory (a process pool's, a Dask worker's) reads the same files."""
+    base_dir = Path(base_dir).resolve()
     data = dict(doc.data) if isinstance(doc.data, dict) else doc.data
     if overrides and isinstance(data, dict):
         data.update(overrides)

@@ -204,3 +204,65 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path):
     assert not [p for p in seen if alive(p)]
     results = json.loads(next((tmp_path / "runs").glob("*/results.json")).read_text())
     assert results["interrupted"] is True
+
+
+# a sweep of one's own from its own folder: every path relative to the scenario file
+OWN = """\
+name: own
+engine: sim
+service_profiles: profiles/own.yaml
+traces_dir: data
+duration_s: 600
+scaler_period_s: 30
+services:
+  - {name: own, policy: static}
+clients:
+  - {service: own, trace: own-day.txt}
+matrix:
+  policy: [static, rule_v2, "pols.mine:Holder"]
+"""
+OWN_PROFILE = """\
+services:
+  own: {capacity: 1, queue_limit: 11, proc_time_ms: [90, 140], startup_ms: 8000, slo_ms: 800}
+"""
+OWN_POLICY = """\
+class Holder:
+    def act(self, observation, action_mask):
+        return 3 if action_mask[3] else 2
+"""
+
+
+def own_sweep(folder: Path) -> Path:
+    """The files of OWN in `folder`: the scenario, its profile, trace and policy module."""
+    for name, text in {"own.yaml": OWN, "profiles/own.yaml": OWN_PROFILE,
+                       "pols/mine.py": OWN_POLICY,
+                       "data/own-day.txt": "60 300\n60 600\n" * 5}.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder / "own.yaml"
+
+
+@pytest.mark.timeout(300)
+def test_a_sweep_from_its_own_folder_finds_its_files_on_dask(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    distributed = pytest.importorskip("distributed", reason="dask[distributed] is not installed "
+                                      "(pip install -e '.[distributed]')")
+    own_sweep(tmp_path)
+    # the workers start elsewhere (as `dask worker` does on its own), the user runs from the
+    # scenario's folder, naming its files relative to it
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        monkeypatch.chdir(tmp_path)
+        loaded = load_scenario("own.yaml")
+        assert loaded.base_dir == tmp_path.resolve()  # resolved once, at load
+
+        def rows(**options: Any) -> list[dict]:
+            result = run_scenario(loaded, RunOptions(out_root=Path("runs"), progress=False,
+                                                     console=Console(file=StringIO()), **options))
+            assert not result.problems and not result.interrupted
+            return [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in result.rows]
+
+        one = rows()
+        dask = rows(dask=cluster.scheduler_address)
+    assert len(one) == 3 and dask == one
+    assert {r["policy"] for r in one} == {"static", "rule_v2", "pols.mine:Holder"}
