@@ -10,6 +10,7 @@ from testbed.config import TestbedSpec, check_testbed
 from testbed.config.yamlfile import LocatedYaml, format_path, load_yaml_file, parse_yaml, validate
 from testbed.errors import ConfigError
 from testbed.load.trace import load_trace
+from testbed.profiles import load_profiles
 from testbed.scenario.expect import check_expectations, check_selectors_match
 from testbed.scenario.expect_power import check_power
 from testbed.scenario.matrix import check_matrix, expand
@@ -104,8 +105,12 @@ def _check_cells(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[tu
     problems += check_selectors_match(scn, cells)
     if not problems:
         problems += check_power(scn, cells, base_dir)
+    profiles: dict[str | None, Any] = {}  # per profile file a matrix may sweep
     for cell in cells:
-        for path, msg in [*check_policies(cell.scenario, base_dir, cell.params),
+        own = cell.scenario.service_profiles
+        if own not in profiles:
+            profiles[own] = load_profiles(base_dir / own if own else None)
+        for path, msg in [*check_policies(cell.scenario, base_dir, cell.params, profiles[own]),
                           *check_share_models(cell.scenario, base_dir, cell.params)]:
             if (path, msg) not in seen:
                 seen.add((path, msg))
