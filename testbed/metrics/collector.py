@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from testbed.metrics.window import WindowMetrics
+from testbed.metrics.window import WindowMetrics, latency_percentiles
 
 
 @dataclass
@@ -19,6 +19,8 @@ class Tick:
     completed: int = 0
     violations: int = 0
     latency_sum_ms: float = 0.0
+    dropped: int = 0  # refused on arrival (503: a full queue, no ready replica)
+    latencies_ms: list[float] = field(default_factory=list)  # of the served ones (not dropped)
     utilization: float = 0.0  # mean over ready instances of min(in_flight, capacity)/capacity
     instances: int = 0
     ready_s: float = 0.0  # how long in the interval some instance was ready: its utilization's weight
@@ -51,11 +53,16 @@ class ServiceCollector:
         self._open.arrivals += 1
         self.total_arrivals += 1
 
-    def completion(self, latency_ms: float, ok: bool) -> bool:
-        """Count a finished request; returns True when it violated the SLO."""
-        violated = (not ok) or latency_ms > self.slo_ms
+    def completion(self, latency_ms: float, ok: bool, dropped: bool = False) -> bool:
+        """Count a finished request (`dropped`: refused on arrival, which also fails it); returns
+        True when it violated the SLO."""
+        violated = (not ok) or dropped or latency_ms > self.slo_ms
         self._open.completed += 1
         self._open.latency_sum_ms += latency_ms
+        if dropped:
+            self._open.dropped += 1
+        else:
+            self._open.latencies_ms.append(latency_ms)
         if violated:
             self._open.violations += 1
             self.total_violations += 1
@@ -107,6 +114,8 @@ class ServiceCollector:
         completed = self._open.completed + sum(t.completed for t in picked)
         violations = self._open.violations + sum(t.violations for t in picked)
         lat = self._open.latency_sum_ms + sum(t.latency_sum_ms for t in picked)
+        dropped = self._open.dropped + sum(t.dropped for t in picked)
+        served = [x for t in (*picked, self._open) for x in t.latencies_ms]
         if picked:
             # time-weighted: each interval by how long an instance was ready in it (an interval
             # without one does not count: docs/metrics.md)
@@ -122,6 +131,6 @@ class ServiceCollector:
             service=self.service, seconds=max(now - covered_from, 1e-9), arrivals=arrivals,
             completed=completed,
             violations=violations, utilization=util, instances=len(in_flight_now),
-            mean_proc_time_ms=(lat / completed) if completed else None,
-            queue_length=waiting_now,
+            mean_latency_ms=(lat / completed) if completed else None,
+            queue_length=waiting_now, dropped=dropped, **latency_percentiles(served),
         )
