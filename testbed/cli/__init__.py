@@ -31,6 +31,13 @@ TracesOpt = typer.Option(TRACES_DIR, "--traces", envvar="TESTBED_TRACES",
                               "../shared/traces.")
 
 
+def show_traces(traces: object) -> None:
+    """One line per trace on stderr as it loads (`Trace.summary`: length, requests, mean and peak
+    rate), so that a wrong unit shows before anything runs. traces: Trace objects."""
+    for trace in traces:  # type: ignore[attr-defined]
+        err_console.print(f"trace {escape(trace.summary())}", highlight=False)
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from testbed.cli import TracesOpt, app, checks, console
+from testbed.cli import TracesOpt, app, checks, console, show_traces
 from testbed.cli.sim_inputs import ProfilesOpt, chosen_services, known_profiles, progress_bar
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.paths import RUNS_DIR
@@ -262,7 +262,9 @@ def _training_days(traces: Path, own: list[Path] | None = None,
             hint = (" (pass --val-trace FILE with --trace)" if own and path == val
                     else "")
             raise ConfigError([ConfigProblem(str(path), None, "", "no such trace file" + hint)])
-    return [load_trace(p) for p in files], [load_trace(val)]
+    train, validation = [load_trace(p) for p in files], [load_trace(val)]
+    show_traces([*train, *validation])
+    return train, validation
 
 
 def _train_ppo(config: TrainConfig, train_tr: list[Trace], val_tr: list[Trace], out: Path,
@@ -419,6 +421,7 @@ def tune_cmd(
         raise ConfigError([ConfigProblem(str(day), None, "", "no such trace file" + (
             "" if trace else ": pass --traces DIR (with val/day6.txt) or --trace FILE"))])
     trace_ = load_trace(day)
+    show_traces([trace_])
     checks.writable_dir("--out", out)
     run_dir = new_run_dir(out, f"tune-{svc}")
     storage = storage or str(run_dir / "study.log")
