@@ -20,9 +20,10 @@ from rich.console import Console
 
 from testbed.errors import MissingRequirement, TestbedError
 from testbed.report.export import export
+from testbed.scenario import sweep as sweep_module
 from testbed.scenario.load import load_scenario
 from testbed.scenario.runner import RunOptions, run_scenario
-from testbed.scenario.sweep import check_options, cores, workers
+from testbed.scenario.sweep import check_options, cores, too_short, workers
 
 # scenarios/sim-tables.yaml at a test's size: constant-rate clients instead of the test day's
 # traces, five minutes per cell, rule v2 (no model files), two dotted keys and an alias
@@ -86,11 +87,35 @@ def test_rows_record_the_values_they_ran_with(tmp_path: Path):
     assert by_cell[(2, 5)]["mean_replicas"] > by_cell[(1, 5)]["mean_replicas"]
 
 
-def test_jobs_2_gives_the_rows_of_jobs_1(tmp_path: Path):
+@pytest.fixture
+def any_length(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sweeps of a test's size run in parallel as asked (too short to pay, they would not)."""
+    monkeypatch.setattr(sweep_module, "MIN_PARALLEL_SIM_S", 0.0)
+
+
+def test_jobs_2_gives_the_rows_of_jobs_1(tmp_path: Path, any_length: None):
     one, _ = sweep(tmp_path / "one", jobs=1)
     two, printed = sweep(tmp_path / "two", jobs=2)
     assert "8 cell repetitions on 2 processes" in printed
     assert two == one
+
+
+def test_a_sweep_too_short_to_pay_says_so_and_runs_in_turn(tmp_path: Path):
+    one, _ = sweep(tmp_path / "one", jobs=1)
+    two, printed = sweep(tmp_path / "two", jobs=2)
+    assert "8 cell repetitions simulate 1.33 service-hours in all, too short to pay" in printed
+    assert "in turn" in printed and "on 2 processes" not in printed
+    assert two == one
+
+
+def test_a_day_long_sweep_pays(tmp_path: Path):
+    from testbed.scenario.matrix import expand
+
+    (tmp_path / "day.yaml").write_text(SWEEP.replace("duration_s: 300", "duration_s: 86400"))
+    day = load_scenario(tmp_path / "day.yaml")
+    tasks = [(c, rep) for c in expand(day.scenario, day.testbed) for rep in range(2)]
+    assert too_short(tasks) is None and too_short(tasks[:1]) is None  # one cell: two service-days
+    assert too_short([]) is not None
 
 
 def test_jobs_0_is_every_core_and_never_more_than_the_tasks():
@@ -133,7 +158,7 @@ def test_without_dask_the_option_says_how_to_install_it(monkeypatch: pytest.Monk
 
 
 @pytest.mark.timeout(300)
-def test_a_dask_cluster_gives_the_rows_of_a_sequential_run(tmp_path: Path):
+def test_a_dask_cluster_gives_the_rows_of_a_sequential_run(tmp_path: Path, any_length: None):
     distributed = pytest.importorskip("distributed", reason="dask[distributed] is not installed "
                                       "(pip install -e '.[distributed]')")
     one, _ = sweep(tmp_path / "one")
@@ -185,7 +210,7 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=dict(os.environ, COLUMNS="200"))
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and len(children(proc.pid)) < 3:  # 2 workers + tracker
+    while time.monotonic() < deadline and len(children(proc.pid)) < 2:  # the 2 workers
         time.sleep(0.2)
     time.sleep(1.0)  # the workers are simulating
     seen = children(proc.pid)
@@ -244,7 +269,8 @@ def own_sweep(folder: Path) -> Path:
 
 @pytest.mark.timeout(300)
 def test_a_sweep_from_its_own_folder_finds_its_files_on_dask(tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch):
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            any_length: None):
     distributed = pytest.importorskip("distributed", reason="dask[distributed] is not installed "
                                       "(pip install -e '.[distributed]')")
     own_sweep(tmp_path)
