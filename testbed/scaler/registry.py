@@ -158,7 +158,9 @@ def _class_entry(name: str, cls: Any, origin: str) -> PolicyEntry:
             raise _problem("policy", f"{name}({shown}) failed ({detail})") from None
         if not isinstance(getattr(policy, "name", None), str):
             with contextlib.suppress(AttributeError):
-                policy.name = name  # the decision log names the policy
+                policy.name = name
+        with contextlib.suppress(AttributeError):  # results and decisions call it as it was named
+            policy.testbed_label = name  # (`policy_name`), whatever its own `name` says
         return policy
 
     return PolicyEntry(name, origin, build=build, compared=False,
