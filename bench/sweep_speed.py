@@ -1,7 +1,7 @@
 """Sweep speed: one `engine: sim` sweep of whole-day cells run by `testbed run` in turn, with
 `--jobs 2`, and on a local Dask cluster of 2 workers; wall time of each, and the speed-ups.
 
-Usage: python3 bench/sweep_speed.py [--cells N] [--repeat N] [--no-dask] [--keep DIR]
+Usage: python3 bench/sweep_speed.py [--cells N] [--repeat N] [--no-dask] [--dask-profiler] [--keep DIR]
 
 The sweep is a researcher's own, built in a temporary folder as one would: a service from a
 profile file (600 kB up, 90-140 ms per request, SLO 800 ms), a whole day of per-minute counts with
@@ -108,6 +108,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each; the fastest counts")
     ap.add_argument("--no-dask", action="store_true", help="skip the local Dask cluster")
     ap.add_argument("--keep", type=Path, help="build the sweep here and keep it")
+    ap.add_argument("--dask-profiler", action="store_true",
+                    help="leave Dask's statistical profiler on in its workers (its default)")
     args = ap.parse_args()
     if args.cells < 8:
         sys.exit("--cells: at least 8")
@@ -128,10 +130,16 @@ def main() -> None:
     # the workers import this checkout's testbed, as the runs do (not an installed one)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    import dask
+
     started = time.perf_counter()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster:
-        print(f"  dask local cluster of 2 workers started in {time.perf_counter() - started:.2f} s")
+    # Dask's statistical profiler samples a worker's threads every 10 ms: on a pure-Python cell
+    # it costs a third or more of its CPU (docs/sweeps.md); off unless --dask-profiler
+    with dask.config.set({"distributed.worker.profile.enabled": args.dask_profiler}), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                         dashboard_address=None) as cluster:
+        print(f"  dask local cluster of 2 workers started in {time.perf_counter() - started:.2f} s"
+              f" (profiler {'on' if args.dask_profiler else 'off'})")
         dask = best(folder, args.repeat, "--dask (2 workers)", "--dask", cluster.scheduler_address)
     print(f"--dask, 2 local workers: {serial / dask:.2f}x the run in turn")
 
