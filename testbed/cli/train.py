@@ -212,6 +212,7 @@ def _train(*, service: str | None, policy: str, traces: Path, trace: list[Path] 
     known = known_profiles(profiles_path)
     train_tr, val_tr = _training_days(traces, trace, val_trace)
     if policy in ("ddpg", "inss"):
+        show_traces([*train_tr, *val_tr])
         _train_share(policy, train_tr, val_tr, out, steps=steps or 12_000, seed=seed, gpus=gpus,
                      load_scales=scales_range, profiles={s: known[s] for s in paper.TABLE_5_1.ratios})
         return
@@ -233,6 +234,7 @@ def _train(*, service: str | None, policy: str, traces: Path, trace: list[Path] 
         release_below=release_below, hold_largest=hold_largest, like_testbed=like_testbed,
         resume=resume, profile=known[svc],
     )
+    show_traces([*train_tr, *val_tr])  # once every option is checked: an error stays one line
     _train_ppo(config, train_tr, val_tr, out or Path("models") / f"{svc}.zip",
                bool(trace or val_trace))
 
@@ -262,9 +264,7 @@ def _training_days(traces: Path, own: list[Path] | None = None,
             hint = (" (pass --val-trace FILE with --trace)" if own and path == val
                     else "")
             raise ConfigError([ConfigProblem(str(path), None, "", "no such trace file" + hint)])
-    train, validation = [load_trace(p) for p in files], [load_trace(val)]
-    show_traces([*train, *validation])
-    return train, validation
+    return [load_trace(p) for p in files], [load_trace(val)]
 
 
 def _train_ppo(config: TrainConfig, train_tr: list[Trace], val_tr: list[Trace], out: Path,

@@ -49,10 +49,10 @@ def scenario_from_yaml(doc: LocatedYaml, base_dir: Path,
     doc: the YAML with its lines; base_dir: where relative paths start; overrides: top-level
     fields replaced first (the CLI's --duration and the like).
 
-    `base_dir` is made absolute here, once: every path the scenario names (testbed, traces_dir,
-    service_profiles, models, `module:Class` policies) is joined to it, so a worker started in
-    another directory (a process pool's, a Dask worker's) reads the same files."""
-    base_dir = Path(base_dir).resolve()
+    The LoadedScenario's `base_dir` is made absolute here, once: every path the scenario names
+    (testbed, traces_dir, service_profiles, models, `module:Class` policies) is joined to it, so a
+    worker started in another directory (a process pool's, a Dask worker's) reads the same files.
+    The checks before it name the files as the scenario spells them."""
     data = dict(doc.data) if isinstance(doc.data, dict) else doc.data
     if overrides and isinstance(data, dict):
         data.update(overrides)
@@ -72,7 +72,7 @@ def scenario_from_yaml(doc: LocatedYaml, base_dir: Path,
     if problems:
         raise ConfigError([doc.problem(path, msg) for path, msg in problems])
     _check_traces(scn, base_dir)
-    return LoadedScenario(scn, testbed, doc, base_dir)
+    return LoadedScenario(scn, testbed, doc, Path(base_dir).resolve())
 
 
 def _check_traces(scn: Scenario, base_dir: Path) -> None:
