@@ -31,11 +31,12 @@ TracesOpt = typer.Option(TRACES_DIR, "--traces", envvar="TESTBED_TRACES",
                               "../shared/traces.")
 
 
-def show_traces(traces: object) -> None:
-    """One line per trace on stderr as it loads (`Trace.summary`: length, requests, mean and peak
-    rate), so that a wrong unit shows before anything runs. traces: Trace objects."""
+def show_traces(traces: object, on: Console | None = None) -> None:
+    """One line per trace as it loads (`Trace.summary`: length, requests, mean and peak rate), so
+    that a wrong unit shows before anything runs. traces: Trace objects; on: where (default
+    stderr, beside a command's --json output)."""
     for trace in traces:  # type: ignore[attr-defined]
-        err_console.print(f"trace {escape(trace.summary())}", highlight=False)
+        (on or err_console).print(f"trace {escape(trace.summary())}", highlight=False)
 
 
 def _version(value: bool) -> None:
