@@ -51,7 +51,9 @@ class Column:
 
 
 def looks_like_csv(text: str, source: str) -> bool:
-    """Whether a trace file is CSV: a `.csv` name, or a first line (past comments) with a comma."""
+    """Whether a trace file is CSV: a `.csv` name, or a first line (past comments) with a comma.
+
+    text: the file's text; source: its name."""
     if source.lower().endswith(".csv"):
         return True
     for raw in text.splitlines():
@@ -66,7 +68,9 @@ def _unit(text: str) -> float | None:
 
 
 def read_column(index: int, header: str) -> Column | None:
-    """The role and unit a header cell names, None for a column no role takes (ignored)."""
+    """The role and unit a header cell names, None for a column no role takes (ignored).
+
+    index: the column's position; header: its header cell."""
     raw = header.strip().lower()
     bracket = re.search(r"[\[(]\s*([^\])]+?)\s*[\])]", raw)
     stated = _unit(bracket.group(1)) if bracket else None

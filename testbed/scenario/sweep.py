@@ -52,13 +52,17 @@ MIN_PARALLEL_SIM_S = 2 * 86400.0
 
 
 def simulated_seconds(tasks: list[Task]) -> float:
-    """The service-seconds a sweep simulates: each task's duration times its clients' services."""
+    """The service-seconds a sweep simulates: each task's duration times its clients' services.
+
+    tasks: (cell, repetition) pairs."""
     return sum(cell.scenario.duration_s * len({c.service for c in cell.scenario.clients})
                for cell, _ in tasks)
 
 
 def too_short(tasks: list[Task]) -> str | None:
-    """Why these tasks run in turn rather than in parallel (one line), or None when they pay."""
+    """Why these tasks run in turn rather than in parallel (one line), or None when they pay.
+
+    tasks: (cell, repetition) pairs."""
     total = simulated_seconds(tasks)
     if total >= MIN_PARALLEL_SIM_S:
         return None
@@ -122,7 +126,9 @@ def _ready() -> None:
 
 def compiled_pays(tasks: list[Task], n: int) -> bool:
     """Whether each of `n` workers will simulate past COMPILED_AFTER_S (so runs compiled from its
-    first request), numba is installed and TESTBED_SIM_COMPILED does not decide it already."""
+    first request), numba is installed and TESTBED_SIM_COMPILED does not decide it already.
+
+    tasks: (cell, repetition) pairs; n: the workers sharing them."""
     return (os.environ.get(COMPILED_ENV) is None
             and simulated_seconds(tasks) / n >= COMPILED_AFTER_S
             and importlib.util.find_spec("numba") is not None)
