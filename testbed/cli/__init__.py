@@ -31,6 +31,14 @@ TracesOpt = typer.Option(TRACES_DIR, "--traces", envvar="TESTBED_TRACES",
                               "../shared/traces.")
 
 
+def show_traces(traces: object, on: Console | None = None) -> None:
+    """One line per trace as it loads (`Trace.summary`: length, requests, mean and peak rate), so
+    that a wrong unit shows before anything runs. traces: Trace objects; on: where (default
+    stderr, beside a command's --json output)."""
+    for trace in traces:  # type: ignore[attr-defined]
+        (on or err_console).print(f"trace {escape(trace.summary())}", highlight=False)
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version

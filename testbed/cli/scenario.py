@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from testbed.cli import app, console
+from testbed.cli import app, console, show_traces
 from testbed.cli.checks import like_field, writable_dir
 from testbed.errors import StateError
 from testbed.paths import RUNS_DIR
@@ -132,6 +132,7 @@ def run(
     like_field("--repetitions", Scenario, "repetitions", repetitions)
     like_field("--metrics", Scenario, "metrics", metrics)
     loaded = _scenario_to_run(scenario, from_manifest)
+    _show_traces(loaded)
     if plan:
 
         print_plan(loaded, duration_s=duration, repetitions=repetitions)
@@ -149,6 +150,16 @@ def run(
         rerun = ["testbed", "run", *(["--from", str(from_manifest)] if from_manifest is not None
                                      else [str(scenario)])]
         _report_run(result, allow_undecided=allow_undecided, rerun=rerun)
+
+
+def _show_traces(loaded: LoadedScenario) -> None:
+    """Each client trace of the scenario, as it loaded (`show_traces`)."""
+    from testbed.load.trace import load_trace
+    from testbed.scenario.spec import trace_dir
+
+    scn = loaded.scenario
+    paths = sorted({trace_dir(scn, loaded.base_dir) / c.trace for c in scn.clients if c.trace})
+    show_traces(load_trace(p) for p in paths)
 
 
 def _scenario_to_run(scenario: Path | None, from_manifest: Path | None) -> LoadedScenario:

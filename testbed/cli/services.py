@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import typer
 from rich.table import Table
 
-from testbed.cli import app, checks, console, err_console
+from testbed.cli import app, checks, console, err_console, show_traces
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.paths import LOCAL_ADMIN_PORT
 from testbed.profiles.paper import SERVICES, TOTAL_UNITS
@@ -294,7 +294,7 @@ def _checked_load_spec(spec: LoadSpec, max_error_rate: float) -> LoadSpec:
         spec = dataclasses.replace(spec, source_address=checks.local_address("--source",
                                                                              spec.source_address))
     if spec.trace is not None:
-        load_trace(spec.trace)  # its errors name the file and line
+        show_traces([load_trace(spec.trace)])  # its errors name the file and line
     if spec.out is not None:
         checks.writable_file("--out", spec.out)
     return spec

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
-from testbed.cli import TracesOpt, app, checks, console
+from testbed.cli import TracesOpt, app, checks, console, show_traces
 from testbed.cli.sim_inputs import ProfilesOpt, chosen_services, known_profiles, progress_bar
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.paths import RUNS_DIR
@@ -212,6 +212,7 @@ def _train(*, service: str | None, policy: str, traces: Path, trace: list[Path] 
     known = known_profiles(profiles_path)
     train_tr, val_tr = _training_days(traces, trace, val_trace)
     if policy in ("ddpg", "inss"):
+        show_traces([*train_tr, *val_tr], console)
         _train_share(policy, train_tr, val_tr, out, steps=steps or 12_000, seed=seed, gpus=gpus,
                      load_scales=scales_range, profiles={s: known[s] for s in paper.TABLE_5_1.ratios})
         return
@@ -233,6 +234,7 @@ def _train(*, service: str | None, policy: str, traces: Path, trace: list[Path] 
         release_below=release_below, hold_largest=hold_largest, like_testbed=like_testbed,
         resume=resume, profile=known[svc],
     )
+    show_traces([*train_tr, *val_tr], console)  # stdout: stderr is for the error alone
     _train_ppo(config, train_tr, val_tr, out or Path("models") / f"{svc}.zip",
                bool(trace or val_trace))
 
@@ -419,6 +421,7 @@ def tune_cmd(
         raise ConfigError([ConfigProblem(str(day), None, "", "no such trace file" + (
             "" if trace else ": pass --traces DIR (with val/day6.txt) or --trace FILE"))])
     trace_ = load_trace(day)
+    show_traces([trace_], console)
     checks.writable_dir("--out", out)
     run_dir = new_run_dir(out, f"tune-{svc}")
     storage = storage or str(run_dir / "study.log")

@@ -3,12 +3,14 @@ emulated replicas, the load balancer, the simulator and the lab read, loaded fro
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Iterable
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from testbed.profiles.parts import DeploySpec, Ref, RequestSpec, RuleThresholds
 
@@ -107,6 +109,29 @@ def gpu_stretches(placed: Iterable[tuple[Hashable, int, float, GpuCurve | None]]
     return out
 
 
+DEFAULT_GPU_CURVE = "default"  # `gpu: default`: the packaged services' curve (services.yaml)
+
+
+@functools.cache
+def builtin_gpu_curves() -> dict[str, dict[str, Any]]:
+    """The GPU curves a profile's `gpu:` may name instead of writing one out: `default` (alias
+    `assumed`), the `gpu_curve:` of the packaged services.yaml, and every packaged file
+    `testbed/profiles/gpu-NAME.yaml` (a curve, or a file with a `gpu_curve:` block) as `NAME`.
+    Name -> the curve's fields, as written."""
+    folder = resources.files("testbed.profiles")
+    packaged = yaml.safe_load(folder.joinpath("services.yaml").read_text(encoding="utf-8"))
+    curves: dict[str, dict[str, Any]] = {}
+    if isinstance(packaged, dict) and isinstance(packaged.get("gpu_curve"), dict):
+        curves[DEFAULT_GPU_CURVE] = curves["assumed"] = packaged["gpu_curve"]
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.startswith("gpu-") and entry.name.endswith((".yaml", ".yml")):
+            data = yaml.safe_load(entry.read_text(encoding="utf-8"))
+            curve = data.get("gpu_curve", data) if isinstance(data, dict) else None
+            if isinstance(curve, dict):
+                curves[entry.name[4:].rsplit(".", 1)[0]] = curve
+    return curves
+
+
 class ServiceProfile(BaseModel):
     """How one replica of a service behaves (dissertation Table 3.1 / Table 4.4)."""
 
@@ -141,6 +166,17 @@ class ServiceProfile(BaseModel):
                                  description="rule v1/v2 thresholds (defaults: RuleThresholds)")
     deploy: DeploySpec | None = Field(default=None, description="the lab's container (needed on the lab)")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where its number comes from")
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _named_curve(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        curves = builtin_gpu_curves()
+        if value not in curves:
+            raise ValueError(f"unknown GPU curve {value!r}: give a `gpu:` block or a built-in "
+                             f"curve's name ({', '.join(curves)})")
+        return curves[value]
 
     @model_validator(mode="after")
     def _check(self) -> ServiceProfile:

@@ -337,7 +337,7 @@ class CellRunner:
                 "desired": desired, "arrivals_total": arrivals,
                 "violations_total": violations,
                 "utilization": w.utilization if w else 0.0,
-                "mean_latency_ms": w.mean_proc_time_ms if w else None})
+                "mean_latency_ms": w.mean_latency_ms if w else None})
             rows.append((s.name, w, ready, desired))
         self.view.update(rows, elapsed)
 

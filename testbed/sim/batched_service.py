@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from testbed.errors import ConfigError, ConfigProblem, StateError
-from testbed.metrics.window import WindowMetrics
+from testbed.metrics.window import WindowMetrics, latency_percentiles
 from testbed.profiles import ServiceProfile
 from testbed.profiles.paper import UNIT_PCT
 from testbed.sim.queueing import serve_fast
@@ -319,9 +319,12 @@ class BatchedService:
             violations=counted - on_time,
             utilization=util,
             instances=ready,
-            mean_proc_time_ms=1000.0 * float(latency.mean()) if served else None,
+            mean_latency_ms=1000.0 * float(latency.mean()) if served else None,
             queue_length=(self._queued(t1, sizes, finish, owner, start_pending) if self.measure_queue
                           else None),
+            dropped=dropped,
+            # measured, as the queue, only while a policy reads its windows
+            **(latency_percentiles(1000.0 * latency) if self.measure_queue else {}),
         )
         return GpuStepOutcome(window, counted, served, on_time, dropped, float(latency.sum()), nb)
 
