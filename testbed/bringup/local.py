@@ -25,7 +25,7 @@ from testbed.config.secrets import redact_testbed
 from testbed.errors import MissingRequirement, StateError
 from testbed.net.cmd import CommandFailed, Runner, require_binaries
 from testbed.net.congestion import allowed_while_building
-from testbed.net.shaping import Shaper, shapers_for
+from testbed.net.shaping import Shaper, shapers_for, ue_shapes
 from testbed.net.state import (
     ProcessRecord,
     TestbedState,
@@ -78,7 +78,8 @@ class LocalTestbed:
 
     @property
     def shapers(self) -> list[Shaper]:
-        return shapers_for(self.spec.link, list(self.spec.slices), n3=N3, n6=N6)
+        return shapers_for(self.spec.link, list(self.spec.slices), n3=N3, n6=N6,
+                           ues=ue_shapes(self.spec, self.topology.ues))
 
     def shaping_commands(self) -> list[list[str]]:
         """tc commands, namespaced to the UPF, for both directions of the bottleneck."""
@@ -105,7 +106,8 @@ class LocalTestbed:
                 self.runner.run_all(self.topology.build_commands())
             if self.spec.link.delay_ms > 0:
                 self._require_netem()
-            if self.spec.link.flow_queues:  # hundreds of tc commands: one tc process
+            if self.spec.link.flow_queues or any(s.ue_classes for s in self.shapers):
+                # hundreds of tc commands (flow queues, UE leaves): one tc process
                 for shaper in self.shapers:
                     self.runner.run(["tc", "-n", self.topology.upf.name, "-batch", "-"],
                                     input=shaper.batch())

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from testbed.config.fiveqi import FIVE_QI, undefined_message
 from testbed.config.yamlfile import FieldPath, LocatedYaml, load_yaml_file, parse_yaml, validate
 from testbed.errors import ConfigError
 
@@ -362,6 +363,8 @@ def check_testbed(spec: TestbedSpec) -> list[tuple[FieldPath, str]]:
     group_names: dict[str, int] = {}
     ues_per_slice: dict[str, int] = {}
     for i, g in enumerate(spec.ue_groups):
+        if g.five_qi not in FIVE_QI:
+            problems.append((("ue_groups", i, "five_qi"), undefined_message(g.five_qi)))
         if spec.profile == "local" and g.session_type == "ipv6":
             problems.append((("ue_groups", i, "session_type"), "the local data plane is IPv4 only: "
                              "use ipv4 or ipv4v6 (ipv6 sessions need the lab profile)"))

@@ -1,0 +1,56 @@
+"""Per-UE AMBR and 5QI priority on real namespaces: a UE's own HTB leaf in its slice (root only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.bringup.local import LocalTestbed
+from testbed.config import load_testbed
+from testbed.net.iperf import IperfSession
+from tests.conftest import namespaces_with_prefix
+
+pytestmark = pytest.mark.needs_root
+
+
+def _spec(name: str, groups: list[dict], *, guaranteed: float, ceiling: float | None = None):
+    """The default testbed with its ai slice at `guaranteed` (and `ceiling`) and these groups
+    in it (the be slice keeps one idle UE)."""
+    spec = load_testbed()
+    ai = spec.slices[0].model_copy(update={"guaranteed_mbit": guaranteed, "ceiling_mbit": ceiling})
+    be = spec.ue_groups[1].model_copy(update={"count": 1})
+    ai_groups = [spec.ue_groups[0].model_copy(update={"count": 1, **g}) for g in groups]
+    return spec.model_copy(update={"name": name, "slices": [ai, spec.slices[1]],
+                                   "ue_groups": [*ai_groups, be]})
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["uplink", "downlink"])
+def test_a_ue_gets_its_ambr_and_its_unlimited_neighbour_the_rest(tb_name, reverse):
+    """In an idle 50 Mbit/s slice a UE with an AMBR of 5 Mbit/s gets 5 (within 10 %) and its
+    neighbour without one the rest, in both directions."""
+    spec = _spec(tb_name, [{"name": "lim", "ambr_uplink_mbit": 5.0, "ambr_downlink_mbit": 5.0},
+                           {"name": "free"}], guaranteed=50, ceiling=50)
+    with LocalTestbed(spec) as tb:
+        lim = IperfSession.start(tb.topology, "ai", ue_index=0, flows=2, duration=4, omit=1,
+                                 reverse=reverse)
+        free = IperfSession.start(tb.topology, "ai", ue_index=1, flows=2, duration=4, omit=1,
+                                  reverse=reverse)
+        r_lim, r_free = lim.wait(), free.wait()
+    assert 4.5 <= r_lim.total_mbit <= 5.5, r_lim.total_mbit
+    assert r_free.total_mbit >= 40, r_free.total_mbit  # 50 - 5, less what a busy machine costs
+    assert r_lim.total_mbit + r_free.total_mbit <= 52
+    assert namespaces_with_prefix(f"tb-{tb_name}-") == []
+
+
+def test_5qi_5_gets_its_demand_before_5qi_9_in_a_congested_slice(tb_name):
+    """Two UE groups in one 20 Mbit/s slice, each sending more than half of it: 5QI 5 (priority
+    level 10) gets its 12 Mbit/s, 5QI 9 (level 90) what is left; alike, they would split it 10/10."""
+    spec = _spec(tb_name, [{"name": "voice", "five_qi": 5}, {"name": "web", "five_qi": 9}],
+                 guaranteed=20, ceiling=20)
+    with LocalTestbed(spec) as tb:
+        high = IperfSession.start(tb.topology, "ai", ue_index=0, flows=1, duration=4, omit=1,
+                                  bitrate_mbit=12)
+        low = IperfSession.start(tb.topology, "ai", ue_index=1, flows=2, duration=4, omit=1)
+        r_high, r_low = high.wait(), low.wait()
+    assert r_high.total_mbit >= 11.4, r_high.total_mbit  # its demand, within 5 %
+    assert 6 <= r_low.total_mbit <= 9, r_low.total_mbit  # 20 - 12
+    assert namespaces_with_prefix(f"tb-{tb_name}-") == []
