@@ -1,0 +1,69 @@
+"""`testbed up` time and one bulk flow's throughput at 10, 100 and 1,000 UEs, each with an AMBR
+(so each has its own HTB leaf in both directions, found through the u32 hash on its address's
+last octet). The link is 10 Gbit/s and each AMBR 5 Gbit/s, so the flow is bounded by what the
+kernel's classifier and the CPU cost, not by the shaping: with hashed filters it stays flat from
+10 to 1,000 UEs. The flow runs from the last UE, whose bucket is the fullest (4 keys at 1,000).
+Beside each, the same testbed without UE leaves (AMBRs at the link's capacity): what the leaves
+and the hash cost, apart from the machine's noise. Root only.
+Run from the repository root: PYTHONPATH=. python3 bench/ue_scale.py [UES ...] [--seconds S]"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import secrets
+import time
+
+from rich.progress import Progress
+
+from testbed.bringup.local import LocalTestbed
+from testbed.config import load_testbed
+from testbed.net.iperf import IperfSession
+
+
+def spec_with(ues: int, ambr_mbit: float = 5000.0):
+    """The default testbed, its ai slice a /22 holding `ues` UEs with these AMBRs, 10 Gbit/s."""
+    spec = load_testbed()
+    ai = spec.slices[0].model_copy(update={"subnet": ipaddress.ip_network("10.44.0.0/22")})
+    group = spec.ue_groups[0].model_copy(update={"count": ues, "ambr_uplink_mbit": ambr_mbit,
+                                                 "ambr_downlink_mbit": ambr_mbit})
+    return spec.model_copy(update={
+        "name": "b" + secrets.token_hex(3), "slices": [ai, spec.slices[1]],
+        "link": spec.link.model_copy(update={"capacity_mbit": 10_000.0}),
+        "ue_groups": [group, spec.ue_groups[1].model_copy(update={"count": 1, "ambr_uplink_mbit": 10_000.0,
+                                                               "ambr_downlink_mbit": 10_000.0})]})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("ues", nargs="*", type=int, default=[10, 100, 1000])
+    parser.add_argument("--seconds", type=float, default=5.0, help="each flow's length")
+    args = parser.parse_args()
+    rows = []
+    with Progress() as progress:
+        task = progress.add_task("UE counts", total=2 * len(args.ues))
+        for n, ambr in ((n, ambr) for n in args.ues for ambr in (5000.0, 10_000.0)):
+            tb = LocalTestbed(spec_with(n, ambr))
+            t0 = time.perf_counter()
+            tb.up()
+            up_s = time.perf_counter() - t0
+            try:
+                leaves = len(tb.shapers[0].ue_classes)
+                last = n - 1  # the UE last in the fullest bucket
+                rates = []
+                for reverse in (False, True):
+                    r = IperfSession.start(tb.topology, "ai", ue_index=last, flows=1, omit=1,
+                                           duration=args.seconds, reverse=reverse).wait()
+                    rates.append(r.total_mbit)
+            finally:
+                tb.down()
+            rows.append((n, leaves, up_s, *rates))
+            progress.advance(task)
+    print(f"{'UEs':>5} {'UE leaves/dir':>13} {'up (s)':>7} {'uplink Mbit/s':>14} "
+          f"{'downlink Mbit/s':>16}")
+    for n, leaves, up_s, upl, down in rows:  # with leaves, then without
+        print(f"{n:>5} {leaves:>13} {up_s:>7.2f} {upl:>14.0f} {down:>16.0f}")
+
+
+if __name__ == "__main__":
+    main()
