@@ -119,6 +119,12 @@ class Shaper:
     slices: tuple[SliceSpec, ...]
     ues: tuple[UEShape, ...] = ()
     enforce_ambr: bool = True  # False on the lab, whose gNB polices AMBR: 5QI priority only
+    # a conditions trace's needs (testbed.net.conditions): these groups' UEs get a leaf whatever
+    # their AMBR (a trace changes it), the loss class exists without link.uplink_loss (a trace's
+    # filters send to it), and leaves are netem even at 0 ms (a trace changes their delay)
+    leaf_groups: frozenset[str] = frozenset()
+    loss_class: bool = False
+    netem: bool = False
 
     @property
     def classes(self) -> list[SliceClass]:
@@ -146,7 +152,7 @@ class Shaper:
             c = by_slice.get(ue.slice if self.link.slicing else "-", by_slice["-"])
             ambr = ue.ambr_mbit(self.direction) if self.enforce_ambr else c.ceil_mbit
             prio = htb_prio(ue.five_qi)
-            if ambr >= c.ceil_mbit and prio == default:
+            if ambr >= c.ceil_mbit and prio == default and ue.group not in self.leaf_groups:
                 continue
             minor = UE_MINOR + len(out)
             out.append(UEClass(ue, c.classid, f"1:{minor:x}", f"{minor:x}:",
@@ -164,7 +170,7 @@ class Shaper:
              "rate", cap, "ceil", cap, "quantum", str(QUANTUM)],
         ]
         key = self._key
-        lossy = self.direction == "uplink" and self.link.uplink_loss > 0
+        lossy = self.direction == "uplink" and (self.link.uplink_loss > 0 or self.loss_class)
         if lossy:
             cmds += self._loss()  # its filter first (prio 1): the slices' filters come after it
         ue_classes = self.ue_classes
@@ -244,13 +250,14 @@ class Shaper:
         dev = self.device
         keep_below = round((1 - self.link.uplink_loss) * 2**32)
         program = f"4,32 0 0 {_RANDOM},37 0 1 {keep_below},6 0 0 4294967295,6 0 0 0"
+        filters = [["tc", "filter", "add", "dev", dev, "parent", "1:", "prio", "1", "protocol", "ip",
+                    "bpf", "bytecode", program, "flowid", LOSS_CLASS]]
         return [
             ["tc", "class", "add", "dev", dev, "parent", "1:", "classid", LOSS_CLASS, "htb",
              "rate", _kbit(0), "quantum", str(QUANTUM)],
             ["tc", "qdisc", "add", "dev", dev, "parent", LOSS_CLASS, "handle", "fe:", "pfifo",
              "limit", "0"],
-            ["tc", "filter", "add", "dev", dev, "parent", "1:", "prio", "1", "protocol", "ip",
-             "bpf", "bytecode", program, "flowid", LOSS_CLASS],
+            *(filters if self.link.uplink_loss > 0 else []),
         ]
 
     @property
@@ -357,7 +364,7 @@ class Shaper:
 
     def _leaf(self) -> list[str]:
         limit = str(self.link.queue_packets)
-        if self.link.delay_ms > 0:
+        if self.link.delay_ms > 0 or self.netem:
             return ["netem", "delay", f"{self.link.delay_ms:g}ms", "limit", limit]
         return ["pfifo", "limit", limit]
 
