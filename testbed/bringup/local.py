@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from testbed.config import TestbedSpec
 from testbed.config.secrets import redact_testbed
@@ -27,6 +28,7 @@ from testbed.errors import MissingRequirement, StateError
 from testbed.net.cmd import CommandFailed, Runner, require_binaries
 from testbed.net.conditions import initial_losses, schedule, shapers_at
 from testbed.net.congestion import allowed_while_building
+from testbed.net.netstats import watch_list
 from testbed.net.shaping import Shaper, tc_batch, ue_shapes
 from testbed.net.state import (
     ProcessRecord,
@@ -62,7 +64,7 @@ class LocalTestbed:
     def __init__(self, spec: TestbedSpec, runner: Runner | None = None, *,
                  provision: bool = False, mongo_uri: str | None = None,
                  store_dir: Path | None = None, time_scale: float = 1.0,
-                 conditions_log: Path | None = None):
+                 conditions_log: Path | None = None, netstats_log: Path | None = None):
         self.spec = spec
         self.topology = Topology.from_spec(spec)
         self.runner = runner or Runner()
@@ -79,6 +81,9 @@ class LocalTestbed:
         self.time_scale = time_scale
         self.conditions_log = conditions_log
         self._replayer: subprocess.Popen[bytes] | None = None
+        # each slice's and UE leaf's HTB counters, every second, as JSON lines (None: not sampled)
+        self.netstats_log = netstats_log
+        self._sampler: subprocess.Popen[bytes] | None = None
 
     @property
     def name(self) -> str:
@@ -127,6 +132,10 @@ class LocalTestbed:
                 self.runner.run_all(self.shaping_commands())
             if self.spec.link.conditions:
                 self._start_conditions()
+            if self.netstats_log is not None:
+                self._sampler = self._start_helper(
+                    "testbed.net.netstats", [str(self.netstats_log)], watch_list(self.shapers),
+                    "netstats")
             if self.spec.link.flow_queue_perturb_s is not None:
                 self._start_perturber(self.spec.link.flow_queue_perturb_s)
             save_state(self._state("up"))
@@ -137,7 +146,7 @@ class LocalTestbed:
 
     def down(self) -> None:
         teardown(self.name, self.runner)
-        for proc in (self._perturber, self._replayer):  # killed by teardown: reap them
+        for proc in (self._perturber, self._replayer, self._sampler):  # killed by teardown
             if proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=2)
@@ -186,16 +195,23 @@ class LocalTestbed:
             self.runner.run(["tc", "-n", ns, "-batch", "-"], input=tc_batch(first))
         steps = schedule(self.spec, ues, self.time_scale)
         log = self.conditions_log or state_path(self.name).with_suffix(".conditions.jsonl")
+        self._replayer = self._start_helper("testbed.net.conditions", [str(log)], steps,
+                                            "conditions-replay")
+
+    def _start_helper(self, module: str, args: list[str], stdin: Any,
+                      label: str) -> subprocess.Popen[bytes]:
+        """`python -m module args` in the UPF's namespace, detached (it outlives a `testbed up`
+        and dies with the namespace's processes on `down`), `stdin` handed over as JSON."""
         proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, "-m", "testbed.net.conditions", str(log)],
+            ["ip", "netns", "exec", self.topology.upf.name, sys.executable, "-m", module, *args],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
         assert proc.stdin is not None
-        proc.stdin.write(json.dumps(steps).encode())
+        proc.stdin.write(json.dumps(stdin).encode())
         proc.stdin.close()
-        self._replayer = proc
         started = process_start_time(proc.pid)
         if started is not None:
-            self._processes.append(ProcessRecord(proc.pid, "conditions-replay", started))
+            self._processes.append(ProcessRecord(proc.pid, label, started))
+        return proc
 
     def _state(self, status: str) -> TestbedState:
         return TestbedState(

@@ -167,7 +167,8 @@ class LocalProfile:
         # the subscriber store holds every UE's K/OPc: kept beside the state file, not in the
         # run directory that users share, and removed by the testbed's down
         tb = LocalTestbed(spec, provision=True, store_dir=state_dir() / f"{name}.store",
-                          time_scale=job.scn.time_scale, conditions_log=job.dir.conditions)
+                          time_scale=job.scn.time_scale, conditions_log=job.dir.conditions,
+                          netstats_log=job.dir.net)
         # printed before anything is built: after a crash or SIGKILL, `down` needs this name
         job.view.log(f"cell {job.cell.index + 1} ({job.cell.label}), rep {job.rep + 1}: "
                      f"testbed {name} (if left behind: testbed down --name {name})")
