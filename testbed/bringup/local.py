@@ -28,6 +28,7 @@ from testbed.errors import MissingRequirement, StateError
 from testbed.net.cmd import CommandFailed, Runner, require_binaries
 from testbed.net.conditions import initial_losses, schedule, shapers_at
 from testbed.net.congestion import allowed_while_building
+from testbed.net.netstats import LISTEN as NETSTATS_LISTEN
 from testbed.net.netstats import watch_list
 from testbed.net.shaping import Shaper, tc_batch, ue_shapes
 from testbed.net.state import (
@@ -132,10 +133,11 @@ class LocalTestbed:
                 self.runner.run_all(self.shaping_commands())
             if self.spec.link.conditions:
                 self._start_conditions()
-            if self.netstats_log is not None:
+            if self.netstats_log is not None:  # in the DN's namespace, for the cell's Prometheus
                 self._sampler = self._start_helper(
-                    "testbed.net.netstats", [str(self.netstats_log)], watch_list(self.shapers),
-                    "netstats")
+                    "testbed.net.netstats", [str(self.netstats_log), "--netns",
+                                             self.topology.upf.name, "--listen", NETSTATS_LISTEN],
+                    watch_list(self.shapers), "netstats", ns=self.topology.dn.name)
             if self.spec.link.flow_queue_perturb_s is not None:
                 self._start_perturber(self.spec.link.flow_queue_perturb_s)
             save_state(self._state("up"))
@@ -198,12 +200,18 @@ class LocalTestbed:
         self._replayer = self._start_helper("testbed.net.conditions", [str(log)], steps,
                                             "conditions-replay")
 
-    def _start_helper(self, module: str, args: list[str], stdin: Any,
-                      label: str) -> subprocess.Popen[bytes]:
-        """`python -m module args` in the UPF's namespace, detached (it outlives a `testbed up`
-        and dies with the namespace's processes on `down`), `stdin` handed over as JSON."""
+    @property
+    def netstats_target(self) -> str | None:
+        """Where (in the DN's namespace) the sampler serves its series; None when not sampling."""
+        return NETSTATS_LISTEN if self.netstats_log is not None else None
+
+    def _start_helper(self, module: str, args: list[str], stdin: Any, label: str,
+                      ns: str | None = None) -> subprocess.Popen[bytes]:
+        """`python -m module args` in namespace `ns` (the UPF's), detached (it outlives a
+        `testbed up` and dies with the namespace's processes on `down`), `stdin` given as JSON."""
         proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.topology.upf.name, sys.executable, "-m", module, *args],
+            ["ip", "netns", "exec", ns or self.topology.upf.name, sys.executable, "-m", module,
+             *args],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
         assert proc.stdin is not None
         proc.stdin.write(json.dumps(stdin).encode())

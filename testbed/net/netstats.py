@@ -7,6 +7,10 @@ line per slice and UE leaf to OUT: wall time, direction, slice, UE group and add
 bytes and packets sent, drops and backlog (a slice's: the sum over the leaves under its class,
 where HTB keeps them), and the rate since the sample before. It ends when `tc` fails (the
 namespace is gone) or on SIGTERM (`teardown` kills the namespace's processes), after its line.
+
+With `--listen ADDR:PORT` it also serves the latest sample as Prometheus series on `/metrics`
+(`exposition`): locally it runs in the data network's namespace (`--netns` names the UPF's,
+where `tc` reads), so the cell's Prometheus there scrapes it on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -98,12 +104,63 @@ def _subtree(classes: dict[str, dict[str, Any]], root: str) -> list[str]:
     return out
 
 
+LISTEN = "127.0.0.1:9108"  # where a local testbed's sampler serves /metrics (in the DN namespace)
+_SERIES = (  # (name, type, help, row field)
+    ("testbed_htb_transmit_bytes_total", "counter", "Bytes the HTB class has sent.", "bytes"),
+    ("testbed_htb_transmit_packets_total", "counter", "Packets the HTB class has sent.", "packets"),
+    ("testbed_htb_drops_total", "counter", "Packets dropped in the leaves under the class.", "drops"),
+    ("testbed_htb_backlog_bytes", "gauge", "Bytes queued in the leaves under the class.",
+     "backlog_bytes"),
+)
+
+
+def exposition(sample: list[dict[str, Any]]) -> str:
+    """Prometheus text of one sample's lines: per series, one line per slice class (labels slice,
+    direction) and UE leaf (also group, ue)."""
+    out = []
+    for name, kind, text, field in _SERIES:
+        out += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+        for r in sample:
+            labels = {"slice": r["slice"], "direction": r["direction"]}
+            if r["ue"] is not None:
+                labels |= {"group": r["group"], "ue": r["ue"]}
+            body = ",".join(f'{k}="{v}"' for k, v in labels.items())
+            out.append(f"{name}{{{body}}} {r[field]}")
+    return "\n".join(out) + "\n"
+
+
+def _serve(listen: str, latest: list[str]) -> ThreadingHTTPServer:
+    host, port = listen.rsplit(":", 1)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = latest[0].encode()
+            self.send_response(200 if self.path.startswith("/metrics") else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer((host, int(port)), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def main(argv: list[str] | None = None) -> int:
     """Sample the watch list on stdin every interval into OUT until the namespace is gone."""
     parser = argparse.ArgumentParser(prog="python -m testbed.net.netstats", description=__doc__)
     parser.add_argument("out", type=Path, help="JSON lines, one per slice or UE leaf per sample")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
+    parser.add_argument("--netns", help="the namespace whose trees `tc -n` reads (default: this)")
+    parser.add_argument("--listen", help="ADDR:PORT to serve the latest sample on /metrics")
     args = parser.parse_args(argv)
+    latest = [""]
+    if args.listen:
+        _serve(args.listen, latest)
+    tc = ["tc", "-n", args.netns] if args.netns else ["tc"]
     watch = json.loads(sys.stdin.read())
     devices = sorted({w["device"] for w in watch})
     stop = writing = False
@@ -121,13 +178,14 @@ def main(argv: list[str] | None = None) -> int:
         while not stop:
             by_device = {}
             for dev in devices:
-                done = subprocess.run(["tc", "-s", "class", "show", "dev", dev],
+                done = subprocess.run([*tc, "-s", "class", "show", "dev", dev],
                                       capture_output=True, text=True, check=False)
                 if done.returncode != 0:
                     return 0  # the namespace is gone
                 by_device[dev] = parse_classes(done.stdout)
-            lines = "".join(json.dumps(r, separators=(",", ":")) + "\n"
-                            for r in rows(watch, by_device, time.time(), before))
+            sample = rows(watch, by_device, time.time(), before)
+            latest[0] = exposition(sample)
+            lines = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in sample)
             writing = True
             out.write(lines)
             out.flush()

@@ -24,6 +24,7 @@ from testbed.cluster.local import LocalCluster
 from testbed.load.traffic import TrafficBackend
 from testbed.metrics.agreement import Agreement, compare
 from testbed.metrics.balancer import MESH_NAMESPACE
+from testbed.metrics.dashboard import answers as dashboard_answers
 from testbed.metrics.prometheus import PrometheusMetrics, PromService
 from testbed.metrics.server import PrometheusServer
 from testbed.metrics.source import BalancerMetrics, MetricsSource
@@ -237,8 +238,10 @@ class LocalProfile:
         scn = job.scn
         ts = scn.time_scale
         scrape_s = max(min(1.0, 1.0 / ts), 0.05)
-        async with PrometheusServer(prometheus_dir(tb.name),
-                                    [cluster.lb.metrics_url.removeprefix("http://")],
+        # the mesh's series from the balancer, and the slices' HTB counters (testbed.net.netstats)
+        targets = [cluster.lb.metrics_url.removeprefix("http://"),
+                   *([tb.netstats_target] if tb.netstats_target else [])]
+        async with PrometheusServer(prometheus_dir(tb.name), targets,
                                     scrape_interval_s=scrape_s,
                                     log=job.dir.logs / "prometheus.log") as prom:
             outcome.info["prometheus"] = {"url": prom.url, "scrape_interval": prom.interval}
@@ -260,6 +263,8 @@ class LocalProfile:
                                                       end=at) for s in scn.services}
             record_agreement(outcome, [compare(local[s.name], remote[s.name]) for s in scn.services],
                              job.view.log)
+            # the lab dashboard's queries against this cell's Prometheus: series each returned
+            outcome.info["dashboard_queries"] = await asyncio.to_thread(dashboard_answers, prom.url)
 
     def close(self) -> list[str]:
         """Nothing is held across cells locally: returns no problems."""

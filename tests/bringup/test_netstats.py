@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,6 +14,7 @@ import pytest
 
 from testbed.bringup.local import LocalTestbed
 from testbed.config import load_testbed
+from testbed.net.cmd import in_ns
 from testbed.net.iperf import IperfSession
 from testbed.net.netstats import rows
 from tests.conftest import namespaces_with_prefix
@@ -25,8 +29,18 @@ def test_each_slice_and_ambr_leaf_is_sampled_every_second_in_both_directions(tb_
     out = tmp_path / "net.jsonl"
     with LocalTestbed(spec, netstats_log=out) as tb:
         IperfSession.start(tb.topology, "ai", flows=2, duration=4.5).wait()
-        time.sleep(0.5)
+        time.sleep(1.2)
+        # the same counters as Prometheus series, where the cell's Prometheus scrapes them
+        scraped = subprocess.run(in_ns(tb.topology.dn.name, [
+            sys.executable, "-c", "import urllib.request as u; print(u.urlopen("
+            f"'http://{tb.netstats_target}/metrics').read().decode())"]),
+            capture_output=True, text=True, check=True).stdout
     lines = [json.loads(line) for line in out.read_text().splitlines()]
+    up_ai = re.search(r'^testbed_htb_transmit_bytes_total\{slice="ai",direction="uplink"\} (\d+)$',
+                      scraped, re.M)
+    assert up_ai and int(up_ai[1]) > 1_000_000, scraped[:500]
+    assert ('testbed_htb_drops_total{slice="ai",direction="uplink",group="ai",ue="10.45.0.2"}'
+            in scraped)
     assert namespaces_with_prefix(f"tb-{tb_name}-") == []
     keys = {(r["direction"], r["slice"], r["ue"]) for r in lines}
     assert keys == {("uplink", "ai", None), ("uplink", "be", None), ("uplink", "-", None),
