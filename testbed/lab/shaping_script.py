@@ -17,6 +17,7 @@ from __future__ import annotations
 import shlex
 
 from testbed.config import TestbedSpec
+from testbed.errors import ConfigError, ConfigProblem
 from testbed.net.shaping import Shaper, ue_shapes
 from testbed.net.topology import Topology
 
@@ -32,7 +33,12 @@ def _line(cmd: list[str]) -> str:
 
 
 def shaping_script(spec: TestbedSpec) -> str:
-    """A POSIX shell script: `tb-slice-shaping start|stop NIC`."""
+    """A POSIX shell script: `tb-slice-shaping start|stop NIC`. A testbed with conditions
+    traces is refused in one line: the lab does not replay them (the local profile does)."""
+    if spec.link.conditions:
+        raise ConfigError([ConfigProblem(
+            "<testbed>", None, "link.conditions", "conditions traces are replayed on the local "
+            "profile only; the lab's shaping script holds one capacity and loss for the run")])
     static = {g.name for g in spec.ue_groups if g.static_address}
     ues = ue_shapes(spec, [u for u in Topology.from_spec(spec).ues if u.group in static])
     # AMBR: the UERANSIM gNB's token buckets police it

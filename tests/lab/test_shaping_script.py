@@ -146,3 +146,16 @@ def test_the_5qi_leaves_install_on_a_real_kernel(tmp_path: Path, upf_host: Run) 
         assert "key ht 400 bkt 2 *flowid 1:4000" in filters, filters  # 10.45.0.2's last octet
         assert "link 400:" in filters
     assert run("sh", str(script), "stop", "tbv0").returncode == 0
+
+
+def test_a_conditions_trace_is_refused_in_one_line_on_the_lab() -> None:
+    from testbed.config.conditions import ConditionsSpec, ConditionStep
+    from testbed.errors import ConfigError
+
+    spec = load_testbed()
+    trace = ConditionsSpec(trace="t.csv", steps=[ConditionStep(time_s=0, capacity_mbit=5)])
+    spec = spec.model_copy(update={"link": spec.link.model_copy(update={"conditions": [trace]})})
+    with pytest.raises(ConfigError) as exc:
+        shaping_script(spec)
+    assert str(exc.value.problems[0]).startswith("<testbed>: link.conditions: conditions traces "
+                                                 "are replayed on the local profile only")
