@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import secrets
+import statistics
 import time
 
 from rich.progress import Progress
@@ -38,11 +39,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("ues", nargs="*", type=int, default=[10, 100, 1000])
     parser.add_argument("--seconds", type=float, default=5.0, help="each flow's length")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds over all configurations (interleaved, so that a busy spell "
+                             "of the machine hits each alike); the median and range are printed")
     args = parser.parse_args()
-    rows = []
+    runs: dict[tuple[int, float], list[tuple[int, float, float, float]]] = {}
+    configs = [(n, ambr) for n in args.ues for ambr in (5000.0, 10_000.0)]
     with Progress() as progress:
-        task = progress.add_task("UE counts", total=2 * len(args.ues))
-        for n, ambr in ((n, ambr) for n in args.ues for ambr in (5000.0, 10_000.0)):
+        task = progress.add_task("testbeds", total=args.repeat * len(configs))
+        for n, ambr in (c for _ in range(args.repeat) for c in configs):
             tb = LocalTestbed(spec_with(n, ambr))
             t0 = time.perf_counter()
             tb.up()
@@ -57,12 +62,21 @@ def main() -> None:
                     rates.append(r.total_mbit)
             finally:
                 tb.down()
-            rows.append((n, leaves, up_s, *rates))
+            runs.setdefault((n, ambr), []).append((leaves, up_s, *rates))
             progress.advance(task)
-    print(f"{'UEs':>5} {'UE leaves/dir':>13} {'up (s)':>7} {'uplink Mbit/s':>14} "
-          f"{'downlink Mbit/s':>16}")
-    for n, leaves, up_s, upl, down in rows:  # with leaves, then without
-        print(f"{n:>5} {leaves:>13} {up_s:>7.2f} {upl:>14.0f} {down:>16.0f}")
+    print(f"{'UEs':>5} {'UE leaves/dir':>13} {'up (s)':>12} {'uplink Mbit/s':>16} "
+          f"{'downlink Mbit/s':>16}   (median, and min-max over {args.repeat} rounds)")
+    for (n, _), got in runs.items():  # with leaves, then without
+        cols = [_spread([g[k] for g in got], digits) for k, digits in ((1, 2), (2, 0), (3, 0))]
+        print(f"{n:>5} {got[0][0]:>13} {cols[0]:>12} {cols[1]:>16} {cols[2]:>16}")
+
+
+def _spread(values: list[float], digits: int) -> str:
+    """The median, and the range where there are several."""
+    mid = statistics.median(values)
+    if len(values) == 1:
+        return f"{mid:.{digits}f}"
+    return f"{mid:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
 if __name__ == "__main__":

@@ -30,8 +30,27 @@ from testbed.net.topology import N3, N6
 LOSS_HANDLE = 0x10  # trace k's loss filter: handle LOSS_HANDLE + k, prio 1, before every class
 
 
-def shapers_at(spec: TestbedSpec, ues: tuple[UEShape, ...], t: float) -> list[Shaper]:
-    """The uplink (N6) and downlink (N3) trees with every conditions trace at scenario time `t`."""
+def shapers_at(spec: TestbedSpec, ues: tuple[UEShape, ...], t: float,
+               leaf_groups: frozenset[str] | None = None) -> list[Shaper]:
+    """The uplink (N6) and downlink (N3) trees with every conditions trace at scenario time `t`.
+    Every tree of a run has the same shape: the UE groups with a leaf at any step of the traces
+    have one at every step (`leaf_groups`, computed when None)."""
+    if leaf_groups is None:
+        leaf_groups = _leaf_groups(spec, ues)
+    return _trees(spec, ues, t, leaf_groups)
+
+
+def _leaf_groups(spec: TestbedSpec, ues: tuple[UEShape, ...]) -> frozenset[str]:
+    """The UE groups a trace names, and those whose UEs have a leaf at some step (an AMBR that
+    binds once a link or slice trace lowers the ceiling)."""
+    named = frozenset(c.ue_group for c in spec.link.conditions if c.ue_group is not None)
+    times = sorted({0.0} | {s.time_s for c in spec.link.conditions for s in c.steps})
+    return named | {u.ue.group for t in times for s in _trees(spec, ues, t, named)
+                    for u in s.ue_classes}
+
+
+def _trees(spec: TestbedSpec, ues: tuple[UEShape, ...], t: float,
+           groups: frozenset[str]) -> list[Shaper]:
     link, slices, ues = spec.link, list(spec.slices), list(ues)
     for c in link.conditions:
         cap = c.at(t).capacity_mbit
@@ -58,7 +77,6 @@ def shapers_at(spec: TestbedSpec, ues: tuple[UEShape, ...], t: float) -> list[Sh
     if lossy and any(c.target == "link" for c in link.conditions):
         link = link.model_copy(update={"uplink_loss": 0.0})  # the link's trace's filter has it
     netem = any(s.delay_ms is not None for c in link.conditions for s in c.steps)
-    groups = frozenset(c.ue_group for c in link.conditions if c.ue_group is not None)
     return [Shaper(s.device, s.direction, s.link, s.slices, s.ues, leaf_groups=groups,
                    loss_class=lossy, netem=netem)
             for s in shapers_for(link, slices, n3=N3, n6=N6, ues=tuple(ues))]
@@ -153,9 +171,10 @@ def schedule(spec: TestbedSpec, ues: tuple[UEShape, ...], time_scale: float = 1.
     `time_scale`), its scenario time and the `tc` commands that apply it."""
     times = sorted({s.time_s for c in spec.link.conditions for s in c.steps if s.time_s > 0})
     out = []
-    prev = shapers_at(spec, ues, 0.0)
+    groups = _leaf_groups(spec, ues)
+    prev = shapers_at(spec, ues, 0.0, groups)
     for t in times:
-        now = shapers_at(spec, ues, t)
+        now = shapers_at(spec, ues, t, groups)
         cmds = [cmd for a, b in zip(prev, now, strict=True) for cmd in changes(a, b)]
         cmds += _losses(spec, ues, t, now[0].device)
         out.append({"at_s": t / time_scale, "time_s": t, "commands": cmds,

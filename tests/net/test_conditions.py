@@ -57,3 +57,17 @@ def test_loss_steps_replace_one_filter_per_trace():
     assert f[:12] == ["tc", "filter", "replace", "dev", "n6", "parent", "1:", "prio", "1",
                       "handle", "16", "protocol"]
     assert f"37 0 1 {2**31}" in f[f.index("bytecode") + 1]  # half the draws above the threshold
+
+
+def test_an_ambr_that_binds_only_after_a_link_step_has_its_leaf_from_the_start():
+    """ai's AMBR of 50 binds nothing on the 100 Mbit/s link, and does once the link falls to 30:
+    its UEs have leaves from time 0 on, so each step only changes classes."""
+    spec = _spec([{"time_s": 0, "capacity_mbit": 100}, {"time_s": 5, "capacity_mbit": 30}])
+    ai = spec.ue_groups[0].model_copy(update={"ambr_uplink_mbit": 50.0})
+    spec = spec.model_copy(update={"ue_groups": [ai, spec.ue_groups[1]]})
+    up, _ = shapers_at(spec, _ues(spec), 0)
+    assert [(u.ue.group, u.ceil_mbit) for u in up.ue_classes] == [("ai", 50), ("ai", 50)]
+    [step] = schedule(spec, _ues(spec))
+    assert all(c[2] == "change" for c in step["commands"])
+    assert "classid 1:4000 htb rate 8kbit ceil 30000kbit prio 7" in " ".join(
+        next(c for c in step["commands"] if "1:4000" in c))
