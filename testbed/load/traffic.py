@@ -101,9 +101,8 @@ class ClientJob:
         out, slice, source, trace: as said; profiles: the profile file to pass; ue_group: the
         UE's group, recorded with each request."""
         argv = [self.service, "--url", self.url, "--out", out, "--quiet",
-                "--slice", slice, "--source", source, *self.args]
-        if ue_group is not None:
-            argv += ["--ue-group", ue_group]
+                "--slice", slice, "--source", source,
+                *(["--ue-group", ue_group] if ue_group is not None else []), *self.args]
         if trace is not None:
             argv += ["--trace", trace]
         if profiles is not None:
