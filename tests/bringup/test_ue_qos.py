@@ -54,3 +54,20 @@ def test_5qi_5_gets_its_demand_before_5qi_9_in_a_congested_slice(tb_name):
     assert r_high.total_mbit >= 11.4, r_high.total_mbit  # its demand, within 5 %
     assert 6 <= r_low.total_mbit <= 9, r_low.total_mbit  # 20 - 12
     assert namespaces_with_prefix(f"tb-{tb_name}-") == []
+
+
+def test_a_slice_of_ue_leaves_keeps_its_guarantee_against_another_slices_flows(tb_name):
+    """The ai slice's 20 Mbit/s guarantee holds when its UE sends through a leaf of its own
+    (an AMBR of 30 Mbit/s, the leaf's own rate a nominal 8 kbit/s: it borrows the slice's), against
+    10 best-effort flows on the 100 Mbit/s link."""
+    spec = _spec(tb_name, [{"name": "cam", "ambr_uplink_mbit": 30.0}], guaranteed=20)
+    be = spec.ue_groups[-1].model_copy(update={"count": 2})
+    spec = spec.model_copy(update={"ue_groups": [*spec.ue_groups[:-1], be]})
+    with LocalTestbed(spec) as tb:
+        assert [u.ue.group for u in tb.shapers[0].ue_classes] == ["cam"]
+        ai = IperfSession.start(tb.topology, "ai", flows=1, duration=4, omit=1)
+        others = IperfSession.start(tb.topology, "be", flows=10, duration=4, omit=1)
+        r_ai, r_be = ai.wait(), others.wait()
+    assert 19.0 <= r_ai.total_mbit <= 31.5, r_ai.total_mbit  # its guarantee, within its AMBR
+    assert r_be.total_mbit > 0
+    assert namespaces_with_prefix(f"tb-{tb_name}-") == []
