@@ -30,27 +30,36 @@ from testbed.net.topology import N3, N6
 LOSS_HANDLE = 0x10  # trace k's loss filter: handle LOSS_HANDLE + k, prio 1, before every class
 
 
+LeafGroups = tuple[frozenset[str], frozenset[str]]  # the groups with leaves: uplink, downlink
+
+
 def shapers_at(spec: TestbedSpec, ues: tuple[UEShape, ...], t: float,
-               leaf_groups: frozenset[str] | None = None) -> list[Shaper]:
+               leaf_groups: LeafGroups | None = None) -> list[Shaper]:
     """The uplink (N6) and downlink (N3) trees with every conditions trace at scenario time `t`.
-    Every tree of a run has the same shape: the UE groups with a leaf at any step of the traces
-    have one at every step (`leaf_groups`, computed when None)."""
+    Every tree of a run has the same shape: in each direction, the UE groups with a leaf at any
+    step of the traces have one at every step (`leaf_groups`, computed when None)."""
     if leaf_groups is None:
         leaf_groups = _leaf_groups(spec, ues)
     return _trees(spec, ues, t, leaf_groups)
 
 
-def _leaf_groups(spec: TestbedSpec, ues: tuple[UEShape, ...]) -> frozenset[str]:
-    """The UE groups a trace names, and those whose UEs have a leaf at some step (an AMBR that
-    binds once a link or slice trace lowers the ceiling)."""
+def _leaf_groups(spec: TestbedSpec, ues: tuple[UEShape, ...]) -> LeafGroups:
+    """Per direction, the UE groups a trace names, and those whose UEs have a leaf at some step
+    (an AMBR that binds once a link or slice trace lowers the ceiling); none without traces."""
+    if not spec.link.conditions:
+        return frozenset(), frozenset()
     named = frozenset(c.ue_group for c in spec.link.conditions if c.ue_group is not None)
     times = sorted({0.0} | {s.time_s for c in spec.link.conditions for s in c.steps})
-    return named | {u.ue.group for t in times for s in _trees(spec, ues, t, named)
-                    for u in s.ue_classes}
+    up, down = set(named), set(named)
+    for t in times:
+        tree_up, tree_down = _trees(spec, ues, t, (named, named))
+        up |= {u.ue.group for u in tree_up.ue_classes}
+        down |= {u.ue.group for u in tree_down.ue_classes}
+    return frozenset(up), frozenset(down)
 
 
 def _trees(spec: TestbedSpec, ues: tuple[UEShape, ...], t: float,
-           groups: frozenset[str]) -> list[Shaper]:
+           groups: LeafGroups) -> list[Shaper]:
     link, slices, ues = spec.link, list(spec.slices), list(ues)
     for c in link.conditions:
         cap = c.at(t).capacity_mbit
@@ -77,9 +86,10 @@ def _trees(spec: TestbedSpec, ues: tuple[UEShape, ...], t: float,
     if lossy and any(c.target == "link" for c in link.conditions):
         link = link.model_copy(update={"uplink_loss": 0.0})  # the link's trace's filter has it
     netem = any(s.delay_ms is not None for c in link.conditions for s in c.steps)
-    return [Shaper(s.device, s.direction, s.link, s.slices, s.ues, leaf_groups=groups,
+    return [Shaper(s.device, s.direction, s.link, s.slices, s.ues, leaf_groups=g,
                    loss_class=lossy, netem=netem)
-            for s in shapers_for(link, slices, n3=N3, n6=N6, ues=tuple(ues))]
+            for s, g in zip(shapers_for(link, slices, n3=N3, n6=N6, ues=tuple(ues)), groups,
+                            strict=True)]
 
 
 def loss_filter(device: str, k: int, c: ConditionsSpec, loss: float,

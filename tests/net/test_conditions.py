@@ -38,6 +38,7 @@ def test_a_ue_group_trace_gives_its_ues_leaves_from_the_start_and_changes_their_
                  ue_group="ai")
     up, down = shapers_at(spec, _ues(spec), 0)
     assert [u.ue.group for u in up.ue_classes] == ["ai", "ai"]  # 1000 binds nothing, yet a leaf
+    assert [u.ue.group for u in down.ue_classes] == ["ai", "ai"]
     [step] = schedule(spec, _ues(spec))
     changed = [c[c.index("classid") + 1] + " " + c[c.index("ceil") + 1] for c in step["commands"]]
     assert changed == ["1:4000 2000kbit", "1:4001 2000kbit"] * 2
@@ -65,8 +66,9 @@ def test_an_ambr_that_binds_only_after_a_link_step_has_its_leaf_from_the_start()
     spec = _spec([{"time_s": 0, "capacity_mbit": 100}, {"time_s": 5, "capacity_mbit": 30}])
     ai = spec.ue_groups[0].model_copy(update={"ambr_uplink_mbit": 50.0})
     spec = spec.model_copy(update={"ue_groups": [ai, spec.ue_groups[1]]})
-    up, _ = shapers_at(spec, _ues(spec), 0)
+    up, down = shapers_at(spec, _ues(spec), 0)
     assert [(u.ue.group, u.ceil_mbit) for u in up.ue_classes] == [("ai", 50), ("ai", 50)]
+    assert down.ue_classes == []  # its downlink AMBR (1000) binds at no step
     [step] = schedule(spec, _ues(spec))
     assert all(c[2] == "change" for c in step["commands"])
     assert "classid 1:4000 htb rate 8kbit ceil 30000kbit prio 7" in " ".join(
