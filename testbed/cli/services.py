@@ -215,6 +215,7 @@ def load(
     closed: int | None = typer.Option(None, help="Closed loop with this many workers instead."),
     out: Path | None = typer.Option(None, help="Append one JSON line per request here."),
     slice_name: str | None = typer.Option(None, "--slice", help="Slice name recorded with each request."),
+    ue_group: str | None = typer.Option(None, "--ue-group", help="UE group recorded with each request."),
     source: str | None = typer.Option(None, help="Bind connections to this local address."),
     new_connections: bool = typer.Option(
         False, "--new-connections", help="A new connection for every request (Connection: close), "
@@ -247,7 +248,8 @@ def load(
     spec = _checked_load_spec(LoadSpec(
         service=service, url=url, trace=trace, ratio=ratio, shift_hours=shift, start_s=start,
         duration_s=duration, speedup=speedup, rate=rate, closed_workers=closed, out=out,
-        slice=slice_name, source_address=source, timeout_s=timeout, seed=seed, slo_ms=slo_ms,
+        slice=slice_name, ue_group=ue_group, source_address=source, timeout_s=timeout, seed=seed,
+        slo_ms=slo_ms,
         keep_alive=not new_connections, profile=profile,
     ), max_error_rate)
     totals = RunTotals(slo_ms)
