@@ -22,6 +22,11 @@ matched from pytest's rootdir (the folder of the ini file), an absolute one agai
 path; `**` spans folders, `*` and `?` stay within one name. A glob says which files are
 scenarios in the folders pytest walks (its arguments, or `testpaths`): it does not add folders.
 
+A timed test that fails because the machine fell behind (its clients sent late, by the cell's
+lateness check: testbed.scenario.results.behind_schedule) raises MachineBehind: it is re-run
+once, and if it falls behind again it is reported as MACHINE BEHIND with the lateness measured,
+never as a pass (see `--machine-behind`).
+
 Scenarios with `markers: [slow]` are skipped unless --scenario-slow is given; testbed-engine
 scenarios need root and network namespaces and are skipped with a reason without them. Every
 item carries the `scenario` marker: `pytest -m "not scenario and not slow"` is the quick path.
@@ -66,6 +71,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="which YAML files are scenarios, from the rootdir (repeatable; "
                          "replaces the ini option testbed_scenarios; default: "
                          + " ".join(DEFAULT_GLOBS) + ")")
+    group.addoption("--machine-behind", choices=("report", "fail"), default="report",
+                    help="a timed test whose clients fell behind twice (the machine's fault, "
+                         "MachineBehind): 'report' (default) lists it apart, as neither a pass nor "
+                         "a failure; 'fail' fails the session (CI, on a machine of its own)")
     parser.addini("testbed_scenarios", type="args", default=list(DEFAULT_GLOBS),
                   help="globs of scenario files, from the rootdir (default: "
                        + " ".join(DEFAULT_GLOBS) + ")")
@@ -284,6 +293,77 @@ def _worker_group(path: Path, engine: str) -> pytest.MarkDecorator:
     return pytest.mark.xdist_group(TESTBED_GROUP if engine == "testbed" else f"sim:{path}")
 
 
+class MachineBehind(Exception):
+    """A timed test failed because this machine fell behind (its clients sent late), not because
+    of what it tests: `lateness` is the p99 lateness per service (scenario ms) that the check
+    measured. The plugin re-runs the test once when `rerun` (calling its `before_rerun()` first,
+    when it has one); if it falls behind again it is reported as MACHINE BEHIND."""
+
+    def __init__(self, what: str, lateness: dict[str, float], *, rerun: bool = True):
+        super().__init__(what)
+        self.lateness = lateness
+        self.rerun = rerun
+
+
+_FIRST_TRY = pytest.StashKey[str]()
+MACHINE_BEHIND = "machine_behind"  # the user property of a report that fell behind
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Run `item`; when it raises MachineBehind (and may be re-run), once more."""
+    try:
+        return (yield)
+    except MachineBehind as first:
+        if not first.rerun:
+            raise
+        item.stash[_FIRST_TRY] = str(first)
+        before = getattr(item, "before_rerun", None)
+        if before is not None:
+            before()
+        return item.runtest()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Iterator[pytest.TestReport]:
+    """The report of `item`'s `call`: a test that fell behind (twice, or once where it is not
+    re-run) carries the lateness, and is skipped-not-passed unless --machine-behind fail."""
+    report = yield
+    exc = call.excinfo.value if call.excinfo is not None else None
+    if call.when != "call" or not isinstance(exc, MachineBehind):
+        return report
+    first = item.stash.get(_FIRST_TRY, None)
+    text = (f"the machine fell behind: {exc}" + (f" (first try: {first})" if first else "")
+            + "; rerun on a quieter machine or at a lower time scale")
+    report.user_properties.append((MACHINE_BEHIND, text))
+    if item.config.getoption("machine_behind") == "report":
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), 0, text)
+    return report
+
+
+def _behind(report: pytest.TestReport) -> str | None:
+    return next((v for k, v in getattr(report, "user_properties", ()) if k == MACHINE_BEHIND), None)
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config
+                             ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+    """A report that fell behind is its own category, `machine behind` (letter M)."""
+    if report.when == "call" and _behind(report) is not None:
+        return "machine behind", "M", ("MACHINE BEHIND", {"yellow": True})
+    return None
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """One line per test that fell behind, with the lateness measured."""
+    reports = terminalreporter.stats.get("machine behind", [])
+    if reports:
+        terminalreporter.section("tests the machine fell behind in", sep="=", yellow=True)
+        for r in reports:
+            terminalreporter.line(f"MACHINE BEHIND {r.nodeid}: {_behind(r)}")
+
+
 class ScenarioCellFailed(Exception):
     """A cell's repetition ended with a status other than ok; the message names the run directory."""
 
@@ -301,24 +381,50 @@ class ScenarioCellItem(pytest.Item):
         import json
 
         run = self.parent.get_run()
+        # the run's own cell: it carries --scenario-time-scale and --scenario-duration
+        cell = next((c for c in run.cells if c.slug == self.cell.slug), self.cell)
         if self.parent.loaded.scenario.engine == "testbed":
             with timed_priority():
-                problems = run.run_cell(self.cell)
+                problems = run.run_cell(cell)
         else:
-            problems = run.run_cell(self.cell)
+            problems = run.run_cell(cell)
         self.user_properties.append(("run_dir", str(run.run_dir)))
         self.add_report_section("call", "scenario", f"run directory: {run.run_dir}\n"
                                 + "".join(f"problem: {p}\n" for p in problems))
-        statuses = [json.loads(p.read_text()).get("status")
-                    for p in (run.run_dir / "cells" / self.cell.slug).glob("rep-*/cell.json")]
-        if any(s != "ok" for s in statuses):
+        infos = [json.loads(p.read_text())
+                 for p in (run.run_dir / "cells" / self.cell.slug).glob("rep-*/cell.json")]
+        statuses = [i.get("status") for i in infos]
+        failed = [i for i in infos if i.get("status") != "ok"]
+        # failed only because the clients sent late (each failure a service behind, nothing lost)
+        if failed and all(i.get("behind_schedule") and i.get("status") == "failed"
+                          and len(i.get("failures", [])) == len(i["behind_schedule"])
+                          and not any((i.get("lost_requests") or {}).values()) for i in failed):
+            late = {s: max(i["behind_schedule"].get(s, 0.0) for i in failed)
+                    for s in {s for i in failed for s in i["behind_schedule"]}}
+            self.parent.behind = getattr(self.parent, "behind", set()) | {self.cell.label}
+            raise MachineBehind(f"cell {self.cell.label}: clients p99 late "
+                                + ", ".join(f"{s} {v:.0f} ms" for s, v in sorted(late.items()))
+                                + f" (scenario time); run directory {run.run_dir}", late)
+        if failed:
             raise ScenarioCellFailed(f"cell {self.cell.label}: status {statuses}; "
                                      f"problems: {problems}; run directory {run.run_dir}")
+
+    def before_rerun(self) -> None:
+        """Before MachineBehind's re-run: the first try's files move to `retried/` of the run
+        directory (kept, out of the results) and its problems out of the run's."""
+        run = self.parent.get_run()
+        src = run.run_dir / "cells" / self.cell.slug
+        dst = run.run_dir / "retried" / self.cell.slug
+        dst.parent.mkdir(exist_ok=True)
+        shutil.rmtree(dst, ignore_errors=True)
+        src.rename(dst)
+        run.problems = [p for p in run.problems if "clients sent p99" not in p]
+        self.parent.behind = getattr(self.parent, "behind", set()) - {self.cell.label}
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:
         """The failure in `excinfo` as its message alone when it is the cell's or the harness's,
         else pytest's traceback."""
-        if isinstance(excinfo.value, ScenarioCellFailed | TestbedError):
+        if isinstance(excinfo.value, ScenarioCellFailed | TestbedError | MachineBehind):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
 
@@ -353,6 +459,12 @@ class ScenarioExpectItem(pytest.Item):
         verdict = run_verdict(
             result.outcomes, result.rows, interrupted=result.interrupted,
             allow_undecided=self.config.getoption("--scenario-allow-undecided"))
+        behind = sorted(getattr(self.parent, "behind", set()))
+        if verdict.exit_code and behind:  # the machine's fault: never a pass, nor the checks'
+            raise MachineBehind(f"{verdict.verdict}: {len(verdict.failing)} of {len(lines)} "
+                                f"expectations failed or undecided over cells the machine fell "
+                                f"behind in ({', '.join(behind)}; report: "
+                                f"{result.run_dir / 'report.html'})", {}, rerun=False)
         if verdict.exit_code:
             raise ExpectFailed("\n".join([
                 f"{verdict.verdict}: {len(verdict.failing)} of {len(lines)} expectations failed "
@@ -366,7 +478,7 @@ class ScenarioExpectItem(pytest.Item):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:
         """The failure in `excinfo` as its message alone when it is the checks' or the harness's,
         else pytest's traceback."""
-        if isinstance(excinfo.value, ExpectFailed | TestbedError):
+        if isinstance(excinfo.value, ExpectFailed | TestbedError | MachineBehind):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
 

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -19,13 +20,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from testbed.config import TestbedSpec
 from testbed.config.secrets import redact_testbed
 from testbed.errors import MissingRequirement, StateError
 from testbed.net.cmd import CommandFailed, Runner, require_binaries, require_root
+from testbed.net.conditions import initial_losses, schedule, shapers_at
 from testbed.net.congestion import allowed_while_building
-from testbed.net.shaping import Shaper, shapers_for
+from testbed.net.netstats import LISTEN as NETSTATS_LISTEN
+from testbed.net.netstats import watch_list
+from testbed.net.shaping import Shaper, tc_batch, ue_shapes
 from testbed.net.state import (
     ProcessRecord,
     TestbedState,
@@ -38,7 +43,7 @@ from testbed.net.state import (
     save_state,
     state_path,
 )
-from testbed.net.topology import N3, N6, Topology, prefix_for
+from testbed.net.topology import Topology, prefix_for
 
 
 def netns_list(runner: Runner) -> list[str]:
@@ -51,7 +56,8 @@ class LocalTestbed:
 
     def __init__(self, spec: TestbedSpec, runner: Runner | None = None, *,
                  provision: bool = False, mongo_uri: str | None = None,
-                 store_dir: Path | None = None):
+                 store_dir: Path | None = None, time_scale: float = 1.0,
+                 conditions_log: Path | None = None, netstats_log: Path | None = None):
         self.spec = spec
         self.topology = Topology.from_spec(spec)
         self.runner = runner or Runner()
@@ -63,6 +69,14 @@ class LocalTestbed:
         self._up = False
         self._processes: list[ProcessRecord] = []  # started outside the runner, stopped on down
         self._perturber: subprocess.Popen[bytes] | None = None
+        # link.conditions: replayed from `up` on, time_scale times faster; each step applied is
+        # a line of conditions_log (default: beside the state file)
+        self.time_scale = time_scale
+        self.conditions_log = conditions_log
+        self._replayer: subprocess.Popen[bytes] | None = None
+        # each slice's and UE leaf's HTB counters, every second, as JSON lines (None: not sampled)
+        self.netstats_log = netstats_log
+        self._sampler: subprocess.Popen[bytes] | None = None
 
     @property
     def name(self) -> str:
@@ -70,7 +84,7 @@ class LocalTestbed:
 
     @property
     def shapers(self) -> list[Shaper]:
-        return shapers_for(self.spec.link, list(self.spec.slices), n3=N3, n6=N6)
+        return shapers_at(self.spec, ue_shapes(self.spec, self.topology.ues), 0.0)
 
     def shaping_commands(self) -> list[list[str]]:
         """tc commands, namespaced to the UPF, for both directions of the bottleneck."""
@@ -95,14 +109,27 @@ class LocalTestbed:
                 self._provision()
             with allowed_while_building(self.spec.link.tcp_congestion, self.runner):
                 self.runner.run_all(self.topology.build_commands())
+            delays = [k for k, c in enumerate(self.spec.link.conditions)
+                      if any(s.delay_ms is not None for s in c.steps)]
             if self.spec.link.delay_ms > 0:
-                self._require_netem()
-            if self.spec.link.flow_queues:  # hundreds of tc commands: one tc process
+                self._require_netem("link.delay_ms", "set link.delay_ms: 0")
+            elif delays:
+                self._require_netem(f"link.conditions[{delays[0]}]'s delay_ms column",
+                                    "leave the column out of the trace")
+            if self.spec.link.flow_queues or any(s.ue_classes for s in self.shapers):
+                # hundreds of tc commands (flow queues, UE leaves): one tc process
                 for shaper in self.shapers:
                     self.runner.run(["tc", "-n", self.topology.upf.name, "-batch", "-"],
                                     input=shaper.batch())
             else:
                 self.runner.run_all(self.shaping_commands())
+            if self.spec.link.conditions:
+                self._start_conditions()
+            if self.netstats_log is not None:  # in the DN's namespace, for the cell's Prometheus
+                self._sampler = self._start_helper(
+                    "testbed.net.netstats", [str(self.netstats_log), "--netns",
+                                             self.topology.upf.name, "--listen", NETSTATS_LISTEN],
+                    watch_list(self.shapers), "netstats", ns=self.topology.dn.name)
             if self.spec.link.flow_queue_perturb_s is not None:
                 self._start_perturber(self.spec.link.flow_queue_perturb_s)
             save_state(self._state("up"))
@@ -113,9 +140,10 @@ class LocalTestbed:
 
     def down(self) -> None:
         teardown(self.name, self.runner)
-        if self._perturber is not None:  # killed by teardown: reap it
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._perturber.wait(timeout=2)
+        for proc in (self._perturber, self._replayer, self._sampler):  # killed by teardown
+            if proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=2)
         self._up = False
 
     def __enter__(self) -> LocalTestbed:
@@ -151,6 +179,40 @@ class LocalTestbed:
         if started is not None:
             self._processes.append(ProcessRecord(proc.pid, "flow-queue-perturb", started))
 
+    def _start_conditions(self) -> None:
+        """The traces' loss filters at time 0, then `testbed.net.conditions` in the UPF's
+        namespace, detached as the perturber is, with the rest of the schedule on its stdin."""
+        ues = ue_shapes(self.spec, self.topology.ues)
+        ns = self.topology.upf.name
+        first = initial_losses(self.spec, ues)
+        if first:
+            self.runner.run(["tc", "-n", ns, "-batch", "-"], input=tc_batch(first))
+        steps = schedule(self.spec, ues, self.time_scale)
+        log = self.conditions_log or state_path(self.name).with_suffix(".conditions.jsonl")
+        self._replayer = self._start_helper("testbed.net.conditions", [str(log)], steps,
+                                            "conditions-replay")
+
+    @property
+    def netstats_target(self) -> str | None:
+        """Where (in the DN's namespace) the sampler serves its series; None when not sampling."""
+        return NETSTATS_LISTEN if self.netstats_log is not None else None
+
+    def _start_helper(self, module: str, args: list[str], stdin: Any, label: str,
+                      ns: str | None = None) -> subprocess.Popen[bytes]:
+        """`python -m module args` in namespace `ns` (the UPF's), detached (it outlives a
+        `testbed up` and dies with the namespace's processes on `down`), `stdin` given as JSON."""
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns or self.topology.upf.name, sys.executable, "-m", module,
+             *args],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(stdin).encode())
+        proc.stdin.close()
+        started = process_start_time(proc.pid)
+        if started is not None:
+            self._processes.append(ProcessRecord(proc.pid, label, started))
+        return proc
+
     def _state(self, status: str) -> TestbedState:
         return TestbedState(
             name=self.name,
@@ -162,16 +224,16 @@ class LocalTestbed:
             processes=list(self._processes),
         )
 
-    def _require_netem(self) -> None:
+    def _require_netem(self, what: str, instead: str) -> None:
         probe = ["tc", "-n", self.topology.upf.name, "qdisc", "add", "dev", "lo", "root",
                  "netem", "delay", "1ms"]
         try:
             self.runner.run(probe)
         except CommandFailed as exc:
             raise MissingRequirement(
-                "link.delay_ms needs the netem qdisc, which this kernel lacks "
+                f"{what} needs the netem qdisc, which this kernel lacks "
                 f"(tc: {exc.stderr.splitlines()[-1] if exc.stderr else 'failed'}); "
-                "set link.delay_ms: 0 or load sch_netem"
+                f"{instead} or load sch_netem"
             ) from None
         self.runner.run(["tc", "-n", self.topology.upf.name, "qdisc", "del", "dev", "lo", "root"])
 
@@ -252,6 +314,7 @@ def teardown(name: str, runner: Runner | None = None, missing_ok: bool = True) -
         # a run's Prometheus (killed above with its namespace's processes) leaves its data
         shutil.rmtree(prometheus_dir(name), ignore_errors=True)
         remove_state(name)
+        state_path(name).with_suffix(".conditions.jsonl").unlink(missing_ok=True)
         return doomed
 
 

@@ -53,7 +53,7 @@ class LocalTraffic:
             ues = self.topology.ues_of_group(job.ue_group)
             ue = ues[job.index % len(ues)]
             argv = [sys.executable, "-m", "testbed", "load", *job.load_argv(
-                out=str(job.out), slice=ue.slice, source=str(ue.address),
+                out=str(job.out), slice=ue.slice, source=str(ue.address), ue_group=ue.group,
                 trace=str(job.trace) if job.trace is not None else None,
                 profiles=str(job.profiles) if job.profiles is not None else None)]
             log = (self.log_dir / f"client-{job.index}.log").open("wb")

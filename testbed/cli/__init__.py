@@ -30,6 +30,14 @@ TracesOpt = typer.Option(None, "--traces", envvar="TESTBED_TRACES", show_default
                               "(testbed/traces).")
 
 
+def show_traces(traces: object, on: Console | None = None) -> None:
+    """One line per trace as it loads (`Trace.summary`: length, requests, mean and peak rate), so
+    that a wrong unit shows before anything runs. traces: Trace objects; on: where (default
+    stderr, beside a command's --json output)."""
+    for trace in traces:  # type: ignore[attr-defined]
+        (on or err_console).print(f"trace {escape(trace.summary())}", highlight=False)
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
@@ -56,7 +64,7 @@ def _register(argv: list[str] | None = None) -> None:
     import importlib
 
     word = next((a for a in argv or () if not a.startswith("-")), None)
-    wanted = [COMMAND_MODULES[word]] if word in COMMAND_MODULES else MODULES
+    wanted = COMMAND_MODULES.get(word or "", MODULES)
     for module in wanted:
         importlib.import_module(f"testbed.cli.{module}")
     for info in [*app.registered_commands, *app.registered_groups]:
@@ -69,20 +77,22 @@ def _register(argv: list[str] | None = None) -> None:
             info.short_help = " ".join(doc.strip().split("\n\n")[0].split())
 
 
-# `testbed --help` lists the commands by what a user does with them; each command's module
-HELP_PANELS = {
+# `testbed --help` lists the commands by what a user does with them; each command's module (or
+# modules: `sim fit-gpu` lives in gpu.py)
+HELP_PANELS: dict[str, dict[str, str | tuple[str, ...]]] = {
     "Testbed": {"init": "net", "up": "net", "down": "net", "status": "net", "exec": "net",
                 "traffic": "net", "demo": "net", "slice": "core", "subscriber": "core",
                 "render": "core", "ue": "core"},
     "Services and load": {"services": "services", "load": "services", "profile": "services"},
     "Scenarios and reports": {"run": "scenario", "judge": "judge", "report": "scenario",
                               "export": "export", "reproduce": "reproduce"},
-    "Simulator and training": {"sim": "sim", "train": "train", "tune": "train"},
+    "Simulator and training": {"sim": ("sim", "gpu"), "train": "train", "tune": "train"},
 }
 # `lab`: the old spelling of `up|down|status --profile lab`, in no panel
-COMMAND_MODULES = {name: module for names in HELP_PANELS.values()
-                   for name, module in names.items()} | {"lab": "lab"}
-MODULES = sorted(set(COMMAND_MODULES.values()))
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    name: (module,) if isinstance(module, str) else module
+    for names in HELP_PANELS.values() for name, module in names.items()} | {"lab": ("lab",)}
+MODULES = tuple(sorted({m for modules in COMMAND_MODULES.values() for m in modules}))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,10 @@ def reproduce_cmd(
         "measures it).")] = 1.0,
     no_progress: Annotated[bool, typer.Option("--no-progress", "--quiet", help="Plain lines instead of the "
                                               "live view.")] = False,
+    resume: Annotated[Path | None, typer.Option(
+        "--resume", help="Continue an interrupted reproduce from its folder (RUN_DIR.partial, or "
+        "RUN_DIR): after its finished artefacts and Table 5.4's finished segments, with its "
+        "options.", metavar="RUN_DIR")] = None,
     allow_undecided: Annotated[bool, typer.Option(
         "--allow-undecided", help="Exploration: an UNDECIDED artefact does not fail (exit 0 "
         "instead of 2).")] = False,
@@ -63,19 +67,31 @@ def reproduce_cmd(
     if not 0 < t54_time_scale <= 1000:
         raise typer.BadParameter("--t54-time-scale must be in (0, 1000]")
     start_s = None if t54_start is None else _clock(t54_start)
+    shaping = dict(quick=quick, rule_only=rule_only, t54_duration_s=t54_duration,
+                   t54_repetitions=t54_repetitions, t54_start_s=start_s,
+                   t54_time_scale=t54_time_scale, traces_dir=traces, models_dir=models)
+    if resume is not None:
+        from testbed.reproduce.run import resumed
+
+        given = [_FLAGS[k] for k, v in shaping.items() if v != _DEFAULTS[k]] + (["--out"] if out else [])
+        if given:
+            raise typer.BadParameter(f"--resume takes the interrupted run's options: leave out "
+                                     f"{', '.join(given)}")
+        out, shaping = resumed(resume)
+    shaping["traces_dir"] = traces_folder(shaping["traces_dir"])  # none given: the shipped ones
     out = out or default_out(quick)
     partial = out.with_name(out.name + ".partial")
     try:
         result = reproduce(chosen, Options(
-            quick=quick, out=out, traces_dir=traces_folder(traces), models_dir=models, rule_only=rule_only,
-            t54_duration_s=t54_duration, t54_repetitions=t54_repetitions, t54_start_s=start_s,
-            t54_time_scale=t54_time_scale,
+            out=out, **shaping,
             progress=lambda line: console.print(line, highlight=False, markup=False),
             show_runs=not no_progress))
     except (TestbedError, KeyboardInterrupt):
         if (partial / "done").is_dir():  # work was kept: say how to go on from it
-            err_console.print(f"to resume after the finished artefacts: the same command with "
-                              f"--out {out}", highlight=False, markup=False)
+            err_console.print(f"to resume after the finished artefacts and Table 5.4's finished "
+                              f"segments: testbed reproduce {' '.join(a.name for a in chosen)} "
+                              f"--resume {partial} (or the same command with --out {out})",
+                              highlight=False, markup=False)
         raise
     table = Table("artefact", "result", "summary", "min", title="Reproduction")
     for v in result.verdicts:
@@ -95,6 +111,15 @@ def reproduce_cmd(
     code = result.exit_code(allow_undecided)
     if code:
         raise typer.Exit(code)
+
+
+# the options that shape a run, as given when none is (--resume takes the run's own)
+_DEFAULTS = {"quick": False, "rule_only": False, "t54_duration_s": None, "t54_repetitions": None,
+             "t54_start_s": None, "t54_time_scale": 1.0, "traces_dir": None,
+             "models_dir": Path("models")}
+_FLAGS = {"quick": "--quick", "rule_only": "--rule-only", "t54_duration_s": "--t54-duration",
+          "t54_repetitions": "--t54-repetitions", "t54_start_s": "--t54-start",
+          "t54_time_scale": "--t54-time-scale", "traces_dir": "--traces", "models_dir": "--models"}
 
 
 def _clock(text: str) -> int:

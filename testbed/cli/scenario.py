@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from testbed.cli import app, console
+from testbed.cli import app, console, show_traces
 from testbed.cli.checks import like_field, writable_dir
 from testbed.errors import StateError
 from testbed.paths import RUNS_DIR
@@ -133,6 +133,7 @@ def run(
     like_field("--repetitions", Scenario, "repetitions", repetitions)
     like_field("--metrics", Scenario, "metrics", metrics)
     loaded = _scenario_to_run(scenario, from_manifest)
+    _show_traces(loaded)
     if plan:
 
         print_plan(loaded, duration_s=duration, repetitions=repetitions)
@@ -147,7 +148,19 @@ def run(
     if check:
         _print_check_run(result)
     else:
-        _report_run(result, allow_undecided=allow_undecided)
+        rerun = ["testbed", "run", *(["--from", str(from_manifest)] if from_manifest is not None
+                                     else [str(scenario)])]
+        _report_run(result, allow_undecided=allow_undecided, rerun=rerun)
+
+
+def _show_traces(loaded: LoadedScenario) -> None:
+    """Each client trace of the scenario, as it loaded (`show_traces`)."""
+    from testbed.load.trace import load_trace
+    from testbed.scenario.spec import trace_dir
+
+    scn = loaded.scenario
+    paths = sorted({trace_dir(scn, loaded.base_dir) / c.trace for c in scn.clients if c.trace})
+    show_traces(load_trace(p) for p in paths)
 
 
 def _scenario_to_run(scenario: Path | None, from_manifest: Path | None) -> LoadedScenario:
@@ -186,9 +199,12 @@ def _print_check_run(result: RunResult) -> None:
         console.print(f"[yellow]problem:[/] {p}")
 
 
-def _report_run(result: RunResult, *, allow_undecided: bool = False) -> None:
+def _report_run(result: RunResult, *, allow_undecided: bool = False, rerun: list[str] | None = None
+                ) -> None:
     """Write the run's report, print its cells, checks and verdict, and exit 130 when it was
-    interrupted, else as `exit_for` (allow_undecided: an UNDECIDED check does not fail it)."""
+    interrupted, else as `exit_for` (allow_undecided: an UNDECIDED check does not fail it). When
+    a cell failed because the machine fell behind, one line says the time scale it holds now,
+    measured on the spot, and how to rerun at it (`rerun`: the run's command)."""
     from testbed.report import write_report  # matplotlib: loaded only once a run has results
 
     write_report(result.run_dir)
@@ -197,6 +213,12 @@ def _report_run(result: RunResult, *, allow_undecided: bool = False) -> None:
     for p in result.problems:
         console.print(f"[yellow]problem:[/] {p}")
     console.print(f"run directory: {result.run_dir}\nreport: {result.run_dir / 'report.html'}")
+    if result.failed_cells and not result.interrupted:
+        from testbed.scenario.pace import advice  # the probe's client and server: only when behind
+
+        line = advice(result.run_dir, rerun or ["testbed", "run", "SCENARIO"])
+        if line is not None:
+            console.print(f"[yellow]{escape(line)}[/]", soft_wrap=True, highlight=False)
     verdict = result.verdict(allow_undecided)
     console.print(run_banner(verdict, result.outcomes))
     if result.interrupted:

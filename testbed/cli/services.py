@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import typer
 from rich.table import Table
 
-from testbed.cli import app, checks, console, err_console
+from testbed.cli import app, checks, console, err_console, show_traces
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.paths import LOCAL_ADMIN_PORT
 from testbed.profiles.paper import SERVICES, TOTAL_UNITS
@@ -215,6 +215,7 @@ def load(
     closed: int | None = typer.Option(None, help="Closed loop with this many workers instead."),
     out: Path | None = typer.Option(None, help="Append one JSON line per request here."),
     slice_name: str | None = typer.Option(None, "--slice", help="Slice name recorded with each request."),
+    ue_group: str | None = typer.Option(None, "--ue-group", help="UE group recorded with each request."),
     source: str | None = typer.Option(None, help="Bind connections to this local address."),
     new_connections: bool = typer.Option(
         False, "--new-connections", help="A new connection for every request (Connection: close), "
@@ -247,7 +248,8 @@ def load(
     spec = _checked_load_spec(LoadSpec(
         service=service, url=url, trace=trace, ratio=ratio, shift_hours=shift, start_s=start,
         duration_s=duration, speedup=speedup, rate=rate, closed_workers=closed, out=out,
-        slice=slice_name, source_address=source, timeout_s=timeout, seed=seed, slo_ms=slo_ms,
+        slice=slice_name, ue_group=ue_group, source_address=source, timeout_s=timeout, seed=seed,
+        slo_ms=slo_ms,
         keep_alive=not new_connections, profile=profile,
     ), max_error_rate)
     totals = RunTotals(slo_ms)
@@ -294,7 +296,7 @@ def _checked_load_spec(spec: LoadSpec, max_error_rate: float) -> LoadSpec:
         spec = dataclasses.replace(spec, source_address=checks.local_address("--source",
                                                                              spec.source_address))
     if spec.trace is not None:
-        load_trace(spec.trace)  # its errors name the file and line
+        show_traces([load_trace(spec.trace)])  # its errors name the file and line
     if spec.out is not None:
         checks.writable_file("--out", spec.out)
     return spec

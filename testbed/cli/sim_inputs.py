@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from testbed.cli import console, err_console
+from testbed.cli import console, err_console, show_traces
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles import paper
 
@@ -150,6 +150,7 @@ def chosen_traces(texts: Sequence[str] | None, traces_dir: Path | None, services
             "--trace", None, "trace", f"no trace for {', '.join(no_day)}: the test day has the "
             f"paper's services only; pass --trace {no_day[0]}=FILE (or --trace FILE for all)")])
     loaded = {f: load_trace(f) for f in set(files.values()) if f is not None}
+    show_traces(loaded[f] for f in sorted(loaded))
     from testbed.traces import traces_folder
 
     day = test_traces(traces_folder(traces_dir), need_day) if need_day else {}

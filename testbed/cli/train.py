@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, get_type_hints
 import typer
 from rich.table import Table
 
-from testbed.cli import TracesOpt, app, checks, console
+from testbed.cli import TracesOpt, app, checks, console, show_traces
 from testbed.cli.sim_inputs import ProfilesOpt, chosen_services, known_profiles, progress_bar
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.paths import RUNS_DIR
@@ -100,6 +100,7 @@ def _train(o: TrainOptions) -> None:
     known = known_profiles(o.profiles)
     train_tr, val_tr = _training_days(traces_folder(o.traces), o.trace, o.val_trace)
     if o.policy in ("ddpg", "inss"):
+        show_traces([*train_tr, *val_tr], console)
         _train_share(o.policy, train_tr, val_tr, o.out, steps=o.steps or 12_000, seed=o.seed,
                      gpus=o.gpus, load_scales=o.load_scales,
                      profiles={s: known[s] for s in paper.TABLE_5_1.ratios})
@@ -116,6 +117,7 @@ def _train(o: TrainOptions) -> None:
     svc = _one_service(o.service, known)
     config = TrainConfig(service=svc, steps=o.steps or paper.MAX_TRAIN_STEPS, seed=o.seed,
                          profile=known[svc], **o.ppo())
+    show_traces([*train_tr, *val_tr], console)  # stdout: stderr is for the error alone
     _train_ppo(config, train_tr, val_tr, o.out or Path("models") / f"{svc}.zip",
                bool(o.trace or o.val_trace))
 
@@ -252,6 +254,7 @@ def tune_cmd(
         raise ConfigError([ConfigProblem(str(day), None, "", "no such trace file" + (
             "" if trace else ": pass --traces DIR (with val/day6.txt) or --trace FILE"))])
     trace_ = load_trace(day)
+    show_traces([trace_], console)
     checks.writable_dir("--out", out)
     run_dir = new_run_dir(out, f"tune-{svc}")
     storage = storage or str(run_dir / "study.log")

@@ -11,13 +11,13 @@ answers with the profile's `request.response_bytes`, spending only the processin
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 
 from testbed.cluster import payload
 from testbed.errors import ConfigError, ConfigProblem
@@ -88,17 +88,15 @@ class ImgclsHandler:
     method, path = "POST", "/classify_batch"
 
     async def prepare(self, request: web.Request, replica: EmulatedReplica) -> Work | web.StreamResponse:
-        files: list[bytes] = []
+        # the raw Content-Type and one split of the body: aiohttp's multipart reader parses each
+        # part's headers through the email package, most of a sleeping replica's CPU (docs/pace.md)
         bad = web.json_response({"error": "expected multipart/form-data with field 'files'"}, status=400)
-        if request.content_type != "multipart/form-data":
-            return bad  # also a POST without Content-Type (aiohttp's reader raises KeyError)
-        try:
-            reader = await request.multipart()
-            async for part in reader:
-                if getattr(part, "name", None) == "files":
-                    files.append(await part.read())  # type: ignore[union-attr]
-        except (ValueError, AssertionError, KeyError, HttpProcessingError):
-            return bad  # a malformed part header is the client's fault, not a 500
+        boundary = form_boundary(request.headers.get("Content-Type", ""))
+        if boundary is None:
+            return bad  # also a POST without Content-Type
+        files = form_fields(await request.read(), boundary, "files")
+        if files is None:
+            return bad  # a malformed part is the client's fault, not a 500
         if not files:
             return web.json_response({"error": "no 'files' in the form"}, status=400)
 
@@ -185,6 +183,53 @@ def handler_for(profile: ServiceProfile, service: str = "") -> Handler:
                                          f"{profile.handler} lacks {', '.join(missing) or 'prepare()'} "
                                          "(a handler has method, path and async prepare(request, replica))")])
     return handler
+
+
+_BOUNDARY = re.compile(r'boundary=(?:"([^"]+)"|([^;\s]+))', re.I)
+_PART_NAME = re.compile(rb'(?:^|;)\s*name=(?:"([^"]*)"|([^;\s]+))', re.I)
+
+
+def form_boundary(content_type: str) -> bytes | None:
+    """The boundary of a `multipart/form-data` Content-Type header, or None for any other type."""
+    kind, _, params = content_type.partition(";")
+    if kind.strip().lower() != "multipart/form-data":
+        return None
+    m = _BOUNDARY.search(params)
+    return (m.group(1) or m.group(2)).encode("latin-1") if m else None
+
+
+def form_fields(body: bytes, boundary: bytes, name: str) -> list[bytes] | None:
+    """The bodies of the parts of multipart `body` whose Content-Disposition names `name`, raw (no
+    Content-Transfer-Encoding decoding, as aiohttp's `part.read()`), or None when `body` is not a
+    well-formed multipart body: no delimiter, no closing one, a part without a blank line after
+    its headers, or a header line without a colon. Only each part's Content-Disposition is read."""
+    delim = b"--" + boundary
+    start = body.find(delim)
+    if start < 0 or (start > 0 and body[start - 2:start] != b"\r\n"):
+        return None
+    pieces = body[start + len(delim):].split(b"\r\n" + delim)
+    if not pieces[-1].startswith(b"--"):
+        return None  # no closing delimiter
+    want, out = name.encode(), []
+    for piece in pieces[:-1]:
+        if not piece.startswith(b"\r\n"):
+            return None
+        head, sep, data = piece[2:].partition(b"\r\n\r\n")
+        if not sep:
+            if not piece[2:].startswith(b"\r\n"):
+                return None
+            head, data = b"", piece[4:]  # a part without headers
+        part_name = None
+        for line in head.split(b"\r\n") if head else ():
+            key, colon, value = line.partition(b":")
+            if not colon:
+                return None
+            if key.strip().lower() == b"content-disposition":
+                m = _PART_NAME.search(value.partition(b";")[2])
+                part_name = (m.group(1) if m.group(1) is not None else m.group(2)) if m else None
+        if part_name == want:
+            out.append(data)
+    return out
 
 
 def _iso_now() -> str:

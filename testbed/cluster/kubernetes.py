@@ -27,6 +27,8 @@ DEFAULT_NAMESPACE = "drafas"  # where the lab's services run (testbed/cluster/ma
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARE_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"  # MPS caps the pod's SMs at this % of the GPU
 BATCH_ENV = "TESTBED_BATCH_SIZE"  # the service's batcher (workloads/*/server.py) reads it
+# workloads/imgcls/server.py's mode: overlap (its default) or serial (the dissertation's server)
+IMGCLS_MODE_ENV = "TESTBED_IMGCLS_MODE"
 # One nvidia.com/gpu unit = one of the device plugin's MPS replicas of a GPU (100 / replicas %,
 # playbooks/roles/gpu_operator/defaults gpu_operator_mps_replicas); also the most SMs a pod gets.
 POD_UNITS = 1  # under MPS sharing the device plugin refuses requests for more than one unit

@@ -245,7 +245,7 @@ class EmulatedReplica:
             lo, hi = self.profile.proc_time_ms
             draw = sum(self.rng.uniform(lo, hi) for _ in take) / len(take)
             share = g.ref_share_pct if self.share_pct is None else self.share_pct
-            target = (draw * g.batch_factor(len(take)) * g.share_factor(share) * self.stretch
+            target = (draw * g.factor(len(take), share) * self.stretch
                       / 1000.0 / self.time_scale)
             results = await asyncio.gather(*(w() for _, _, w in take), return_exceptions=True)
             await self._pad(start, target)

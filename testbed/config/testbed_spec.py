@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from testbed.config.conditions import ConditionsSpec
+from testbed.config.fiveqi import FIVE_QI, undefined_message
 from testbed.config.names import NAME_PATTERN
 from testbed.config.yamlfile import FieldPath, LocatedYaml, load_yaml_file, parse_yaml, validate
 from testbed.errors import ConfigError
@@ -114,6 +116,9 @@ class LinkSpec(Strict):
     # This kernel has no netem: a classic-BPF filter sends the drawn packets to a queue of 0.
     uplink_loss: float = Field(0.0, ge=0.0, lt=1.0)
     slicing: bool = True
+    # conditions that change during a run: traces of capacity, loss and delay for the link, a
+    # slice or a UE group, replayed from `testbed up` on (testbed.config.conditions)
+    conditions: list[ConditionsSpec] = Field(default_factory=list)
 
     @field_validator("flow_queues")
     @classmethod
@@ -362,6 +367,8 @@ def check_testbed(spec: TestbedSpec) -> list[tuple[FieldPath, str]]:
     group_names: dict[str, int] = {}
     ues_per_slice: dict[str, int] = {}
     for i, g in enumerate(spec.ue_groups):
+        if g.five_qi not in FIVE_QI:
+            problems.append((("ue_groups", i, "five_qi"), undefined_message(g.five_qi)))
         if spec.profile == "local" and g.session_type == "ipv6":
             problems.append((("ue_groups", i, "session_type"), "the local data plane is IPv4 only: "
                              "use ipv4 or ipv4v6 (ipv6 sessions need the lab profile)"))
@@ -380,6 +387,17 @@ def check_testbed(spec: TestbedSpec) -> list[tuple[FieldPath, str]]:
                              f"{spec.slice(g.slice).subnet}, groups ask for "
                              f"{ues_per_slice[g.slice]}"))
     problems += _check_subscribers(spec)
+    for i, c in enumerate(spec.link.conditions):
+        if c.slice is not None and c.slice not in seen:
+            problems.append((("link", "conditions", i, "slice"),
+                             f"no slice named {c.slice!r} (slices: {', '.join(seen)})"))
+        elif c.slice is not None and not spec.link.slicing:
+            problems.append((("link", "conditions", i, "slice"),
+                             "slicing is off: every slice shares one class, none of its own to "
+                             "change; give the trace to the link or a UE group"))
+        if c.ue_group is not None and c.ue_group not in group_names:
+            problems.append((("link", "conditions", i, "ue_group"),
+                             f"no UE group named {c.ue_group!r} (groups: {', '.join(group_names)})"))
     return problems
 
 

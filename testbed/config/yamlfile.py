@@ -215,8 +215,11 @@ def validate(model: type[M], doc: LocatedYaml, root: FieldPath = ()) -> M:
         data = data[part]
     if not root and data == {} and any(f.is_required() for f in model.model_fields.values()):
         raise ConfigError([ConfigProblem(doc.source, None, "", "the file is empty")])
+    source = Path(doc.source)
+    # relative paths in the file (a conditions trace) are read from the file's folder
+    context = {"base_dir": str(source.parent)} if source.is_file() else None
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as exc:
         errors = [(tuple(p for p in err["loc"] if not _is_union_tag(p)), err)
                   for err in exc.errors()]

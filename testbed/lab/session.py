@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -58,6 +58,7 @@ class LabService:
     port: int = 0
     gpu: bool = True
     initial_replicas: int = 1
+    env: dict[str, str] = field(default_factory=dict)  # its deploy: environment (the manifest's)
 
 
 def default_kubeconfig(runs: Path = RUNS_DIR) -> Path | None:

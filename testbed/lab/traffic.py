@@ -151,7 +151,8 @@ class LabTraffic:
                     "-p", "TimeoutStopSec=20", "-p", f"StandardOutput=append:{log}",
                     "-p", f"StandardError=append:{log}", "--", *self.load_command,
                     *job.load_argv(out=f"{self.remote}/{job.out.name}", slice=ue.slice,
-                                   source=ue.address, trace=trace, profiles=profiles)]
+                                   source=ue.address, trace=trace, profiles=profiles,
+                                   ue_group=job.ue_group)]
             self.hosts.run(ue.host, argv, what=f"start client {job.index} ({job.service}) on "
                            f"{ue.tun} {ue.address}")
             self._clients.append((ue.host, unit, job))

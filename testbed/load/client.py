@@ -36,6 +36,7 @@ class ClientConfig:
     service: str
     base_url: str  # the service's endpoint, e.g. http://10.200.0.2:8001
     slice: str | None = None  # recorded with every request
+    ue_group: str | None = None  # recorded with every request too
     timeout_s: float = DEFAULT_TIMEOUT_S
     source_address: str | None = None  # bind outgoing connections to this local IP
     # Open loop wants a connection per outstanding request, but a stalled server must not make the
@@ -203,7 +204,8 @@ class LoadClient:
             if not sent_mono:
                 sent_mono = end  # never written (refused, cancelled): it failed the moment it tried
             self._emit(RequestRecord(
-                service=self.config.service, slice=self.config.slice, seq=seq,
+                service=self.config.service, slice=self.config.slice, ue_group=self.config.ue_group,
+                seq=seq,
                 scheduled=self._wall(scheduled_mono), sent=self._wall(sent_mono),
                 latency_ms=(end - sent_mono) * 1000.0, latency_sched_ms=(end - scheduled_mono) * 1000.0,
                 status=status, bytes_up=req.bytes_up, bytes_down=len(body), error=error,

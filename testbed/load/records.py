@@ -36,6 +36,7 @@ class RequestRecord:
     # epoch seconds when the client's schedule handed it to its connections: from `scheduled` to
     # here is the client's own lag; from here to `sent` the wait for a connection (a slice's queue)
     dispatched: float | None = None
+    ue_group: str | None = None  # the UE group whose UE sent it (None: not from a testbed UE)
 
     @property
     def ok(self) -> bool:
@@ -58,6 +59,7 @@ class RequestRecord:
             "error": self.error,
             "server_ms": None if self.server_ms is None else round(self.server_ms, 3),
             "dispatched": None if self.dispatched is None else round(self.dispatched, 6),
+            "ue_group": self.ue_group,
         })
 
     @classmethod

@@ -32,6 +32,7 @@ class LoadSpec:
     closed_workers: int | None = None
     out: Path | None = None
     slice: str | None = None
+    ue_group: str | None = None
     source_address: str | None = None
     timeout_s: float = 4.0
     seed: int = 0
@@ -51,7 +52,8 @@ async def run_load(spec: LoadSpec, on_tick: Callable[[LiveFigures, int, float], 
     stats = LiveStats(spec.slo_ms)
     writer = RecordWriter(spec.out) if spec.out else None
     sinks = [stats] + ([writer] if writer else []) + ([totals] if totals is not None else [])
-    cfg = ClientConfig(spec.service, spec.url, slice=spec.slice, timeout_s=spec.timeout_s,
+    cfg = ClientConfig(spec.service, spec.url, slice=spec.slice, ue_group=spec.ue_group,
+                       timeout_s=spec.timeout_s,
                        source_address=spec.source_address, seed=spec.seed,
                        keep_alive=spec.keep_alive, profile=spec.profile)
     loop = asyncio.get_running_loop()

@@ -1,5 +1,5 @@
-"""Request-rate traces (`DURATION COUNT` lines): the one reader, and the request times that the load
-client and the simulator derive from a trace."""
+"""Request-rate traces (`DURATION COUNT` lines, or CSV: `testbed.load.trace_csv`): the one reader,
+and the request times that the load client and the simulator derive from a trace (docs/traces.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import numpy as np
 
 from testbed.config.yamlfile import MAX_TRACE_BYTES, read_config_text
 from testbed.errors import ConfigError, ConfigProblem
+from testbed.load.trace_csv import looks_like_csv, parse_csv_trace
 
 MAX_PROBLEMS = 20  # a garbage file stops after this many reported lines
 MAX_COUNT = 10**7  # requests in one line (the paper's busiest second holds a few hundred)
@@ -47,6 +48,15 @@ class Trace:
     def max_rate(self) -> float:
         """Its highest line rate, requests per second (0 for an empty trace)."""
         return float((self.counts / self.durations).max()) if len(self.counts) else 0.0
+
+    def summary(self) -> str:
+        """One line to see a wrong unit at once: its name, length, requests and mean and peak
+        rates (before any ratio)."""
+        seconds = self.seconds
+        span = f"{seconds / 3600:.3g} h" if seconds >= 3600 else f"{seconds:.4g} s"
+        mean = self.requests / seconds if seconds > 0 else 0.0
+        return (f"{self.name}: {span}, {self.requests:,.0f} requests, mean {mean:.3g} req/s, "
+                f"peak {self.max_rate:.3g} req/s")
 
     @property
     def lines(self) -> tuple[TraceLine, ...]:
@@ -127,9 +137,19 @@ def _check_line(parts: list[str], source: str, number: int) -> ConfigProblem | N
     return None
 
 
-def load_trace(path: str | Path) -> Trace:
-    """The trace in the file at `path`; an unreadable or malformed file is a ConfigError naming it."""
-    return parse_trace(read_config_text(path, "trace", MAX_TRACE_BYTES), str(path))
+def load_trace(path: str | Path, *, time_unit: str | None = None,
+               rate_unit: str | None = None) -> Trace:
+    """The trace in the file at `path`: `DURATION COUNT` lines, or CSV (a `.csv` name or a comma
+    in its first line; `testbed.load.trace_csv`); an unreadable or malformed file is a ConfigError
+    naming it, its line and field.
+
+    time_unit, rate_unit: a CSV's units where its header states none ("s", "min", "h")."""
+    text = read_config_text(path, "trace", MAX_TRACE_BYTES)
+    if looks_like_csv(text, str(path)):
+        durations, counts = parse_csv_trace(text, str(path), time_unit=time_unit,
+                                            rate_unit=rate_unit)
+        return Trace(Path(path).name, durations, counts)
+    return parse_trace(text, str(path))
 
 
 def window_trace(

@@ -94,13 +94,15 @@ class ClientJob:
                    args=load.options(), trace=load.trace, profiles=load.profiles)
 
     def load_argv(self, *, out: str, slice: str, source: str, trace: str | None,
-                  profiles: str | None = None) -> list[str]:
+                  profiles: str | None = None, ue_group: str | None = None) -> list[str]:
         """The arguments after `testbed load` on a UE of `slice` at `source`: records to `out`,
         no live view, and the trace file and profile file where that host reads them.
 
-        out, slice, source, trace: as said; profiles: the profile file to pass."""
+        out, slice, source, trace: as said; profiles: the profile file to pass; ue_group: the
+        UE's group, recorded with each request."""
         argv = [self.service, "--url", self.url, "--out", out, "--quiet",
-                "--slice", slice, "--source", source, *self.args]
+                "--slice", slice, "--source", source,
+                *(["--ue-group", ue_group] if ue_group is not None else []), *self.args]
         if trace is not None:
             argv += ["--trace", trace]
         if profiles is not None:

@@ -29,7 +29,7 @@ class Agreement:
     def row(self) -> dict[str, object]:
         def side(w: WindowMetrics) -> dict[str, object]:
             return {"completed": w.completed, "violations": w.violations,
-                    "mean_latency_ms": w.mean_proc_time_ms, "utilization": round(w.utilization, 4)}
+                    "mean_latency_ms": w.mean_latency_ms, "utilization": round(w.utilization, 4)}
         return {"service": self.service, "in_process": side(self.in_process),
                 "prometheus": side(self.prometheus), "agrees": self.agrees, "misses": list(self.misses)}
 
@@ -40,8 +40,8 @@ class Agreement:
             return "-" if v is None else f"{v:.1f}"
         verdict = "agree" if self.agrees else "DISAGREE: " + "; ".join(self.misses)
         return (f"{self.service}: in-process / prometheus: completed {a.completed} / {b.completed}, "
-                f"violations {a.violations} / {b.violations}, mean ms {ms(a.mean_proc_time_ms)} / "
-                f"{ms(b.mean_proc_time_ms)}, utilization {a.utilization:.3f} / {b.utilization:.3f}: "
+                f"violations {a.violations} / {b.violations}, mean ms {ms(a.mean_latency_ms)} / "
+                f"{ms(b.mean_latency_ms)}, utilization {a.utilization:.3f} / {b.utilization:.3f}: "
                 f"{verdict}")
 
 
@@ -62,14 +62,14 @@ def compare(in_process: WindowMetrics, prometheus: WindowMetrics) -> Agreement:
         miss("completed", a.completed, b.completed, f"{COUNT_REL:.0%}, at least 1")
     if _rel_off(a.violations, b.violations, COUNT_REL):
         miss("violations", a.violations, b.violations, f"{COUNT_REL:.0%}, at least 1")
-    if (a.mean_proc_time_ms is None) != (b.mean_proc_time_ms is None):
+    if (a.mean_latency_ms is None) != (b.mean_latency_ms is None):
         def ms(v: float | None) -> str:
             return "none" if v is None else f"{v:.1f} ms"
-        miss("mean latency", ms(a.mean_proc_time_ms), ms(b.mean_proc_time_ms),
+        miss("mean latency", ms(a.mean_latency_ms), ms(b.mean_latency_ms),
              "both or neither have completions")
-    elif a.mean_proc_time_ms is not None and b.mean_proc_time_ms is not None and _rel_off(
-            a.mean_proc_time_ms, b.mean_proc_time_ms, LATENCY_REL, floor=0.0):
-        miss("mean latency", f"{a.mean_proc_time_ms:.1f} ms", f"{b.mean_proc_time_ms:.1f} ms",
+    elif a.mean_latency_ms is not None and b.mean_latency_ms is not None and _rel_off(
+            a.mean_latency_ms, b.mean_latency_ms, LATENCY_REL, floor=0.0):
+        miss("mean latency", f"{a.mean_latency_ms:.1f} ms", f"{b.mean_latency_ms:.1f} ms",
              f"{LATENCY_REL:.0%}")
     if abs(a.utilization - b.utilization) > UTILIZATION_ABS:
         miss("utilization", f"{a.utilization:.3f}", f"{b.utilization:.3f}", f"±{UTILIZATION_ABS}")

@@ -216,7 +216,7 @@ class ServiceBalancer:
         latency_ms = (time.monotonic() - start) * 1000.0
         if request.transport is None or request.transport.is_closing():
             self._lost("while waiting for the response")
-        violated = self.collector.completion(latency_ms, ok=status < 400)
+        violated = self.collector.completion(latency_ms, ok=status < 400, dropped=status == 503)
         if violated:
             self.metrics.violations.labels(self.service, reason or "slow").inc()
         self.metrics.requests.labels(self.service, str(status)).inc()
@@ -352,8 +352,9 @@ class LoadBalancer:
         out = {}
         for name, sb in self.services.items():
             w = sb.window(seconds / ts)
-            out[name] = replace(w, seconds=w.seconds * ts, mean_proc_time_ms=None
-                                if w.mean_proc_time_ms is None else w.mean_proc_time_ms * ts)
+            out[name] = replace(w, seconds=w.seconds * ts, **{
+                k: None if getattr(w, k) is None else getattr(w, k) * ts
+                for k in ("mean_latency_ms", "p50_latency_ms", "p95_latency_ms", "p99_latency_ms")})
         return out
 
     async def _prometheus(self, request: web.Request) -> web.Response:

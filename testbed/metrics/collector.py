@@ -4,10 +4,11 @@ instance utilization) and their sum over a window: what the in-process load bala
 from __future__ import annotations
 
 import time
+from array import array
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from testbed.metrics.window import WindowMetrics
+from testbed.metrics.window import WindowMetrics, latency_percentiles
 
 
 @dataclass
@@ -19,6 +20,9 @@ class Tick:
     completed: int = 0
     violations: int = 0
     latency_sum_ms: float = 0.0
+    dropped: int = 0  # refused on arrival (503: a full queue, no ready replica)
+    # of the served ones (not dropped), kept while a window may still ask for them
+    latencies_ms: array = field(default_factory=lambda: array("d"))
     utilization: float = 0.0  # mean over ready instances of min(in_flight, capacity)/capacity
     instances: int = 0
     ready_s: float = 0.0  # how long in the interval some instance was ready: its utilization's weight
@@ -46,16 +50,22 @@ class ServiceCollector:
         self._first_start = clock()  # where the oldest interval began
         self.total_arrivals = 0
         self.total_violations = 0
+        self._widest_s = 60.0  # the longest window asked for so far (latencies kept for it)
 
     def arrival(self) -> None:
         self._open.arrivals += 1
         self.total_arrivals += 1
 
-    def completion(self, latency_ms: float, ok: bool) -> bool:
-        """Count a finished request; returns True when it violated the SLO."""
-        violated = (not ok) or latency_ms > self.slo_ms
+    def completion(self, latency_ms: float, ok: bool, dropped: bool = False) -> bool:
+        """Count a finished request (`dropped`: refused on arrival, which also fails it); returns
+        True when it violated the SLO."""
+        violated = (not ok) or dropped or latency_ms > self.slo_ms
         self._open.completed += 1
         self._open.latency_sum_ms += latency_ms
+        if dropped:
+            self._open.dropped += 1
+        else:
+            self._open.latencies_ms.append(latency_ms)
         if violated:
             self._open.violations += 1
             self.total_violations += 1
@@ -81,6 +91,13 @@ class ServiceCollector:
         self._open = Tick(t_end=0.0)
         while self.ticks and self.ticks[0].t_end < now - self.keep_s:
             self._first_start = self.ticks.popleft().t_end
+        # the latencies themselves only as far back as the widest window asked for (twice, for
+        # the interval it starts in): at a thousand requests a second an hour of them is 29 MB
+        for t in self.ticks:
+            if t.t_end >= now - 2 * self._widest_s:
+                break
+            if t.latencies_ms:
+                t.latencies_ms = array("d")
         return tick
 
     def window(self, seconds: float, in_flight_now: list[int], waiting_now: int = 0) -> WindowMetrics:
@@ -91,6 +108,7 @@ class ServiceCollector:
         interval taken to now), so `arrivals / seconds` is the rate without the bias of a
         partly covered interval."""
         now = self.clock()
+        self._widest_s = max(self._widest_s, seconds)
         since = now - seconds - 1e-6
         # closed intervals that lie inside the window, plus the open one (last close .. now):
         # counting every interval that merely overlaps it would count up to one interval twice
@@ -107,6 +125,8 @@ class ServiceCollector:
         completed = self._open.completed + sum(t.completed for t in picked)
         violations = self._open.violations + sum(t.violations for t in picked)
         lat = self._open.latency_sum_ms + sum(t.latency_sum_ms for t in picked)
+        dropped = self._open.dropped + sum(t.dropped for t in picked)
+        served = [x for t in (*picked, self._open) for x in t.latencies_ms]
         if picked:
             # time-weighted: each interval by how long an instance was ready in it (an interval
             # without one does not count: docs/metrics.md)
@@ -122,6 +142,6 @@ class ServiceCollector:
             service=self.service, seconds=max(now - covered_from, 1e-9), arrivals=arrivals,
             completed=completed,
             violations=violations, utilization=util, instances=len(in_flight_now),
-            mean_proc_time_ms=(lat / completed) if completed else None,
-            queue_length=waiting_now,
+            mean_latency_ms=(lat / completed) if completed else None,
+            queue_length=waiting_now, dropped=dropped, **latency_percentiles(served),
         )

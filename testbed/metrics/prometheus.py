@@ -79,6 +79,13 @@ def _dur(seconds: float) -> str:
 LOOKBACK = "1h"  # how far before a window a series' last value is looked for
 
 
+def _quantile(q: float, req: str, w: str) -> str:
+    """The q-quantile of the served (not dropped: 503) requests' duration over the last `w`, from
+    the duration histogram's buckets (interpolated within a bucket, as Prometheus does)."""
+    buckets = f'istio_request_duration_milliseconds_bucket{{{req},response_code!="503"}}'
+    return f"histogram_quantile({q:g}, sum by (le) (increase({buckets}[{w}])))"
+
+
 def _increase(selector: str, w: str) -> str:
     """Sum over series of (last value in the last `w`) - (last value before it; 0 for a series
     that is new in the window)."""
@@ -119,6 +126,10 @@ class WindowQueries:
     in_flight_before: str
     instances: str
     waiting: str
+    dropped: str
+    p50_latency_ms: str
+    p95_latency_ms: str
+    p99_latency_ms: str
 
     @classmethod
     def build(cls, svc: PromService, seconds: float, step_s: float = 1.0) -> WindowQueries:
@@ -141,6 +152,8 @@ class WindowQueries:
             in_flight_before=f"sum({active} offset {w})",
             instances=f"count({active})",
             waiting=f"sum(clamp_min({active} - {svc.capacity}, 0))",
+            dropped=_increase(f'istio_requests_total{{{req},response_code="503"}}', w),
+            **{f"p{q}_latency_ms": _quantile(q / 100, req, w) for q in (50, 95, 99)},
         )
 
     def items(self) -> list[tuple[str, str]]:
@@ -301,9 +314,12 @@ class PrometheusMetrics:
             violations=min(failed + slow, completed),
             utilization=min(max(v["utilization"] or 0.0, 0.0), 1.0),
             instances=round(v["instances"] or 0),
-            mean_proc_time_ms=((v["latency_sum_ms"] or 0) / count * self.time_scale
+            mean_latency_ms=((v["latency_sum_ms"] or 0) / count * self.time_scale
                                if count > 0 else None),
             queue_length=max(round(v["waiting"] or 0), 0),
+            dropped=max(round(v["dropped"] or 0), 0),
+            **{k: _scaled_ms(v[k], self.time_scale)
+               for k in ("p50_latency_ms", "p95_latency_ms", "p99_latency_ms")},
         )
 
     async def windows_async(self, seconds: float) -> dict[str, WindowMetrics]:
@@ -317,3 +333,10 @@ class PrometheusMetrics:
                            end: float | None = None) -> WindowMetrics:
         """`window` off the event loop, for the asyncio scaler loop."""
         return await asyncio.to_thread(self.window, service, seconds, end=end)
+
+
+def _scaled_ms(value: float | None, time_scale: float) -> float | None:
+    """A quantile in scenario ms; None where no request was served (Prometheus answers NaN)."""
+    if value is None or value != value:
+        return None
+    return value * time_scale

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:  # the window carries the profile a policy reads; the metrics never import it
+    from testbed.profiles import ServiceProfile
 
 
 @dataclass(frozen=True)
@@ -23,12 +30,26 @@ class WindowMetrics:
     #                     the simulator samples it each second, the testbed integrates it:
     #                     docs/metrics.md)
     instances: int  # ready instances at the end of the window
-    mean_proc_time_ms: float | None = None  # mean latency of completed requests
+    # mean latency of the requests served in the window, ms: from arrival at the service to the
+    # answer, so queueing included (was `mean_proc_time_ms`, kept as an alias)
+    mean_latency_ms: float | None = None
     # requests waiting at the service at the window's end: sum over its replicas of
     # max(0, in_flight - capacity), i.e. arrived, not finished and not yet being processed (the
     # GPU simulator adds the requests of its central queue's open batch); None: not measured (the
     # simulator measures it only while a policy observes its windows, ScalerLoop.observes)
     queue_length: int | None = None
+    # latency percentiles of the requests served in the window (dropped ones left out), ms,
+    # interpolated between ranks as the results are; None: none served, or not measured (the
+    # simulator measures them, as the queue, only while a policy observes its windows)
+    p50_latency_ms: float | None = None
+    p95_latency_ms: float | None = None
+    p99_latency_ms: float | None = None
+    # requests refused on arrival in the window (a full queue, the rate limit, no ready replica);
+    # None: not measured. `admitted` = arrivals - dropped
+    dropped: int | None = None
+    # the profile the service runs with (its SLO, timing, capacity, GPU curve); the control loop
+    # sets it on the window a policy's observe() gets, None elsewhere
+    profile: ServiceProfile | None = field(default=None, compare=False, hash=False)
 
     @classmethod
     def fast(
@@ -41,8 +62,12 @@ class WindowMetrics:
         violations: int,
         utilization: float,
         instances: int,
-        mean_proc_time_ms: float | None = None,
+        mean_latency_ms: float | None = None,
         queue_length: int | None = None,
+        p50_latency_ms: float | None = None,
+        p95_latency_ms: float | None = None,
+        p99_latency_ms: float | None = None,
+        dropped: int | None = None,
     ) -> WindowMetrics:
         """The constructor's instance, for a simulator that builds one per step: it fills the
         fields in one dict update instead of the frozen class's object.__setattr__ per field
@@ -56,15 +81,55 @@ class WindowMetrics:
             violations=violations,
             utilization=utilization,
             instances=instances,
-            mean_proc_time_ms=mean_proc_time_ms,
+            mean_latency_ms=mean_latency_ms,
             queue_length=queue_length,
+            p50_latency_ms=p50_latency_ms,
+            p95_latency_ms=p95_latency_ms,
+            p99_latency_ms=p99_latency_ms,
+            dropped=dropped,
+            profile=None,
         )
         return window
 
+    def with_profile(self, profile: ServiceProfile | None) -> WindowMetrics:
+        """This window carrying the service's `profile` (what a policy's observe() gets)."""
+        return replace(self, profile=profile)
+
     @property
     def request_rate(self) -> float:
+        """Arrivals per second over the window."""
         return self.arrivals / self.seconds if self.seconds > 0 else 0.0
 
     @property
     def slo_violation_rate(self) -> float:
+        """Violations per completed request (dropped ones count as both)."""
         return self.violations / self.completed if self.completed else 0.0
+
+    @property
+    def admitted(self) -> int | None:
+        """Requests let in (arrivals - dropped); None where drops are not measured."""
+        return None if self.dropped is None else self.arrivals - self.dropped
+
+    @property
+    def slo_ms(self) -> float | None:
+        """The service's SLO threshold, ms (from `profile`; None without one)."""
+        return None if self.profile is None else self.profile.slo_ms
+
+    @property
+    def mean_proc_time_ms(self) -> float | None:
+        """The old name of `mean_latency_ms` (it always included queueing), kept for policies
+        that read it."""
+        return self.mean_latency_ms
+
+
+PERCENTILES = (50.0, 95.0, 99.0)  # the window's p50/p95/p99_latency_ms
+
+
+def latency_percentiles(latencies_ms: Sequence[float]) -> dict[str, float | None]:
+    """The window's `p50/p95/p99_latency_ms` fields for these latencies (ms): interpolated linearly
+    between the two nearest ranks (numpy's default, as the results' percentiles), None for none."""
+    if len(latencies_ms) == 0:
+        return dict.fromkeys(("p50_latency_ms", "p95_latency_ms", "p99_latency_ms"))
+    p50, p95, p99 = (float(x) for x in np.percentile(np.asarray(latencies_ms, dtype=float),
+                                                      PERCENTILES))
+    return {"p50_latency_ms": p50, "p95_latency_ms": p95, "p99_latency_ms": p99}

@@ -116,7 +116,7 @@ class IperfSession:
     @classmethod
     def start(cls, topology: Topology, slice_name: str, *, flows: int = 1, duration: float = 10,
               reverse: bool = False, omit: int = 0, ue_index: int = 0,
-              runner: Runner | None = None) -> IperfSession:
+              bitrate_mbit: float | None = None, runner: Runner | None = None) -> IperfSession:
         require_binaries("iperf3")
         runner = runner or Runner()
         ue = pick_ue(topology, slice_name, ue_index)
@@ -131,6 +131,8 @@ class IperfSession:
             _wait_listening(topology, port, runner, server)
             argv = ["iperf3", "-c", dn, "-p", str(port), "-B", str(ue.address), "-P", str(flows),
                     "-t", f"{duration:g}", "-O", str(omit), "-J", "--connect-timeout", "3000"]
+            if bitrate_mbit is not None:  # each flow paced at this rate (else as fast as it can)
+                argv += ["-b", f"{bitrate_mbit * 1e6:.0f}"]
             if reverse:
                 argv += ["-R", "--get-server-output"]  # the server is the sender: its RTTs
             client = subprocess.Popen(in_ns(ue.host.name, argv), stdout=subprocess.PIPE,

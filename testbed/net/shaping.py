@@ -5,14 +5,23 @@ the UPF's N6 side and classifies by source subnet; downlink shaping sits on the 
 and classifies by destination subnet. Each slice class is guaranteed its reservation and may
 borrow up to its ceiling (or the link capacity); unsliced traffic falls into a default class.
 With slicing off, every packet shares one class: the "no slice" baseline of Fig 5.7/5.8.
+
+A UE with something to enforce (a group AMBR below its class's ceiling in that direction, or a
+5QI whose priority differs from 5QI 9's) gets a leaf of its own under the class that carries its
+slice, ceiling at its AMBR and HTB `prio` from its 5QI's priority level; the class's other
+children then borrow its rate at the default 5QI's prio. A u32 hash table keyed on the last
+octet of the UE's address finds a UE's leaf, so a packet costs about the same at 1,000 UEs as
+at 10 (at most ceil(UEs / 256) keys to compare).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from testbed.config import LinkSpec, SliceSpec
+from testbed.config import LinkSpec, SliceSpec, TestbedSpec
+from testbed.config.fiveqi import DEFAULT_FIVE_QI, priority_level
 
 Direction = Literal["uplink", "downlink"]
 
@@ -27,6 +36,9 @@ LOSS_CLASS = "1:fe"  # where link.uplink_loss sends the packets it draws: a queu
 _RANDOM = 0xFFFFF000 + 56
 
 
+UE_TABLE = "400:"  # the u32 hash table (keyed on the UE address's last octet) of UE leaves
+UE_MINOR = 0x4000  # UE leaf i is class 1:(UE_MINOR + i), its FIFO handle (UE_MINOR + i):
+REST_MINOR = 0x200  # class i's leaf for its UEs without a leaf of their own (no flow queues)
 _NET = 0xFFF00000  # classic BPF: SKF_NET_OFF, loads relative to the IP header
 _GOLDEN = 0x9E3779B1  # Fibonacci hashing's multiplier: the top bits of port * it spread evenly
 
@@ -40,6 +52,39 @@ def flow_bucket(port: int, queues: int, salt: int | None = None) -> int:
     if salt is None:
         return (port >> 1) & (queues - 1)
     return (((port ^ salt) * _GOLDEN) & 0xFFFFFFFF) >> (32 - (queues.bit_length() - 1))
+
+
+def htb_prio(five_qi: int) -> int:
+    """HTB's `prio` (0 served first, 7 last) for a 5QI: its priority level (5-90, lower first)
+    in eight bands of 12 levels: 5QI 69 and 5 -> 0, 5QI 1 -> 1, 5QI 6 -> 4, 5QI 9 -> 7."""
+    return min(7, (priority_level(five_qi) - 1) // 12)
+
+
+@dataclass(frozen=True)
+class UEShape:
+    """What the shaper needs of one UE: where it is and what its group's QoS asks for."""
+
+    address: str
+    slice: str
+    group: str
+    ambr_uplink_mbit: float
+    ambr_downlink_mbit: float
+    five_qi: int = DEFAULT_FIVE_QI
+
+    def ambr_mbit(self, direction: Direction) -> float:
+        return self.ambr_uplink_mbit if direction == "uplink" else self.ambr_downlink_mbit
+
+
+@dataclass(frozen=True)
+class UEClass:
+    """The HTB leaf of one UE in one direction, under the class of its slice."""
+
+    ue: UEShape
+    parent: str
+    classid: str
+    leaf_handle: str
+    ceil_mbit: float
+    prio: int
 
 
 def tc_batch(cmds: list[list[str]]) -> str:
@@ -72,6 +117,14 @@ class Shaper:
     direction: Direction
     link: LinkSpec
     slices: tuple[SliceSpec, ...]
+    ues: tuple[UEShape, ...] = ()
+    enforce_ambr: bool = True  # False on the lab, whose gNB polices AMBR: 5QI priority only
+    # a conditions trace's needs (testbed.net.conditions): these groups' UEs get a leaf whatever
+    # their AMBR (a trace changes it), the loss class exists without link.uplink_loss (a trace's
+    # filters send to it), and leaves are netem even at 0 ms (a trace changes their delay)
+    leaf_groups: frozenset[str] = frozenset()
+    loss_class: bool = False
+    netem: bool = False
 
     @property
     def classes(self) -> list[SliceClass]:
@@ -88,6 +141,24 @@ class Shaper:
         out.append(SliceClass("-", f"1:{DEFAULT_MINOR:x}", "ff:", rest, cap, "0.0.0.0/0"))
         return out
 
+    @property
+    def ue_classes(self) -> list[UEClass]:
+        """The UEs that get a leaf of their own in this direction (`UEShape`s with an AMBR below
+        their class's ceiling, or a 5QI whose HTB prio is not 5QI 9's), in the order given."""
+        by_slice = {c.slice: c for c in self.classes}
+        default = htb_prio(DEFAULT_FIVE_QI)
+        out: list[UEClass] = []
+        for ue in self.ues:
+            c = by_slice.get(ue.slice if self.link.slicing else "-", by_slice["-"])
+            ambr = ue.ambr_mbit(self.direction) if self.enforce_ambr else c.ceil_mbit
+            prio = htb_prio(ue.five_qi)
+            if ambr >= c.ceil_mbit and prio == default and ue.group not in self.leaf_groups:
+                continue
+            minor = UE_MINOR + len(out)
+            out.append(UEClass(ue, c.classid, f"1:{minor:x}", f"{minor:x}:",
+                               min(ambr, c.ceil_mbit), prio))
+        return out
+
     def commands(self) -> list[list[str]]:
         """`tc` commands (without the namespace wrapper) that install the tree on `device`."""
         dev = self.device
@@ -99,33 +170,79 @@ class Shaper:
              "rate", cap, "ceil", cap, "quantum", str(QUANTUM)],
         ]
         key = self._key
-        lossy = self.direction == "uplink" and self.link.uplink_loss > 0
+        lossy = self.direction == "uplink" and (self.link.uplink_loss > 0 or self.loss_class)
         if lossy:
             cmds += self._loss()  # its filter first (prio 1): the slices' filters come after it
+        ue_classes = self.ue_classes
+        first = 1 + lossy + bool(ue_classes)  # the slices' filters' prio: after the UEs' hash
         fq = self.link.flow_queues
         tables = 0  # flow queue sets so far: each has its own hash table and leaf numbers
-        for c in self.classes:
+        for i, c in enumerate(self.classes):
             cmds.append(["tc", "class", "add", "dev", dev, "parent", ROOT_CLASS, "classid",
                          c.classid, "htb", "rate", _kbit(c.rate_mbit), "ceil", _kbit(c.ceil_mbit),
                          "quantum", str(QUANTUM)])
+            kids = [u for u in ue_classes if u.parent == c.classid]
+            # beside UE leaves every child borrows the class's rate, in the order of its prio
+            shared = htb_prio(DEFAULT_FIVE_QI) if kids else None
             if fq:
                 sets = self._flow_queue_sets(c)
                 for t, subnet in enumerate(sets, start=tables):
-                    cmds += self._flow_queues(t, c, subnet, len(sets))
+                    cmds += self._flow_queues(t, c, subnet, len(sets), prio=shared)
                 tables += len(sets)
+            elif kids:
+                cmds += self._rest(i, c, shared or 0)
             else:
                 cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", c.classid, "handle",
                              c.leaf_handle, *self._leaf()])
+            for u in kids:
+                cmds.append(["tc", "class", "add", "dev", dev, "parent", c.classid, "classid",
+                             u.classid, "htb", "rate", _kbit(0), "ceil", _kbit(u.ceil_mbit),
+                             "prio", str(u.prio), "quantum", str(QUANTUM)])
+                cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", u.classid, "handle",
+                             u.leaf_handle, *self._leaf()])
             if c.slice != "-":
                 cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip",
-                             "prio", str(1 + lossy), "u32", "match", "ip", key, c.match,
+                             "prio", str(first), "u32", "match", "ip", key, c.match,
                              "flowid", c.classid])
-            elif fq:
+            elif fq or kids:
                 # HTB's `default` must be a leaf: the default class is an inner one here, so a
                 # catch-all filter after the slices' sends the rest to it
                 cmds.append(["tc", "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip",
-                             "prio", str(2 + lossy), "u32", "match", "u32", "0", "0",
+                             "prio", str(first + 1), "u32", "match", "u32", "0", "0",
                              "flowid", c.classid])
+        return cmds + self._ue_filters(ue_classes, prio=1 + lossy)
+
+    def _rest(self, i: int, c: SliceClass, prio: int) -> list[list[str]]:
+        """Class `c`'s leaf for the packets of UEs without a leaf of their own, and the filter
+        (under `c`) that sends them there: without flow queues, `c` became an inner class."""
+        dev, minor = self.device, REST_MINOR + i
+        return [
+            ["tc", "class", "add", "dev", dev, "parent", c.classid, "classid", f"1:{minor:x}",
+             "htb", "rate", _kbit(0), "ceil", _kbit(c.ceil_mbit), "prio", str(prio),
+             "quantum", str(QUANTUM)],
+            ["tc", "qdisc", "add", "dev", dev, "parent", f"1:{minor:x}", "handle", f"{minor:x}:",
+             *self._leaf()],
+            ["tc", "filter", "add", "dev", dev, "parent", c.classid, "prio", "1", "protocol",
+             "ip", "u32", "match", "u32", "0", "0", "flowid", f"1:{minor:x}"],
+        ]
+
+    def _ue_filters(self, ue_classes: list[UEClass], *, prio: int) -> list[list[str]]:
+        """A u32 hash table of 256 buckets at the root, keyed on the last octet of the UE's
+        address (source uplink, destination downlink), one key per UE leaf in its bucket, and
+        the filter that hashes every packet into it; a packet of no listed UE falls through to
+        the slices' filters."""
+        if not ue_classes:
+            return []
+        dev, at = self.device, "12" if self.direction == "uplink" else "16"
+        head = ["tc", "filter", "add", "dev", dev, "parent", "1:", "prio", str(prio),
+                "protocol", "ip", "u32"]
+        cmds = [[*head[:9], "handle", UE_TABLE, *head[9:], "divisor", "256"]]
+        for u in ue_classes:
+            octet = int(u.ue.address.rsplit(".", 1)[1])
+            cmds.append([*head, "ht", f"{UE_TABLE}{octet:x}:", "match", "ip", self._key,
+                         f"{u.ue.address}/32", "flowid", u.classid])
+        cmds.append([*head, "match", "u32", "0", "0", "hashkey", "mask", "0x000000ff", "at", at,
+                     "link", UE_TABLE])
         return cmds
 
     def _loss(self) -> list[list[str]]:
@@ -133,13 +250,14 @@ class Shaper:
         dev = self.device
         keep_below = round((1 - self.link.uplink_loss) * 2**32)
         program = f"4,32 0 0 {_RANDOM},37 0 1 {keep_below},6 0 0 4294967295,6 0 0 0"
+        filters = [["tc", "filter", "add", "dev", dev, "parent", "1:", "prio", "1", "protocol", "ip",
+                    "bpf", "bytecode", program, "flowid", LOSS_CLASS]]
         return [
             ["tc", "class", "add", "dev", dev, "parent", "1:", "classid", LOSS_CLASS, "htb",
              "rate", _kbit(0), "quantum", str(QUANTUM)],
             ["tc", "qdisc", "add", "dev", dev, "parent", LOSS_CLASS, "handle", "fe:", "pfifo",
              "limit", "0"],
-            ["tc", "filter", "add", "dev", dev, "parent", "1:", "prio", "1", "protocol", "ip",
-             "bpf", "bytecode", program, "flowid", LOSS_CLASS],
+            *(filters if self.link.uplink_loss > 0 else []),
         ]
 
     @property
@@ -156,13 +274,15 @@ class Shaper:
         return [None]
 
     def _flow_queues(self, t: int, c: SliceClass, subnet: str | None,
-                     sets: int) -> list[list[str]]:
+                     sets: int, *, prio: int | None = None) -> list[list[str]]:
         """Flow queue set `t` of class `c`: `flow_queues` leaves under `c`, one per hash bucket
         of the UE's port (the source port uplink, the destination port downlink: bytes 20-23 of
         an option-less IPv4 packet hold the TCP/UDP ports), for the packets of UEs in `subnet`
         (None: every packet of the class not taken by another set). HTB serves borrowing leaves
         round robin with equal quanta, so each flow gets an equal share and a small flow never
-        waits behind a bulk one's queue — what sfq or fq_codel would do."""
+        waits behind a bulk one's queue — what sfq or fq_codel would do. With `prio` (the class
+        has UE leaves too) each leaf borrows the class's rate at that HTB prio instead of holding
+        a share of it."""
         dev, n = self.device, self.link.flow_queues
         salted = self.link.flow_queue_perturb_s is not None  # a program hashes, not u32 tables
         table = f"{t + 2:x}:"
@@ -174,9 +294,10 @@ class Shaper:
         for i in range(n):
             minor = 0x1000 + t * 0x100 + i
             child = f"1:{minor:x}"
+            rate = _kbit(c.rate_mbit / (n * sets) if prio is None else 0)
             cmds.append(["tc", "class", "add", "dev", dev, "parent", c.classid, "classid", child,
-                         "htb", "rate", _kbit(c.rate_mbit / (n * sets)), "ceil",
-                         _kbit(c.ceil_mbit), "quantum", str(QUANTUM)])
+                         "htb", "rate", rate, "ceil", _kbit(c.ceil_mbit),
+                         *(() if prio is None else ("prio", str(prio))), "quantum", str(QUANTUM)])
             cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", child, "handle",
                          f"{minor:x}:", *self._flow_queue_leaf()])
             if not salted:
@@ -243,10 +364,22 @@ class Shaper:
 
     def _leaf(self) -> list[str]:
         limit = str(self.link.queue_packets)
-        if self.link.delay_ms > 0:
+        if self.link.delay_ms > 0 or self.netem:
             return ["netem", "delay", f"{self.link.delay_ms:g}ms", "limit", limit]
         return ["pfifo", "limit", limit]
 
 
-def shapers_for(link: LinkSpec, slices: list[SliceSpec], *, n3: str, n6: str) -> list[Shaper]:
-    return [Shaper(n6, "uplink", link, tuple(slices)), Shaper(n3, "downlink", link, tuple(slices))]
+def ue_shapes(spec: TestbedSpec, ues: Iterable[Any]) -> tuple[UEShape, ...]:
+    """`UEShape`s of placed UEs (anything with `group`, `slice` and `address`, such as
+    `testbed.net.topology.UE`), their QoS from their group in `spec`."""
+    groups = {g.name: g for g in spec.ue_groups}
+    return tuple(UEShape(str(u.address), u.slice, u.group, groups[u.group].ambr_uplink_mbit,
+                         groups[u.group].ambr_downlink_mbit, groups[u.group].five_qi)
+                 for u in ues)
+
+
+def shapers_for(link: LinkSpec, slices: list[SliceSpec], *, n3: str, n6: str,
+                ues: tuple[UEShape, ...] = ()) -> list[Shaper]:
+    """The uplink shaper on `n6` and the downlink one on `n3`, with UE leaves for `ues`."""
+    return [Shaper(n6, "uplink", link, tuple(slices), ues),
+            Shaper(n3, "downlink", link, tuple(slices), ues)]

@@ -3,12 +3,14 @@ emulated replicas, the load balancer, the simulator and the lab read, loaded fro
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Iterable
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from testbed.profiles.parts import DeploySpec, Ref, RequestSpec, RuleThresholds
 
@@ -37,6 +39,9 @@ class GpuCurve(BaseModel):
     max_batch: int = Field(default=16, ge=1, description="largest batch the service accepts")
     share_exponent: float = Field(ge=0, description="k in (ref / share)^k")
     share_knee_pct: float = Field(gt=0, le=100, description="share (%) above which time stops falling")
+    floor: float = Field(
+        default=0.0, ge=0,
+        description="F: a pass takes at least F x the work of batch 1 at ref_share_pct (0: no floor)")
     interference: tuple[float, float] = Field(
         description="[alpha_cache, alpha_dram]: InSS's two interference coefficients of this model"
     )
@@ -55,13 +60,22 @@ class GpuCurve(BaseModel):
             raise ValueError(f"sources names unknown fields: {', '.join(unknown)}")
         return self
 
+    def factor(self, batch: int, share_pct: float) -> float:
+        """time(batch, share) / time(1, ref_share): batch_factor x share_factor, held at the floor.
+
+        batch: requests per pass; share_pct: the instance's MPS share, percent of the GPU."""
+        work = self.batch_factor(batch) * self.share_factor(share_pct)
+        if self.floor <= 0:
+            return work
+        return max(self.floor, work) / max(self.floor, 1.0)
+
     def batch_factor(self, batch: int) -> float:
-        """time(batch) / time(1)."""
+        """The work of a batch over the work of batch 1 (time(batch) / time(1) without a floor)."""
         a, c, d = self.batch_curve
         return (a * batch * batch + c * batch + d) / (a + c + d)
 
     def share_factor(self, share_pct: float) -> float:
-        """time(share) / time(ref_share).
+        """The work at a share over the work at ref_share (time(share) / time(ref) without a floor).
 
         share_pct: the instance's MPS share, percent of the GPU."""
         return (min(self.ref_share_pct, self.share_knee_pct) / min(share_pct, self.share_knee_pct)) ** (
@@ -93,6 +107,29 @@ def gpu_stretches(placed: Iterable[tuple[Hashable, int, float, GpuCurve | None]]
         for k, (key, _, curve) in enumerate(group):
             out[key] = curve.stretch(pressure[:k] + pressure[k + 1:]) if curve else 1.0
     return out
+
+
+DEFAULT_GPU_CURVE = "default"  # `gpu: default`: the packaged services' curve (services.yaml)
+
+
+@functools.cache
+def builtin_gpu_curves() -> dict[str, dict[str, Any]]:
+    """The GPU curves a profile's `gpu:` may name instead of writing one out: `default` (alias
+    `assumed`), the `gpu_curve:` of the packaged services.yaml, and every packaged file
+    `testbed/profiles/gpu-NAME.yaml` (a curve, or a file with a `gpu_curve:` block) as `NAME`.
+    Name -> the curve's fields, as written."""
+    folder = resources.files("testbed.profiles")
+    packaged = yaml.safe_load(folder.joinpath("services.yaml").read_text(encoding="utf-8"))
+    curves: dict[str, dict[str, Any]] = {}
+    if isinstance(packaged, dict) and isinstance(packaged.get("gpu_curve"), dict):
+        curves[DEFAULT_GPU_CURVE] = curves["assumed"] = packaged["gpu_curve"]
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.startswith("gpu-") and entry.name.endswith((".yaml", ".yml")):
+            data = yaml.safe_load(entry.read_text(encoding="utf-8"))
+            curve = data.get("gpu_curve", data) if isinstance(data, dict) else None
+            if isinstance(curve, dict):
+                curves[entry.name[4:].rsplit(".", 1)[0]] = curve
+    return curves
 
 
 class ServiceProfile(BaseModel):
@@ -129,6 +166,17 @@ class ServiceProfile(BaseModel):
                                  description="rule v1/v2 thresholds (defaults: RuleThresholds)")
     deploy: DeploySpec | None = Field(default=None, description="the lab's container (needed on the lab)")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> where its number comes from")
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _named_curve(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        curves = builtin_gpu_curves()
+        if value not in curves:
+            raise ValueError(f"unknown GPU curve {value!r}: give a `gpu:` block or a built-in "
+                             f"curve's name ({', '.join(curves)})")
+        return curves[value]
 
     @model_validator(mode="after")
     def _check(self) -> ServiceProfile:
@@ -176,6 +224,8 @@ class ServiceProfile(BaseModel):
                 raise ValueError(f"{self.name}: no gpu curve (batch {batch}, share {share_pct})")
             return base * stretch
         share = self.gpu.ref_share_pct if share_pct is None else share_pct
+        if self.gpu.floor > 0:
+            return base * self.gpu.factor(batch, share) * stretch
         return base * self.gpu.batch_factor(batch) * self.gpu.share_factor(share) * stretch
 
     def replace(self, **changes: Any) -> ServiceProfile:

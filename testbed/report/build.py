@@ -19,7 +19,7 @@ from testbed.profiles.paper import (
     SLICING_SETUP,
     TABLE_5_4,
 )
-from testbed.report import plots
+from testbed.report import netplot, plots
 from testbed.report.document import Document, Section, TableData
 from testbed.report.what_was_run import what_was_run
 from testbed.scenario.results import RECORD, read_record, run_rows
@@ -203,10 +203,17 @@ def _over_time(run_dir: Path, plots_dir: Path) -> Section:
                                      f"rep {info.get('rep', 0) + 1}")
         if img:
             ts.images.append(img)
+        net = netplot.slice_throughput(cell_json.parent, plots_dir, cell_json.parent.parent.name,
+                                       title=f"cell {info.get('label', cell_json.parent.parent.name)}"
+                                             f", rep {info.get('rep', 0) + 1}: the network")
+        if net:
+            ts.images.append(net)
     if ts.images:
         ts.paragraphs.append("Ready replicas and arrivals per sample; latency (p50, p99) and "
                              "the share of requests that violated their SLO per time bucket, by "
-                             "send time, in scenario time (first repetition of each cell).")
+                             "send time, in scenario time (first repetition of each cell). "
+                             "Where the cell sampled its network: each slice's throughput per "
+                             "direction (HTB counters, every second) beside the services' latency.")
     return ts
 
 

@@ -203,7 +203,9 @@ def timeseries(cell_dir: Path, out: Path, name: str, title: str | None = None) -
     axes[0].set_ylim(min(counts) - 0.5, max(counts) + 0.5)
     axes[0].yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     axes[1].set_ylabel("requests/s\n(5 s mean)")
-    axes[1].set_ylim(bottom=0)  # from zero: an auto-scaled 29.4-30.2 makes noise look dramatic
+    # from zero (an auto-scaled 29.4-30.2 makes noise look dramatic), a little below it so that
+    # a rate of 0 does not lie on the frame
+    axes[1].set_ylim(-0.03 * max(axes[1].get_ylim()[1], 1e-9), axes[1].get_ylim()[1] * 1.03)
     bucket_s = next(iter(buckets.values()))["bucket_s"] if buckets else None
     per = f" per {bucket_s:g} s" if bucket_s else ""
     axes[2].set_ylabel(f"latency (ms){per}\np50 solid, p99 dashed")
@@ -213,8 +215,7 @@ def timeseries(cell_dir: Path, out: Path, name: str, title: str | None = None) -
                      va="bottom", fontsize=7, alpha=0.8)
     axes[3].set_ylabel(f"SLO violations (%)\n{per.strip()}")
     worst = max((v for b in buckets.values() for v in b["violation_rate"]), default=0.0)
-    top = min(100.0, max(10.0, 115 * worst))  # small rates stay visible, 100 % still fits
-    axes[3].set_ylim(-top * 0.03, top)
+    axes[3].set_ylim(*violation_ylim(worst))
     _note_if_all_zero(axes[3], [v for b in buckets.values() for v in b["violation_rate"]])
     info = json.loads((cell_dir / "cell.json").read_text()) if (cell_dir / "cell.json").exists() \
         else {}
@@ -233,6 +234,13 @@ def timeseries(cell_dir: Path, out: Path, name: str, title: str | None = None) -
         fig.suptitle(title, fontsize=10)
     path = _save(fig, out / f"timeseries-{name}.png")
     return path
+
+
+def violation_ylim(worst: float) -> tuple[float, float]:
+    """The violation panel's y-limits (%) for its worst rate (0..1): small rates stay visible, and
+    every line, 0 % and 100 % among them, lies inside the frame, not on it."""
+    top = max(10.0, 115 * worst)
+    return -top * 0.03, min(top, 106.0)
 
 
 def latency_buckets(cell_dir: Path, n_buckets: int = 40) -> dict[str, dict[str, Any]]:

@@ -26,6 +26,7 @@ from testbed.paths import stamped
 from testbed.profiles.paper import FIGURE_SERVICES
 from testbed.reproduce.artefacts import ARTEFACTS, Artefact, model_files, preflight
 from testbed.reproduce.model import Options, ReproResult, Verdict
+from testbed.reproduce.segments import SEGMENT_WARMUP_S, T54_SEGMENT_S, run_segments
 from testbed.reproduce.slicing import combine, judge_slicing
 from testbed.reproduce.tables import (
     T54_DECIDES_ORDER_REPS,
@@ -121,6 +122,24 @@ def _resume(partial: Path, options: Options) -> dict[str, Verdict]:
     (partial / "done").mkdir(parents=True)
     stamp.write_text(json.dumps(key))
     return {}
+
+
+def resumed(run_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """The --out and the Options fields of the interrupted reproduce in `run_dir` (its
+    `<out>.partial` folder, or `<out>` itself), from its options.json; StateError when there is
+    none to resume."""
+    partial = run_dir if run_dir.name.endswith(".partial") else run_dir.with_name(
+        run_dir.name + ".partial")
+    stamp = partial / "options.json"
+    if not stamp.is_file():
+        raise StateError(f"{run_dir}: no interrupted reproduce to resume ({stamp} is missing)")
+    key = json.loads(stamp.read_text())
+    duration, reps, start, ts = key["t54"]
+    return partial.with_name(partial.name.removesuffix(".partial")), {
+        "quick": key["quick"], "rule_only": key["rule_only"], "seed": key["seed"],
+        "traces_dir": Path(key["traces"]), "models_dir": Path(key["models"]),
+        "t54_duration_s": duration, "t54_repetitions": reps, "t54_start_s": start,
+        "t54_time_scale": ts}
 
 
 def _jsonable(result: ReproResult) -> dict[str, Any]:
@@ -241,13 +260,11 @@ def _table54(a: Artefact, partial: Path, options: Options) -> Verdict:
     data["services"] = [
         {**s, "model": str(models[s["name"]])} if not options.rule_only
         else {k: v for k, v in s.items() if k != "model"} for s in data["services"]]
-    data["clients"] = [{**c, "start_s": start} for c in data["clients"]]
     data["traces_dir"] = str(options.traces_dir.resolve())
     ts = options.t54_time_scale
     if ts != 1:  # the JPEG decoding cannot keep up at a time scale on a small machine
         data.update(time_scale=ts, replica_work="sleep")
-    data.update(duration_s=duration, repetitions=reps, warmup_s=warmup,
-                matrix={"policy": ["rule_v2"] if options.rule_only else ["ppo", "rule_v2"]},
+    data.update(repetitions=reps, matrix={"policy": ["rule_v2"] if options.rule_only else ["ppo", "rule_v2"]},
                 expect=[], markers=[])
     window = (f"{duration:g} s of the test day from {start // 3600:02d}:{start % 3600 // 60:02d}, "
               f"{reps} repetition(s)"
@@ -255,15 +272,23 @@ def _table54(a: Artefact, partial: Path, options: Options) -> Verdict:
               + (f", at time scale {ts:g} (replicas sleeping their profile's time)"
                  if ts != 1 else ""))
     options.progress(f"Table 5.4: {window}")
-    run_dir, rows = _run(path, partial, options, text=yaml.safe_dump(data, sort_keys=False))
+    # a checkpoint per segment of the window (the whole day: 24 one-hour runs), kept in partial
+    run_dirs, rows = run_segments(
+        data, start_s=start, duration_s=duration, warmup_s=warmup, partial=partial,
+        progress=options.progress,
+        run=lambda seg: _run(path, partial, options, text=yaml.safe_dump(seg, sort_keys=False)))
     table = testbed_table(rows, window=window, duration_s=duration, repetitions=reps)
+    if len(run_dirs) > 1:
+        table.notes.append(f"run in {len(run_dirs)} segments of {T54_SEGMENT_S} s, each after a "
+                           f"{SEGMENT_WARMUP_S} s warm-up replaying the trace before it: "
+                           + ", ".join(run_dirs))
     if options.quick and not warmup:
         table.notes.append(f"no warm-up: the window starts less than {T54_QUICK_WARMUP_S} s into "
                            "the test day, so it includes the replicas' start-up")
     if reps == 1:
         table.notes.append("one repetition: run-to-run noise not measured here (docs/table-5.4.md "
                            "gives it for the long run)")
-    return _table_verdict(a, table, options, run_dir=str(run_dir), rows=rows)
+    return _table_verdict(a, table, options, run_dir=run_dirs[0], rows=rows)
 
 
 def _table_verdict(a: Artefact, table: TableResult, options: Options,

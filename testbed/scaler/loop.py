@@ -20,6 +20,7 @@ import numpy as np
 from testbed.cluster.base import ClusterBackend
 from testbed.errors import TestbedError
 from testbed.metrics.window import WindowMetrics
+from testbed.profiles import default_profiles
 from testbed.scaler.actions import (
     ACTIONS,
     Mask,
@@ -104,6 +105,9 @@ class ScalerLoop:
         # file, a scenario's), the registry's only where the caller gives none
         self._states = {s: StateBuilder.for_profile(profiles[s]) if profiles and s in profiles
                         else StateBuilder.for_service(s) for s in self.policies}
+        # the profile an observing policy's window carries (its SLO among it)
+        self._profiles = {s: profiles[s] if profiles and s in profiles else profile_or_none(s)
+                          for s in self.policies}
         self._cooldown = dict.fromkeys(self.policies, 0)
         # isinstance on a Protocol walks its members: decided once here, not on every decision
         self._targeted = {s: isinstance(p, TargetPolicy) for s, p in self.policies.items()}
@@ -193,7 +197,7 @@ class ScalerLoop:
         observe = self._observe.get(service)
         started = perf_counter()
         if observe is not None:
-            observe(window)
+            observe(window.with_profile(self._profiles[service]))
         index = policy.act(obs, mask)
         adjusts = self._adjusts[service]
         if type(index) is not int or not 0 <= index <= _LAST_ACTION or not (mask[index] or adjusts):
@@ -225,3 +229,8 @@ class ScalerLoop:
             None,
             decide_ms,
         )
+
+
+def profile_or_none(service: str) -> ServiceProfile | None:
+    """The registry's profile of `service`, None for a service it does not know."""
+    return default_profiles().get(service)

@@ -42,9 +42,11 @@ class Policy(Protocol):
 
 
 def policy_name(policy: object) -> str:
-    """What results and decisions call a policy: its `name`, else its class's name (an object of
-    one's own may leave `name` out)."""
-    return str(getattr(policy, "name", type(policy).__name__))
+    """What results and decisions call a policy: the reference it was built from (`module:Class`,
+    as a scenario's rows and `expect:` name it; set by the registry as `testbed_label`), else its
+    `name`, else its class's name (an object of one's own may leave `name` out)."""
+    label = getattr(policy, "testbed_label", None)
+    return str(label if isinstance(label, str) else getattr(policy, "name", type(policy).__name__))
 
 
 _Rule = TypeVar("_Rule", bound="_ProfileRule")

@@ -99,6 +99,13 @@ def _actor(kind: str) -> Callable[[list[str], BuildArgs], dict[str, Any]]:
         (checked at load against the services that chose it where a scenario names them)."""
         path = args.model or default_model(kind)  # a model of `kind` (checked by read_share_meta)
         order = read_share_meta(path).services
+        if sorted(services) != sorted(order):
+            raise ConfigError([ConfigProblem(
+                str(path), None, "services",
+                f"this {kind} model was trained to plan {', '.join(order)} together, so it runs "
+                f"on exactly those; asked for {', '.join(services)}: train one for them with "
+                f"`testbed train --policy {kind}`, or compare {', '.join(services)} with policies "
+                "that need no model")])
         actor = SharePolicy.load(path, {name: args.profile(name) for name in order},
                                  profile_source=args.profile_source)
         return dict.fromkeys(order, actor)
@@ -151,7 +158,9 @@ def _class_entry(name: str, cls: Any, origin: str) -> PolicyEntry:
             raise _problem("policy", f"{name}({shown}) failed ({detail})") from None
         if not isinstance(getattr(policy, "name", None), str):
             with contextlib.suppress(AttributeError):
-                policy.name = name  # the decision log names the policy
+                policy.name = name
+        with contextlib.suppress(AttributeError):  # results and decisions call it as it was named
+            policy.testbed_label = name  # (`policy_name`), whatever its own `name` says
         return policy
 
     return PolicyEntry(name, origin, build=build, compared=False,

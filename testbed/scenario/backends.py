@@ -24,6 +24,7 @@ from testbed.cluster.local import LocalCluster
 from testbed.load.traffic import TrafficBackend
 from testbed.metrics.agreement import Agreement, compare
 from testbed.metrics.balancer import MESH_NAMESPACE
+from testbed.metrics.dashboard import answers as dashboard_answers
 from testbed.metrics.prometheus import PrometheusMetrics, PromService
 from testbed.metrics.server import PrometheusServer
 from testbed.metrics.source import BalancerMetrics, MetricsSource
@@ -166,7 +167,9 @@ class LocalProfile:
         spec = job.cell.testbed.model_copy(update={"name": name})
         # the subscriber store holds every UE's K/OPc: kept beside the state file, not in the
         # run directory that users share, and removed by the testbed's down
-        tb = LocalTestbed(spec, provision=True, store_dir=state_dir() / f"{name}.store")
+        tb = LocalTestbed(spec, provision=True, store_dir=state_dir() / f"{name}.store",
+                          time_scale=job.scn.time_scale, conditions_log=job.dir.conditions,
+                          netstats_log=job.dir.net)
         # printed before anything is built: after a crash or SIGKILL, `down` needs this name
         job.view.log(f"cell {job.cell.index + 1} ({job.cell.label}), rep {job.rep + 1}: "
                      f"testbed {name} (if left behind: testbed down --name {name})")
@@ -235,8 +238,10 @@ class LocalProfile:
         scn = job.scn
         ts = scn.time_scale
         scrape_s = max(min(1.0, 1.0 / ts), 0.05)
-        async with PrometheusServer(prometheus_dir(tb.name),
-                                    [cluster.lb.metrics_url.removeprefix("http://")],
+        # the mesh's series from the balancer, and the slices' HTB counters (testbed.net.netstats)
+        targets = [cluster.lb.metrics_url.removeprefix("http://"),
+                   *([tb.netstats_target] if tb.netstats_target else [])]
+        async with PrometheusServer(prometheus_dir(tb.name), targets,
                                     scrape_interval_s=scrape_s,
                                     log=job.dir.logs / "prometheus.log") as prom:
             outcome.info["prometheus"] = {"url": prom.url, "scrape_interval": prom.interval}
@@ -258,6 +263,8 @@ class LocalProfile:
                                                       end=at) for s in scn.services}
             record_agreement(outcome, [compare(local[s.name], remote[s.name]) for s in scn.services],
                              job.view.log)
+            # the lab dashboard's queries against this cell's Prometheus: series each returned
+            outcome.info["dashboard_queries"] = await asyncio.to_thread(dashboard_answers, prom.url)
 
     def close(self) -> list[str]:
         """Nothing is held across cells locally: returns no problems."""

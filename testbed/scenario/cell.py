@@ -178,6 +178,7 @@ class CellRunner:
                                    slo_ms=slo.get(service, SLO_MS.get(service, 1000.0)))
             if late is not None:
                 behind += 1
+                self.info.setdefault("behind_schedule", {})[service] = round(late, 1)
                 self.fail(f"{service}: the clients sent p99 {late:.0f} ms late (scenario time), over "
                           f"{LATENESS_SLO_SHARE:g} of its SLO: this machine does not hold time scale "
                           f"{scn.time_scale:g} (lower --time-scale; bench/time_scale.py measures it)")
@@ -336,7 +337,7 @@ class CellRunner:
                 "desired": desired, "arrivals_total": arrivals,
                 "violations_total": violations,
                 "utilization": w.utilization if w else 0.0,
-                "mean_latency_ms": w.mean_proc_time_ms if w else None})
+                "mean_latency_ms": w.mean_latency_ms if w else None})
             rows.append((s.name, w, ready, desired))
         self.view.update(rows, elapsed)
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from testbed.cluster.kubernetes import (
     GPU_RESOURCE,
+    IMGCLS_MODE_ENV,
 )
 from testbed.cluster.manifest import check_deployable, origins, write_manifests
 from testbed.errors import ConfigError, ConfigProblem
@@ -111,7 +112,8 @@ class LabProfile:
         # the scenario's own profiles: the SLO its results are judged by (testbed.scenario.results)
         return [LabService(p.name, p.slo_ms, p.capacity, p.units, str(manifests[p.name]),
                            p.deploy.image if p.deploy else "", p.deploy.port if p.deploy else 0,
-                           bool(p.deploy and p.deploy.gpu), p.initial_replicas)
+                           bool(p.deploy and p.deploy.gpu), p.initial_replicas,
+                           dict(p.deploy.env) if p.deploy else {})
                 for p in chosen], manifests
 
     def run_cell(self, job: CellJob, main: CellMain) -> CellOutcome:
@@ -122,7 +124,8 @@ class LabProfile:
         outcome = job.outcome
         outcome.planned = self.plan
         outcome.info["lab"] = {"inventory": str(s.inventory.path), "namespace": s.config.namespace,
-                               "sessions": [vars(u) for u in s.sessions]}
+                               "sessions": [vars(u) for u in s.sessions],
+                               "server_modes": server_modes(s.services)}
         if self.log:
             self.log(f"── cell {job.cell.label or job.cell.slug}, rep {job.rep} ──")
         traffic = s.traffic(f"{job.cell.slug}-rep-{job.rep}")
@@ -157,6 +160,13 @@ class LabProfile:
             self.log.flush()
             (self.run_dir / "plan.txt").write_text("\n".join(self.log.lines) + "\n")
         return problems
+
+
+def server_modes(services: list[LabService]) -> dict[str, str]:
+    """The server mode each of `services`' pods run, where its server has modes: the imgcls
+    server's TESTBED_IMGCLS_MODE from the manifest's environment (overlap, its default, when unset)."""
+    return {s.name: s.env.get(IMGCLS_MODE_ENV, "overlap (the server's default)")
+            for s in services if IMGCLS_MODE_ENV in s.env or s.image.startswith("testbed/imgcls")}
 
 
 def _planned_manifest(s: LabService, path: Path, namespace: str) -> str:

@@ -92,8 +92,8 @@ class LiveView:
         out = []
         for name, w, ready, desired in sorted(rows, key=lambda r: r[0]):
             out.append((name, "–" if w is None else f"{w.request_rate:.1f}",
-                        "–" if w is None or w.mean_proc_time_ms is None
-                        else f"{w.mean_proc_time_ms:.0f}",
+                        "–" if w is None or w.mean_latency_ms is None
+                        else f"{w.mean_latency_ms:.0f}",
                         "–" if w is None else f"{100 * w.slo_violation_rate:.1f} %",
                         f"{ready}/{desired}"))
         self._rows = out

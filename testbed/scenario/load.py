@@ -10,6 +10,7 @@ from testbed.config import TestbedSpec, check_testbed
 from testbed.config.yamlfile import LocatedYaml, format_path, load_yaml_file, parse_yaml, validate
 from testbed.errors import ConfigError
 from testbed.load.trace import load_trace
+from testbed.profiles import load_profiles
 from testbed.scenario.expect_checks import check_expectations, check_selectors_match
 from testbed.scenario.matrix import check_matrix, expand
 from testbed.scenario.plan import check_power
@@ -46,7 +47,12 @@ def scenario_from_yaml(doc: LocatedYaml, base_dir: Path,
                        overrides: dict[str, Any] | None = None) -> LoadedScenario:
     """A LoadedScenario from parsed YAML, every problem a ConfigError naming file, line and field.
     doc: the YAML with its lines; base_dir: where relative paths start; overrides: top-level
-    fields replaced first (the CLI's --duration and the like)."""
+    fields replaced first (the CLI's --duration and the like).
+
+    The LoadedScenario's `base_dir` is made absolute here, once: every path the scenario names
+    (testbed, traces_dir, service_profiles, models, `module:Class` policies) is joined to it, so a
+    worker started in another directory (a process pool's, a Dask worker's) reads the same files.
+    The checks before it name the files as the scenario spells them."""
     data = dict(doc.data) if isinstance(doc.data, dict) else doc.data
     if overrides and isinstance(data, dict):
         data.update(overrides)
@@ -66,7 +72,7 @@ def scenario_from_yaml(doc: LocatedYaml, base_dir: Path,
     if problems:
         raise ConfigError([doc.problem(path, msg) for path, msg in problems])
     _check_traces(scn, base_dir)
-    return LoadedScenario(scn, testbed, doc, base_dir)
+    return LoadedScenario(scn, testbed, doc, Path(base_dir).resolve())
 
 
 def _check_traces(scn: Scenario, base_dir: Path) -> None:
@@ -99,8 +105,12 @@ def _check_cells(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[tu
     problems += check_selectors_match(scn, cells)
     if not problems:
         problems += check_power(scn, cells, base_dir)
+    profiles: dict[str | None, Any] = {}  # per profile file a matrix may sweep
     for cell in cells:
-        for path, msg in [*check_policies(cell.scenario, base_dir, cell.params),
+        own = cell.scenario.service_profiles
+        if own not in profiles:
+            profiles[own] = load_profiles(base_dir / own if own else None)
+        for path, msg in [*check_policies(cell.scenario, base_dir, cell.params, profiles[own]),
                           *check_share_models(cell.scenario, base_dir, cell.params)]:
             if (path, msg) not in seen:
                 seen.add((path, msg))

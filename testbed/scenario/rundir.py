@@ -138,6 +138,16 @@ class CellDir:
         return self.path / "replicas.jsonl"
 
     @property
+    def conditions(self) -> Path:
+        """conditions.jsonl: each conditions-trace step applied, with its time (local testbed)."""
+        return self.path / "conditions.jsonl"
+
+    @property
+    def net(self) -> Path:
+        """net.jsonl: the HTB counters of each slice and UE leaf, every second (local testbed)."""
+        return self.path / "net.jsonl"
+
+    @property
     def info(self) -> Path:
         """cell.json: the cell's parameters, status, profiles and problems."""
         return self.path / "cell.json"

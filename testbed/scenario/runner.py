@@ -16,6 +16,7 @@ import contextlib
 import json
 import shutil
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -38,7 +39,14 @@ from testbed.scenario.results import RECORD, run_rows
 from testbed.scenario.rundir import CellDir, write_manifest
 from testbed.scenario.simcell import write_cell_files
 from testbed.scenario.spec import Scenario
-from testbed.scenario.sweep import check_options, run_in_pool, run_on_dask, workers
+from testbed.scenario.sweep import (
+    check_options,
+    run_in_pool,
+    run_on_dask,
+    start_pool,
+    too_short,
+    workers,
+)
 
 
 @dataclass
@@ -224,18 +232,36 @@ class ScenarioRun:
         return problems
 
     @property
-    def parallel(self) -> bool:
-        """Whether the cells run in parallel: on a Dask cluster, or in more than one process."""
+    def tasks(self) -> list[tuple[Cell, int]]:
+        """Every (cell, repetition), in order."""
+        return [(c, rep) for c in self.cells for rep in range(self.scenario.repetitions)]
+
+    @property
+    def asked_parallel(self) -> bool:
+        """Whether the options ask for parallel cells: a Dask cluster, or more than one process."""
         tasks = len(self.cells) * self.scenario.repetitions
         return bool(self.options.dask) or workers(self.options.jobs, tasks) > 1
 
-    def run_parallel(self, view: LiveView | None = None) -> None:
+    @property
+    def parallel(self) -> bool:
+        """Whether the cells run in parallel: asked for, and long enough to pay (`too_short`)."""
+        return self.asked_parallel and too_short(self.tasks) is None
+
+    def start_pool(self) -> ProcessPoolExecutor | None:
+        """The process pool of a parallel run on this machine, started now (before the live view's
+        thread: `testbed.scenario.sweep.start_pool`); None for any other run."""
+        if not self.parallel or self.options.dask:
+            return None
+        return start_pool(self.tasks, self.options.jobs)
+
+    def run_parallel(self, view: LiveView | None = None,
+                     pool: ProcessPoolExecutor | None = None) -> None:
         """Every repetition of every `engine: sim` cell at once (`--jobs`, `--dask`), each cell's
         files written here as it finishes; KeyboardInterrupt marks the run interrupted and
         propagates once the workers are stopped.
 
-        view: the live view, told of each finished cell."""
-        tasks = [(c, rep) for c in self.cells for rep in range(self.scenario.repetitions)]
+        view: the live view, told of each finished cell; pool: `start_pool`'s, if started."""
+        tasks = self.tasks
         view = view or LiveView(self.console, self.cells, self.scenario.repetitions, enabled=False)
         where = (f"the Dask cluster at {self.options.dask}" if self.options.dask else
                  f"{workers(self.options.jobs, len(tasks))} processes")
@@ -249,7 +275,7 @@ class ScenarioRun:
             if self.options.dask:
                 run_on_dask(tasks, self.loaded.base_dir, self.options.dask, done)
             else:
-                run_in_pool(tasks, self.loaded.base_dir, self.options.jobs, done)
+                run_in_pool(tasks, self.loaded.base_dir, self.options.jobs, done, pool)
         except KeyboardInterrupt:
             self.interrupted = True
             raise
@@ -286,13 +312,21 @@ def run_scenario(loaded: LoadedScenario, options: RunOptions | None = None) -> R
     the report: `testbed.report.write_report(result.run_dir)`).
 
     loaded: the scenario as loaded; options: overrides, profile, output folder, --jobs/--dask."""
-    with ScenarioRun(loaded, options) as run, LiveView(
-            run.console, run.cells, run.scenario.repetitions, enabled=run.options.progress) as view:
-        if run.parallel:
-            with contextlib.suppress(KeyboardInterrupt):  # recorded: run.interrupted
-                run.run_parallel(view)
-        else:
-            _run_in_turn(run, view)
+    with ScenarioRun(loaded, options) as run:
+        pool = run.start_pool()  # forked before the live view's thread starts
+        try:
+            with LiveView(run.console, run.cells, run.scenario.repetitions,
+                          enabled=run.options.progress) as view:
+                if run.parallel:
+                    with contextlib.suppress(KeyboardInterrupt):  # recorded: run.interrupted
+                        run.run_parallel(view, pool)
+                else:
+                    if run.asked_parallel:
+                        view.log(str(too_short(run.tasks)))
+                    _run_in_turn(run, view)
+        finally:
+            if pool is not None:  # run_parallel shut it down; not if the view failed first
+                pool.shutdown(wait=False, cancel_futures=True)
     return run.finish()
 
 

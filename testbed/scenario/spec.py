@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -14,6 +15,7 @@ from testbed.plugins import is_ref
 from testbed.profiles import load_profiles, paper
 from testbed.profiles.registry import known_services
 from testbed.scaler import registry
+from testbed.scaler.ppo import read_manifest
 from testbed.scaler.share import read_share_meta
 from testbed.traces import PACKAGE, packaged_traces
 
@@ -190,10 +192,6 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
         if s.model and s.model not in models and not (base_dir / s.model).is_file():
             models.add(s.model)  # named once, where it first appears
             problems.append((("services", i, "model"), f"model file {s.model!r} not found"))
-        if _sets_shares(s.policy) and (scn.engine == "sim" or scn.compare_sim):
-            problems.append((("services", i, "policy"),
-                             f"{s.policy} sets shares and batches: it runs on the testbed engine "
-                             "(without compare_sim); on the simulator use `testbed sim compare`"))
     staged: dict[str, int] = {}
     for i, pipe in enumerate(scn.pipelines):
         for j, name in enumerate(pipe.services):
@@ -286,25 +284,69 @@ def _sets_shares(policy: str) -> bool:
     return not is_ref(policy) and registry.resolve(policy).sets_shares
 
 
-def check_policies(scn: Scenario, base_dir: Path, params: dict[str, Any] | None = None
-                   ) -> list[tuple[tuple, str]]:
-    """Every `module:Class` policy of a cell, imported from the scenario's folder: a module that
-    fails to import, a missing class or one with no `act` is a problem at its line (the matrix
-    key's where the cell's policy comes from the matrix).
+def check_policies(scn: Scenario, base_dir: Path, params: dict[str, Any] | None = None,
+                   profiles: Mapping[str, Any] | None = None) -> list[tuple[tuple, str]]:
+    """Every policy of a cell: a `module:Class` imported from the scenario's folder (a module that
+    fails to import, a missing class or one with no `act`), and one that sets MPS shares where it
+    cannot (the simulator engine, a service without a `gpu:` curve), each a problem at its line
+    (the matrix key's where the cell's policy comes from the matrix).
 
     scn: the scenario (or a cell's); base_dir: where modules are imported from; params: the cell's
-    matrix values."""
+    matrix values; profiles: the cell's service profiles (None: the gpu curve is not checked)."""
     problems: list[tuple[tuple, str]] = []
     swept = [k for k in (params or {}) if k == "policy" or k.endswith(".policy")]
     for i, s in enumerate(scn.services):
+        where = ("matrix", swept[0]) if swept else ("services", i, "policy")
         if not is_ref(s.policy):
+            problems += [(where, m) for m in _share_problems(scn, s, profiles)]
+            problems += _agent_problems(s, i, base_dir)
             continue
         try:
             registry.resolve(s.policy, base_dir=base_dir)
         except ConfigError as exc:
-            where = ("matrix", swept[0]) if swept else ("services", i, "policy")
             problems.append((where, exc.problems[0].message))
     return problems
+
+
+def _agent_problems(s: ServiceSpec, i: int, base_dir: Path) -> list[tuple[tuple, str]]:
+    """A trained agent of one service (ppo's `model:`) given to another: it would load only
+    when the cell starts."""
+    entry = registry.resolve(s.policy)
+    if not (entry.needs_model and entry.build is not None and s.model):
+        return []
+    path = base_dir / s.model
+    if not path.is_file():
+        return []  # check_scenario names the missing file
+    try:
+        agent = read_manifest(path)["service"]
+    except ConfigError as exc:
+        return [(("services", i, "model"), exc.problems[0].message)]
+    if agent != s.name:
+        return [(("services", i, "model"),
+                 f"{s.model} is an agent trained for {agent}, not {s.name}: train one with "
+                 f"`testbed train {s.name} --profiles FILE --trace FILE`")]
+    return []
+
+
+def _share_problems(scn: Scenario, s: ServiceSpec, profiles: Mapping[str, Any] | None
+                    ) -> list[str]:
+    """Why a policy that sets MPS shares and batch sizes (fa2, gslice, inss, ddpg) cannot run for
+    service `s` of this cell: the simulator engine runs DRAFAS's configuration (25 % slices, batch
+    1), and a planner needs the service's `gpu:` curve (its batch and share times)."""
+    if not _sets_shares(s.policy):
+        return []
+    if scn.engine == "sim" or scn.compare_sim:
+        return [f"{s.policy} sets shares and batches: it runs on the testbed engine (without "
+                "compare_sim); on the simulator use `testbed sim compare`"]
+    profile = (profiles or {}).get(s.name)
+    if registry.resolve(s.policy).needs_model and not s.model:
+        return []  # the shipped actor: check_share_models names the services it plans
+    if profile is not None and profile.gpu is None:
+        where = f" in {scn.service_profiles}" if scn.service_profiles else ""
+        return [f"{s.policy} sets shares and batches from the service's GPU curve, and "
+                f"{s.name}'s profile{where} has none: give it `gpu: default` (the built-in "
+                "curve) or a `gpu:` block of its own, or choose a policy that sets no shares"]
+    return []
 
 
 def check_share_models(scn: Scenario, base_dir: Path, params: dict[str, Any] | None = None
@@ -319,6 +361,8 @@ def check_share_models(scn: Scenario, base_dir: Path, params: dict[str, Any] | N
 
 
     problems: list[tuple[tuple, str]] = []
+    if scn.engine == "sim":
+        return problems  # check_policies refuses a share planner there, whatever its model
     from_matrix = "policy" in (params or {})
     actors = [name for name, e in registry.entries().items()
               if e.sets_shares and e.default_model is not None]  # trained actors: inss, ddpg

@@ -7,6 +7,16 @@ cell's result depends on its scenario and seed alone, so the run directory, and 
 from it in cell order, are those of a sequential run. Workers on other machines need the package
 and the scenario's traces and models at the same paths as here.
 
+What a parallel sweep costs, and what is done about it (docs/sweeps.md has the figures):
+- A worker process must start and import the simulator (about a second). On Linux the pool's
+  workers are forked from this process, which has imported it already, before the live view starts
+  its thread (`start_pool`); elsewhere they are spawned.
+- The simulator runs its per-request passes compiled once a process has simulated about 35 days
+  (`testbed.sim.passes`). Each worker would pay that apprenticeship again on the numpy path; a
+  worker whose share of the sweep crosses it runs compiled from its first request instead.
+- A sweep too short to pay for its workers (under MIN_PARALLEL_SIM_S of simulated service time)
+  says so and runs its cells in turn (`too_short`).
+
 Ctrl-C (KeyboardInterrupt) cancels what has not started, stops the pool's workers (they ignore
 SIGINT themselves, so the pool is not broken half-way) or cancels the Dask futures, and
 re-raises: nothing of the run keeps running.
@@ -14,9 +24,11 @@ re-raises: nothing of the run keeps running.
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -25,11 +37,37 @@ from typing import Any
 from testbed.errors import MissingRequirement, TestbedError
 from testbed.scenario.matrix import Cell
 from testbed.scenario.simcell import simulate_cell
+from testbed.sim.passes import COMPILED_AFTER_S, COMPILED_ENV, compiled_kernels
 
 Task = tuple[Cell, int]  # a cell and a repetition
 OnDone = Callable[[int, dict[str, Any]], None]  # (task index, its files)
 DASK_INSTALL = 'pip install "dask[distributed]" (or the package\'s extra: pip install -e ".[distributed]")'
 DASK_CONNECT_S = 30  # seconds to reach the scheduler before the run gives up
+
+
+# simulated service-seconds (a cell's duration x its services with clients, summed over the
+# sweep) under which the cells run in turn: two service-days take 0.1-3 s to simulate, what a
+# worker's start costs
+MIN_PARALLEL_SIM_S = 2 * 86400.0
+
+
+def simulated_seconds(tasks: list[Task]) -> float:
+    """The service-seconds a sweep simulates: each task's duration times its clients' services.
+
+    tasks: (cell, repetition) pairs."""
+    return sum(cell.scenario.duration_s * len({c.service for c in cell.scenario.clients})
+               for cell, _ in tasks)
+
+
+def too_short(tasks: list[Task]) -> str | None:
+    """Why these tasks run in turn rather than in parallel (one line), or None when they pay.
+
+    tasks: (cell, repetition) pairs."""
+    total = simulated_seconds(tasks)
+    if total >= MIN_PARALLEL_SIM_S:
+        return None
+    return (f"{len(tasks)} cell repetitions simulate {total / 3600:.3g} service-hours in all, too "
+            "short to pay for starting workers: running them in turn")
 
 
 def cores() -> int:
@@ -73,21 +111,52 @@ def require_dask() -> None:
                                  ) from None
 
 
-def _ignore_sigint() -> None:
+def _start_worker(compiled: bool) -> None:
     # Ctrl-C reaches the whole process group: the parent stops the workers, they do not stop
     # themselves half-way through a task and break the pool
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if compiled:  # its share crosses COMPILED_AFTER_S anyway: compiled from the first request
+        os.environ[COMPILED_ENV] = "1"
+        compiled_kernels()  # numba's cache, loaded while the pool starts
 
 
-def run_in_pool(tasks: list[Task], base_dir: Path, jobs: int, on_done: OnDone) -> None:
-    """Every task in a pool of `workers(jobs, len(tasks))` processes, `on_done(index, files)` as
+def _ready() -> None:
+    """A no-op task: submitted once per worker, it makes the pool start them now."""
+
+
+def compiled_pays(tasks: list[Task], n: int) -> bool:
+    """Whether each of `n` workers will simulate past COMPILED_AFTER_S (so runs compiled from its
+    first request), numba is installed and TESTBED_SIM_COMPILED does not decide it already.
+
+    tasks: (cell, repetition) pairs; n: the workers sharing them."""
+    return (os.environ.get(COMPILED_ENV) is None
+            and simulated_seconds(tasks) / n >= COMPILED_AFTER_S
+            and importlib.util.find_spec("numba") is not None)
+
+
+def start_pool(tasks: list[Task], jobs: int) -> ProcessPoolExecutor:
+    """A started pool of `workers(jobs, len(tasks))` processes for these tasks.
+
+    On Linux the workers are forked from this process (the simulator imported already: no
+    second or more of imports each), so call this before any thread of this process starts (the
+    live view's); elsewhere they are spawned. tasks: (cell, repetition) pairs; jobs: as --jobs."""
+    n = workers(jobs, len(tasks))
+    method = "fork" if sys.platform == "linux" else "spawn"
+    pool = ProcessPoolExecutor(n, initializer=_start_worker, initargs=(compiled_pays(tasks, n),),
+                               mp_context=multiprocessing.get_context(method))
+    for _ in range(n):  # a fork pool starts every worker on the first; a spawn pool one each
+        pool.submit(_ready)
+    return pool
+
+
+def run_in_pool(tasks: list[Task], base_dir: Path, jobs: int, on_done: OnDone,
+                pool: ProcessPoolExecutor | None = None) -> None:
+    """Every task in `pool` (default: `start_pool(tasks, jobs)`), `on_done(index, files)` as
     each finishes (in this process); a task's exception and KeyboardInterrupt stop the pool and
     propagate.
 
     tasks: (cell, repetition) pairs; base_dir: the scenario's folder; jobs: as --jobs."""
-    # spawn: a fresh interpreter per worker, never a fork of this process's threads (live view)
-    pool = ProcessPoolExecutor(workers(jobs, len(tasks)), initializer=_ignore_sigint,
-                               mp_context=multiprocessing.get_context("spawn"))
+    pool = pool or start_pool(tasks, jobs)
     try:
         futures: dict[Future, int] = {pool.submit(simulate_cell, cell, rep, base_dir): i
                                       for i, (cell, rep) in enumerate(tasks)}

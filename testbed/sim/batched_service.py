@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from testbed.errors import ConfigError, ConfigProblem, StateError
-from testbed.metrics.window import WindowMetrics
+from testbed.metrics.window import WindowMetrics, latency_percentiles
 from testbed.profiles import ServiceProfile
 from testbed.profiles.paper import UNIT_PCT
 from testbed.sim.queueing import serve_fast
@@ -178,7 +178,7 @@ class BatchedService:
             nominal = self._batch_factors(sizes)  # a batch's time over one request's, at 25 %
             base = draw_mean * nominal
         else:
-            nominal = base = np.empty(0)
+            draw_mean = nominal = base = np.empty(0)
         finish = np.full(nb, np.nan)
         owner = np.full(nb, -1, dtype=np.int64)
         start_pending = [list(inst.pending) for inst in self.instances]
@@ -211,10 +211,15 @@ class BatchedService:
             pend = [self.instances[n].pending for n in targets]
             who = np.asarray(targets)[slot]
             # tokens per instance and fixed window, before the queue (as SimService)
-            adm = self._admit(ready_t[j0:j1], who, nominal[j0:j1], tokens) if limited else slice(None)
+            if self._floored:  # the floor holds the batch and share factors together
+                cost = self._floor_factors(sizes[j0:j1], who)
+                felt = np.array([stretch.get(id(self.instances[n]), 1.0) for n in targets])
+                times = draw_mean[j0:j1] * cost * felt[slot]
+            else:
+                cost, times = nominal[j0:j1], base[j0:j1] * speed[slot]
+            adm = self._admit(ready_t[j0:j1], who, cost, tokens) if limited else slice(None)
             sub = finish[j0:j1]  # a view: batches not admitted stay NaN
-            sub[adm] = serve_fast(ready_t[j0:j1][adm], (base[j0:j1] * speed[slot])[adm], slot[adm],
-                                  pend, waiting)
+            sub[adm] = serve_fast(ready_t[j0:j1][adm], times[adm], slot[adm], pend, waiting)
             for n, p in zip(targets, pend, strict=True):
                 self.instances[n].pending = p
             owner[j0:j1] = who
@@ -234,11 +239,26 @@ class BatchedService:
         it can serve whatever its batch and share. In DRAFAS's configuration every batch is one
         request at 25 % and takes one token, exactly as in SimService."""
         limit, window = self.profile.rate_limit  # type: ignore[misc]
-        factors = np.array([self.factor(inst.share) for inst in self.instances])
-        cost = nominal * factors[who]
+        if self._floored:  # `nominal` is already batch and share together (`_floor_factors`)
+            cost = nominal
+        else:
+            factors = np.array([self.factor(inst.share) for inst in self.instances])
+            cost = nominal * factors[who]
         if np.all(cost == 1.0):
             return rate_limit_admit(closes, who, limit, window, tokens)
         return rate_limit_admit(closes, who, limit, window, tokens, cost)
+
+    @property
+    def _floored(self) -> bool:
+        g = self.profile.gpu
+        return g is not None and g.floor > 0
+
+    def _floor_factors(self, sizes: np.ndarray, who: np.ndarray) -> np.ndarray:
+        """`GpuCurve.factor` of each batch (its size) on its instance (`who`, its share)."""
+        g = self.profile.gpu
+        shares = np.array([self.factor(inst.share) for inst in self.instances])[who]
+        work = self._batch_factors(sizes) * shares
+        return np.maximum(g.floor, work) / max(g.floor, 1.0)  # type: ignore[union-attr]
 
     def _batch_factors(self, sizes: np.ndarray) -> np.ndarray:
         g = self.profile.gpu
@@ -299,9 +319,12 @@ class BatchedService:
             violations=counted - on_time,
             utilization=util,
             instances=ready,
-            mean_proc_time_ms=1000.0 * float(latency.mean()) if served else None,
+            mean_latency_ms=1000.0 * float(latency.mean()) if served else None,
             queue_length=(self._queued(t1, sizes, finish, owner, start_pending) if self.measure_queue
                           else None),
+            dropped=dropped,
+            # measured, as the queue, only while a policy reads its windows
+            **(latency_percentiles(1000.0 * latency) if self.measure_queue else {}),
         )
         return GpuStepOutcome(window, counted, served, on_time, dropped, float(latency.sum()), nb)
 

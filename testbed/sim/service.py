@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from testbed.metrics.window import WindowMetrics
+from testbed.metrics.window import WindowMetrics, latency_percentiles
 from testbed.profiles import ServiceProfile
 from testbed.sim.passes import compiled_passes
 from testbed.sim.queueing import serve_exact, serve_fast, waiting_at_ends
@@ -89,6 +89,7 @@ class _Outcomes:
         self.cols = cols
         self.n = len(cols[0])  # windows; read on every step, a method call dearer than the field
         self.queue: list[int | None] = [None] * self.n  # waiting at each end (None: not measured)
+        self.percentiles: list[dict] | None = None  # p50/p95/p99 per window (None: not measured)
 
     def __len__(self) -> int:
         return self.n
@@ -104,9 +105,12 @@ class _Outcomes:
             violations=drop + slow[w],
             utilization=util[w],
             instances=ready[w],
-            mean_proc_time_ms=1000.0 * ps / acc if acc else None,
+            mean_latency_ms=1000.0 * ps / acc if acc else None,
             queue_length=self.queue[w],
+            dropped=drop,
         )
+        if self.percentiles is not None:
+            window.__dict__.update(self.percentiles[w])  # the fast window's fields, as fast() fills them
         return StepOutcome(window, acc, drop, ps)
 
 
@@ -306,7 +310,26 @@ class SimService:
         if self.measure_queue:  # a pass over the chunk's requests: only for a policy that reads it
             outcomes.queue = waiting_at_ends(t0, step, steps, a, finish, owner, start_pending,
                                              self.profile.capacity)
+            outcomes.percentiles = self._percentiles(t0, step, steps, a, finish, done_in)
         return _Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes, done_in)
+
+    def _percentiles(self, t0, step, steps, a, finish, done_in) -> list[dict]:
+        """Each window's latency percentiles over the requests it counts as served (as
+        `_outcomes` counts them: by completion, with those carried in from the chunk before, or
+        by arrival)."""
+        ok = finish == finish
+        if self.slo_counting == "completion":
+            f_all = np.concatenate((done_in[0], finish[ok]))
+            latency = np.concatenate((done_in[1], finish[ok] - a[ok]))
+            w = window_of(f_all, t0, step)
+        else:
+            w = np.minimum(window_of(a[ok], t0, step), steps - 1)
+            latency = finish[ok] - a[ok]
+        keep = w < steps
+        order = np.lexsort((latency[keep], w[keep]))
+        w, latency = w[keep][order], 1000.0 * latency[keep][order]
+        edges = np.searchsorted(w, np.arange(steps + 1))
+        return [latency_percentiles(latency[edges[i]:edges[i + 1]]) for i in range(steps)]
 
     def _serve_numpy(self, a, s, j0, j1, *, targets, rr, tokens, pend, finish, owner):
         """Arrivals [j0, j1) of a chunk through the numpy kernels: writes their finish times and

@@ -238,8 +238,9 @@ def share_bound(
     no queueing, every batch at the batch size and share that use the least GPU (% x s) per unit
     of processing time while a lone batch of the fastest draws still meets the SLO.
 
-    A batch of k requests at share s takes mean(draws) x batch(k) x share(s) x (1 + I), so it uses
-    at least e·sum(draws) of % x s, e = min over (k, s) of s·batch(k)·share(s)/k. With share S held
+    A batch of k requests at share s takes mean(draws) x factor(k, s) x (1 + I) (`GpuCurve.factor`:
+    batch(k) x share(s), held at the curve's floor), so it uses at least e·sum(draws) of % x s,
+    e = min over (k, s) of s·factor(k, s)/k. With share S held
     over the step, the requests of step t can use at most S·(step + SLO) % x s (nothing is done
     before they arrive or after the SLO), so at most the m smallest draws with e·(their sum) within
     it are on time. `proc_s` (one draw per arrival, the simulator's common random numbers) makes
@@ -253,7 +254,7 @@ def share_bound(
     shares = np.arange(0.5, 100.0001, 0.5)
     for b in range(1, (g.max_batch if g else 1) + 1):
         for s in shares if g else [unit_pct]:
-            factor = g.batch_factor(b) * g.share_factor(s) if g else 1.0
+            factor = g.factor(b, s) if g else 1.0
             if fastest * factor > slo_s:
                 continue
             smallest = min(smallest, s)

@@ -323,3 +323,39 @@ def test_processing_times_keep_the_profiles_mean_at_a_time_scale():
     # an overrun is paid back, not a request made to wait longer: nine in ten within the profile's
     # 20 ms and a timer's slack (a busy machine may still overrun the odd request's own sleep)
     assert sorted(times)[int(0.9 * len(times))] < 20.0 + 5.0, sorted(times)[-10:]
+
+
+def test_imgcls_reads_its_form_without_aiohttps_multipart_parser(monkeypatch):
+    """Issue 41: a replica reads the 'files' parts by one split of the body (aiohttp's multipart
+    reader parsed each part's headers through the email package: most of a sleeping replica's
+    CPU). The parts are the bytes aiohttp's form writer sent; other fields are left out."""
+    from aiohttp import web
+
+    from testbed.cluster.handlers import form_boundary, form_fields
+
+    def refuse(*a, **k):
+        raise AssertionError("aiohttp's multipart reader was used")
+
+    monkeypatch.setattr(web.Request, "multipart", refuse)
+    jpegs = [b"\xff\xd8" + bytes(range(256)) * 40 + b"\r\n--", b"\xff\xd8\r\n\r\nend"]
+
+    async def main():
+        replica = EmulatedReplica("imgcls", FAST, time_scale=100, sleep_only=True)
+        form = aiohttp.FormData()
+        form.add_field("note", b"\x89PNG not a file", filename="n.png", content_type="image/png")
+        for i, data in enumerate(jpegs):
+            form.add_field("files", data, filename=f"{i}.jpg", content_type="image/jpeg")
+        async with serve(replica) as server, aiohttp.ClientSession() as s, \
+                s.post(server.make_url("/classify_batch"), data=form) as r:
+            return r.status, await r.json()
+
+    status, doc = asyncio.run(main())
+    assert status == 200 and len(doc["predictions"]) == 2
+    boundary = form_boundary('multipart/form-data; boundary="b 1"')
+    assert boundary == b"b 1"
+    body = b'--b 1\r\nContent-Disposition: form-data; name="files"\r\n\r\nA\r\n--b 1\r\n' \
+           b'Content-Disposition: form-data; filename="x"; name=other\r\n\r\nB\r\n--b 1--\r\n'
+    assert form_fields(body, boundary, "files") == [b"A"]
+    assert form_fields(body, boundary, "other") == [b"B"]
+    assert form_fields(body[:-8], boundary, "files") is None  # no closing delimiter
+    assert form_boundary("application/json") is None

@@ -214,3 +214,11 @@ def test_flow_queue_drop_is_tail_or_head():
     assert p.startswith("tb.yaml:5: link.flow_queue_drop:") and "'tail' or 'head'" in p
     [p] = problems(with_link("flow_queue_drop: head"))
     assert p.startswith("tb.yaml:4: link.flow_queue_drop:") and "needs flow_queues" in p
+
+
+def test_a_5qi_the_standard_does_not_define_is_one_line_naming_file_line_and_field():
+    [p] = problems(GOOD.replace("    count: 3", "    count: 3\n    five_qi: 11"))
+    assert p.startswith("tb.yaml:17: ue_groups[0].five_qi: 5QI 11 is not a standardized 5QI of "
+                        "3GPP TS 23.501 Table 5.7.4-1")
+    assert "\n" not in p
+    assert load(GOOD.replace("    count: 3", "    count: 3\n    five_qi: 82")).ue_groups[0].five_qi == 82

@@ -111,3 +111,51 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def _voice_spec():
+    """The default testbed with its ai group at 5QI 5 and a 5 Mbit/s AMBR."""
+    spec = load_testbed()
+    voice = spec.ue_groups[0].model_copy(update={"five_qi": 5, "ambr_uplink_mbit": 5.0})
+    return spec.model_copy(update={"ue_groups": [voice, *spec.ue_groups[1:]]})
+
+
+def test_script_gives_a_5qi_its_priority_by_static_address_and_leaves_ambr_to_the_gnb() -> None:
+    text = shaping_script(_voice_spec())
+    assert "# 5QI priority inside the slices (AMBR: the gNB's): group ai 5QI 5 -> HTB prio 0" in text
+    # no 5 Mbit/s ceiling on the uplink
+    assert 'dev "$dev" parent 1:100 classid 1:4000 htb rate 8kbit ceil 100000kbit prio 0' in text
+    assert "ht 400:2: match ip src 10.45.0.2/32 flowid 1:4000" in text
+    assert "ht 400:2: match ip dst 10.45.0.2/32 flowid 1:4000" in text
+    no_static = _voice_spec()
+    no_static = no_static.model_copy(update={"ue_groups": [
+        no_static.ue_groups[0].model_copy(update={"static_address": False}), no_static.ue_groups[1]]})
+    assert "400:" not in shaping_script(no_static)  # the SMF's pool: no address to key on
+
+
+@pytest.mark.needs_root
+def test_the_5qi_leaves_install_on_a_real_kernel(tmp_path: Path, upf_host: Run) -> None:
+    run = upf_host
+    script = tmp_path / "shape.sh"
+    script.write_text(shaping_script(_voice_spec()))
+    _start(run, script)
+    for dev in ("tbv0", "tbifb0"):
+        classes = run("tc", "class", "show", "dev", dev).stdout
+        assert "class htb 1:4000 parent 1:100 leaf 4000: prio 0" in classes, classes
+        filters = run("tc", "filter", "show", "dev", dev).stdout
+        assert "key ht 400 bkt 2 *flowid 1:4000" in filters, filters  # 10.45.0.2's last octet
+        assert "link 400:" in filters
+    assert run("sh", str(script), "stop", "tbv0").returncode == 0
+
+
+def test_a_conditions_trace_is_refused_in_one_line_on_the_lab() -> None:
+    from testbed.config.conditions import ConditionsSpec, ConditionStep
+    from testbed.errors import ConfigError
+
+    spec = load_testbed()
+    trace = ConditionsSpec(trace="t.csv", steps=[ConditionStep(time_s=0, capacity_mbit=5)])
+    spec = spec.model_copy(update={"link": spec.link.model_copy(update={"conditions": [trace]})})
+    with pytest.raises(ConfigError) as exc:
+        shaping_script(spec)
+    assert str(exc.value.problems[0]).startswith("<testbed>: link.conditions: conditions traces "
+                                                 "are replayed on the local profile only")

@@ -46,7 +46,7 @@ def request_to(path):
 
 async def run_against(base, path, n=5, timeout_s=4.0):
     records = []
-    cfg = ClientConfig("chatbot", base, slice="embb", timeout_s=timeout_s)
+    cfg = ClientConfig("chatbot", base, slice="embb", ue_group="cam", timeout_s=timeout_s)
     async with LoadClient(cfg, [records.append], request_factory=request_to(path)) as client:
         summary = await client.run_open_loop(constant_schedule(100, n / 100))
     return summary, records
@@ -84,6 +84,7 @@ def test_faults_are_counted_and_classified():
         assert {r.error for r in records} == {kind}, (key, [r.error for r in records])
     ok = out["/ok"][1][0]
     assert ok.status == 200 and ok.slice == "embb" and ok.bytes_down > 0 and ok.bytes_up > 0
+    assert ok.ue_group == "cam"
     assert out["/err"][1][0].status == 500
     timeouts = out["/slow"][1]
     assert all(250 <= r.latency_ms < 1500 for r in timeouts)

@@ -66,3 +66,30 @@ def test_window_rate_is_unbiased_by_a_partly_covered_interval():
         w = c.window(seconds, [0])
         assert w.seconds <= seconds + 1e-6
         assert w.request_rate == pytest.approx(4.0)
+
+
+def test_window_percentiles_are_of_its_served_requests_and_drops_are_counted():
+    now = [0.0]
+    c = ServiceCollector("imgcls", slo_ms=500, capacity=1, clock=lambda: now[0])
+    for second in range(1, 61):  # a minute before the window: 10 s latencies, not in it
+        c.arrival()
+        c.completion(10_000.0, ok=True)
+        now[0] = float(second)
+        c.sample([1])
+    for ms in range(1, 101):  # the window: 1..100 ms, and 20 dropped at once
+        c.arrival()
+        c.completion(float(ms), ok=True)
+    for _ in range(20):
+        c.arrival()
+        c.completion(0.5, ok=False, dropped=True)
+    now[0] = 61.0
+    c.sample([1])
+    w = c.window(1.0, [1])
+    assert (w.arrivals, w.dropped, w.admitted) == (120, 20, 100)
+    assert w.p50_latency_ms == pytest.approx(50.5) and w.p99_latency_ms == pytest.approx(99.01)
+    assert w.p95_latency_ms == pytest.approx(95.05) and w.violations == 20
+    # the latencies older than twice the widest window asked for are let go
+    for second in range(62, 200):
+        now[0] = float(second)
+        c.sample([1])
+    assert not any(t.latencies_ms for t in c.ticks if t.t_end < now[0] - 120)

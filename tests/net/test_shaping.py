@@ -192,3 +192,60 @@ def test_perturbed_flow_queues_hash_with_a_salted_program_instead_of_u32_tables(
 def test_flow_queue_perturb_needs_flow_queues():
     with pytest.raises(ValueError, match="flow_queue_perturb_s sets each flow queue"):
         LinkSpec(flow_queue_perturb_s=2)
+
+
+def _ue_shapers(n: int, **group):
+    """Uplink and downlink shapers of the default testbed with `n` UEs in group ai (with `group`'s
+    fields), placed as the topology places them."""
+    from testbed.net.shaping import ue_shapes
+    from testbed.net.topology import Topology
+
+    spec = load_testbed()
+    ai = spec.slices[0].model_copy(update={"subnet": __import__("ipaddress").ip_network("10.44.0.0/22")})
+    groups = [spec.ue_groups[0].model_copy(update={"count": n, **group}), spec.ue_groups[1]]
+    spec = spec.model_copy(update={"slices": [ai, spec.slices[1]], "ue_groups": groups})
+    ues = ue_shapes(spec, Topology.from_spec(spec).ues)
+    return shapers_for(spec.link, list(spec.slices), n3="n3", n6="n6", ues=ues)
+
+
+def test_a_ue_with_a_binding_ambr_gets_its_own_leaf_found_by_a_hash_of_its_last_octet():
+    up, down = _ue_shapers(2, ambr_uplink_mbit=5.0)
+    assert [(u.ue.address, u.parent, u.classid, u.ceil_mbit) for u in up.ue_classes] == [
+        ("10.44.0.2", "1:100", "1:4000", 5.0), ("10.44.0.3", "1:100", "1:4001", 5.0)]
+    assert down.ue_classes == []  # 1000 Mbit/s down binds nothing on a 100 Mbit/s link
+    cmds = [" ".join(c) for c in up.commands()]
+    assert "tc filter add dev n6 parent 1: prio 1 handle 400: protocol ip u32 divisor 256" in cmds
+    assert ("tc filter add dev n6 parent 1: prio 1 protocol ip u32 ht 400:3: match ip src "
+            "10.44.0.3/32 flowid 1:4001") in cmds
+    assert cmds[-1].endswith("match u32 0 0 hashkey mask 0x000000ff at 12 link 400:")
+    # the slices' filters come after the UEs' hash; the ai class's other UEs get a leaf of their own
+    assert any("prio 2 u32 match ip src 10.44.0.0/22 flowid 1:100" in c for c in cmds)
+    assert "tc filter add dev n6 parent 1:100 prio 1 protocol ip u32 match u32 0 0 flowid 1:200" in cmds
+
+
+def test_a_thousand_ues_cost_a_packet_at_most_four_keys():
+    up, _ = _ue_shapers(1000, ambr_uplink_mbit=5.0)
+    buckets: dict[str, int] = {}
+    for c in up.commands():
+        if "ht" in c:
+            buckets[c[c.index("ht") + 1]] = buckets.get(c[c.index("ht") + 1], 0) + 1
+    assert len(up.ue_classes) == 1000 and len(buckets) == 256 and max(buckets.values()) == 4
+
+
+@pytest.mark.parametrize(("five_qi", "prio"), [(69, 0), (5, 0), (1, 1), (82, 1), (6, 4), (9, 7)])
+def test_5qi_maps_to_htb_prio_through_its_priority_level(five_qi, prio):
+    from testbed.net.shaping import htb_prio
+
+    assert htb_prio(five_qi) == prio
+    up, down = _ue_shapers(1, five_qi=five_qi)
+    if five_qi == 9:  # the default's: nothing to enforce, no leaf
+        assert up.ue_classes == down.ue_classes == []
+    else:
+        assert [(u.prio, u.ceil_mbit) for u in up.ue_classes + down.ue_classes] == [(prio, 100)] * 2
+
+
+def test_lab_shaper_leaves_ambr_to_the_gnb():
+    up, _ = _ue_shapers(1, ambr_uplink_mbit=5.0, five_qi=5)
+    lab = Shaper(up.device, up.direction, up.link, up.slices, up.ues, enforce_ambr=False)
+    assert [u.ceil_mbit for u in lab.ue_classes] == [100]
+    assert [u.ceil_mbit for u in up.ue_classes] == [5]

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -45,8 +46,18 @@ def test_over_time_figure_names_its_cell_and_starts_rates_at_zero(tmp_path: Path
 
     def spy(fig, *a, **k):
         titles.append(fig._suptitle.get_text() if fig._suptitle else None)
-        ylims.append(fig.axes[1].get_ylim()[0])
+        ylims.append(fig.axes[1].get_ylim())
         return real_savefig(fig, *a, **k)
     monkeypatch.setattr(plt.Figure, "savefig", spy)
     assert plots.timeseries(cell, tmp_path, "00-base", title="cell base, rep 1") is not None
-    assert titles == ["cell base, rep 1"] and ylims == [0.0]
+    (low, high), = ylims
+    # from zero, padded a little below it: a rate of 0 would lie on the frame
+    assert titles == ["cell base, rep 1"] and -0.05 * high < low < 0
+
+
+@pytest.mark.parametrize("worst", [0.0, 0.02, 0.5, 1.0])
+def test_every_violation_line_lies_inside_the_frame(worst: float):
+    """A cell whose every request missed its SLO drew its 100 % line on the frame (issue 43)."""
+    low, high = plots.violation_ylim(worst)
+    assert low < 0 < 100 * worst < high or (worst == 0 and low < 0 < high)
+    assert high >= 10  # a small rate stays visible

@@ -197,3 +197,29 @@ def test_latency_cdfs_draw_one_line_per_cell_with_its_tail(tmp_path, monkeypatch
     xs, ys = drawn["10 flows, no slice"]
     assert xs[4:6] == [100, 900] and ys[4] == 0.5 and ys[-1] == 1.0
     assert max(drawn["10 flows, with slice"][0]) == 100
+
+
+def test_the_network_panel_plots_each_busy_slice_over_scenario_time_beside_latency(tmp_path):
+    """net.jsonl's slice rows at scenario time ((t - measure_started) x time scale), idle slices
+    and UE leaves left out; the report shows the panel in "Over time"."""
+    from testbed.report.netplot import slice_series, slice_throughput
+
+    cell = CellDir.create(tmp_path, "00-base", 0)
+    cell.info.write_text(json.dumps({"slug": "00-base", "time_scale": 2.0, "duration_s": 20,
+                                     "measured_s": 20, "measure_started": 1000.0}))
+    with (cell.requests / "imgcls-ai-0.jsonl").open("w") as f:
+        f.writelines(json.dumps({**_record("imgcls", 100.0, seq=k), "sent": 1000.0 + k}) + "\n"
+                     for k in range(10))
+    for k in range(10):
+        for slice_, direction, mbit in (("ai", "uplink", 20.0 + k), ("ai", "downlink", 3.0),
+                                        ("be", "uplink", 0.0)):
+            append_jsonl(cell.net, {"t": 1000.0 + k, "direction": direction, "slice": slice_,
+                                    "group": None, "ue": None, "rate_mbit": mbit})
+        append_jsonl(cell.net, {"t": 1000.0 + k, "direction": "uplink", "slice": "ai",
+                                "group": "cam", "ue": "10.45.0.2", "rate_mbit": 5.0})
+    series = slice_series(cell.path)
+    assert sorted(series) == [("ai", "downlink"), ("ai", "uplink")]
+    assert series[("ai", "uplink")]["t"][:3] == [0.0, 2.0, 4.0]
+    assert series[("ai", "uplink")]["mbit"][:2] == [20.0, 21.0]
+    png = slice_throughput(cell.path, tmp_path, "x", title="cell base")
+    assert png is not None and png.stat().st_size > 20000

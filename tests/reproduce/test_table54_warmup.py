@@ -34,7 +34,8 @@ def _rows(reward: float | None) -> list[dict]:
 
 
 def _table54(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[dict], **options):
-    """`_table54` with a fake `_run` that keeps the scenario it was given and returns `rows`."""
+    """`_table54` with a fake `_run` that keeps the scenario it was given and returns `rows`: the
+    verdict and the scenario's text (a list of them when the window ran in segments)."""
     given: list[str] = []
 
     def fake_run(path, partial, opts, overrides=None, *, text=None):
@@ -45,8 +46,7 @@ def _table54(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[dict], 
     opts = Options(traces_dir=_traces(tmp_path / "traces"), rule_only=True, progress=lambda _: None,
                    **options)
     verdict = run._table54(ARTEFACTS["table5.4"], tmp_path, opts)
-    [text] = given
-    return verdict, text
+    return verdict, given[0] if len(given) == 1 else given
 
 
 def test_quick_measures_its_window_after_a_warmup_that_the_scenario_accepts(tmp_path, monkeypatch):
@@ -94,10 +94,13 @@ def test_the_whole_day_at_a_time_scale_runs_sleeping_replicas_and_is_judged_agai
     """--t54-time-scale 4 on the whole day: the scenario runs at time scale 4 with replicas that
     only sleep, the title says so, and the cells are judged against the paper (no NOT RUN): with
     the rows 0.05 off the paper's reward, the table FAILs."""
-    verdict, text = _table54(tmp_path, monkeypatch, _rows(-0.08), t54_start_s=0,
-                             t54_duration_s=86400, t54_repetitions=1, t54_time_scale=4.0)
-    scn = parse_scenario(text, "slo-testbed.yaml", run.SCENARIOS).scenario
-    assert (scn.time_scale, scn.replica_work, scn.duration_s) == (4.0, "sleep", 86400)
+    verdict, texts = _table54(tmp_path, monkeypatch, _rows(-0.08), t54_start_s=0,
+                              t54_duration_s=86400, t54_repetitions=1, t54_time_scale=4.0)
+    # in 24 checkpointed segments of an hour, each after a warm-up but the first (issue 41)
+    scns = [parse_scenario(t, "slo-testbed.yaml", run.SCENARIOS).scenario for t in texts]
+    assert [(s.clients[0].start_s, s.duration_s, s.warmup_s) for s in scns] == [
+        (h * 3600, 3600, 120 if h else 0) for h in range(24)]
+    assert {(s.time_scale, s.replica_work) for s in scns} == {(4.0, "sleep")}
     assert "at time scale 4 (replicas sleeping their profile's time)" in verdict.table.title
     assert verdict.verdict == FAIL and not verdict.decided_by
     _, real = _table54(tmp_path / "b", monkeypatch, _rows(-0.05))

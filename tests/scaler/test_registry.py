@@ -210,3 +210,18 @@ def test_a_masked_index_from_a_policy_of_ones_own_is_refused(folder, capsys):
     (folder / "lenient.py").write_text("class Down:\n    adjust_masked = True\n"
                                        "    def act(self, observation, action_mask):\n        return 0\n")
     assert main(_eval("lenient:Down")) == 0
+
+
+def test_a_users_policy_has_one_label_the_reference_it_was_named_by():
+    """`sim eval` and a scenario call a user's policy alike: by its `module:Class`, whatever its
+    own `name` says (the example's is "queue"), in results and in the decision log."""
+    from pathlib import Path
+
+    from testbed.scaler.policies import policy_name
+    from testbed.scaler.registry import make_policy
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    policy = make_policy("policies.queue_policy:QueuePolicy", "imgcls", total_units=8,
+                         base_dir=examples)
+    assert policy.name == "queue"
+    assert policy_name(policy) == "policies.queue_policy:QueuePolicy"

@@ -166,6 +166,9 @@ def test_fixture_lab_scaler_decisions_reach_the_deployment(tmp_path: Path):
     # the run put the Deployment back where it found it
     assert replicas_at_end == 2
     assert not hosts.active
+    # the cell's record names the imgcls server's mode its manifest ran (issue 42)
+    assert json.loads((_cell(result.run_dir) / "cell.json").read_text())["lab"]["server_modes"] == \
+        {"imgcls": "overlap"}
 
 
 def test_unreachable_api_server_is_one_line_and_starts_nothing(tmp_path: Path):

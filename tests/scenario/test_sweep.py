@@ -20,9 +20,10 @@ from rich.console import Console
 
 from testbed.errors import MissingRequirement, TestbedError
 from testbed.report.export import export
+from testbed.scenario import sweep as sweep_module
 from testbed.scenario.load import load_scenario
 from testbed.scenario.runner import RunOptions, run_scenario
-from testbed.scenario.sweep import check_options, cores, workers
+from testbed.scenario.sweep import check_options, cores, too_short, workers
 
 # scenarios/sim-tables.yaml at a test's size: constant-rate clients instead of the test day's
 # traces, five minutes per cell, rule v2 (no model files), two dotted keys and an alias
@@ -86,11 +87,35 @@ def test_rows_record_the_values_they_ran_with(tmp_path: Path):
     assert by_cell[(2, 5)]["mean_replicas"] > by_cell[(1, 5)]["mean_replicas"]
 
 
-def test_jobs_2_gives_the_rows_of_jobs_1(tmp_path: Path):
+@pytest.fixture
+def any_length(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sweeps of a test's size run in parallel as asked (too short to pay, they would not)."""
+    monkeypatch.setattr(sweep_module, "MIN_PARALLEL_SIM_S", 0.0)
+
+
+def test_jobs_2_gives_the_rows_of_jobs_1(tmp_path: Path, any_length: None):
     one, _ = sweep(tmp_path / "one", jobs=1)
     two, printed = sweep(tmp_path / "two", jobs=2)
     assert "8 cell repetitions on 2 processes" in printed
     assert two == one
+
+
+def test_a_sweep_too_short_to_pay_says_so_and_runs_in_turn(tmp_path: Path):
+    one, _ = sweep(tmp_path / "one", jobs=1)
+    two, printed = sweep(tmp_path / "two", jobs=2)
+    assert "8 cell repetitions simulate 1.33 service-hours in all, too short to pay" in printed
+    assert "in turn" in printed and "on 2 processes" not in printed
+    assert two == one
+
+
+def test_a_day_long_sweep_pays(tmp_path: Path):
+    from testbed.scenario.matrix import expand
+
+    (tmp_path / "day.yaml").write_text(SWEEP.replace("duration_s: 300", "duration_s: 86400"))
+    day = load_scenario(tmp_path / "day.yaml")
+    tasks = [(c, rep) for c in expand(day.scenario, day.testbed) for rep in range(2)]
+    assert too_short(tasks) is None and too_short(tasks[:1]) is None  # one cell: two service-days
+    assert too_short([]) is not None
 
 
 def test_jobs_0_is_every_core_and_never_more_than_the_tasks():
@@ -133,7 +158,7 @@ def test_without_dask_the_option_says_how_to_install_it(monkeypatch: pytest.Monk
 
 
 @pytest.mark.timeout(300)
-def test_a_dask_cluster_gives_the_rows_of_a_sequential_run(tmp_path: Path):
+def test_a_dask_cluster_gives_the_rows_of_a_sequential_run(tmp_path: Path, any_length: None):
     distributed = pytest.importorskip("distributed", reason="dask[distributed] is not installed "
                                       "(pip install -e '.[distributed]')")
     one, _ = sweep(tmp_path / "one")
@@ -185,7 +210,7 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=dict(os.environ, COLUMNS="200"))
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and len(children(proc.pid)) < 3:  # 2 workers + tracker
+    while time.monotonic() < deadline and len(children(proc.pid)) < 2:  # the 2 workers
         time.sleep(0.2)
     time.sleep(1.0)  # the workers are simulating
     seen = children(proc.pid)
@@ -204,3 +229,66 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path):
     assert not [p for p in seen if alive(p)]
     results = json.loads(next((tmp_path / "runs").glob("*/results.json")).read_text())
     assert results["interrupted"] is True
+
+
+# a sweep of one's own from its own folder: every path relative to the scenario file
+OWN = """\
+name: own
+engine: sim
+service_profiles: profiles/own.yaml
+traces_dir: data
+duration_s: 600
+scaler_period_s: 30
+services:
+  - {name: own, policy: static}
+clients:
+  - {service: own, trace: own-day.txt}
+matrix:
+  policy: [static, rule_v2, "pols.mine:Holder"]
+"""
+OWN_PROFILE = """\
+services:
+  own: {capacity: 1, queue_limit: 11, proc_time_ms: [90, 140], startup_ms: 8000, slo_ms: 800}
+"""
+OWN_POLICY = """\
+class Holder:
+    def act(self, observation, action_mask):
+        return 3 if action_mask[3] else 2
+"""
+
+
+def own_sweep(folder: Path) -> Path:
+    """The files of OWN in `folder`: the scenario, its profile, trace and policy module."""
+    for name, text in {"own.yaml": OWN, "profiles/own.yaml": OWN_PROFILE,
+                       "pols/mine.py": OWN_POLICY,
+                       "data/own-day.txt": "60 300\n60 600\n" * 5}.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder / "own.yaml"
+
+
+@pytest.mark.timeout(300)
+def test_a_sweep_from_its_own_folder_finds_its_files_on_dask(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            any_length: None):
+    distributed = pytest.importorskip("distributed", reason="dask[distributed] is not installed "
+                                      "(pip install -e '.[distributed]')")
+    own_sweep(tmp_path)
+    # the workers start elsewhere (as `dask worker` does on its own), the user runs from the
+    # scenario's folder, naming its files relative to it
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        monkeypatch.chdir(tmp_path)
+        loaded = load_scenario("own.yaml")
+        assert loaded.base_dir == tmp_path.resolve()  # resolved once, at load
+
+        def rows(**options: Any) -> list[dict]:
+            result = run_scenario(loaded, RunOptions(out_root=Path("runs"), progress=False,
+                                                     console=Console(file=StringIO()), **options))
+            assert not result.problems and not result.interrupted
+            return [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in result.rows]
+
+        one = rows()
+        dask = rows(dask=cluster.scheduler_address)
+    assert len(one) == 3 and dask == one
+    assert {r["policy"] for r in one} == {"static", "rule_v2", "pols.mine:Holder"}

@@ -51,11 +51,15 @@ def _records(traces, table, services, policy_name, options):
         lines.append(repr((d.time, d.service, d.policy, d.request_rate, d.utilization,
                            d.slo_violation_rate, d.mask, d.proposed, d.applied, d.replicas_before,
                            d.replicas_after, d.free_units, d.reward, d.target)))
-        # the window's fields as pinned: queue_length came later (issue 33) and is not in the pin
-        # (tests/sim/test_service.py measures it); every figure that was is hashed as before
+        # the window's fields as pinned, under the names they had: queue_length (issue 33), the
+        # percentiles and drops (issue 43) came later and are not in the pin (tests/sim and
+        # tests/examples measure them); every figure that was is hashed as before
         w = out.window
-        lines.append(repr((w, out.served, out.dropped, out.proc_time_sum_s)).replace(
-            f", queue_length={w.queue_length!r})", ")", 1))
+        pinned = ", ".join(f"{k}={getattr(w, k)!r}" for k in (
+            "service", "seconds", "arrivals", "completed", "violations", "utilization",
+            "instances"))
+        lines.append(f"(WindowMetrics({pinned}, mean_proc_time_ms={w.mean_latency_ms!r}), "
+                     f"{out.served!r}, {out.dropped!r}, {out.proc_time_sum_s!r})")
 
     results = evaluate(policies, traces, table.ratios, on_decision=record, options=options, cluster=cluster)
     for r in results.values():

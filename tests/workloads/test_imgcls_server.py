@@ -4,6 +4,7 @@ as a process with torchvision's ResNet152 in its own environment (scripts/setup 
 import asyncio
 import importlib.util
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,72 @@ def test_with_a_batch_size_requests_share_one_forward_pass():
         check_response("imgcls", body)
         assert len(json.loads(body)["predictions"]) == 4
     assert calls == [(12, 3, 224, 224)]  # three requests of four images, one pass
+
+
+FORWARD_S = 0.04  # the injected forward pass: a GPU kernel's time, the CPU left free (a sleep)
+PREP_S = 0.01  # each image's preprocessing (a sleep, so the figure is the server's, not this CPU's)
+
+
+class SleepingForward(TinyNet):
+    """TinyNet whose forward pass takes FORWARD_S."""
+
+    def forward(self, x):
+        time.sleep(FORWARD_S)
+        return super().forward(x)
+
+
+def _throughput(mode: str | None, requests: int = 36, conns: int = 4) -> float:
+    """Requests per second of the server in `mode` under `conns` closed-loop connections, after each
+    connection's first request (the warm-up)."""
+    server = load_server()
+    req = build_request("imgcls", ContentSet(seed=3, n_images=8))
+    decoded = server.preprocess(ContentSet(seed=3, n_images=1).images(1)[0])
+
+    def timed_preprocess(data, *args, **kwargs):
+        time.sleep(PREP_S)
+        return decoded
+
+    server.preprocess = timed_preprocess  # `prepare` looks it up at call time
+    clf = server.Classifier(SleepingForward(), ["red", "green", "blue"], device="cpu")
+
+    async def main():
+        app = server.make_app(clf, mode=mode, workers=conns)
+        async with TestServer(app, host="127.0.0.1") as srv, aiohttp.ClientSession() as s:
+            url = str(srv.make_url(req.target))
+            done: list[float] = []
+
+            async def conn(n: int):
+                for _ in range(n):
+                    async with s.post(url, data=req.body, headers=req.headers) as r:
+                        assert r.status == 200, await r.text()
+                        check_response("imgcls", await r.read())
+                    done.append(time.perf_counter())
+
+            await asyncio.gather(*(conn(requests // conns) for _ in range(conns)))
+            done.sort()
+            return (len(done) - conns) / (done[-1] - done[conns - 1])
+
+    return asyncio.run(main())
+
+
+def test_overlapped_server_is_bound_by_the_forward_pass_not_the_cpu():
+    """Issue 42: with preprocessing out of the lock, beside the forward pass, throughput approaches
+    one request per forward time (25/s here) although a request's preprocessing (40 ms) is as long
+    as its forward pass; the serial server (the dissertation's) is bound by their sum (12.5/s)."""
+    rps = _throughput("overlap")
+    assert rps >= 0.8 / FORWARD_S, f"{rps:.1f} req/s, forward-bound would be {1 / FORWARD_S:.0f}"
+
+
+def test_serial_mode_is_one_setting_away_and_serial(monkeypatch):
+    """TESTBED_IMGCLS_MODE=serial is the dissertation's server: one request's preprocessing and
+    forward pass under the lock at a time, so throughput stays at most 1 / (forward + CPU work)."""
+    monkeypatch.setenv("TESTBED_IMGCLS_MODE", "serial")
+    server = load_server()
+    clf = server.Classifier(TinyNet(), ["red"], device="cpu")
+    assert server.make_app(clf) is not None
+    monkeypatch.setenv("TESTBED_IMGCLS_MODE", "fast")
+    with pytest.raises(ValueError, match="TESTBED_IMGCLS_MODE"):
+        server.make_app(clf)
+    monkeypatch.setenv("TESTBED_IMGCLS_MODE", "serial")
+    rps = _throughput(None)  # the environment's mode
+    assert rps <= 1.1 / (FORWARD_S + 4 * PREP_S), f"{rps:.1f} req/s: not serial"

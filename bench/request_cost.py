@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""What one request costs the harness in CPU, per process group (prints figures; not a test).
+
+Starts the local cluster (three services, replicas sleeping their profile's time, at a time
+scale) with its in-process balancer in this process, and one load-client process per service
+sending at a constant rate, as `testbed run` does. Reads each process's CPU seconds (user +
+system, /proc/<pid>/stat) before and after the load and prints CPU milliseconds per completed
+request for: the replicas (together), the balancer (this process), the clients (together), and
+the kernel's softirq time (system-wide, /proc/stat: includes other work on the machine).
+A refused request (503: a replica starved of CPU on a busy machine fills its queue) costs less
+than a served one: the clients' errors are printed, and a run with many is not a fair figure.
+
+Per-process CPU time is what a request costs wherever it runs, so the figures hold on a busy
+machine (their wall-clock lateness does not; it is printed with /proc/loadavg for context).
+
+    python3 bench/request_cost.py [--time-scale 16] [--duration 10] [--rates 30,125,30]
+    python3 bench/request_cost.py --profile imgcls     # also py-spy an imgcls replica (needs py-spy)
+    python3 bench/pyspy_top.py request_cost.pyspy.txt   # where its samples fall
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SERVICES = ("chatbot", "imgcls", "tts")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def softirq_s() -> float:
+    """Softirq CPU seconds of the whole machine so far."""
+    return int(Path("/proc/stat").read_text().split("\n", 1)[0].split()[7]) / TICK
+
+
+def client_main(service: str, url: str, rate: float, duration: float, lead: float) -> None:
+    """One load client at a constant rate; prints a JSON line of what it saw."""
+    from testbed.load.client import ClientConfig, LoadClient
+    from testbed.load.records import schedule_lag_ms
+    from testbed.load.stats import percentile
+    from testbed.load.trace import constant_schedule
+
+    records: list[dict] = []
+
+    async def run() -> None:
+        sink = [lambda r: records.append(json.loads(r.to_json()))]
+        async with LoadClient(ClientConfig(service, url), sink) as c:
+            await c.run_open_loop(constant_schedule(rate, duration), lead_s=lead)
+
+    asyncio.run(run())
+    lags = [lag for r in records if (lag := schedule_lag_ms(r)) is not None]
+    print(json.dumps({"service": service, "requests": len(records),
+                      "errors": sum(1 for r in records if r.get("error")),
+                      "error_kinds": dict(Counter(f"{r['error']} {r['status']}" for r in records
+                                                  if r.get("error"))),
+                      "p99_lateness_ms": percentile(lags, 0.99)}), flush=True)
+
+
+async def measure(args: argparse.Namespace) -> dict:
+    from testbed.cluster.local import LocalCluster
+
+    rates = dict(zip(SERVICES, (float(x) for x in args.rates.split(",")), strict=True))
+    replicas = dict(zip(SERVICES, (int(x) for x in args.replicas.split(",")), strict=True))
+    async with LocalCluster(services=list(SERVICES), initial=replicas, time_scale=args.time_scale,
+                            sleep_only=True, use_espeak=False) as cluster:
+        await cluster.wait_ready(120)
+        lead = 1.0  # the clients' start-up lies outside the measured stretch
+        clients = {s: subprocess.Popen(
+            [sys.executable, __file__, "--client", s, cluster.endpoint(s), str(rates[s]),
+             str(args.duration), str(lead)], stdout=subprocess.PIPE, text=True) for s in SERVICES}
+        await asyncio.sleep(lead * 0.8)
+        reps = {s: [r.proc.pid for r in cluster.replicas(s)] for s in SERVICES}
+        pids = {"balancer": [os.getpid()], "clients": [p.pid for p in clients.values()],
+                **{f"replicas {s}": reps[s] for s in SERVICES}}
+        before = {g: sum(cpu_s(p) for p in ps) for g, ps in pids.items()}
+        sirq0, w0 = softirq_s(), time.monotonic()
+        spy = None
+        if args.profile:
+            who = os.getpid() if args.profile == "balancer" else reps[args.profile][0]
+            spy = subprocess.Popen(["py-spy", "record", "--nonblocking", "-r", "200", "-d",
+                                    str(int(args.duration * 0.8)), "-f", "raw", "-o",
+                                    str(args.profile_out), "-p", str(who)], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        await asyncio.sleep(args.duration * 0.85)
+        after = {g: sum(cpu_s(p) for p in ps) for g, ps in pids.items()}
+        sirq1, w1 = softirq_s(), time.monotonic()
+        seen = [json.loads((await asyncio.to_thread(p.communicate))[0].strip().splitlines()[-1])
+                for p in clients.values()]
+        if spy is not None:
+            await asyncio.to_thread(spy.wait)
+    done = {c["service"]: c for c in seen}
+    # requests completed in the measured stretch: the constant rate over its length
+    n = sum(rates.values()) * (w1 - w0)
+    return {"time_scale": args.time_scale, "rates": rates, "wall_s": w1 - w0, "requests": n,
+            "cpu_s": {g: after[g] - before[g] for g in pids}, "softirq_s": sirq1 - sirq0,
+            "clients": done, "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
+
+
+def show(res: dict) -> None:
+    n = res["requests"]
+    print(f"time scale {res['time_scale']:g}, {sum(res['rates'].values()):g} req/s "
+          f"({', '.join(f'{s} {r:g}' for s, r in res['rates'].items())}), {res['wall_s']:.1f} s "
+          f"measured, about {n:.0f} requests; loadavg {' '.join(res['loadavg'])}")
+    print(f"{'process group':<18} {'CPU s':>7} {'CPU ms/request':>15} {'% of a core':>12}")
+    total = 0.0
+    for g, c in [*res["cpu_s"].items(), ("kernel softirq*", res["softirq_s"])]:
+        total += c
+        own = ""  # a service's replicas: per request of that service too
+        if g.startswith("replicas "):
+            own = f"  ({1000 * c / (res['rates'][g[9:]] * res['wall_s']):.3f} per {g[9:]} request)"
+        print(f"{g:<18} {c:>7.2f} {1000 * c / n:>15.3f} {100 * c / res['wall_s']:>11.0f}%{own}")
+    print(f"{'total':<18} {total:>7.2f} {1000 * total / n:>15.3f} {100 * total / res['wall_s']:>11.0f}%")
+    print("* softirq is the whole machine's, other work included")
+    for s, c in res["clients"].items():
+        late = c["p99_lateness_ms"]
+        print(f"client {s:<8} requests {c['requests']:>6}  errors {c['errors']:>5}  "
+              f"p99 lateness {late if late is None else round(late, 1)} ms (wall)  "
+              f"{c.get('error_kinds') or ''}")
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--client":
+        s, url, rate, dur, lead = sys.argv[2:7]
+        client_main(s, url, float(rate), float(dur), float(lead))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--time-scale", type=float, default=16.0)
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds of load")
+    ap.add_argument("--rates", default="30,125,30", help="req/s of chatbot,imgcls,tts")
+    ap.add_argument("--replicas", default="2,4,2", help="replicas of chatbot,imgcls,tts")
+    ap.add_argument("--profile", choices=(*SERVICES, "balancer"),
+                    help="py-spy one replica of this service, or the balancer (py-spy's raw "
+                         "stacks go to --profile-out; bench/pyspy_top.py sums them)")
+    ap.add_argument("--profile-out", type=Path, default=Path("request_cost.pyspy.txt"))
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+    if args.profile and shutil.which("py-spy") is None:
+        ap.error("--profile needs py-spy on PATH (pip install py-spy)")
+    res = asyncio.run(measure(args))
+    show(res)
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Table 5.4 over a long window (the whole test day) in checkpointed segments: the window is cut
+into segments of T54_SEGMENT_S of the test day, each one scenario run (after a warm-up that
+replays the trace before it, so that the replicas meet it as the run before left them), and each
+segment's result rows are kept in `<out>.partial/t54/` as soon as it finishes. An interrupted
+reproduce resumes after the last finished segment (`testbed reproduce table5.4 --resume DIR`);
+the segments' rows are then combined into one row per policy, repetition and service.
+
+A window no longer than one segment runs as one scenario run, as before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+T54_SEGMENT_S = 3600  # a checkpoint every hour of the test day
+SEGMENT_WARMUP_S = 120  # the trace's two minutes before a segment, not measured (4 scaler periods)
+
+# how each figure of a service row combines over segments: weighted by the row's requests, by
+# its scaler decisions (by the segment's seconds where a row has no such count, as the
+# simulator's), by the segment's measured seconds; counts add up
+BY_REQUESTS = ("slo_violation_rate", "mean_latency_ms", "mean_sched_latency_ms")
+# percentiles do not combine from the segments' own: left out of a combined row
+NOT_COMBINED = ("p50_latency_ms", "p99_latency_ms", "p99_lateness_ms", "latency_sd_ms")
+BY_DECISIONS = ("reward",)
+BY_SECONDS = ("mean_replicas",)
+SUMMED = ("requests", "decisions", "warmup_requests", "planned_requests", "lost_requests")
+
+RunSegment = Callable[[dict[str, Any]], tuple[Path, list[dict[str, Any]]]]
+
+
+def segments(start_s: int, duration_s: float, segment_s: float) -> list[tuple[int, float]]:
+    """(start in seconds of the test day, length) of each segment of the window."""
+    out, at, end = [], float(start_s), start_s + duration_s
+    while at < end - 1e-9:
+        out.append((int(at), min(segment_s, end - at)))
+        at += segment_s
+    return out
+
+
+def run_segments(data: dict[str, Any], *, start_s: int, duration_s: float, warmup_s: float,
+                 partial: Path, run: RunSegment, progress: Callable[[str], None] = print,
+                 segment_s: float | None = None) -> tuple[list[str], list[dict[str, Any]]]:
+    """Run the scenario `data` (clients without start_s, no duration) over the window segment by
+    segment, keeping each finished segment's rows in `partial`/t54/; segments found there are
+    not run again. Returns the segments' run directories and the rows combined over segments.
+
+    warmup_s: the first segment's warm-up (the later ones replay SEGMENT_WARMUP_S before them);
+    run: runs one scenario (its data) and returns its run directory and result rows;
+    segment_s: the segments' length (default T54_SEGMENT_S)."""
+    parts = segments(start_s, duration_s, segment_s or T54_SEGMENT_S)
+    kept = partial / "t54"
+    kept.mkdir(parents=True, exist_ok=True)
+    run_dirs: list[str] = []
+    per_segment: list[tuple[float, list[dict[str, Any]]]] = []
+    for i, (at, length) in enumerate(parts):
+        saved = kept / f"segment-{i:03d}-{at}.json"
+        if saved.is_file():
+            doc = json.loads(saved.read_text())
+            progress(f"Table 5.4 segment {i + 1}/{len(parts)}: resumed from {saved}")
+        else:
+            first = i == 0
+            seg = {**data, "clients": [{**c, "start_s": at} for c in data["clients"]],
+                   "duration_s": length,
+                   "warmup_s": warmup_s if first else min(SEGMENT_WARMUP_S, at)}
+            if len(parts) > 1:
+                progress(f"Table 5.4 segment {i + 1}/{len(parts)}: {length:g} s from "
+                         f"{at // 3600:02d}:{at % 3600 // 60:02d}")
+            run_dir, rows = run(seg)
+            doc = {"start_s": at, "duration_s": length, "run_dir": str(run_dir), "rows": rows}
+            tmp = saved.with_suffix(".tmp")
+            tmp.write_text(json.dumps(doc, default=str))
+            tmp.replace(saved)  # whole or absent: a resume never reads half a segment
+        run_dirs.append(doc["run_dir"])
+        per_segment.append((doc["duration_s"], doc["rows"]))
+    if len(per_segment) == 1:
+        return run_dirs, per_segment[0][1]
+    return run_dirs, combine_rows(per_segment)
+
+
+def combine_rows(per_segment: list[tuple[float, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """One service row per (engine, policy, repetition, service) from each segment's rows (its
+    measured seconds and rows): figures weighted as BY_REQUESTS, BY_DECISIONS and BY_SECONDS say,
+    counts summed, percentiles left out; a cell failed in any segment is failed. Rows without a
+    service (iperf3) are left out."""
+    groups: dict[tuple[Any, ...], list[tuple[float, dict[str, Any]]]] = {}
+    for seconds, rows in per_segment:
+        for r in rows:
+            if r.get("service") is None:
+                continue
+            key = (r.get("engine"), r.get("policy"), r.get("rep"), r["service"])
+            groups.setdefault(key, []).append((seconds, r))
+    out = []
+    for parts in groups.values():
+        row = dict(parts[0][1])
+        for col in (*BY_REQUESTS, *BY_DECISIONS, *BY_SECONDS):
+            weight = ("requests" if col in BY_REQUESTS else "decisions" if col in BY_DECISIONS
+                      else None)
+            if weight and any(r.get(weight) is None for _, r in parts):
+                weight = None  # the simulator's rows count no requests: by seconds
+            pairs = [((r.get(weight) or 0) if weight else s, r.get(col)) for s, r in parts]
+            pairs = [(w, v) for w, v in pairs if v is not None and w > 0]
+            total = sum(w for w, _ in pairs)
+            row[col] = sum(w * v for w, v in pairs) / total if total else None
+        for col in SUMMED:
+            vals = [r.get(col) for _, r in parts if r.get(col) is not None]
+            row[col] = sum(vals) if vals else None
+        for col in NOT_COMBINED:
+            row.pop(col, None)
+        statuses = [r.get("status") for _, r in parts]
+        row["status"] = next((s for s in statuses if s != "ok"), "ok")
+        row["segments"] = len(parts)
+        out.append(row)
+    return out

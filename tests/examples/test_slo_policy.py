@@ -1,0 +1,46 @@
+"""The policy protocol's example (examples/policies/slo_policy.py, README "Simulator and scaler"):
+a policy that reads its window's p95 latency and its service's SLO scales the example ASR
+service on the simulator, and each window it saw carries what the protocol promises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from testbed.load.trace import load_trace
+from testbed.profiles import load_profiles
+from testbed.scaler.registry import make_policy
+from testbed.train.evaluate import evaluate
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run(policy_name: str, seen: list | None = None):
+    profiles = load_profiles(EXAMPLES / "asr" / "asr.yaml")
+    policy = make_policy(policy_name, "asr", total_units=8, profiles=profiles, base_dir=EXAMPLES)
+    if seen is not None:
+        observe = policy.observe
+        policy.observe = lambda w: (seen.append(w), observe(w))
+    trace = load_trace(EXAMPLES / "asr" / "asr-day.txt")
+    return evaluate({"asr": policy}, {"asr": trace}, {"asr": 1.0}, total_units=8,
+                    profiles={"asr": profiles["asr"]})["asr"]
+
+
+def test_the_example_policy_keeps_p95_under_the_slo_it_reads_from_the_window():
+    seen: list = []
+    own = run("policies.slo_policy:SloPolicy", seen)
+    static = run("static")
+    assert own.slo_violation_rate < static.slo_violation_rate / 4, (own, static)
+    assert own.instances > 1.2  # it scaled: the peak needs more than one replica
+    assert {w.slo_ms for w in seen} == {800.0} and seen[0].profile.name == "asr"
+    served = [w for w in seen if w.p95_latency_ms is not None]
+    assert len(served) > len(seen) / 2
+    for w in served:
+        assert w.p50_latency_ms <= w.p95_latency_ms <= w.p99_latency_ms
+        assert w.admitted == w.arrivals - w.dropped and w.dropped >= 0
+        assert w.mean_proc_time_ms == w.mean_latency_ms  # the old name reads the new field
+    # the percentiles are the window's own: the windows past the SLO are those of a high p99
+    late = [w for w in served if w.slo_violation_rate > 0.05 and not w.dropped]
+    assert all(w.p99_latency_ms > 800 * 0.9 for w in late), [w.p99_latency_ms for w in late]
+    assert np.median([w.p50_latency_ms for w in served]) < 800

@@ -1,0 +1,101 @@
+"""Issue 41: Table 5.4 over a long window runs in checkpointed segments, and `testbed reproduce
+table5.4 --resume RUN_DIR` continues an interrupted run after its last finished segment with the
+same result as a run straight through. The scenario runs through the simulator here (a stand-in
+for the testbed's runs: the same segments, deterministic, in seconds); what is under test is the
+checkpointing, the resume and the combination of the segments' rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+import testbed.reproduce.run as repro
+import testbed.reproduce.segments as seg
+from testbed.cli import main
+from testbed.reproduce.artefacts import select
+from testbed.reproduce.model import Options
+from testbed.scenario.load import parse_scenario
+from testbed.scenario.runner import RunOptions, run_scenario
+from testbed.traces import packaged_traces
+
+TRACES = packaged_traces()
+
+
+@pytest.fixture
+def sim_runs(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Table 5.4's scenario runs go through the simulator (no warm-up: the simulator has none),
+    in segments of 600 s; returns the start of each segment run, in order."""
+    started: list[float] = []
+
+    def sim_run(path, partial, options, overrides=None, *, text=None):
+        data = yaml.safe_load(text)
+        started.append(data["clients"][0]["start_s"])
+        if getattr(options, "interrupt_at", None) == len(started):
+            raise KeyboardInterrupt
+        data.update(engine="sim", warmup_s=0, compare_sim=False)
+        loaded = parse_scenario(yaml.safe_dump(data), str(path), path.parent)
+        result = run_scenario(loaded, RunOptions(out_root=partial / "runs", progress=False))
+        return result.run_dir.relative_to(partial), result.rows
+
+    monkeypatch.setattr(repro, "_run", sim_run)
+    monkeypatch.setattr(repro, "preflight", lambda *a, **k: None)  # no root, models or extras
+    monkeypatch.setattr(seg, "T54_SEGMENT_S", 600)
+    return started
+
+
+def _options(out: Path) -> Options:
+    return Options(out=out, traces_dir=TRACES, rule_only=True, t54_duration_s=1800,
+                   t54_start_s=48600, t54_repetitions=1, show_runs=False, progress=lambda s: None)
+
+
+def _cells(result) -> list[tuple]:
+    (v,) = result.verdicts
+    return [(c.service, c.policy, c.ours) for c in v.table.cells]
+
+
+def test_an_interrupted_table54_resumes_after_its_segments_with_the_same_result(
+        tmp_path: Path, sim_runs: list[float]):
+    straight = repro.reproduce(select(["table5.4"]), _options(tmp_path / "straight"))
+    assert sim_runs == [48600, 49200, 49800]  # three segments of 600 s
+    sim_runs.clear()
+
+    interrupted = _options(tmp_path / "halves")
+    interrupted.interrupt_at = 2  # type: ignore[attr-defined]  # Ctrl-C in the second segment
+    with pytest.raises(KeyboardInterrupt):
+        repro.reproduce(select(["table5.4"]), interrupted)
+    partial = tmp_path / "halves.partial"
+    assert [p.name for p in sorted((partial / "t54").glob("*.json"))] == ["segment-000-48600.json"]
+    sim_runs.clear()
+
+    out, kept = repro.resumed(partial)
+    assert out == tmp_path / "halves" and kept["t54_duration_s"] == 1800
+    resumed = repro.reproduce(select(["table5.4"]), Options(out=out, **kept, show_runs=False,
+                                                           progress=lambda s: None))
+    assert sim_runs == [49200, 49800]  # the finished segment is not run again
+    assert _cells(resumed) == _cells(straight)
+    assert all(c[2]["reward"] is not None for c in _cells(straight))
+
+
+def test_rows_combine_by_requests_decisions_and_seconds():
+    row = {"engine": "testbed", "policy": "ppo", "rep": 0, "service": "imgcls", "status": "ok"}
+    a = {**row, "requests": 100, "slo_violation_rate": 0.1, "decisions": 10, "reward": -0.2,
+         "mean_replicas": 2.0, "mean_latency_ms": 100.0, "p99_latency_ms": 400.0}
+    b = {**row, "requests": 300, "slo_violation_rate": 0.3, "decisions": 30, "reward": -0.4,
+         "mean_replicas": 4.0, "mean_latency_ms": 200.0, "status": "failed"}
+    (c,) = seg.combine_rows([(600.0, [a, {"slice": "be", "iperf_goodput_mbit": 5}]), (1800.0, [b])])
+    assert c["requests"] == 400 and c["decisions"] == 40
+    assert c["slo_violation_rate"] == pytest.approx(0.25)  # (10 + 90) / 400
+    assert c["reward"] == pytest.approx(-0.35)
+    assert c["mean_replicas"] == pytest.approx(3.5)  # (2 * 600 + 4 * 1800) / 2400
+    assert c["mean_latency_ms"] == pytest.approx(175.0)
+    assert "p99_latency_ms" not in c and c["status"] == "failed" and c["segments"] == 2
+    assert seg.segments(0, 1500, 600) == [(0, 600), (600, 600), (1200, 300)]
+
+
+def test_resume_takes_the_runs_own_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    assert main(["reproduce", "table5.4", "--resume", str(tmp_path / "none")]) != 0
+    assert "no interrupted reproduce to resume" in capsys.readouterr().err
+    assert main(["reproduce", "table5.4", "--resume", str(tmp_path), "--t54-duration", "60"]) != 0
+    assert "leave out --t54-duration" in capsys.readouterr().err

@@ -1,0 +1,73 @@
+"""Issue 41: when a cell's clients fell behind, `testbed run` says which time scale this machine
+holds now (a probe measured on the spot) and how to rerun at it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from testbed.scenario.pace import advice, behind_cells, candidates, held_time_scale, peak_rate
+
+
+def _cell(run_dir: Path, slug: str, info: dict, records: list[dict]) -> None:
+    d = run_dir / "cells" / slug / "rep-0"
+    (d / "requests").mkdir(parents=True)
+    (d / "cell.json").write_text(json.dumps(info))
+    (d / "requests" / "imgcls.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _records(t0: float, per_second: list[int], time_scale: float) -> list[dict]:
+    """Records scheduled `per_second[i]` times in scenario second i (wall = scenario / scale)."""
+    out = []
+    for i, n in enumerate(per_second):
+        for k in range(n):
+            out.append({"service": "imgcls", "seq": len(out), "scheduled": t0 + (i + k / n) / time_scale,
+                        "sent": 0.0, "latency_ms": 1.0, "latency_sched_ms": 1.0, "status": 200,
+                        "bytes_up": 1, "bytes_down": 1, "error": None})
+    return out
+
+
+def test_the_advice_names_the_scale_the_probe_measured_and_the_command(tmp_path: Path):
+    t0 = 1_800_000_000.0  # on a whole scenario second at time scale 8
+    info = {"time_scale": 8, "slo_ms": {"imgcls": 500, "chatbot": 2500}, "status": "failed",
+            "behind_schedule": {"imgcls": 73.0}, "failures": ["imgcls: ..."]}
+    _cell(tmp_path, "base", info, _records(t0, [5, 31, 12], 8))
+    _cell(tmp_path, "other", {**info, "status": "ok", "behind_schedule": None}, [])
+    asked = []
+
+    def fake_probe(rate: float, slo_ms: float, time_scale: float) -> tuple[float, float]:
+        asked.append((rate, slo_ms, time_scale))
+        return 4.0, 31.5
+
+    line = advice(tmp_path, ["testbed", "run", "scenarios/x.yaml"], probe=fake_probe)
+    assert asked == [(31.0, 500.0, 8.0)]  # the busiest scenario second, imgcls's SLO, the run's scale
+    assert line == ("the machine fell behind at time scale 8 (imgcls); measured now, it holds time "
+                    "scale 4 for this scenario's peak of 31 requests/s (probe p99 lateness 32 ms, "
+                    "bound 50 ms, scenario time): rerun with testbed run scenarios/x.yaml "
+                    "--time-scale 4")
+    assert "\n" not in line
+    assert behind_cells(tmp_path) == {"base/rep-0": {"imgcls": 73.0}}
+    (tmp_path / "cells" / "base" / "rep-0" / "cell.json").write_text(
+        json.dumps({**info, "status": "ok", "behind_schedule": None}))
+    assert advice(tmp_path, ["testbed", "run", "x.yaml"], probe=fake_probe) is None
+
+
+def test_peak_rate_and_candidates():
+    assert peak_rate({"a": _records(1_800_000_000.0, [3, 9, 2], 16)}, 16) == 9
+    assert peak_rate({}, 4) == 0.0
+    assert candidates(16) == [16, 12, 8, 4, 2, 1]
+    assert candidates(400) == [400, 300, 200, 100, 50, 25, 12, 6, 3, 1]
+    assert candidates(1.5) == [1.5, 1.0]
+
+
+@pytest.mark.timed
+def test_the_probe_holds_a_light_load_and_not_one_beyond_what_a_process_sends():
+    """The real probe (load client, bare server): 2 scenario requests/s at time scale 2 hold (a
+    bound of 125 ms of wall time, for a busy machine too); 2,000 at time scale 4 do not (16,000
+    requests/s for 0.4 s: 6,400 requests, more than a Python process writes in that time at
+    0.1 ms each), and the scale it gives back keeps the bound or is 1."""
+    assert held_time_scale(2, 2500, 2)[0] == 2
+    held, late = held_time_scale(2000, 500, 4)
+    assert held < 4 and (held == 1 or late <= 50)
