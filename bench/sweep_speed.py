@@ -11,14 +11,16 @@ a whole day (86400 s, 2880 scaler periods). Each measurement is `python3 -m test
 that folder, start to exit, as a user times it (interpreter start, load, cells, report); the Dask
 cluster is started once beforehand (its start is printed apart). --repeat N runs each N times
 and takes the fastest. It prints the CPU time of each run with its workers (what the machine's
-load does not change much) and /proc/loadavg before and after each run: on a busy machine the
-workers share its cores with others, and the speed-up says so. Goal (issue 43): --jobs 2 at
+load does not change much), how many cells ran at once (their summed time over their span), and
+/proc/loadavg before and after each run: on a busy machine the workers share its cores with
+others, and the speed-up says so. Goal (issue 43): --jobs 2 at
 least 1.7x the run in turn, on a quiet machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import resource
@@ -91,14 +93,24 @@ def timed(folder: Path, *options: str) -> tuple[float, float]:
     return took, (after.ru_utime - cpu.ru_utime) + (after.ru_stime - cpu.ru_stime)
 
 
+def overlap(folder: Path) -> str:
+    """The newest run's cells: their summed time, the span from the first start to the last end,
+    and the ratio (how many ran at once: what parallelism gave, whatever the machine's load)."""
+    run = max((folder / "runs").iterdir(), key=lambda p: p.name)
+    cells = [json.loads(p.read_text()) for p in run.glob("cells/*/*/cell.json")]
+    busy = sum(c["ended"] - c["started"] for c in cells)
+    span = max(c["ended"] for c in cells) - min(c["started"] for c in cells)
+    return f"cells {busy:.1f} s summed over a {span:.1f} s span ({busy / span:.2f} at once)"
+
+
 def best(folder: Path, repeat: int, label: str, *options: str) -> float:
     times = []
     for _ in range(repeat):
         before = loadavg()
         wall, cpu = timed(folder, *options)
         times.append(wall)
-        print(f"  {label:<22} {wall:6.2f} s wall, {cpu:6.2f} s CPU   (loadavg before {before}, "
-              f"after {loadavg()})", flush=True)
+        print(f"  {label:<22} {wall:6.2f} s wall, {cpu:6.2f} s CPU, {overlap(folder)}   "
+              f"(loadavg before {before}, after {loadavg()})", flush=True)
     return min(times)
 
 

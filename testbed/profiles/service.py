@@ -114,21 +114,40 @@ DEFAULT_GPU_CURVE = "default"  # `gpu: default`: the packaged services' curve (s
 
 @functools.cache
 def builtin_gpu_curves() -> dict[str, dict[str, Any]]:
-    """The GPU curves a profile's `gpu:` may name instead of writing one out: `default` (alias
-    `assumed`), the `gpu_curve:` of the packaged services.yaml, and every packaged file
-    `testbed/profiles/gpu-NAME.yaml` (a curve, or a file with a `gpu_curve:` block) as `NAME`.
-    Name -> the curve's fields, as written."""
-    folder = resources.files("testbed.profiles")
-    packaged = yaml.safe_load(folder.joinpath("services.yaml").read_text(encoding="utf-8"))
+    """The GPU curves a profile's `gpu:` may name instead of writing one out (`gpu_curves_in` the
+    package's profiles folder): `default` (alias `assumed`) is services.yaml's curve. Name -> the
+    curve's fields, as written."""
+    return gpu_curves_in(resources.files("testbed.profiles"))
+
+
+def gpu_curves_in(folder: Any) -> dict[str, dict[str, Any]]:
+    """The named curves of a profiles folder: `default` and `assumed`, the `gpu_curve:` of its
+    services.yaml; for each file `gpu-NAME.yaml`, `NAME` for a curve (or a `gpu_curve:` block)
+    and `NAME:SERVICE` for each service's `gpu:` in a profile file's `services:` (as
+    `testbed sim fit-gpu` writes them: `gpu: measured:imgcls`).
+
+    folder: a Path or an importlib.resources Traversable."""
     curves: dict[str, dict[str, Any]] = {}
-    if isinstance(packaged, dict) and isinstance(packaged.get("gpu_curve"), dict):
-        curves[DEFAULT_GPU_CURVE] = curves["assumed"] = packaged["gpu_curve"]
+    packaged = folder.joinpath("services.yaml")
+    if packaged.is_file():
+        data = yaml.safe_load(packaged.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and isinstance(data.get("gpu_curve"), dict):
+            curves[DEFAULT_GPU_CURVE] = curves["assumed"] = data["gpu_curve"]
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.startswith("gpu-") and entry.name.endswith((".yaml", ".yml")):
-            data = yaml.safe_load(entry.read_text(encoding="utf-8"))
-            curve = data.get("gpu_curve", data) if isinstance(data, dict) else None
+        if not (entry.name.startswith("gpu-") and entry.name.endswith((".yaml", ".yml"))):
+            continue
+        name = entry.name[4:].rsplit(".", 1)[0]
+        data = yaml.safe_load(entry.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            continue
+        if isinstance(data.get("services"), dict):
+            for service, block in data["services"].items():
+                if isinstance(block, dict) and isinstance(block.get("gpu"), dict):
+                    curves[f"{name}:{service}"] = block["gpu"]
+        else:
+            curve = data.get("gpu_curve", data)
             if isinstance(curve, dict):
-                curves[entry.name[4:].rsplit(".", 1)[0]] = curve
+                curves[name] = curve
     return curves
 
 

@@ -30,10 +30,24 @@ from testbed.sim.gpu import GpuSimCluster
 from testbed.train.evaluate import evaluate
 
 
-def cell_traces(scn: Scenario, base_dir: Path) -> tuple[dict[str, Any], dict[str, float]]:
-    """Per service: its trace window (one client per service in the simulator) and ratio.
+def cell_inputs(scn: Scenario, base_dir: Path) -> dict[str, Any]:
+    """The files a cell reads, read here: `traces` (path -> Trace) and `profiles` (the profile
+    file's path, or None, -> its profiles), for a worker that may not share this filesystem.
 
     scn: the cell's scenario; base_dir: its folder."""
+    own = str(base_dir / scn.service_profiles) if scn.service_profiles else None
+    return {"traces": {str(trace_dir(scn, base_dir) / c.trace): load_trace(trace_dir(scn, base_dir)
+                                                                          / c.trace)
+                       for c in scn.clients if c.trace},
+            "profiles": {own: load_profiles(own)}}
+
+
+def cell_traces(scn: Scenario, base_dir: Path, inputs: dict[str, Any] | None = None
+                ) -> tuple[dict[str, Any], dict[str, float]]:
+    """Per service: its trace window (one client per service in the simulator) and ratio.
+
+    scn: the cell's scenario; base_dir: its folder; inputs: `cell_inputs`' traces, if read
+    already."""
 
     traces: dict[str, Trace] = {}
     ratios: dict[str, float] = {}
@@ -45,23 +59,26 @@ def cell_traces(scn: Scenario, base_dir: Path) -> tuple[dict[str, Any], dict[str
             traces[c.service] = Trace.constant(c.rate, seconds, name=f"constant {c.rate:g}/s")
             ratios[c.service] = 1.0
             continue
-        full = load_trace(trace_dir(scn, base_dir) / c.trace)
+        path = trace_dir(scn, base_dir) / c.trace
+        full = (inputs or {}).get("traces", {}).get(str(path)) or load_trace(path)
         traces[c.service] = full.window(c.shift_hours, c.start_s, seconds)
         ratios[c.service] = c.ratio
     return traces, ratios
 
 
 def sim_profiles(scn: Scenario, cluster_profiles: dict[str, Any] | None,
-                 base_dir: Path | None = None) -> dict[str, Any]:
+                 base_dir: Path | None = None, inputs: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
     """The simulator's profiles: the packaged ones (Table 4.4) with the scenario's
     `service_profiles:` file (under `base_dir`) over them, or — for the sim-to-testbed check —
     exactly the profiles the testbed's replicas ran with; each starts with the scenario's replicas.
 
     scn: the cell's scenario; cluster_profiles: the testbed cell's recorded profiles, when the
-    simulator runs beside one."""
+    simulator runs beside one; inputs: `cell_inputs`' profiles, if read already."""
 
     own = base_dir / scn.service_profiles if scn.service_profiles and base_dir is not None else None
-    profiles = cluster_profiles or load_profiles(own)
+    read = (inputs or {}).get("profiles", {})
+    profiles = cluster_profiles or read.get(str(own) if own else None) or load_profiles(own)
     out = {}
     for s in scn.services:
         p = profiles[s.name]
@@ -74,7 +91,8 @@ def sim_profiles(scn: Scenario, cluster_profiles: dict[str, Any] | None,
 def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
                  cluster_profiles: dict[str, Any] | None = None,
                  like_testbed: bool = False,
-                 chains: list[dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+                 chains: list[dict[str, Any]] | None = None,
+                 inputs: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Figures per service, in the keys the report reads (`slo_violation_rate`, `instances`,
     `proc_time` in seconds, `reward`, `steps_per_second`).
 
@@ -85,13 +103,14 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
     appended to `chains`.
 
     scn: the cell's scenario; base_dir: its folder; seed: the cell's; cluster_profiles: as
-    `sim_profiles` takes them."""
+    `sim_profiles` takes them; inputs: the cell's files as `cell_inputs` read them (None: read
+    here)."""
 
-    traces, ratios = cell_traces(scn, base_dir)
+    traces, ratios = cell_traces(scn, base_dir, inputs)
     routed = bool(scn.pipelines) and not like_testbed
     later = {name for p in scn.pipelines for name in p.services[1:]} if routed else set()
     services = [s for s in scn.services if s.name in traces or s.name in later]
-    profiles = {k: v for k, v in sim_profiles(scn, cluster_profiles, base_dir).items()
+    profiles = {k: v for k, v in sim_profiles(scn, cluster_profiles, base_dir, inputs).items()
                 if k in traces or k in later}
     policies = {s.name: make_policy(s.policy, s.name, total_units=scn.total_units, seed=seed,
                                     model=str(base_dir / s.model) if s.model else None,
@@ -119,13 +138,16 @@ def _routed_cluster(scn: Scenario, profiles: dict[str, Any], traces: dict[str, A
     )
 
 
-def simulate_cell(cell: Cell, rep: int, base_dir: Path) -> dict[str, Any]:
+def simulate_cell(cell: Cell, rep: int, base_dir: Path,
+                  inputs: dict[str, Any] | None = None) -> dict[str, Any]:
     """One repetition of one `engine: sim` cell, as the files it leaves in its cell directory
     (file name -> JSON value: `sim.json`, `chains.json` when chains are routed, `cell.json`).
 
     cell: the matrix cell; rep: the repetition (seed = the scenario's seed + rep); base_dir: where
-    the scenario's relative traces and models live. Writes nothing, so it runs in any process or
-    on any machine with those files at the same paths (`testbed.scenario.sweep`)."""
+    the scenario's relative traces and models live; inputs: its traces and profiles as
+    `cell_inputs` read them, for a worker without those files (models and policy modules are
+    still read at their paths). Writes nothing, so it runs in any process or on any machine
+    (`testbed.scenario.sweep`)."""
 
     scn = cell.scenario
     info = {"slug": cell.slug, "label": cell.label, "params": cell.params, "rep": rep,
@@ -135,7 +157,7 @@ def simulate_cell(cell: Cell, rep: int, base_dir: Path) -> dict[str, Any]:
             "policies": {s.name: s.policy for s in scn.services}, "started": time.time()}
     chains: list[dict] = []
     files: dict[str, Any] = {"sim.json": run_sim_cell(scn, base_dir, seed=scn.seed + rep,
-                                                      chains=chains)}
+                                                      chains=chains, inputs=inputs)}
     if chains:
         files["chains.json"] = chains
     info.update(status="ok", ended=time.time(), problems=[])

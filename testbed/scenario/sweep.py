@@ -36,7 +36,7 @@ from typing import Any
 
 from testbed.errors import MissingRequirement, TestbedError
 from testbed.scenario.matrix import Cell
-from testbed.scenario.simcell import simulate_cell
+from testbed.scenario.simcell import cell_inputs, simulate_cell
 from testbed.sim.passes import COMPILED_AFTER_S, COMPILED_ENV, compiled_kernels
 
 Task = tuple[Cell, int]  # a cell and a repetition
@@ -187,8 +187,8 @@ def run_on_dask(tasks: list[Task], base_dir: Path, address: str, on_done: OnDone
     """Every task on the Dask scheduler at `address` (tcp://HOST:PORT), `on_done(index, files)`
     as each finishes; KeyboardInterrupt and a task's exception cancel the rest and propagate.
 
-    tasks: (cell, repetition) pairs; base_dir: the scenario's folder, at the same path on every
-    worker."""
+    tasks: (cell, repetition) pairs; base_dir: the scenario's folder (its traces and profiles
+    are sent; models and policy modules are read at the same paths on every worker)."""
     require_dask()
     from distributed import Client, as_completed
 
@@ -199,8 +199,15 @@ def run_on_dask(tasks: list[Task], base_dir: Path, address: str, on_done: OnDone
                            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                            ) from None
     with client:
+        # the cells' traces and profiles, read here and sent once: a worker on another machine
+        # needs no copy of them (models and policy modules it still reads at their paths)
+        inputs: dict[str, Any] = {"traces": {}, "profiles": {}}
+        for cell, _ in tasks:
+            for kind, read in cell_inputs(cell.scenario, base_dir).items():
+                inputs[kind].update(read)
+        shipped = client.scatter(inputs, broadcast=True, hash=False)
         # pure=False: two repetitions of one cell are two tasks, never one cached result
-        futures = [client.submit(simulate_cell, cell, rep, base_dir, pure=False)
+        futures = [client.submit(simulate_cell, cell, rep, base_dir, shipped, pure=False)
                    for cell, rep in tasks]
         index = {f.key: i for i, f in enumerate(futures)}
         try:

@@ -3,6 +3,7 @@
 import asyncio
 import io
 import json
+import random
 import wave
 
 import aiohttp
@@ -299,17 +300,23 @@ def test_a_sleeping_replica_answers_each_api_in_its_shape_without_the_work(monke
 def test_processing_times_keep_the_profiles_mean_at_a_time_scale():
     """At time scale 4 imgcls's 60-80 ms are 15-20 ms of wall time, where each of the event loop's
     timer overruns (about a millisecond) would be several per cent of capacity times 4: the replica
-    takes them off the next request's time, so the mean is the profile's 17.5 ms."""
+    takes them off the next request's time, so the mean is that of the times it drew. The draws
+    are the replica's seeded ones (their mean is 17.75 ms, not the profile's 17.5: judged against
+    17.5, a busy machine's last unpaid overrun was enough to fail it); without the payback the
+    excess was about 1.3 ms."""
     profile = ServiceProfile(capacity=1, queue_limit=2, proc_time_ms=(60, 80), startup_ms=0,
                              slo_ms=500)
+    seed, scale, n = 3, 4, 80
+    draws = random.Random(seed)
+    drawn = [draws.uniform(60, 80) / scale for _ in range(n)]
 
     async def main():
         content = ContentSet(seed=1, n_images=4)
-        replica = EmulatedReplica("imgcls", profile, time_scale=4, seed=3, sleep_only=True)
+        replica = EmulatedReplica("imgcls", profile, time_scale=scale, seed=seed, sleep_only=True)
         times = []
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             base = str(server.make_url("")).rstrip("/")
-            for _ in range(80):
+            for _ in range(n):
                 req = build_request("imgcls", content)
                 async with s.request(req.method, base + req.target, data=req.body,
                                      headers=req.headers) as r:
@@ -318,8 +325,8 @@ def test_processing_times_keep_the_profiles_mean_at_a_time_scale():
         return times
 
     times = asyncio.run(main())
-    mean = sum(times) / len(times)
-    assert abs(mean - 17.5) < 0.35, f"mean {mean:.2f} ms against the profile's 17.5"
+    excess = (sum(times) - sum(drawn)) / n
+    assert 0 <= excess < 0.35, f"mean {sum(times) / n:.2f} ms against the {sum(drawn) / n:.2f} it drew"
     # an overrun is paid back, not a request made to wait longer: nine in ten within the profile's
     # 20 ms and a timer's slack (a busy machine may still overrun the odd request's own sleep)
     assert sorted(times)[int(0.9 * len(times))] < 20.0 + 5.0, sorted(times)[-10:]

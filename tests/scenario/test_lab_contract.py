@@ -121,9 +121,10 @@ def _shape(run_dir: Path) -> dict:
     samples = [json.loads(x) for x in (cell / "samples.jsonl").read_text().splitlines()]
     decisions = [json.loads(x) for x in (cell / "decisions.jsonl").read_text().splitlines()]
     rows = [r for r in run_rows(run_dir) if r.get("service") == "imgcls"]
-    # replicas.jsonl: what the replicas report they run; only the local cluster can ask them
-    return {"files": sorted(p.name for p in cell.iterdir()
-                            if p.is_file() and p.name not in ("events.jsonl", "replicas.jsonl")),
+    # replicas.jsonl: what the replicas report they run; only the local cluster can ask them.
+    # net.jsonl: the local data plane's HTB counters; no lab role starts the sampler (docs/lab.md)
+    local_only = ("events.jsonl", "replicas.jsonl", "net.jsonl")
+    return {"files": sorted(p.name for p in cell.iterdir() if p.is_file() and p.name not in local_only),
             "requests": sorted(p.name for p in (cell / "requests").iterdir()),
             "sample_keys": sorted(samples[0]), "decision_keys": sorted(decisions[0]),
             "row_keys": sorted(rows[0]), "status": json.loads((cell / "cell.json").read_text())["status"],

@@ -22,7 +22,9 @@ from testbed.errors import MissingRequirement, TestbedError
 from testbed.report.export import export
 from testbed.scenario import sweep as sweep_module
 from testbed.scenario.load import load_scenario
+from testbed.scenario.matrix import expand
 from testbed.scenario.runner import RunOptions, run_scenario
+from testbed.scenario.simcell import cell_inputs, simulate_cell
 from testbed.scenario.sweep import check_options, cores, too_short, workers
 
 # scenarios/sim-tables.yaml at a test's size: constant-rate clients instead of the test day's
@@ -47,7 +49,7 @@ expect:
 """ + ("  - mean_replicas[service=imgcls, clients.0.rate=20, services.imgcls.replicas=1]"
        " > mean_replicas[service=imgcls, clients.0.rate=5, services.imgcls.replicas=1]\n")
 KEYS = ("services.imgcls.replicas", "clients.0.rate", "policy")
-WALL_CLOCK = ("steps_per_second",)  # the simulator's speed on this run, not a result
+WALL_CLOCK = ("steps_per_second", "steps_per_cpu_second")  # the simulator's speed, not a result
 
 
 def sweep(tmp_path: Path, text: str = SWEEP, **options: Any) -> tuple[list[dict], str]:
@@ -290,5 +292,19 @@ def test_a_sweep_from_its_own_folder_finds_its_files_on_dask(tmp_path: Path,
 
         one = rows()
         dask = rows(dask=cluster.scheduler_address)
+        # a worker that cannot see the trace and the profile (another machine's) runs a cell from
+        # the content sent to it
+        cell = expand(loaded.scenario, loaded.testbed)[1]
+        here = simulate_cell(cell, 0, loaded.base_dir)
+        inputs = cell_inputs(cell.scenario, loaded.base_dir)
+        (tmp_path / "data").rename(tmp_path / "elsewhere")
+        (tmp_path / "profiles").rename(tmp_path / "elsewhere-profiles")
+        with distributed.Client(cluster.scheduler_address) as client:
+            there = client.submit(simulate_cell, cell, 0, loaded.base_dir, inputs,
+                                  pure=False).result()
+    assert there["sim.json"].keys() == here["sim.json"].keys()
+    for service, figures in here["sim.json"].items():
+        assert {k: v for k, v in there["sim.json"][service].items() if k not in WALL_CLOCK} == \
+            {k: v for k, v in figures.items() if k not in WALL_CLOCK}
     assert len(one) == 3 and dask == one
     assert {r["policy"] for r in one} == {"static", "rule_v2", "pols.mine:Holder"}
