@@ -17,14 +17,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.cluster.local import LocalCluster
+from testbed.cluster.local import LocalCluster, LocalClusterConfig
 from testbed.profiles import default_profiles
 
 
 async def startup_times(service: str, startup_ms: float, trials: int) -> list[float]:
     profile = default_profiles()[service].model_copy(update={"startup_ms": startup_ms})
     out = []
-    async with LocalCluster({service: profile}, initial=0, use_espeak=False) as cluster:
+    config = LocalClusterConfig(
+        profiles={service: profile},
+        initial=0,
+        use_espeak=False,
+    )
+    async with LocalCluster(config) as cluster:
         for n in range(1, trials + 1):
             cluster.scale(service, n)
             await cluster.wait_for(lambda n=n: cluster.ready_replicas(service) >= n, 60.0)

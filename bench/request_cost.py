@@ -73,12 +73,18 @@ def client_main(service: str, url: str, rate: float, duration: float, lead: floa
 
 
 async def measure(args: argparse.Namespace) -> dict:
-    from testbed.cluster.local import LocalCluster
+    from testbed.cluster.local import LocalCluster, LocalClusterConfig
 
     rates = dict(zip(SERVICES, (float(x) for x in args.rates.split(",")), strict=True))
     replicas = dict(zip(SERVICES, (int(x) for x in args.replicas.split(",")), strict=True))
-    async with LocalCluster(services=list(SERVICES), initial=replicas, time_scale=args.time_scale,
-                            sleep_only=True, use_espeak=False) as cluster:
+    config = LocalClusterConfig(
+        services=list(SERVICES),
+        initial=replicas,
+        time_scale=args.time_scale,
+        sleep_only=True,
+        use_espeak=False,
+    )
+    async with LocalCluster(config) as cluster:
         await cluster.wait_ready(120)
         lead = 1.0  # the clients' start-up lies outside the measured stretch
         clients = {s: subprocess.Popen(

@@ -42,7 +42,7 @@ def admin_token_file(port: int) -> Path:
 
 
 def _token(admin: str, token_file: Path | None) -> str:
-    from testbed.cluster.local_admin import read_token  # aiohttp: only for the admin commands
+    from testbed.cluster.local.admin import read_token  # aiohttp: only for the admin commands
 
     if token_file is None:
         try:
@@ -72,8 +72,8 @@ def services_up(
     # asyncio, the cluster and the profile models: loaded only when this command runs (fast CLI start)
     import asyncio
 
-    from testbed.cluster.local import LocalCluster
-    from testbed.cluster.local_admin import add_admin_routes, new_token, write_token
+    from testbed.cluster.local import LocalCluster, LocalClusterConfig
+    from testbed.cluster.local.admin import add_admin_routes, new_token, write_token
     from testbed.profiles import load_profiles
 
     profs = load_profiles(profiles)
@@ -91,9 +91,9 @@ def services_up(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        cluster = LocalCluster(
-            profs,
-            names,
+        config = LocalClusterConfig(
+            profiles=profs,
+            services=names,
             initial=replicas,
             total_units=units,
             time_scale=time_scale,
@@ -101,8 +101,8 @@ def services_up(
             ports=ports,
             metrics_port=port_base,
             log_dir=log_dir,
-            on_event=_print_event,
         )
+        cluster = LocalCluster(config, on_event=_print_event)
         add_admin_routes(cluster, stop, token)
         async with cluster:
             write_token(token_file, token)  # once the port is ours: never another run's file
@@ -134,7 +134,7 @@ def services_scale(service: str, replicas: int, admin: str = _ADMIN,
     # asyncio and the admin client: loaded only when this command runs (fast CLI start)
     import asyncio
 
-    from testbed.cluster.local_admin import admin_call
+    from testbed.cluster.local.admin import admin_call
 
     doc = asyncio.run(admin_call(admin, "POST", "/admin/scale", {"service": service, "replicas": replicas},
                                  token=_token(admin, token_file)))
@@ -149,7 +149,7 @@ def services_status(admin: str = _ADMIN, as_json: bool = typer.Option(False, "--
     # asyncio and the admin client: loaded only when this command runs (fast CLI start)
     import asyncio
 
-    from testbed.cluster.local_admin import admin_call
+    from testbed.cluster.local.admin import admin_call
 
     doc = asyncio.run(admin_call(admin, "GET", "/admin/status", token=_token(admin, token_file)))
     if as_json:
@@ -165,7 +165,7 @@ def services_down(admin: str = _ADMIN, token_file: Path | None = _TOKEN) -> None
     # asyncio and the admin client: loaded only when this command runs (fast CLI start)
     import asyncio
 
-    from testbed.cluster.local_admin import admin_call
+    from testbed.cluster.local.admin import admin_call
 
     asyncio.run(admin_call(admin, "POST", "/admin/shutdown", token=_token(admin, token_file)))
     console.print("stopping")
@@ -433,9 +433,15 @@ def profile(
     async def main():  # type: ignore[no-untyped-def]
         res = await profile_service(service, url, requests, step, progress=lambda m: console.print(m))
         if startup_local:
-            from testbed.cluster.local import LocalCluster
+            from testbed.cluster.local import LocalCluster, LocalClusterConfig
 
-            async with LocalCluster(profs, [service], initial=1, time_scale=time_scale) as c:
+            config = LocalClusterConfig(
+                profiles=profs,
+                services=[service],
+                initial=1,
+                time_scale=time_scale,
+            )
+            async with LocalCluster(config) as c:
                 await c.wait_ready(base.startup_ms / 1000 / time_scale + 30)
                 res.startup_ms = await measure_startup(c, service) * time_scale
         return res

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from testbed.bringup.local import LocalTestbed, sigint_deferred
 from testbed.bringup.traffic import LocalTraffic
 from testbed.cluster.base import ClusterBackend
-from testbed.cluster.local import LocalCluster
+from testbed.cluster.local import LocalCluster, LocalClusterConfig
 from testbed.load.traffic import TrafficBackend
 from testbed.metrics.agreement import Agreement, compare
 from testbed.metrics.balancer import MESH_NAMESPACE
@@ -206,13 +206,19 @@ class LocalProfile:
                 outcome.problem(f"replica {row.get('replica')} of {row.get('service')} "
                                 f"{row.get('kind')}: {row.get('detail', '')}")
 
-        cluster = LocalCluster(
-            profiles=job.profiles, services=[s.name for s in scn.services],
+        config = LocalClusterConfig(
+            profiles=job.profiles,
+            services=[s.name for s in scn.services],
             initial={s.name: s.replicas for s in scn.services},
-            total_units=scn.total_units, time_scale=scn.time_scale,
-            host=str(tb.topology.dn_addr), log_dir=job.dir.logs, seed=scn.seed + job.rep,
-            on_event=on_event, interference=scn.interference,
-            sleep_only=scn.replica_work == "sleep")
+            total_units=scn.total_units,
+            time_scale=scn.time_scale,
+            host=str(tb.topology.dn_addr),
+            log_dir=job.dir.logs,
+            seed=scn.seed + job.rep,
+            interference=scn.interference,
+            sleep_only=scn.replica_work == "sleep",
+        )
+        cluster = LocalCluster(config, on_event=on_event)
         # the traffic's clients and iperf3 sessions stop on the way out, whatever happened (the
         # cell stops them itself when it ends normally; stopping twice is a no-op)
         async with cluster, LocalTraffic(tb.topology, job.dir.logs) as traffic:

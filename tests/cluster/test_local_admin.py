@@ -12,8 +12,8 @@ import time
 import aiohttp
 import pytest
 
-from testbed.cluster.local import LocalCluster
-from testbed.cluster.local_admin import add_admin_routes, admin_call
+from testbed.cluster.local import LocalCluster, LocalClusterConfig
+from testbed.cluster.local.admin import add_admin_routes, admin_call
 from testbed.errors import StateError
 from tests.conftest import namespaces_with_prefix
 
@@ -21,7 +21,7 @@ from tests.conftest import namespaces_with_prefix
 def test_admin_requests_without_the_token_are_refused_and_change_nothing():
     async def main():
         stop = asyncio.Event()
-        c = LocalCluster(services=["chatbot"], initial=0, total_units=2, time_scale=20)
+        c = LocalCluster(LocalClusterConfig(services=["chatbot"], initial=0, total_units=2, time_scale=20))
         add_admin_routes(c, stop, "right-token")
         async with c, aiohttp.ClientSession() as s:
             url = c.metrics_url

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from testbed.cluster.base import ClusterBackend
-from testbed.cluster.local import LocalCluster
+from testbed.cluster.local import LocalCluster, LocalClusterConfig
 from testbed.errors import ConfigError, StateError
 from testbed.load.client import ClientConfig, LoadClient
 from testbed.load.trace import constant_schedule
@@ -20,8 +20,13 @@ SLOW = ServiceProfile(capacity=1, queue_limit=20, proc_time_ms=(300, 300), start
 
 def test_protocol_readiness_and_unit_pool():
     async def main():
-        async with LocalCluster(services=["chatbot", "imgcls"], total_units=3, time_scale=20,
-                                initial={"chatbot": 1, "imgcls": 1}) as c:
+        config = LocalClusterConfig(
+            services=["chatbot", "imgcls"],
+            total_units=3,
+            time_scale=20,
+            initial={"chatbot": 1, "imgcls": 1},
+        )
+        async with LocalCluster(config) as c:
             assert isinstance(c, ClusterBackend)
             assert c.ready_replicas("chatbot") == 0 and c.desired_replicas("chatbot") == 1
             await c.wait_ready(15)
@@ -48,7 +53,7 @@ def test_protocol_readiness_and_unit_pool():
 def test_scale_down_finishes_in_flight_requests():
     async def main():
         profiles = {"chatbot": SLOW}
-        async with LocalCluster(profiles, time_scale=1.0, initial=2) as c:
+        async with LocalCluster(LocalClusterConfig(profiles=profiles, time_scale=1.0, initial=2)) as c:
             await c.wait_ready(15)
             records = []
             async with LoadClient(ClientConfig("chatbot", c.endpoint("chatbot")), [records.append]) as cl:
@@ -67,7 +72,13 @@ def test_scale_down_finishes_in_flight_requests():
 
 def test_sigkilled_replica_is_detected_and_replaced():
     async def main():
-        async with LocalCluster(services=["tts"], time_scale=20, initial=2, use_espeak=False) as c:
+        config = LocalClusterConfig(
+            services=["tts"],
+            time_scale=20,
+            initial=2,
+            use_espeak=False,
+        )
+        async with LocalCluster(config) as c:
             await c.wait_ready(15)
             victim = c.replicas("tts")[0]
             os.kill(victim.proc.pid, signal.SIGKILL)
@@ -92,8 +103,12 @@ def test_a_lost_client_connection_is_one_event_and_a_count():
     leaves mid-request becomes one `connection_lost` line there, not a console traceback."""
     async def main():
         seen = []
-        async with LocalCluster(services=["imgcls"], initial=1, time_scale=20,
-                                on_event=seen.append) as c:
+        config = LocalClusterConfig(
+            services=["imgcls"],
+            initial=1,
+            time_scale=20,
+        )
+        async with LocalCluster(config, on_event=seen.append) as c:
             await c.wait_ready(15)
             host, port = c.endpoint("imgcls").split("//")[1].split(":")
             _, writer = await asyncio.open_connection(host, int(port))
@@ -114,8 +129,14 @@ def test_share_and_batch_reach_the_replicas_and_a_share_change_restarts_beside_t
 
     async def main():
         profiles = {"imgcls": default_profiles()["imgcls"].replace(startup_ms=2000)}
-        async with LocalCluster(profiles=profiles, services=["imgcls"], total_units=8, time_scale=20,
-                                initial={"imgcls": 2}) as c:
+        config = LocalClusterConfig(
+            profiles=profiles,
+            services=["imgcls"],
+            total_units=8,
+            time_scale=20,
+            initial={"imgcls": 2},
+        )
+        async with LocalCluster(config) as c:
             assert isinstance(c, GpuClusterBackend)
             await c.wait_ready(15)
             assert c.gpu_free_pct() == [50.0, 100.0]
@@ -153,9 +174,16 @@ def test_replicas_on_one_emulated_gpu_are_told_their_interference_and_when_neigh
         return sorted((r["service"], r["gpu"], r["stretch"], r["stretch_set"]) for r in rows)
 
     async def main(interference):
-        async with LocalCluster(profiles=profiles, services=["chatbot", "imgcls"], total_units=8,
-                                time_scale=20, initial={"chatbot": 1, "imgcls": 1},
-                                interference=interference, use_espeak=False) as c:
+        config = LocalClusterConfig(
+            profiles=profiles,
+            services=["chatbot", "imgcls"],
+            total_units=8,
+            time_scale=20,
+            initial={"chatbot": 1, "imgcls": 1},
+            interference=interference,
+            use_espeak=False,
+        )
+        async with LocalCluster(config) as c:
             await c.wait_ready(15)
             await asyncio.sleep(0.3)  # the tell after the second replica became ready
             together = await reported(c)
@@ -182,7 +210,7 @@ def test_replicas_read_their_profile_from_a_file_not_their_command_line():
     """`ps` shows a replica's command line: kilobytes of profile JSON there drown it."""
 
     async def main():
-        async with LocalCluster(services=["imgcls"], time_scale=20, initial=1) as c:
+        async with LocalCluster(LocalClusterConfig(services=["imgcls"], time_scale=20, initial=1)) as c:
             await c.wait_ready(15)
             pid = c.replicas("imgcls")[0].proc.pid
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 from aiohttp.test_utils import TestServer
 
-from testbed.cluster.local import LocalCluster
+from testbed.cluster.local import LocalCluster, LocalClusterConfig
 from testbed.cluster.replica import EmulatedReplica
 from testbed.load.profiler import measure_startup, profile_service
 from testbed.profiles import ServiceProfile
@@ -35,7 +35,13 @@ def test_startup_time_through_the_cluster_backend():
     prof = ServiceProfile(capacity=1, queue_limit=5, proc_time_ms=(1, 2), startup_ms=20000, slo_ms=500)
 
     async def main():
-        async with LocalCluster({"tts": prof}, time_scale=10, initial=1, use_espeak=False) as c:
+        config = LocalClusterConfig(
+            profiles={"tts": prof},
+            time_scale=10,
+            initial=1,
+            use_espeak=False,
+        )
+        async with LocalCluster(config) as c:
             await c.wait_ready(20)
             ms = await measure_startup(c, "tts", timeout_s=20)
             await c.wait_for(lambda: c.free_units() == 7, 10)

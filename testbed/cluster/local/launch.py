@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO
 
 from testbed import plugins
-from testbed.cluster.local_replicas import ReplicaProcess
+from testbed.cluster.local.replicas import ReplicaProcess
 from testbed.cluster.replica import TOKEN_ENV
 from testbed.net.cmd import die_with_parent
 from testbed.profiles import ServiceProfile

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from testbed.cluster.local_replicas import ReplicaProcess
+from testbed.cluster.local.replicas import ReplicaProcess
 
 # The name the cluster has always logged under, so log filters and captures keep working.
 log = logging.getLogger("testbed.cluster.local")

@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from testbed.cluster.local import LocalCluster
+from testbed.cluster.local.cluster import LocalCluster
 from testbed.errors import StateError, TestbedError
 from testbed.paths import LOCAL_ADMIN_PORT
 
@@ -65,7 +65,7 @@ def add_admin_routes(cluster: LocalCluster, shutdown: asyncio.Event, token: str)
             return refused()
         return web.json_response(cluster.status())
 
-    async def scale(request: web.Request) -> web.Response:
+    async def scale_request(request: web.Request) -> web.Response:  # POST: cluster.scale
         if not authorised(request):
             return refused()
         try:
@@ -87,7 +87,7 @@ def add_admin_routes(cluster: LocalCluster, shutdown: asyncio.Event, token: str)
 
     app = cluster.lb.metrics_app
     app.router.add_get("/admin/status", status)
-    app.router.add_post("/admin/scale", scale)
+    app.router.add_post("/admin/scale", scale_request)
     app.router.add_post("/admin/shutdown", stop)
 
 

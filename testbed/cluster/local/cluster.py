@@ -13,97 +13,71 @@ from pathlib import Path
 import aiohttp
 
 from testbed.cluster.base import ServiceTarget
-from testbed.cluster.local_balancer import BalancerRotation
-from testbed.cluster.local_client import ReplicaClient
-from testbed.cluster.local_events import ClusterEvent, EventLog
-from testbed.cluster.local_interference import InterferenceTuner
-from testbed.cluster.local_launch import ReplicaLauncher
-from testbed.cluster.local_placement import GpuPlacement
-from testbed.cluster.local_replicas import ReplicaProcess, ReplicaTable
-from testbed.cluster.local_supervisor import ReplicaSupervisor
+from testbed.cluster.local.client import ReplicaClient
+from testbed.cluster.local.config import LocalClusterConfig
+from testbed.cluster.local.events import ClusterEvent, EventLog
+from testbed.cluster.local.interference import InterferenceTuner
+from testbed.cluster.local.launch import ReplicaLauncher
+from testbed.cluster.local.placement import GpuPlacement
+from testbed.cluster.local.replicas import ReplicaProcess, ReplicaTable
+from testbed.cluster.local.rotation import BalancerRotation
+from testbed.cluster.local.supervisor import ReplicaSupervisor
 from testbed.errors import ConfigError, ConfigProblem, StateError
 from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.window import WindowMetrics
-from testbed.profiles import ServiceProfile, default_profiles
-from testbed.profiles.paper import TOTAL_UNITS
 
 __all__ = ["ClusterEvent", "LocalCluster", "ReplicaProcess"]  # ClusterEvent's old import path
 
 
 class LocalCluster:
-    """`async with LocalCluster(initial={service: 1}) as cluster:` — replicas of the emulated
-    services, scaled by `scale()`, reached through `endpoint(service)`.
+    """`async with LocalCluster(LocalClusterConfig(initial={service: 1})) as cluster:` — replicas
+    of the emulated services, scaled by `scale()`, reached through `endpoint(service)`.
 
-    `time_scale` divides every profile time (processing, startup) and the sampling interval, so
-    a scaler period of 30 s becomes 30/time_scale s of wall time. `sleep_only` replicas spend
-    that time without their handler's work (decoding, synthesis), for time scales the work
-    itself could not keep up with.
-
-    The scaling policy lives here (how many replicas, which stop, which replace the dead); the
-    pieces it composes do the rest: ReplicaSupervisor the processes, GpuPlacement the GPUs,
-    InterferenceTuner the stretches and batches, BalancerRotation the load balancer's rotation.
+    One LocalClusterConfig says what runs and where (testbed.cluster.local.config); each part
+    takes what it needs of it. The scaling policy lives here (how many replicas, which stop, which
+    replace the dead); the pieces it composes do the rest: ReplicaSupervisor the processes,
+    GpuPlacement the GPUs, InterferenceTuner the stretches and batches, BalancerRotation the load
+    balancer's rotation. `on_event` hears every replica event.
     """
 
-    def __init__(
-        self,
-        profiles: dict[str, ServiceProfile] | None = None,
-        services: list[str] | None = None,
-        *,
-        initial: dict[str, int] | int = 1,
-        total_units: int = TOTAL_UNITS,
-        time_scale: float = 1.0,
-        host: str = "127.0.0.1",
-        ports: dict[str, int] | None = None,
-        metrics_port: int = 0,
-        replica_host: str = "127.0.0.1",
-        advertise_host: str | None = None,
-        replace_dead: bool = True,
-        log_dir: str | Path | None = None,
-        seed: int = 0,
-        on_event: Callable[[ClusterEvent], None] | None = None,
-        use_espeak: bool = True,
-        sleep_only: bool = False,
-        interference: bool = False,
-    ):
-        self.profiles = profiles or default_profiles()
-        names = services or list(self.profiles)
-        unknown = [s for s in names if s not in self.profiles]
-        if unknown:
-            raise ConfigError(
-                [ConfigProblem("services", None, s, "no profile for this service") for s in unknown]
-            )
-        if time_scale <= 0:
-            raise ConfigError([ConfigProblem("cluster", None, "time_scale", "must be > 0")])
+    def __init__(self, config: LocalClusterConfig | None = None, *,
+                 on_event: Callable[[ClusterEvent], None] | None = None):
+        config = config or LocalClusterConfig()
+        self.config = config
+        self.profiles = config.profiles
+        names = config.names
         self._names = names
-        self._initial = {s: (initial if isinstance(initial, int) else initial.get(s, 1)) for s in names}
-        self.time_scale = time_scale
-        self.replace_dead = replace_dead
+        self._initial = {s: config.initial_replicas(s) for s in names}
+        self.time_scale = config.time_scale
+        self.replace_dead = config.replace_dead
         self._closing = False
         self._change = asyncio.Event()
         self.lb = LoadBalancer(
             self.profiles,
             names,
-            host=host,
-            ports=ports,
-            metrics_port=metrics_port,
-            sample_interval_s=1.0 / time_scale,
-            advertise_host=advertise_host,
-            time_scale=time_scale,
+            host=config.host,
+            ports=config.ports,
+            metrics_port=config.metrics_port,
+            sample_interval_s=1.0 / config.time_scale,
+            advertise_host=config.advertise_host,
+            time_scale=config.time_scale,
         )
         token = secrets.token_urlsafe(32)  # replicas' /_config; in their environment only
         self._table = ReplicaTable(names)
         self._events = EventLog(on_event)
         self._client = ReplicaClient(token)
         self._rotation = BalancerRotation(self.lb, self._table, self._events)
-        self._placement = GpuPlacement(total_units, self._table, self.profiles)
-        self._tuner = InterferenceTuner(self._table, self.profiles, interference, self._client, self._events)
-        self._launcher = ReplicaLauncher(self.profiles, token, time_scale=time_scale,
-                                         replica_host=replica_host, use_espeak=use_espeak,
-                                         log_dir=Path(log_dir) if log_dir else None,
-                                         sleep_only=sleep_only)
+        self._placement = GpuPlacement(config.total_units, self._table, self.profiles)
+        self._tuner = InterferenceTuner(self._table, self.profiles, config.interference,
+                                        self._client, self._events)
+        self._launcher = ReplicaLauncher(self.profiles, token, time_scale=config.time_scale,
+                                         replica_host=config.replica_host,
+                                         use_espeak=config.use_espeak,
+                                         log_dir=Path(config.log_dir) if config.log_dir else None,
+                                         sleep_only=config.sleep_only)
         self._supervisor = ReplicaSupervisor(
             self._table, self._placement, self._tuner, self._rotation, self._client, self._launcher,
-            self._events, seed=seed, on_ready=self._retire_replaced, on_died=self._replace_dead,
+            self._events, seed=config.seed, on_ready=self._retire_replaced, on_died=self._replace_dead,
             notify=self._notify)
 
     # ---- lifetime -------------------------------------------------------------------------

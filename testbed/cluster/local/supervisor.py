@@ -10,13 +10,13 @@ import signal
 import time
 from collections.abc import Callable
 
-from testbed.cluster.local_balancer import BalancerRotation
-from testbed.cluster.local_client import ReplicaClient
-from testbed.cluster.local_events import EventLog, log
-from testbed.cluster.local_interference import InterferenceTuner
-from testbed.cluster.local_launch import ReplicaLauncher
-from testbed.cluster.local_placement import GpuPlacement
-from testbed.cluster.local_replicas import ReplicaProcess, ReplicaTable
+from testbed.cluster.local.client import ReplicaClient
+from testbed.cluster.local.events import EventLog, log
+from testbed.cluster.local.interference import InterferenceTuner
+from testbed.cluster.local.launch import ReplicaLauncher
+from testbed.cluster.local.placement import GpuPlacement
+from testbed.cluster.local.replicas import ReplicaProcess, ReplicaTable
+from testbed.cluster.local.rotation import BalancerRotation
 
 ReplicaHook = Callable[[ReplicaProcess], None]
 

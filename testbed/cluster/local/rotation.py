@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from testbed.cluster.local_events import ClusterEvent, EventLog
-from testbed.cluster.local_replicas import ReplicaProcess, ReplicaTable
+from testbed.cluster.local.events import ClusterEvent, EventLog
+from testbed.cluster.local.replicas import ReplicaProcess, ReplicaTable
 from testbed.metrics.balancer import LoadBalancer
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from testbed.cluster.local_replicas import ReplicaTable
+from testbed.cluster.local.replicas import ReplicaTable
 from testbed.cluster.placement import first_fit
 from testbed.profiles import ServiceProfile
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from testbed.cluster.local_client import UNREACHABLE, ReplicaClient
-from testbed.cluster.local_events import EventLog
-from testbed.cluster.local_replicas import ReplicaProcess, ReplicaTable
+from testbed.cluster.local.client import UNREACHABLE, ReplicaClient
+from testbed.cluster.local.events import EventLog
+from testbed.cluster.local.replicas import ReplicaProcess, ReplicaTable
 from testbed.profiles import ServiceProfile, gpu_stretches
 
 
