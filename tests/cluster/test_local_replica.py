@@ -302,8 +302,10 @@ def test_processing_times_keep_the_profiles_mean_at_a_time_scale():
     timer overruns (about a millisecond) would be several per cent of capacity times 4: the replica
     takes them off the next request's time, so the mean is that of the times it drew. The draws
     are the replica's seeded ones (their mean is 17.75 ms, not the profile's 17.5: judged against
-    17.5, a busy machine's last unpaid overrun was enough to fail it); without the payback the
-    excess was about 1.3 ms."""
+    17.5, a busy machine's last unpaid overrun was enough to fail it). What remains is the last
+    request's overrun and the moments between the sleep's end and the header, which nothing pays
+    back: 0.1-0.4 ms a request beside the suite's other workers. Without the payback the excess
+    was 1.1 ms on a quiet machine and 1.2-2.1 ms beside a busy process."""
     profile = ServiceProfile(capacity=1, queue_limit=2, proc_time_ms=(60, 80), startup_ms=0,
                              slo_ms=500)
     seed, scale, n = 3, 4, 80
@@ -326,7 +328,7 @@ def test_processing_times_keep_the_profiles_mean_at_a_time_scale():
 
     times = asyncio.run(main())
     excess = (sum(times) - sum(drawn)) / n
-    assert 0 <= excess < 0.35, f"mean {sum(times) / n:.2f} ms against the {sum(drawn) / n:.2f} it drew"
+    assert 0 <= excess < 0.6, f"mean {sum(times) / n:.2f} ms against the {sum(drawn) / n:.2f} it drew"
     # an overrun is paid back, not a request made to wait longer: nine in ten within the profile's
     # 20 ms and a timer's slack (a busy machine may still overrun the odd request's own sleep)
     assert sorted(times)[int(0.9 * len(times))] < 20.0 + 5.0, sorted(times)[-10:]
