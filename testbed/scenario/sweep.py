@@ -14,6 +14,9 @@ What a parallel sweep costs, and what is done about it (docs/sweeps.md has the f
 - The simulator runs its per-request passes compiled once a process has simulated about 35 days
   (`testbed.sim.passes`). Each worker would pay that apprenticeship again on the numpy path; a
   worker whose share of the sweep crosses it runs compiled from its first request instead.
+- Dask's nanny starts its workers with MALLOC_TRIM_THRESHOLD_=65536, which also stops glibc from
+  raising its mmap threshold: every array over 128 kB is then mapped and unmapped afresh, and a
+  whole-day cell took 1.4x as long (`dask_task` gives the worker glibc's grown thresholds back).
 - A sweep too short to pay for its workers (under MIN_PARALLEL_SIM_S of simulated service time)
   says so and runs its cells in turn (`too_short`).
 
@@ -24,6 +27,7 @@ re-raises: nothing of the run keeps running.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import multiprocessing
 import os
@@ -183,6 +187,35 @@ def _stop(pool: ProcessPoolExecutor) -> None:
         p.join(10)
 
 
+# glibc's mallopt parameters, and the values its dynamic thresholds grow to on a 64-bit machine
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD_MAX = 32 * 1024 * 1024
+_malloc_tuned = [False]
+
+
+def restore_malloc_thresholds() -> bool:
+    """Give this process glibc's grown malloc thresholds (arrays up to 32 MiB from the heap, 64 MiB
+    kept before trimming), once; False where the C library is not glibc."""
+    if _malloc_tuned[0]:
+        return True
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):
+        return False
+    _malloc_tuned[0] = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)
+                            and mallopt(M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD_MAX))
+    return _malloc_tuned[0]
+
+
+def dask_task(cell: Cell, rep: int, base_dir: Path, inputs: dict[str, Any]) -> dict[str, Any]:
+    """`simulate_cell` on a Dask worker, with the malloc thresholds its nanny lowered restored.
+
+    cell: the matrix cell; rep: its repetition; base_dir: the scenario's folder; inputs: the
+    cells' traces and profiles as the run scattered them (`simulate_cell`'s)."""
+    restore_malloc_thresholds()
+    return simulate_cell(cell, rep, base_dir, inputs)
+
+
 def run_on_dask(tasks: list[Task], base_dir: Path, address: str, on_done: OnDone) -> None:
     """Every task on the Dask scheduler at `address` (tcp://HOST:PORT), `on_done(index, files)`
     as each finishes; KeyboardInterrupt and a task's exception cancel the rest and propagate.
@@ -207,7 +240,7 @@ def run_on_dask(tasks: list[Task], base_dir: Path, address: str, on_done: OnDone
                 inputs[kind].update(read)
         shipped = client.scatter(inputs, broadcast=True, hash=False)
         # pure=False: two repetitions of one cell are two tasks, never one cached result
-        futures = [client.submit(simulate_cell, cell, rep, base_dir, shipped, pure=False)
+        futures = [client.submit(dask_task, cell, rep, base_dir, shipped, pure=False)
                    for cell, rep in tasks]
         index = {f.key: i for i, f in enumerate(futures)}
         try:

@@ -308,3 +308,36 @@ def test_a_sweep_from_its_own_folder_finds_its_files_on_dask(tmp_path: Path,
             {k: v for k, v in figures.items() if k not in WALL_CLOCK}
     assert len(one) == 3 and dask == one
     assert {r["policy"] for r in one} == {"static", "rule_v2", "pols.mine:Holder"}
+
+
+MAPPED_FOR_ONE_MIB = """
+import ctypes, sys
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                 "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1:] == ["restore"]:
+    from testbed.scenario.sweep import restore_malloc_thresholds
+    assert restore_malloc_thresholds()
+before = libc.mallinfo2().hblkhd
+block = bytearray(1 << 20)
+print(libc.mallinfo2().hblkhd - before)
+"""
+
+
+def test_a_dask_workers_arrays_come_from_the_heap_again():
+    """Dask's nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which pins glibc's mmap
+    threshold at 128 kB: each 1 MiB array was mapped afresh (a whole-day cell 1.4x as long). After
+    restore_malloc_thresholds, it comes from the heap."""
+    if not hasattr(__import__("ctypes").CDLL(None), "mallinfo2"):
+        pytest.skip("not glibc >= 2.33: no mallinfo2 to see where an allocation went")
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536"}
+
+    def mapped(*args: str) -> int:
+        out = subprocess.run([sys.executable, "-c", MAPPED_FOR_ONE_MIB, *args], env=env, check=True,
+                             capture_output=True, text=True, cwd=Path(__file__).parents[2])
+        return int(out.stdout)
+
+    assert mapped() >= 1 << 20  # the nanny's setting, as a Dask worker starts with it
+    assert mapped("restore") == 0
