@@ -143,3 +143,17 @@ def writable_file(option: str, path: Path) -> Path:
         return path
     _probe_dir(option, _nearest_existing(path.parent), path)
     return path
+
+
+def trace_units(time_unit: str | None, rate_unit: str | None) -> None:
+    """--trace-time-unit and --trace-rate-unit name units a CSV trace's reader knows (None: not
+    given)."""
+    from testbed.load.trace_csv import caller_unit  # numpy: only when a unit is given
+
+    for option, text, kind in (("--trace-time-unit", time_unit, "time"),
+                               ("--trace-rate-unit", rate_unit, "rate")):
+        if text is not None:
+            try:
+                caller_unit(text, kind)
+            except ValueError as e:
+                raise bad(option, str(e)) from None

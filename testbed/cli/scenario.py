@@ -155,12 +155,11 @@ def run(
 
 def _show_traces(loaded: LoadedScenario) -> None:
     """Each client trace of the scenario, as it loaded (`show_traces`)."""
-    from testbed.load.trace import load_trace
-    from testbed.scenario.spec import trace_dir
+    from testbed.scenario.spec import read_trace, trace_dir
 
     scn = loaded.scenario
     paths = sorted({trace_dir(scn, loaded.base_dir) / c.trace for c in scn.clients if c.trace})
-    show_traces(load_trace(p) for p in paths)
+    show_traces(read_trace(scn, p) for p in paths)
 
 
 def _scenario_to_run(scenario: Path | None, from_manifest: Path | None) -> LoadedScenario:

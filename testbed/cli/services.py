@@ -205,7 +205,13 @@ def load(
     service: str = typer.Argument(..., help="A registered service (chatbot, imgcls, tts, or one of "
                                   "--profiles FILE)."),
     url: str = typer.Option(..., help="The service's endpoint (load balancer), e.g. http://10.200.0.2:8001"),
-    trace: Path | None = typer.Option(None, help="Trace file of 'DURATION COUNT' lines."),
+    trace: Path | None = typer.Option(None, help="Trace file: 'DURATION COUNT' lines or CSV "
+                                      "(docs/traces.md)."),
+    trace_time_unit: str | None = typer.Option(
+        None, help="A CSV trace's time (or interval) unit where its header states none: ms, s, "
+        "min, h."),
+    trace_rate_unit: str | None = typer.Option(
+        None, help="A CSV trace's rate unit where its header states none: per_s, per_min, per_h."),
     ratio: float = typer.Option(1.0, help="Request-scaling ratio applied to the trace's counts."),
     shift: float = typer.Option(0.0, help="Rotate the trace by this many hours."),
     start: float = typer.Option(0.0, help="Skip this many seconds of the trace."),
@@ -246,7 +252,8 @@ def load(
     slo_ms = profile.slo_ms
     _check_load_mode(trace, rate, closed, duration)
     spec = _checked_load_spec(LoadSpec(
-        service=service, url=url, trace=trace, ratio=ratio, shift_hours=shift, start_s=start,
+        service=service, url=url, trace=trace, trace_time_unit=trace_time_unit,
+        trace_rate_unit=trace_rate_unit, ratio=ratio, shift_hours=shift, start_s=start,
         duration_s=duration, speedup=speedup, rate=rate, closed_workers=closed, out=out,
         slice=slice_name, ue_group=ue_group, source_address=source, timeout_s=timeout, seed=seed,
         slo_ms=slo_ms,
@@ -292,11 +299,13 @@ def _checked_load_spec(spec: LoadSpec, max_error_rate: float) -> LoadSpec:
     checks.number("--start", spec.start_s, ge=0)
     checks.number("--timeout", spec.timeout_s, gt=0, le=3600)
     checks.number("--max-error-rate", max_error_rate, ge=0, le=1)
+    checks.trace_units(spec.trace_time_unit, spec.trace_rate_unit)
     if spec.source_address is not None:
         spec = dataclasses.replace(spec, source_address=checks.local_address("--source",
                                                                              spec.source_address))
     if spec.trace is not None:
-        show_traces([load_trace(spec.trace)])  # its errors name the file and line
+        show_traces([load_trace(spec.trace, time_unit=spec.trace_time_unit,
+                                rate_unit=spec.trace_rate_unit)])  # its errors name the file and line
     if spec.out is not None:
         checks.writable_file("--out", spec.out)
     return spec

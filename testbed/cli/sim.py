@@ -16,6 +16,8 @@ from testbed.cli.sim_inputs import (
     ChosenTraces,
     ProfilesOpt,
     TraceOpt,
+    TraceRateUnitOpt,
+    TraceTimeUnitOpt,
     chosen_services,
     chosen_traces,
     default_ratio,
@@ -60,6 +62,8 @@ def sim_eval(
     load: float = typer.Option(1.0, help="Multiply the default ratios (2 = Table 5.2's load)."),
     units: int = typer.Option(paper.TOTAL_UNITS, help="Total resource units."),
     trace: list[str] = TraceOpt,
+    trace_time_unit: str | None = TraceTimeUnitOpt,
+    trace_rate_unit: str | None = TraceRateUnitOpt,
     traces: Path = TracesOpt,
     profiles_path: Path = ProfilesOpt,
     model: str = typer.Option(
@@ -91,7 +95,7 @@ def sim_eval(
     if not 1 <= units <= 100_000:
         raise checks.bad("--units", f"must be 1-100000, got {units}")
     profiles = sim_profiles(rate_limit, chosen, known)
-    tr = chosen_traces(trace, traces, chosen)
+    tr = chosen_traces(trace, traces, chosen, trace_time_unit, trace_rate_unit)
     ratios = {s: ratio if ratio is not None else default_ratio(s) * load for s in chosen}
     _bound_requests(tr.traces, ratios)
     entry = resolve(policy, source="--policy", base_dir=Path.cwd())
@@ -172,6 +176,8 @@ def sim_tables(
     drl: bool = typer.Option(True, "--drl/--no-drl", help="Also run the DRL agents (default)."),
     traces: Path = TracesOpt,
     trace: list[str] = TraceOpt,
+    trace_time_unit: str | None = TraceTimeUnitOpt,
+    trace_rate_unit: str | None = TraceRateUnitOpt,
     service: list[str] = typer.Option(
         ["all"], help="Services (repeatable or comma-separated; all: the paper's three, the tables' "
         "own). A service the paper did not run takes ratio 1 and has no paper figures."),
@@ -205,7 +211,7 @@ def sim_tables(
     registry = known_profiles(profiles_path)
     services = chosen_services(service, registry)
     note_left_out(registry, services, profiles_path)
-    tr = chosen_traces(trace, traces, services)
+    tr = chosen_traces(trace, traces, services, trace_time_unit, trace_rate_unit)
     profiles = sim_profiles(rate_limit, services, registry)
     runs: dict[str, dict] = {"rule_v2": {s: RuleV2.for_service(s, profiles) for s in services}}
     if drl:
@@ -383,6 +389,8 @@ def sim_compare(
                                    "is its older name (elsewhere --load is a multiplier)."),
     traces: Path = TracesOpt,
     trace: list[str] = TraceOpt,
+    trace_time_unit: str | None = TraceTimeUnitOpt,
+    trace_rate_unit: str | None = TraceRateUnitOpt,
     service: list[str] = typer.Option(
         ["all"], help="Services compared, sharing the GPUs (repeatable or comma-separated): any "
         "registered one or one of --profiles; all: the paper's three. A service the table does not "
@@ -441,7 +449,7 @@ def sim_compare(
             raise ConfigError([ConfigProblem("--table", None, "table",
                                              f"unknown {key!r}; use 5.1, 5.2 or 5.3")])
     pipes = [parse_pipeline(pipeline, Pipeline, services)] if pipeline else []
-    tr = chosen_traces(trace, traces, services)
+    tr = chosen_traces(trace, traces, services, trace_time_unit, trace_rate_unit)
     comparison = prepare_comparison(  # everything is checked before anything runs
         names, load, tr.traces, models=models, services=services,
         trace_label="" if tr.paper else tr.label(), profiles=known,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from testbed.cli import console, err_console, show_traces
+from testbed.cli import checks, console, err_console, show_traces
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles import paper
 
@@ -25,8 +25,14 @@ if TYPE_CHECKING:
 # one option, one meaning for every command that runs services on traces
 TraceOpt = typer.Option(
     None, "--trace",
-    help="A trace file of your own ('DURATION COUNT' lines), in place of the test day: FILE for "
-    "every service of the command, or SERVICE=FILE for one (repeatable).")
+    help="A trace file of your own ('DURATION COUNT' lines or CSV, docs/traces.md), in place of "
+    "the test day: FILE for every service of the command, or SERVICE=FILE for one (repeatable).")
+TraceTimeUnitOpt = typer.Option(
+    None, "--trace-time-unit",
+    help="The time (or interval) unit of --trace CSV files whose header states none: ms, s, min, h.")
+TraceRateUnitOpt = typer.Option(
+    None, "--trace-rate-unit",
+    help="The rate unit of --trace CSV files whose header states none: per_s, per_min, per_h.")
 ProfilesOpt = typer.Option(
     None, "--profiles",
     help="Profile file merged over the registry's (services.yaml's format): it may change a "
@@ -134,12 +140,14 @@ def trace_choice(texts: Sequence[str] | None, services: Sequence[str]
     return every, each
 
 
-def chosen_traces(texts: Sequence[str] | None, traces_dir: Path | None, services: Sequence[str]
-                  ) -> ChosenTraces:
+def chosen_traces(texts: Sequence[str] | None, traces_dir: Path | None, services: Sequence[str],
+                  time_unit: str | None = None, rate_unit: str | None = None) -> ChosenTraces:
     """Each service's trace: its `--trace SERVICE=FILE`, else the bare `--trace FILE`, else its
-    test day in `traces_dir` (the paper's three only; None: the traces shipped with testbed)."""
+    test day in `traces_dir` (the paper's three only; None: the traces shipped with testbed);
+    time_unit, rate_unit: CSV files' units where their header states none."""
     from testbed.load.trace import load_trace  # numpy: not for `--help`
 
+    checks.trace_units(time_unit, rate_unit)
     every, each = trace_choice(texts, services)
     files = {s: each.get(s, every) for s in services}
     own = {s: f.name for s, f in files.items() if f is not None}
@@ -149,7 +157,8 @@ def chosen_traces(texts: Sequence[str] | None, traces_dir: Path | None, services
         raise ConfigError([ConfigProblem(
             "--trace", None, "trace", f"no trace for {', '.join(no_day)}: the test day has the "
             f"paper's services only; pass --trace {no_day[0]}=FILE (or --trace FILE for all)")])
-    loaded = {f: load_trace(f) for f in set(files.values()) if f is not None}
+    loaded = {f: load_trace(f, time_unit=time_unit, rate_unit=rate_unit)
+              for f in set(files.values()) if f is not None}
     show_traces(loaded[f] for f in sorted(loaded))
     from testbed.traces import traces_folder
 

@@ -23,6 +23,8 @@ class LoadSpec:
     service: str
     url: str
     trace: Path | None = None
+    trace_time_unit: str | None = None  # a CSV trace's units where its header states none
+    trace_rate_unit: str | None = None
     ratio: float = 1.0
     shift_hours: float = 0.0
     start_s: float = 0.0
@@ -48,7 +50,8 @@ async def run_load(spec: LoadSpec, on_tick: Callable[[LiveFigures, int, float], 
 
     spec: what to run; on_tick: called every `tick_s` with the live figures, the requests in flight
     and the seconds elapsed; totals: run-wide counters to add to."""
-    trace = load_trace(spec.trace) if spec.trace is not None else None  # bad trace: fail before sending
+    trace = (load_trace(spec.trace, time_unit=spec.trace_time_unit, rate_unit=spec.trace_rate_unit)
+             if spec.trace is not None else None)  # bad trace: fail before sending
     stats = LiveStats(spec.slo_ms)
     writer = RecordWriter(spec.out) if spec.out else None
     sinks = [stats] + ([writer] if writer else []) + ([totals] if totals is not None else [])

@@ -67,6 +67,17 @@ def _unit(text: str) -> float | None:
     return UNITS_S.get(text.strip().lower().lstrip("1/").strip())
 
 
+def caller_unit(text: str, kind: str) -> float:
+    """The seconds of a unit a caller gives for a CSV's `kind` ("time" or "rate") column: "s",
+    "min", "h", ... (a rate's may be written "per_min" or "/min"); ValueError naming the units
+    otherwise."""
+    unit = _unit(text.removeprefix("per_").removeprefix("/") if kind == "rate" else text)
+    if unit is None:
+        known = "ms, s, min, h" if kind == "time" else "per_ms, per_s, per_min, per_h"
+        raise ValueError(f"unknown {kind} unit {text!r}: one of {known}")
+    return unit
+
+
 def read_column(index: int, header: str) -> Column | None:
     """The role and unit a header cell names, None for a column no role takes (ignored).
 
@@ -123,19 +134,24 @@ def parse_csv_trace(text: str, source: str = "<trace>", *, time_unit: str | None
                       f"minute, ...; {', '.join(INTERVAL_NAMES)}) and one rate or count column "
                       f"(rate_per_s, rpm, ...; {', '.join(COUNT_NAMES)}), got {', '.join(cells)!r}")
     tcol, vcol = when[0], how_many[0]
-    t_unit = tcol.unit_s if tcol.unit_s is not None else (_unit(time_unit) if time_unit else None)
+    t_unit = tcol.unit_s
+    if t_unit is None and time_unit:
+        t_unit = caller_unit(time_unit, "time")
     if t_unit is None:
         raise problem(tcol.name, f"the {tcol.role} column {tcol.name!r} states no unit: name it "
                       f"{tcol.name}_s, {tcol.name}_min, {tcol.name}_h (or `{tcol.name} [min]`), "
-                      "or give the time unit")
+                      "or give the time unit (a scenario's `trace_units: {time: min}`, a "
+                      "command's --trace-time-unit min)")
     r_unit = None
     if vcol.role == "rate":
         r_unit = vcol.unit_s
         if r_unit is None and rate_unit:
-            r_unit = _unit(rate_unit.removeprefix("per_").removeprefix("/"))
+            r_unit = caller_unit(rate_unit, "rate")
         if r_unit is None:
             raise problem(vcol.name, f"the rate column {vcol.name!r} states no unit: name it "
-                          "rate_per_s, rate_per_min (or `rate [1/min]`), or give the rate unit")
+                          "rate_per_s, rate_per_min (or `rate [1/min]`), or give the rate unit (a "
+                          "scenario's `trace_units: {rate: per_min}`, a command's "
+                          "--trace-rate-unit per_min)")
     times, values, lines = [], [], []
     problems: list[ConfigProblem] = []
     for number, raw in rows[1:]:

@@ -36,6 +36,8 @@ class LoadJob:
     max_error_rate: float = 0.1  # the share of failed requests past which the client exits 3
     rate: float | None = None
     trace: Path | None = None
+    trace_time_unit: str | None = None  # a CSV trace's units where its header states none
+    trace_rate_unit: str | None = None
     ratio: float = 1.0
     shift_hours: float = 0.0
     start_s: float = 0.0
@@ -50,6 +52,10 @@ class LoadJob:
         if self.new_connections:
             args.append("--new-connections")
         if self.rate is None:
+            for option, unit in (("--trace-time-unit", self.trace_time_unit),
+                                 ("--trace-rate-unit", self.trace_rate_unit)):
+                if unit is not None:
+                    args += [option, unit]
             args += ["--ratio", f"{self.ratio:g}", "--shift", f"{self.shift_hours:g}",
                      "--start", f"{self.start_s:g}", "--duration", f"{self.duration_s:g}",
                      "--speedup", f"{self.speedup:g}"]
@@ -65,7 +71,8 @@ class LoadJob:
         if self.trace is None:
             raise ValueError(f"a {self.service} load job needs a rate or a trace")
         return list(schedule_from_trace(
-            load_trace(self.trace), _as_parsed(self.ratio), _as_parsed(self.shift_hours),
+            load_trace(self.trace, time_unit=self.trace_time_unit,
+                       rate_unit=self.trace_rate_unit), _as_parsed(self.ratio), _as_parsed(self.shift_hours),
             _as_parsed(self.start_s), _as_parsed(self.duration_s), _as_parsed(self.speedup)))
 
 

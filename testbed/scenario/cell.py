@@ -357,7 +357,9 @@ def load_job(scn: Scenario, client: ClientSpec, index: int, rep: int, base_dir: 
     if client.trace:
         return LoadJob(service=client.service, timeout_s=4.0 / ts, seed=seed, max_error_rate=1.0,
                        new_connections=fresh, profiles=profiles,
-                       trace=trace_dir(scn, base_dir) / client.trace, ratio=client.ratio,
+                       trace=trace_dir(scn, base_dir) / client.trace,
+                       trace_time_unit=scn.trace_units.time, trace_rate_unit=scn.trace_units.rate,
+                       ratio=client.ratio,
                        shift_hours=client.shift_hours,
                        start_s=client.start_s - warm,  # the warm-up replays the trace before the window
                        duration_s=seconds, speedup=ts)

@@ -9,7 +9,6 @@ from typing import Any
 from testbed.config import TestbedSpec, check_testbed
 from testbed.config.yamlfile import LocatedYaml, format_path, load_yaml_file, parse_yaml, validate
 from testbed.errors import ConfigError
-from testbed.load.trace import load_trace
 from testbed.profiles import load_profiles
 from testbed.scenario.expect_checks import check_expectations, check_selectors_match
 from testbed.scenario.matrix import check_matrix, expand
@@ -19,6 +18,7 @@ from testbed.scenario.spec import (
     check_policies,
     check_scenario,
     check_share_models,
+    read_trace,
     resolve_testbed,
     trace_dir,
 )
@@ -79,7 +79,7 @@ def _check_traces(scn: Scenario, base_dir: Path) -> None:
     """Read every client's trace now, so a malformed one fails before a testbed is built; its
     errors name the trace file and line."""
     for path in sorted({trace_dir(scn, base_dir) / c.trace for c in scn.clients if c.trace}):
-        load_trace(path)
+        read_trace(scn, path)
 
 
 def load_scenario(path: str | Path, overrides: dict[str, Any] | None = None) -> LoadedScenario:

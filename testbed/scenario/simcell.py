@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.load.trace import Trace, load_trace
+from testbed.load.trace import Trace
 from testbed.profiles import load_profiles
 from testbed.scaler.fa2 import Pipeline
 from testbed.scaler.registry import make_policy
 from testbed.scenario.matrix import Cell
 from testbed.scenario.rundir import CellDir
-from testbed.scenario.spec import Scenario, trace_dir
+from testbed.scenario.spec import Scenario, read_trace, trace_dir
 from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS
 from testbed.sim.gpu import GpuSimCluster
 from testbed.train.evaluate import evaluate
@@ -36,7 +36,7 @@ def cell_inputs(scn: Scenario, base_dir: Path) -> dict[str, Any]:
 
     scn: the cell's scenario; base_dir: its folder."""
     own = str(base_dir / scn.service_profiles) if scn.service_profiles else None
-    return {"traces": {str(trace_dir(scn, base_dir) / c.trace): load_trace(trace_dir(scn, base_dir)
+    return {"traces": {str(trace_dir(scn, base_dir) / c.trace): read_trace(scn, trace_dir(scn, base_dir)
                                                                           / c.trace)
                        for c in scn.clients if c.trace},
             "profiles": {own: load_profiles(own)}}
@@ -60,7 +60,7 @@ def cell_traces(scn: Scenario, base_dir: Path, inputs: dict[str, Any] | None = N
             ratios[c.service] = 1.0
             continue
         path = trace_dir(scn, base_dir) / c.trace
-        full = (inputs or {}).get("traces", {}).get(str(path)) or load_trace(path)
+        full = (inputs or {}).get("traces", {}).get(str(path)) or read_trace(scn, path)
         traces[c.service] = full.window(c.shift_hours, c.start_s, seconds)
         ratios[c.service] = c.ratio
     return traces, ratios

@@ -87,6 +87,23 @@ class ClientSpec(Strict):
         return self
 
 
+class TraceUnits(Strict):
+    """The units of CSV traces' columns where their header states none (docs/traces.md); a
+    header's own unit wins."""
+
+    time: str | None = None  # the time or interval column's: ms, s, min, h
+    rate: str | None = None  # the rate column's: per_s, per_min, per_h
+
+    @model_validator(mode="after")
+    def _known(self) -> TraceUnits:
+        from testbed.load.trace_csv import caller_unit
+
+        for kind in ("time", "rate"):
+            if getattr(self, kind) is not None:
+                caller_unit(getattr(self, kind), kind)
+        return self
+
+
 class PipelineSpec(Strict):
     """A chain of services one request passes through under one end-to-end SLA (fa2 plans it
     with FA2's Algorithm 1 instead of service by service)."""
@@ -141,6 +158,7 @@ class Scenario(Strict):
     # where relative trace paths live (default: the scenario's folder; `package`: the paper's
     # traces, shipped with testbed, testbed/traces)
     traces_dir: str | None = None
+    trace_units: TraceUnits = Field(default_factory=TraceUnits)  # for CSV traces without them
     services: list[ServiceSpec] = Field(min_length=1)
     clients: list[ClientSpec] = Field(default_factory=list)
     cross_traffic: list[CrossTrafficSpec] = Field(default_factory=list)
@@ -400,6 +418,13 @@ def check_share_models(scn: Scenario, base_dir: Path, params: dict[str, Any] | N
             problems.append((where, f"{kind} needs the drl extra ({missing[0]} missing): "
                                     "pip install 'testbed[drl]'"))
     return problems
+
+
+def read_trace(scn: Scenario, path: Path) -> Any:
+    """The `Trace` in `path`, one of `scn`'s client traces, read with its `trace_units:`."""
+    from testbed.load.trace import load_trace  # numpy: not at import
+
+    return load_trace(path, time_unit=scn.trace_units.time, rate_unit=scn.trace_units.rate)
 
 
 def trace_dir(scn: Scenario, base_dir: Path) -> Path:

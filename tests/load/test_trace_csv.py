@@ -82,3 +82,72 @@ def test_the_cli_prints_a_csv_trace_as_it_loads(tmp_path: Path):
                           env=dict(os.environ, COLUMNS="200"))
     assert proc.returncode == 0, proc.stderr
     assert "trace day.csv: 180 s, 480 requests, mean 2.67 req/s, peak 5 req/s" in proc.stderr
+
+
+BARE_SCENARIO = """\
+name: bare-units
+engine: sim
+duration_s: 180
+services:
+  - {name: imgcls, policy: static}
+clients:
+  - {service: imgcls, trace: bare.csv}
+"""
+
+
+def test_a_scenario_gives_the_units_its_csv_header_lacks(tmp_path: Path):
+    from testbed.scenario.load import parse_scenario
+    from testbed.scenario.simcell import run_sim_cell
+
+    (tmp_path / "bare.csv").write_text("time,rate\n0,120\n1,300\n2,60\n")
+    with pytest.raises(ConfigError) as exc:  # no units anywhere: refused at load, not in a cell
+        parse_scenario(BARE_SCENARIO, "bare.yaml", tmp_path)
+    assert "bare.csv:1: time: the time column 'time' states no unit" in str(exc.value)
+    with_units = BARE_SCENARIO + "trace_units: {time: min, rate: per_min}\n"
+    scn = parse_scenario(with_units, "bare.yaml", tmp_path).scenario
+    (tmp_path / "day.txt").write_text(LINES)  # the same three minutes
+    same = parse_scenario(BARE_SCENARIO.replace("bare.csv", "day.txt"), "day.yaml",
+                          tmp_path).scenario
+
+    def sim(s):
+        out = run_sim_cell(s, tmp_path, seed=0)["imgcls"]
+        return {k: v for k, v in out.items() if not k.startswith("steps_per")}
+
+    assert sim(scn) == sim(same) and sim(scn)["proc_time"] > 0
+    from testbed.scenario.cell import load_job  # the testbed's client, in its own process
+
+    job = load_job(scn, scn.clients[0], 0, 0, tmp_path)
+    assert ("--trace-time-unit", "min") == job.options()[6:8]
+    assert job.offsets() == load_job(same, same.clients[0], 0, 0, tmp_path).offsets()
+    assert len(job.offsets()) == 480
+
+
+def test_an_unknown_unit_is_one_error_naming_the_field(tmp_path: Path):
+    from testbed.scenario.load import parse_scenario
+
+    (tmp_path / "bare.csv").write_text("time,rate\n0,120\n")
+    with pytest.raises(ConfigError) as exc:
+        parse_scenario(BARE_SCENARIO + "trace_units: {time: fortnight}\n", "bare.yaml", tmp_path)
+    assert "bare.yaml:8: trace_units" in str(exc.value) and "unknown time unit 'fortnight'" \
+        in str(exc.value), str(exc.value)
+
+
+def test_commands_take_the_units_as_options(tmp_path: Path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "bare.csv").write_text("time,rate\n0,120\n1,300\n2,60\n")
+
+    def sim_eval(*units: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "testbed", "sim", "eval", "--policy", "static",
+                               "--service", "imgcls", "--trace", str(tmp_path / "bare.csv"), *units],
+                              capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, COLUMNS="200"))
+
+    ok = sim_eval("--trace-time-unit", "min", "--trace-rate-unit", "per_min")
+    assert ok.returncode == 0, ok.stderr
+    assert "trace bare.csv: 180 s, 480 requests" in ok.stderr
+    bad = sim_eval("--trace-time-unit", "fortnight")
+    assert bad.returncode != 0 and "--trace-time-unit" in bad.stderr \
+        and "unknown time unit 'fortnight'" in bad.stderr and "Traceback" not in bad.stderr
