@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +31,23 @@ from testbed.sim.gpu import GpuSimCluster
 from testbed.train.evaluate import evaluate
 
 
-def cell_inputs(scn: Scenario, base_dir: Path) -> dict[str, Any]:
-    """The files a cell reads, read here: `traces` (path -> Trace) and `profiles` (the profile
-    file's path, or None, -> its profiles), for a worker that may not share this filesystem.
+def cell_inputs(scns: Scenario | Iterable[Scenario], base_dir: Path) -> dict[str, Any]:
+    """The files cells read, read here, each once: `traces` (path -> Trace) and `profiles` (the
+    profile file's path, or None, -> its profiles), for a worker that may not share this
+    filesystem.
 
-    scn: the cell's scenario; base_dir: its folder."""
-    own = str(base_dir / scn.service_profiles) if scn.service_profiles else None
-    return {"traces": {str(trace_dir(scn, base_dir) / c.trace): read_trace(scn, trace_dir(scn, base_dir)
-                                                                          / c.trace)
-                       for c in scn.clients if c.trace},
-            "profiles": {own: load_profiles(own)}}
+    scns: the cells' scenarios (a sweep's cells mostly share their files); base_dir: their folder."""
+    traces: dict[str, Trace] = {}
+    profiles: dict[str | None, Any] = {}
+    for scn in [scns] if isinstance(scns, Scenario) else scns:
+        for c in scn.clients:
+            path = trace_dir(scn, base_dir) / c.trace if c.trace else None
+            if path is not None and str(path) not in traces:
+                traces[str(path)] = read_trace(scn, path)
+        own = str(base_dir / scn.service_profiles) if scn.service_profiles else None
+        if own not in profiles:
+            profiles[own] = load_profiles(own)
+    return {"traces": traces, "profiles": profiles}
 
 
 def cell_traces(scn: Scenario, base_dir: Path, inputs: dict[str, Any] | None = None

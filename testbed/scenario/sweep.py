@@ -234,10 +234,7 @@ def run_on_dask(tasks: list[Task], base_dir: Path, address: str, on_done: OnDone
     with client:
         # the cells' traces and profiles, read here and sent once: a worker on another machine
         # needs no copy of them (models and policy modules it still reads at their paths)
-        inputs: dict[str, Any] = {"traces": {}, "profiles": {}}
-        for cell, _ in tasks:
-            for kind, read in cell_inputs(cell.scenario, base_dir).items():
-                inputs[kind].update(read)
+        inputs = cell_inputs([cell.scenario for cell, _ in tasks], base_dir)
         shipped = client.scatter(inputs, broadcast=True, hash=False)
         # pure=False: two repetitions of one cell are two tasks, never one cached result
         futures = [client.submit(dask_task, cell, rep, base_dir, shipped, pure=False)
