@@ -20,6 +20,7 @@ from testbed.load.api import MalformedResponse, PreparedRequest, service_client
 from testbed.load.content import ContentSet
 from testbed.load.http1 import ConnectionDropped, ConnectionPool, ProtocolViolation, RequestCancelled
 from testbed.load.records import RequestRecord
+from testbed.load.timer import PreciseWake
 from testbed.profiles import ServiceProfile
 
 Sink = Callable[[RequestRecord], None]
@@ -119,14 +120,13 @@ class LoadClient:
         # Everything allocated so far (imports, content pools) lives for the whole run: keep the
         # collector from re-scanning it, which otherwise stalls sending for tens of milliseconds.
         gc.freeze()
+        wake = PreciseWake(loop)
         try:
             while self._next is not None:
                 self._send_due()
                 if self._next is None:
                     break
-                delay = self._t0 + self._next - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                await wake.until(self._t0 + self._next)
             self._schedule = None
             await self.drain()
         except asyncio.CancelledError:
@@ -134,6 +134,7 @@ class LoadClient:
             await self._cancel_all()
             raise
         finally:
+            wake.close()
             self._schedule = None
             gc.unfreeze()
         return self.summary
