@@ -5,6 +5,7 @@ client, placed where `start_clients` puts its processes, so no root or namespace
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 from pathlib import Path
 
@@ -45,3 +46,19 @@ def test_stop_twice_is_harmless(tmp_path: Path):
         return started[0].returncode, again, traffic.clients_running()
 
     assert asyncio.run(main()) == (-2, [], False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="raising a process's priority needs root")
+def test_a_client_runs_ahead_of_the_cell():
+    import subprocess
+
+    from testbed.bringup.traffic import CLIENT_PRIORITY_AHEAD, ahead_of_the_cell
+
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        ahead_of_the_cell(child.pid)
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == max(-20, own - CLIENT_PRIORITY_AHEAD)
+    finally:
+        child.kill()
+        child.wait()
