@@ -92,6 +92,7 @@ class PreciseWake:
             self._waiter = None
 
     def close(self) -> None:
+        """Stop watching the timerfd and close it (again: nothing)."""
         if self._fd >= 0:
             self._loop.remove_reader(self._fd)
             os.close(self._fd)

@@ -68,8 +68,8 @@ def _unit(text: str) -> float | None:
 
 
 def caller_unit(text: str, kind: str) -> float:
-    """The seconds of a unit a caller gives for a CSV's `kind` ("time" or "rate") column: "s",
-    "min", "h", ... (a rate's may be written "per_min" or "/min"); ValueError naming the units
+    """The seconds of the unit `text` a caller gives for a CSV's `kind` ("time" or "rate") column:
+    "s", "min", "h", ... (a rate's may be written "per_min" or "/min"); ValueError naming the units
     otherwise."""
     unit = _unit(text.removeprefix("per_").removeprefix("/") if kind == "rate" else text)
     if unit is None:

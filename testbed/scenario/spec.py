@@ -96,7 +96,7 @@ class TraceUnits(Strict):
 
     @model_validator(mode="after")
     def _known(self) -> TraceUnits:
-        from testbed.load.trace_csv import caller_unit
+        from testbed.load.trace_csv import caller_unit  # numpy: not at the scenario's import
 
         for kind in ("time", "rate"):
             if getattr(self, kind) is not None:
