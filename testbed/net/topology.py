@@ -20,6 +20,7 @@ from testbed.net.cmd import in_ns
 PREFIX_ROOT = "tb"
 N3, N6, RAN = "n3", "n6", "ran0"
 GSO_MAX_SIZE = 1514
+GSO_OFFLOAD_SIZE = 65536
 
 
 def prefix_for(name: str) -> str:
@@ -166,8 +167,10 @@ class Topology:
             for end in (link.a, link.b):
                 # Segmentation offload would hand HTB 64 KB super-packets: shaping turns bursty,
                 # fairness between classes skews and packet-count queue limits hold megabytes.
+                # (`link.segmentation: offload` lifts it where the link is not measured)
+                gso = GSO_OFFLOAD_SIZE if self.spec.link.segmentation == "offload" else GSO_MAX_SIZE
                 cmds.append(["ip", "-n", end.host.name, "link", "set", end.name, "gso_max_size",
-                             str(GSO_MAX_SIZE), "up"])
+                             str(gso), "up"])
         cmds.append(["ip", "-n", self.upf.name, "link", "set", N3, "up"])
         cmds.append(in_ns(self.upf.name, ["sysctl", "-qw", "net.ipv4.ip_forward=1"]))
         for h in self.hosts if self.spec.link.tcp_congestion else ():
