@@ -43,3 +43,14 @@ def test_build_commands_are_argument_lists_in_dependency_order():
     assert f"ip -n tb-main-ue-be link set {RAN} gso_max_size 1514 up" in flat
     assert any(c.endswith("net.ipv4.ip_forward=1") for c in flat)
     assert N3 == "n3"
+
+
+def test_segmentation_offload_lifts_the_packet_size_on_every_veth():
+    spec = load_testbed()
+    offload = spec.model_copy(update={"link": spec.link.model_copy(update={"segmentation": "offload"})})
+    sizes = {c[c.index("gso_max_size") + 1] for spec_ in (offload,)
+             for c in Topology.from_spec(spec_).build_commands() if "gso_max_size" in c}
+    assert sizes == {"65536"}
+    default = {c[c.index("gso_max_size") + 1] for c in Topology.from_spec(spec).build_commands()
+               if "gso_max_size" in c}
+    assert default == {"1514"}
