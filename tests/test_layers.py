@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1] / "testbed"
 # packages really stand (test_the_layers_are_as_the_imports_stand).
 LAYERS = {
     "errors": 0, "paths": 0,
+    "timer": 0,  # a wake-up at a loop time to the microsecond (the load client, the replicas)
     "judge": 0,  # the expect: language, its statistics, outcomes, power and the run's verdict: rows only
     "plugins": 1,  # module:attr references and entry points (imports errors only)
     "config": 1,

@@ -27,6 +27,7 @@ from aiohttp import web
 
 from testbed.cluster.base import SERVER_MS_HEADER
 from testbed.cluster.handlers import handler_for
+from testbed.timer import PreciseWake
 from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
 
 TOKEN_ENV = "TESTBED_REPLICA_TOKEN"  # the cluster's token for /_config
@@ -61,6 +62,9 @@ class EmulatedReplica:
         # next request's time, so that the mean processing time is the profile's at any time scale
         # (an overrun of 1 ms on 17.5 ms at time scale 4 would otherwise be 6 % less capacity)
         self._overrun = 0.0
+        # a wake at the drawn time to the microsecond, where asyncio's sleep overruns by up to a
+        # millisecond (testbed.timer): at time scale 16 that millisecond is 16 of the profile's
+        self._wake: PreciseWake | None = None
         # Startup counts from the launch (epoch seconds from the cluster), so the interpreter's own
         # start-up is part of it rather than added to it.
         self.started = time.monotonic() - (max(0.0, time.time() - launched_at) if launched_at else 0.0)
@@ -206,7 +210,9 @@ class EmulatedReplica:
             self._overrun -= rest
             return
         due = time.monotonic() + rest - self._overrun
-        await asyncio.sleep(rest - self._overrun)
+        if self._wake is None:
+            self._wake = PreciseWake(asyncio.get_running_loop())
+        await self._wake.until(due)
         self._overrun = max(0.0, time.monotonic() - due)
 
     async def _run_batched(self, work):  # type: ignore[no-untyped-def]

@@ -20,7 +20,7 @@ from testbed.load.api import MalformedResponse, PreparedRequest, service_client
 from testbed.load.content import ContentSet
 from testbed.load.http1 import ConnectionDropped, ConnectionPool, ProtocolViolation, RequestCancelled
 from testbed.load.records import RequestRecord
-from testbed.load.timer import PreciseWake
+from testbed.timer import PreciseWake
 from testbed.profiles import ServiceProfile
 
 Sink = Callable[[RequestRecord], None]

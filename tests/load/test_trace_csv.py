@@ -117,7 +117,7 @@ def test_a_scenario_gives_the_units_its_csv_header_lacks(tmp_path: Path):
     from testbed.scenario.cell import load_job  # the testbed's client, in its own process
 
     job = load_job(scn, scn.clients[0], 0, 0, tmp_path)
-    assert ("--trace-time-unit", "min") == job.options()[6:8]
+    assert job.options()[6:8] == ("--trace-time-unit", "min")
     assert job.offsets() == load_job(same, same.clients[0], 0, 0, tmp_path).offsets()
     assert len(job.offsets()) == 480
 

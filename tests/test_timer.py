@@ -1,4 +1,4 @@
-"""The load client's wake-up (testbed.load.timer): at a request's time to the microsecond, where
+"""The load client's wake-up (testbed.timer): at a request's time to the microsecond, where
 asyncio's sleep rounds up to epoll's millisecond."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from testbed.load.timer import PreciseWake
+from testbed.timer import PreciseWake
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd is Linux's")
 
@@ -61,3 +61,26 @@ def test_a_past_time_returns_at_once_and_the_descriptor_is_released():
     import os
     with pytest.raises(OSError):
         os.fstat(fd)
+
+
+def test_many_waits_at_once_each_wake_at_its_own_time():
+    async def run() -> list[tuple[float, float]]:
+        loop = asyncio.get_running_loop()
+        rng = random.Random(3)
+        woke: list[tuple[float, float]] = []
+        with PreciseWake(loop) as wake:
+            async def one(when: float) -> None:
+                await wake.until(when)
+                woke.append((when, loop.time()))
+
+            t = loop.time()
+            waits = [asyncio.create_task(one(t + rng.uniform(0.001, 0.05))) for _ in range(60)]
+            waits[5].cancel()  # a cancelled wait does not hold up the others
+            await asyncio.gather(*waits, return_exceptions=True)
+        return woke
+
+    woke = asyncio.run(run())
+    assert len(woke) == 59
+    assert all(at >= when for when, at in woke)
+    assert [w for w, _ in woke] == sorted(w for w, _ in woke)  # in the order they fall due
+    assert statistics.median(at - when for when, at in woke) < 0.0005

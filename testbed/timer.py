@@ -14,6 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import heapq
+import itertools
+import math
 import os
 import sys
 import time
@@ -47,12 +50,15 @@ def _libc() -> ctypes.CDLL | None:
 
 class PreciseWake:
     """`await wake.until(when)` returns at loop time `when` (seconds of `loop.time()`), to the
-    wake-up latency of the kernel rather than epoll's millisecond. One per event loop; close it
-    (or use `with`) to release the descriptor."""
+    wake-up latency of the kernel rather than epoll's millisecond; any number of waits at once
+    (one timerfd armed at the earliest). One per event loop; close it (or use `with`) to release
+    the descriptor."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._waiter: asyncio.Future[None] | None = None
+        self._due: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+        self._armed: float | None = None
         self._fd = -1
         self._libc = _libc()
         # loop.time() is time.monotonic(), CLOCK_MONOTONIC on Linux: the timerfd's clock
@@ -68,28 +74,43 @@ class PreciseWake:
         """Whether waits use the timerfd (False: asyncio's millisecond sleep)."""
         return self._fd >= 0
 
+    def _arm(self, when: float) -> None:
+        assert self._libc is not None
+        sec = int(when)
+        nsec = math.ceil((when - sec) * 1e9)  # up: a wake is never early
+        if nsec >= 1_000_000_000:
+            sec, nsec = sec + 1, nsec - 1_000_000_000
+        spec = _Itimerspec(_Timespec(0, 0), _Timespec(sec, max(nsec, 1) if sec == 0 else nsec))
+        if self._libc.timerfd_settime(self._fd, TFD_TIMER_ABSTIME, ctypes.byref(spec), None) != 0:
+            raise OSError(ctypes.get_errno(), "timerfd_settime")
+        self._armed = when
+
     def _fired(self) -> None:
         with contextlib.suppress(BlockingIOError, InterruptedError):
             os.read(self._fd, 8)
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+        self._armed = None
+        now = self._loop.time()
+        while self._due and self._due[0][0] <= now:
+            fut = heapq.heappop(self._due)[2]
+            if not fut.done():
+                fut.set_result(None)
+        if self._due:
+            self._arm(self._due[0][0])
 
     async def until(self, when: float) -> None:
-        """Return at loop time `when` (at once if it has passed); one waiter at a time."""
+        """Return at loop time `when` (at once if it has passed)."""
         if self._fd < 0:
             delay = when - self._loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
             return
-        sec = int(when)
-        spec = _Itimerspec(_Timespec(0, 0), _Timespec(sec, int((when - sec) * 1e9)))
-        if self._libc.timerfd_settime(self._fd, TFD_TIMER_ABSTIME, ctypes.byref(spec), None) != 0:
-            raise OSError(ctypes.get_errno(), "timerfd_settime")
-        self._waiter = self._loop.create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
+        if when <= self._loop.time():
+            return
+        fut: asyncio.Future[None] = self._loop.create_future()
+        heapq.heappush(self._due, (when, next(self._order), fut))
+        if self._armed is None or when < self._armed:
+            self._arm(when)
+        await fut  # cancelled: its entry is skipped when it falls due
 
     def close(self) -> None:
         """Stop watching the timerfd and close it (again: nothing)."""
@@ -97,6 +118,9 @@ class PreciseWake:
             self._loop.remove_reader(self._fd)
             os.close(self._fd)
             self._fd = -1
+        for _, _, fut in self._due:
+            fut.cancel()
+        self._due.clear()
 
     def __enter__(self) -> PreciseWake:
         return self
