@@ -14,6 +14,7 @@ from testbed.cluster.replica import EmulatedReplica
 from testbed.load.api import build_request, check_response
 from testbed.load.content import ContentSet
 from testbed.profiles import ServiceProfile
+from testbed.pytest_plugin import MachineBehind
 
 pytestmark = pytest.mark.timed  # asserts on times: testbed.pytest_plugin.timed_priority
 
@@ -315,7 +316,7 @@ def test_processing_times_keep_the_profiles_mean_at_a_time_scale():
     async def main():
         content = ContentSet(seed=1, n_images=4)
         replica = EmulatedReplica("imgcls", profile, time_scale=scale, seed=seed, sleep_only=True)
-        times = []
+        times, late = [], []
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             base = str(server.make_url("")).rstrip("/")
             for _ in range(n):
@@ -324,14 +325,22 @@ def test_processing_times_keep_the_profiles_mean_at_a_time_scale():
                                      headers=req.headers) as r:
                     await r.read()
                     times.append(float(r.headers["X-Testbed-Server-Ms"]))
-        return times
+                    late.append(replica._overrun * 1000.0)  # how late its own wake came (ms)
+        return times, late
 
-    times = asyncio.run(main())
+    times, late = asyncio.run(main())
     excess = (sum(times) - sum(drawn)) / n
     assert 0 <= excess < 0.6, f"mean {sum(times) / n:.2f} ms against the {sum(drawn) / n:.2f} it drew"
     # an overrun is paid back, not a request made to wait longer: nine in ten within the profile's
-    # 20 ms and a timer's slack (a busy machine may still overrun the odd request's own sleep)
-    assert sorted(times)[int(0.9 * len(times))] < 20.0 + 5.0, sorted(times)[-10:]
+    # 20 ms and a timer's slack. Where the slack was exceeded because the machine woke the replica
+    # late (its own wakes' lateness, not a wait it chose), that is the machine's: re-run, and
+    # reported apart if it happens again (a replica that makes requests wait has punctual wakes)
+    p90 = sorted(times)[int(0.9 * len(times))]
+    if p90 >= 20.0 + 5.0 and sorted(late)[int(0.9 * len(late))] > 5.0:
+        raise MachineBehind(f"the replica's wakes came {sorted(late)[int(0.9 * len(late))]:.1f} "
+                            f"ms late at p90 (p90 processing time {p90:.1f} ms)",
+                            {"imgcls": sorted(late)[int(0.99 * len(late))] * scale})
+    assert p90 < 20.0 + 5.0, sorted(times)[-10:]
 
 
 def test_imgcls_reads_its_form_without_aiohttps_multipart_parser(monkeypatch):
