@@ -27,8 +27,8 @@ from aiohttp import web
 
 from testbed.cluster.base import SERVER_MS_HEADER
 from testbed.cluster.handlers import handler_for
-from testbed.timer import PreciseWake
 from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
+from testbed.timer import PreciseWake
 
 TOKEN_ENV = "TESTBED_REPLICA_TOKEN"  # the cluster's token for /_config
 

@@ -20,8 +20,8 @@ from testbed.load.api import MalformedResponse, PreparedRequest, service_client
 from testbed.load.content import ContentSet
 from testbed.load.http1 import ConnectionDropped, ConnectionPool, ProtocolViolation, RequestCancelled
 from testbed.load.records import RequestRecord
-from testbed.timer import PreciseWake
 from testbed.profiles import ServiceProfile
+from testbed.timer import PreciseWake
 
 Sink = Callable[[RequestRecord], None]
 
