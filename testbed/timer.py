@@ -80,7 +80,7 @@ class PreciseWake:
         nsec = math.ceil((when - sec) * 1e9)  # up: a wake is never early
         if nsec >= 1_000_000_000:
             sec, nsec = sec + 1, nsec - 1_000_000_000
-        spec = _Itimerspec(_Timespec(0, 0), _Timespec(sec, max(nsec, 1) if sec == 0 else nsec))
+        spec = _Itimerspec(_Timespec(0, 0), _Timespec(sec, nsec))
         if self._libc.timerfd_settime(self._fd, TFD_TIMER_ABSTIME, ctypes.byref(spec), None) != 0:
             raise OSError(ctypes.get_errno(), "timerfd_settime")
         self._armed = when
