@@ -14,7 +14,14 @@ import typer
 from rich.table import Table
 
 from testbed.cli import TracesOpt, app, checks, console, show_traces
-from testbed.cli.sim_inputs import ProfilesOpt, chosen_services, known_profiles, progress_bar
+from testbed.cli.sim_inputs import (
+    ProfilesOpt,
+    TraceRateUnitOpt,
+    TraceTimeUnitOpt,
+    chosen_services,
+    known_profiles,
+    progress_bar,
+)
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.paths import RUNS_DIR
 from testbed.profiles import paper
@@ -98,7 +105,9 @@ def _train(o: TrainOptions) -> None:
     from testbed.traces import traces_folder
 
     known = known_profiles(o.profiles)
-    train_tr, val_tr = _training_days(traces_folder(o.traces), o.trace, o.val_trace)
+    checks.trace_units(o.trace_time_unit, o.trace_rate_unit)
+    train_tr, val_tr = _training_days(traces_folder(o.traces), o.trace, o.val_trace,
+                                      units=_units(o.trace_time_unit, o.trace_rate_unit))
     if o.policy in ("ddpg", "inss"):
         show_traces([*train_tr, *val_tr], console)
         _train_share(o.policy, train_tr, val_tr, o.out, steps=o.steps or 12_000, seed=o.seed,
@@ -119,7 +128,8 @@ def _train(o: TrainOptions) -> None:
                          profile=known[svc], **o.ppo())
     show_traces([*train_tr, *val_tr], console)  # stdout: stderr is for the error alone
     _train_ppo(config, train_tr, val_tr, o.out or Path("models") / f"{svc}.zip",
-               bool(o.trace or o.val_trace))
+               bool(o.trace or o.val_trace),
+               units=_unit_words(o.trace_time_unit, o.trace_rate_unit))
 
 
 def _one_service(service: str, known: dict) -> str:
@@ -131,10 +141,22 @@ def _one_service(service: str, known: dict) -> str:
     return chosen[0]
 
 
-def _training_days(traces: Path, own: list[Path] | None = None,
-                   val: Path | None = None) -> tuple[list[Trace], list[Trace]]:
+def _units(time_unit: str | None, rate_unit: str | None) -> dict[str, str | None]:
+    """load_trace's keywords for a CSV trace's units given on the command line."""
+    return {"time_unit": time_unit, "rate_unit": rate_unit}
+
+
+def _unit_words(time_unit: str | None, rate_unit: str | None) -> str:
+    """The unit options as a rerun writes them."""
+    return "".join(f" --trace-{kind}-unit {unit}" for kind, unit in
+                   (("time", time_unit), ("rate", rate_unit)) if unit)
+
+
+def _training_days(traces: Path, own: list[Path] | None = None, val: Path | None = None,
+                   units: dict[str, str | None] | None = None) -> tuple[list[Trace], list[Trace]]:
     """The training traces (`own`, else train/*.txt of `traces`) and the validation trace
-    (`val`, else val/day6.txt of `traces`); a missing file is one line."""
+    (`val`, else val/day6.txt of `traces`), read with `units` (a CSV's, where its header states
+    none); a missing file is one line."""
     from testbed.load.trace import load_trace  # numpy: loaded only when this command runs
 
     files = list(own) if own else sorted((traces / "train").glob("*.txt"))
@@ -147,11 +169,12 @@ def _training_days(traces: Path, own: list[Path] | None = None,
             hint = (" (pass --val-trace FILE with --trace)" if own and path == val
                     else "")
             raise ConfigError([ConfigProblem(str(path), None, "", "no such trace file" + hint)])
-    return [load_trace(p) for p in files], [load_trace(val)]
+    units = units or {}
+    return [load_trace(p, **units) for p in files], [load_trace(val, **units)]
 
 
 def _train_ppo(config: TrainConfig, train_tr: list[Trace], val_tr: list[Trace], out: Path,
-               own_traces: bool = False) -> None:
+               own_traces: bool = False, units: str = "") -> None:
     """Train with a progress bar, then print the best validation and what was written."""
     from testbed.train.ppo import curve_paths, train
 
@@ -163,7 +186,7 @@ def _train_ppo(config: TrainConfig, train_tr: list[Trace], val_tr: list[Trace], 
             progress=lambda st: bar.update(
                 task, completed=st.steps, description=f"training {svc} {st.line()}".rstrip()
             ),
-            command=_command_line(config, train_tr, val_tr if own_traces else None),
+            command=_command_line(config, train_tr, val_tr if own_traces else None, units),
         )
     curve_json, curve_png = curve_paths(out)
     periods = json.loads(curve_json.read_text())["validation_periods"]
@@ -176,11 +199,12 @@ def _train_ppo(config: TrainConfig, train_tr: list[Trace], val_tr: list[Trace], 
 
 
 def _command_line(config: TrainConfig, train_tr: list[Trace] | None = None,
-                  val_tr: list[Trace] | None = None) -> str:
+                  val_tr: list[Trace] | None = None, units: str = "") -> str:
     """The `testbed train` command that reruns `config` (the manifest's `command`); with
-    `val_tr`, the run's own trace files by name."""
+    `val_tr`, the run's own trace files by name (and `units`, their unit options)."""
     where = ("--traces TRACES" if val_tr is None else
-             " ".join(f"--trace {t.name}" for t in train_tr or []) + f" --val-trace {val_tr[0].name}")
+             " ".join(f"--trace {t.name}" for t in train_tr or [])
+             + f" --val-trace {val_tr[0].name}{units}")
     return command_line({f.name: getattr(config, f.name) for f in fields(config)}, traces=where)
 
 
@@ -221,7 +245,10 @@ def tune_cmd(
     rule: str = typer.Option("v2", help="v1 or v2."),
     traces: Path = TracesOpt,
     trace: Path = typer.Option(None, "--trace", help="A trace file of your own ('DURATION COUNT' "
-                               "lines) in place of --traces' validation day, val/day6.txt."),
+                               "lines or CSV, docs/traces.md) in place of --traces' validation "
+                               "day, val/day6.txt."),
+    trace_time_unit: str | None = TraceTimeUnitOpt,
+    trace_rate_unit: str | None = TraceRateUnitOpt,
     profiles_path: Path = ProfilesOpt,
     seed: int = typer.Option(0, help="Seed for the sampler and the simulator."),
     storage: str | None = typer.Option(
@@ -245,6 +272,7 @@ def tune_cmd(
 
     known = known_profiles(profiles_path)
     svc = _one_service(service, known)
+    checks.trace_units(trace_time_unit, trace_rate_unit)
     if trials < 1:
         raise checks.bad("--trials", f"must be >= 1, got {trials}")
     from testbed.traces import traces_folder
@@ -253,7 +281,7 @@ def tune_cmd(
     if not day.is_file():
         raise ConfigError([ConfigProblem(str(day), None, "", "no such trace file" + (
             "" if trace else ": pass --traces DIR (with val/day6.txt) or --trace FILE"))])
-    trace_ = load_trace(day)
+    trace_ = load_trace(day, **_units(trace_time_unit, trace_rate_unit))
     show_traces([trace_], console)
     checks.writable_dir("--out", out)
     run_dir = new_run_dir(out, f"tune-{svc}")

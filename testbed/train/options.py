@@ -169,11 +169,17 @@ class TrainOptions(PpoOptions):
         "paper's traces, shipped with testbed (testbed/traces).", path=True,
         envvar="TESTBED_TRACES")
     trace: list[Path] | None = option(
-        None, "A training trace of your own ('DURATION COUNT' lines; repeatable), in place of "
-        "--traces' train/*.txt.", path=True)
+        None, "A training trace of your own ('DURATION COUNT' lines or CSV, docs/traces.md; "
+        "repeatable), in place of --traces' train/*.txt.", path=True)
     val_trace: Path | None = option(
         None, "The validation trace, in place of --traces' val/day6.txt (needed with --trace "
         "when --traces has no val/day6.txt).", path=True)
+    trace_time_unit: str | None = option(
+        None, "The time (or interval) unit of --trace/--val-trace CSV files whose header states "
+        "none: ms, s, min, h.")
+    trace_rate_unit: str | None = option(
+        None, "The rate unit of --trace/--val-trace CSV files whose header states none: per_s, "
+        "per_min, per_h.")
     profiles: Path | None = option(
         None, "Profile file merged over the registry's (services.yaml's format): it may change a "
         "service's fields or add services of your own.", path=True)
@@ -222,7 +228,8 @@ def command_line(values: dict[str, Any], *, traces: str = "--traces TRACES") -> 
     words = ["testbed", "train", str(values["service"]), traces]
     for name in ORDER:
         o, value = opt(name), values.get(name, default(name))
-        if name in ("service", "traces", "trace", "val_trace", "out", "profiles", "policy",
+        if name in ("service", "traces", "trace", "val_trace", "trace_time_unit",
+                    "trace_rate_unit", "out", "profiles", "policy",
                     "tensorboard", "checkpoints", "resume", "gpus", "load_scales"):
             continue  # where the run read and wrote, not what it trained
         if name in ("steps", "seed") or name == "scales":  # always written: the run's size

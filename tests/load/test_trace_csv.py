@@ -151,3 +151,33 @@ def test_commands_take_the_units_as_options(tmp_path: Path):
     bad = sim_eval("--trace-time-unit", "fortnight")
     assert bad.returncode != 0 and "--trace-time-unit" in bad.stderr \
         and "unknown time unit 'fortnight'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_train_and_tune_read_their_own_csv_traces_in_the_units_given(tmp_path: Path):
+    import os
+    import subprocess
+    import sys
+
+    from testbed.cli.train import _command_line, _training_days, _unit_words, _units
+    from testbed.train.ppo import TrainConfig
+
+    csv = tmp_path / "bare.csv"
+    csv.write_text("time,rate\n0,120\n1,300\n2,60\n")
+    train, val = _training_days(tmp_path, [csv], csv, units=_units("min", "per_min"))
+    assert [float(t.seconds) for t in [*train, *val]] == [180.0, 180.0]
+    assert [int(t.counts.sum()) for t in [*train, *val]] == [480, 480]
+    # the manifest's rerun command keeps the units with the files
+    command = _command_line(TrainConfig(service="imgcls", steps=10), train, val,
+                            _unit_words("min", "per_min"))
+    assert "--val-trace bare.csv --trace-time-unit min --trace-rate-unit per_min" in command
+
+    for cmd in (["train", "imgcls", "--trace", str(csv), "--val-trace", str(csv)],
+                ["tune", "imgcls", "--trials", "1", "--trace", str(csv)]):
+        bad = subprocess.run([sys.executable, "-m", "testbed", *cmd, "--trace-time-unit",
+                              "fortnight", "--out", str(tmp_path / "out")],
+                             capture_output=True, text=True, timeout=120,
+                             env=dict(os.environ, COLUMNS="200"))
+        assert bad.returncode != 0 and "--trace-time-unit" in bad.stderr \
+            and "unknown time unit 'fortnight'" in bad.stderr and "Traceback" not in bad.stderr, \
+            (cmd, bad.stderr)
+        assert not (tmp_path / "out").exists()

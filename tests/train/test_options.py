@@ -34,7 +34,7 @@ def _train_command() -> typer.core.TyperCommand:
 
 def test_the_command_line_the_file_the_config_and_the_manifest_share_one_list():
     cli = {p.name for p in _train_command().params} - {"config_file", "help"}
-    assert cli == OPTIONS and len(OPTIONS) == 26  # and --config
+    assert cli == OPTIONS and len(OPTIONS) == 28  # and --config
     assert set(TrainFile.model_fields) == OPTIONS | {"notes"}
     assert {f.name for f in fields(TrainConfig)} >= PPO
     assert {f.name for f in fields(ModelMeta)} >= PPO  # the manifest: the config plus results
