@@ -48,6 +48,15 @@ def _module_name(path: Path) -> str:
 
 def _imports() -> dict[str, set[str]]:
     """module -> the testbed modules it imports (an imported name that is a module counts as one)."""
+    if ROOT not in _PARSED:  # every test asks, some many times: each tree is parsed once
+        _PARSED[ROOT] = _parse_imports()
+    return _PARSED[ROOT]
+
+
+_PARSED: dict[Path, dict[str, set[str]]] = {}
+
+
+def _parse_imports() -> dict[str, set[str]]:
     modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
     graph: dict[str, set[str]] = defaultdict(set)
     for mod, path in modules.items():
