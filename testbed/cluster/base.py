@@ -5,10 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-# An emulated replica's answer carries its own time for the request (wall ms from admission to the
-# answer: queue, work, padding), the part a time scale compresses; the load client records it.
-SERVER_MS_HEADER = "X-Testbed-Server-Ms"
-
 
 @runtime_checkable
 class ClusterBackend(Protocol):

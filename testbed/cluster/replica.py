@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import heapq
 import hmac
 import json
 import math
@@ -25,8 +26,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from testbed.cluster.base import SERVER_MS_HEADER
 from testbed.cluster.handlers import handler_for
+from testbed.metrics.meter import BUSY_S_HEADER, SERVER_MS_HEADER
 from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
 from testbed.timer import PreciseWake
 
@@ -58,10 +59,19 @@ class EmulatedReplica:
         self.use_espeak = use_espeak
         self.sleep_only = sleep_only  # the handler skips its work; the profile's time is still spent
         self.rng = random.Random(seed)
-        # how far the event loop's timers have overrun the drawn times so far (s): taken off the
-        # next request's time, so that the mean processing time is the profile's at any time scale
-        # (an overrun of 1 ms on 17.5 ms at time scale 4 would otherwise be 6 % less capacity)
-        self._overrun = 0.0
+        # The replica keeps its queue's schedule as an ideal one would: each slot's moment of
+        # freedom (monotonic s, a heap). A request starts when it arrived or when the earliest
+        # slot became free on that schedule, and ends its drawn time later; its answer's server
+        # time is that end less its arrival. The event loop's late wakes (a fraction of a ms)
+        # then neither lengthen a request's time nor cost capacity: at time scale 16 each would
+        # count 16 times. Only work that outlasts its drawn time (real work) moves the schedule.
+        self._free_at = [0.0] * profile.capacity
+        self._batch_free_at = 0.0
+        # its busy slot-seconds on that schedule: the requests (or batches) finished, and the
+        # (start, end) of those in process, by key
+        self._busy_done = 0.0
+        self._busy_open: dict[object, tuple[float, float]] = {}
+        self.late_s = 0.0  # how late the replica's own last wake came (s): the machine's lag
         # a wake at the drawn time to the microsecond, where asyncio's sleep overruns by up to a
         # millisecond (testbed.timer): at time scale 16 that millisecond is 16 of the profile's
         self._wake: PreciseWake | None = None
@@ -132,6 +142,10 @@ class EmulatedReplica:
             "share_pct": self.share,
             "stretch": self.stretch,
         }
+        if not self.ready and not self.draining:
+            # when it will be: the cluster waits that long rather than polling (at time scale 16
+            # a 50 ms poll is 0.8 s of scenario time added to each start)
+            state["ready_in_s"] = round(max(0.0, self.ready_at - time.monotonic()), 6)
         return web.json_response(state, status=200 if self.ready else 503)
 
     async def set_config(self, request: web.Request) -> web.Response:
@@ -165,17 +179,18 @@ class EmulatedReplica:
         return web.json_response({"batch": self.batch, "share_pct": self.share_pct,
                                   "stretch": self.stretch})
 
-    async def _run(self, work):  # type: ignore[no-untyped-def]
-        """Admit, wait for a slot, do the work, pad to the drawn processing time."""
+    async def _run(self, work, arrived: float):  # type: ignore[no-untyped-def]
+        """Admit, wait for a slot, do the work, wait until the schedule's end. Returns the answer
+        and that end (monotonic s)."""
         if self._batched:
-            return await self._run_batched(work)
+            return await self._run_batched(work, arrived)
         if not self.ready:
             return web.json_response(
                 {"error": "not ready" if not self.draining else "shutting down"}, status=503
-            )
+            ), time.monotonic()
         if self.in_process + self.waiting >= self.profile.capacity + self.profile.queue_limit:
             self.dropped += 1
-            return web.json_response({"error": "queue full"}, status=503)
+            return web.json_response({"error": "queue full"}, status=503), time.monotonic()
         self.waiting += 1
         self._idle.clear()
         admitted = False
@@ -184,15 +199,22 @@ class EmulatedReplica:
                 self.waiting -= 1
                 admitted = True
                 self.in_process += 1
+                start = max(arrived, heapq.heappop(self._free_at))
+                lo, hi = self.profile.proc_time_ms
+                end = start + self.rng.uniform(lo, hi) * self.stretch / 1000.0 / self.time_scale
+                key = object()
+                self._busy_open[key] = (start, end)
                 try:
-                    start = time.monotonic()
-                    lo, hi = self.profile.proc_time_ms
-                    target = self.rng.uniform(lo, hi) * self.stretch / 1000.0 / self.time_scale
                     result = await work()
-                    await self._pad(start, target)
+                    end = max(end, time.monotonic())  # work longer than its time is the replica's
+                    self._busy_open[key] = (start, end)
+                    await self._wait_until(end)
                     self.served += 1
-                    return result
+                    return result, end
                 finally:
+                    del self._busy_open[key]
+                    self._busy_done += end - start
+                    heapq.heappush(self._free_at, end)
                     self.in_process -= 1
         finally:
             if not admitted:
@@ -200,33 +222,33 @@ class EmulatedReplica:
             if self.in_process == 0 and self.waiting == 0:
                 self._idle.set()
 
-    async def _pad(self, start: float, target: float) -> None:
-        """Wait until `target` seconds have passed since `start`, less what earlier waits overran.
-        A work that took longer than its time is not paid back: only the timers' lateness is."""
-        rest = target - (time.monotonic() - start)
-        if rest <= 0:
+    def busy_seconds(self, now: float) -> float:
+        """Its busy seconds up to `now` (monotonic s) on its schedule: the integral of
+        min(in_process, capacity) / capacity (a batcher: the time a batch was in process)."""
+        open_ = sum(max(0.0, min(now, end) - start) for start, end in self._busy_open.values())
+        return (self._busy_done + open_) / (1 if self._batched else self.profile.capacity)
+
+    async def _wait_until(self, due: float) -> None:
+        """Wake at `due` (monotonic s), to the microsecond where the machine allows."""
+        if due <= time.monotonic():
             return
-        if rest <= self._overrun:
-            self._overrun -= rest
-            return
-        due = time.monotonic() + rest - self._overrun
         if self._wake is None:
             self._wake = PreciseWake(asyncio.get_running_loop())
         await self._wake.until(due)
-        self._overrun = max(0.0, time.monotonic() - due)
+        self.late_s = max(0.0, time.monotonic() - due)
 
-    async def _run_batched(self, work):  # type: ignore[no-untyped-def]
+    async def _run_batched(self, work, arrived: float):  # type: ignore[no-untyped-def]
         """Queue for the batcher; drop when ceil(queue_limit / batch) batches already wait."""
         if not self.ready:
             return web.json_response(
                 {"error": "not ready" if not self.draining else "shutting down"}, status=503
-            )
+            ), time.monotonic()
         waiting_batches = -(-self.profile.queue_limit // self.batch)
         if len(self._queue) >= self.batch * waiting_batches:
             self.dropped += 1
-            return web.json_response({"error": "queue full"}, status=503)
+            return web.json_response({"error": "queue full"}, status=503), time.monotonic()
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._queue.append((time.monotonic(), fut, work))
+        self._queue.append((arrived, fut, work))
         self.waiting += 1
         self._idle.clear()
         self._kick.set()
@@ -247,14 +269,25 @@ class EmulatedReplica:
             take, self._queue = self._queue[: self.batch], self._queue[self.batch :]
             self.waiting -= len(take)
             self.in_process = len(take)
-            start = time.monotonic()
+            # on the schedule, a batch closes when full (its last arrival) or a quarter of the
+            # SLO after its first, and not before the previous batch's end
+            closed = min(first + wait_s, take[-1][0]) if len(take) == self.batch else first + wait_s
+            start = min(max(self._batch_free_at, closed), time.monotonic())
             lo, hi = self.profile.proc_time_ms
             draw = sum(self.rng.uniform(lo, hi) for _ in take) / len(take)
             share = g.ref_share_pct if self.share_pct is None else self.share_pct
-            target = (draw * g.factor(len(take), share) * self.stretch
-                      / 1000.0 / self.time_scale)
-            results = await asyncio.gather(*(w() for _, _, w in take), return_exceptions=True)
-            await self._pad(start, target)
+            end = start + (draw * g.factor(len(take), share) * self.stretch
+                           / 1000.0 / self.time_scale)
+            self._busy_open[self] = (start, end)
+            try:
+                results = await asyncio.gather(*(w() for _, _, w in take), return_exceptions=True)
+                end = max(end, time.monotonic())
+                self._busy_open[self] = (start, end)
+                await self._wait_until(end)
+            finally:
+                del self._busy_open[self]
+                self._busy_done += end - start
+            self._batch_free_at = end
             for (_, fut, _), res in zip(take, results, strict=True):
                 if fut.done():
                     continue
@@ -262,7 +295,7 @@ class EmulatedReplica:
                     fut.set_exception(res)
                 else:
                     self.served += 1
-                    fut.set_result(res)
+                    fut.set_result((res, end))
             self.in_process = 0
         self._idle.set()
 
@@ -272,11 +305,12 @@ class EmulatedReplica:
         prepared = await self.handler.prepare(request, self)
         if isinstance(prepared, web.StreamResponse):
             return prepared
-        start = time.monotonic()
-        response = await self._run(prepared)
-        # the replica's own time (queue, work, padding): what a time scale compresses; the client
-        # counts the rest (the network, the balancer) at its real duration
-        response.headers[SERVER_MS_HEADER] = f"{(time.monotonic() - start) * 1000.0:.3f}"
+        arrived = time.monotonic()
+        response, end = await self._run(prepared, arrived)
+        # the replica's own time on its schedule (queue, work): what a time scale compresses; the
+        # client counts the rest (the network, the balancer, a late wake) at its real duration
+        response.headers[SERVER_MS_HEADER] = f"{(end - arrived) * 1000.0:.3f}"
+        response.headers[BUSY_S_HEADER] = f"{self.busy_seconds(time.monotonic()):.6f}"
         return response
 
     async def drain(self) -> None:

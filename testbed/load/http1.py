@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from testbed.cluster.base import SERVER_MS_HEADER
+from testbed.metrics.meter import SERVER_MS_HEADER
 
 # on_done(status, body, error, sent_mono, server_ms): status 0 and body b"" when there was no
 # response; server_ms is the answer's X-Testbed-Server-Ms header (an emulated replica's time, wall

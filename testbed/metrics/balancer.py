@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 import aiohttp
@@ -18,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from testbed.metrics.collector import ServiceCollector
 from testbed.metrics.exposition import BalancerMetrics
 from testbed.metrics.mesh import MeshMetrics, Workload
-from testbed.metrics.meter import HOP_BY_HOP
+from testbed.metrics.meter import BUSY_S_HEADER, HOP_BY_HOP, SERVER_MS_HEADER
 from testbed.metrics.window import WindowMetrics
 from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
 
@@ -35,6 +35,7 @@ class Backend:
     url: str
     in_flight: int = 0
     in_rotation: bool = True
+    busy_s: float | None = None  # the replica's busy seconds at its last answer (BUSY_S_HEADER)
 
 
 class ServiceBalancer:
@@ -66,9 +67,12 @@ class ServiceBalancer:
         # on_lost (service, when) for one line in the run's events, never a traceback
         self.lost_connections = 0
         self.on_lost: Callable[[str, str], None] | None = None
+        self.time_scale = time_scale
         # docs/metrics.md "instance utilization": u(t), the mean over the replicas ready (in
         # rotation) at t of min(in_flight, capacity)/capacity, integrated over the time with a
-        # ready replica; both since the last sample
+        # ready replica; both since the last sample. A replica that reports its own busy seconds
+        # (an emulated one) counts by its reports instead: its in-flight time here includes the
+        # network to it, which a time scale does not compress
         self._busy_area = 0.0  # ∫ u(t) dt
         self._ready_time = 0.0  # ∫ [a replica is ready] dt
         self._busy_now = 0.0  # u(t) now
@@ -126,7 +130,29 @@ class ServiceBalancer:
         cap = self.profile.capacity
         ready = self.rotation()
         self._any_ready = bool(ready)
-        self._busy_now = sum(min(b.in_flight, cap) / cap for b in ready) / len(ready) if ready else 0.0
+        self._busy_now = (sum(min(b.in_flight, cap) / cap for b in ready if b.busy_s is None)
+                          / len(ready) if ready else 0.0)
+
+    def _replica_reported(self, b: Backend, headers: Mapping[str, str]) -> float | None:
+        """Take a replica's answer's busy seconds into u(t) (and its mesh series); return its
+        server time (ms) for the request, or None where it gives none."""
+        try:
+            busy = float(headers[BUSY_S_HEADER])
+        except (KeyError, ValueError):
+            busy = None
+        if busy is not None:
+            self._busy_changed()  # u(t) up to now as it stood
+            if b.busy_s is not None and b.in_rotation and busy > b.busy_s:
+                ready = self.rotation()
+                self._busy_area += (busy - b.busy_s) / len(ready)
+            b.busy_s = busy if b.busy_s is None else max(b.busy_s, busy)
+            self._busy_changed()  # from now on without its in-flight count
+            if self.mesh is not None:
+                self.mesh.replica(self.workload, b.replica, self.profile.capacity).reported(busy)
+        try:
+            return float(headers[SERVER_MS_HEADER])
+        except (KeyError, ValueError):
+            return None
 
     def sample(self) -> None:
         # Time-weighted over the interval: one instantaneous reading per interval aliases with
@@ -161,6 +187,7 @@ class ServiceBalancer:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         status, reason = 0, ""
         served_by = ""  # the replica that answered; none for "no replica" (the mesh's pod label)
+        server_ms: float | None = None
         response: web.StreamResponse
         tried: set[str] = set()
         while True:
@@ -190,6 +217,7 @@ class ServiceBalancer:
                     status = up.status
                     out_headers = {k: v for k, v in up.headers.items() if k.lower() not in HOP_BY_HOP}
                     response = web.Response(body=data, status=status, headers=out_headers)
+                server_ms = self._replica_reported(b, up.headers)
                 reason = "" if status < 400 else ("dropped" if status == 503 else f"http_{status // 100}xx")
                 break
             except aiohttp.ClientConnectorError:
@@ -214,6 +242,11 @@ class ServiceBalancer:
                     served_by = b.replica
                 self._forget_if_idle(b)
         latency_ms = (time.monotonic() - start) * 1000.0
+        if server_ms is not None and self.time_scale != 1 and server_ms <= latency_ms:
+            # the window's latency as the client records it (testbed.load.records): the
+            # replica's time compressed, the rest (network, balancer) at its real duration; here
+            # in wall time against the compressed SLO, so the rest counts divided by the scale
+            latency_ms = server_ms + (latency_ms - server_ms) / self.time_scale
         if request.transport is None or request.transport.is_closing():
             self._lost("while waiting for the response")
         violated = self.collector.completion(latency_ms, ok=status < 400, dropped=status == 503)

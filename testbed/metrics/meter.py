@@ -32,6 +32,14 @@ from prometheus_client.registry import Collector
 
 BUSY = "testbed_replica_busy_seconds_total"
 
+# An emulated replica's answer carries its own time for the request (wall ms from its arrival to
+# the answer on the replica's schedule: queue and processing time), the part a time scale
+# compresses, and the replica's busy seconds so far (the integral of min(in_process, capacity) /
+# capacity on that schedule). The load client records the first; the local balancer measures its
+# windows and busy series from both, as the lab's busy meter measures in the pod.
+SERVER_MS_HEADER = "X-Testbed-Server-Ms"
+BUSY_S_HEADER = "X-Testbed-Busy-S"
+
 
 @dataclass
 class BusyMeter:
@@ -42,6 +50,9 @@ class BusyMeter:
     in_flight: int = 0
     _busy_s: float = 0.0
     _since: float = field(default=-1.0)
+    # (own busy seconds, the replica's) at its first report; from then on the replica's count
+    _reported_from: tuple[float, float] | None = None
+    _reported: float = 0.0
 
     def __post_init__(self) -> None:
         if self.capacity < 1:
@@ -50,9 +61,18 @@ class BusyMeter:
 
     def _advance(self) -> float:
         now = self.clock()
-        self._busy_s += min(self.in_flight, self.capacity) / self.capacity * (now - self._since)
+        if self._reported_from is None:
+            self._busy_s += min(self.in_flight, self.capacity) / self.capacity * (now - self._since)
         self._since = now
         return now
+
+    def reported(self, busy_s: float) -> None:
+        """The replica's own busy seconds so far (BUSY_S_HEADER): from its first report on, the
+        meter counts those rather than its in-flight time, which includes the network to it."""
+        if self._reported_from is None:
+            self._advance()
+            self._reported_from = (self._busy_s, busy_s)
+        self._reported = max(self._reported, busy_s)
 
     def started(self) -> None:
         self._advance()
@@ -63,8 +83,12 @@ class BusyMeter:
         self.in_flight = max(self.in_flight - 1, 0)
 
     def busy_seconds(self) -> float:
-        """Busy seconds up to now (the open stretch included), ever increasing."""
+        """Busy seconds up to now (the open stretch included; a reporting replica's up to its
+        last answer), ever increasing."""
         self._advance()
+        if self._reported_from is not None:
+            own, theirs = self._reported_from
+            return own + self._reported - theirs
         return self._busy_s
 
 

@@ -38,9 +38,8 @@ def test_the_example_service_is_served_and_checked_through_its_own_handler_and_c
     asyncio.run(main())
     assert [r.error for r in records] == [None] * 5
     assert all(r.bytes_up > 100_000 for r in records)  # the WAV upload of the example's client
-    # the profile's processing time (20-30 ms) was spent: on the mean, since a replica takes its
-    # timers' overruns off the next requests (a busy machine may shorten one below 20 ms)
-    assert sum(r.latency_ms for r in records) / len(records) >= 20
+    # the profile's processing time (20-30 ms) was spent on each
+    assert min(r.latency_ms for r in records) >= 20
 
 
 def test_a_client_reference_without_build_is_refused_by_name(tmp_path, monkeypatch):

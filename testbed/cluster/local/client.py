@@ -39,14 +39,19 @@ class ReplicaClient:
     def is_open(self) -> bool:
         return self.session is not None
 
-    async def is_ready(self, url: str) -> bool:
-        """Whether the replica at `url` answers /healthz with 200 (False while it cannot answer)."""
+    async def ready_in(self, url: str) -> float | None:
+        """How long until the replica at `url` is ready, by its /healthz: 0 when it answers 200,
+        the seconds it says while it starts, None while it cannot answer (or says nothing)."""
         assert self.session is not None
         try:
             async with self.session.get(url + "/healthz") as resp:
-                return resp.status == 200
-        except UNREACHABLE:
-            return False
+                if resp.status == 200:
+                    return 0.0
+                doc = await resp.json(content_type=None)
+        except (*UNREACHABLE, ValueError):
+            return None
+        wait = doc.get("ready_in_s") if isinstance(doc, dict) else None
+        return float(wait) if isinstance(wait, int | float) and wait >= 0 else None
 
     async def health(self, url: str) -> dict:
         """The replica's /healthz document; raises UNREACHABLE's errors or ValueError."""

@@ -18,6 +18,8 @@ from testbed.cluster.local.placement import GpuPlacement
 from testbed.cluster.local.replicas import ReplicaProcess, ReplicaTable
 from testbed.cluster.local.rotation import BalancerRotation
 
+READY_POLL_S = 0.01  # how often a starting replica that cannot answer yet is asked again
+
 ReplicaHook = Callable[[ReplicaProcess], None]
 
 
@@ -127,7 +129,8 @@ class ReplicaSupervisor:
 
     async def _await_ready(self, r: ReplicaProcess, watcher: asyncio.Task[int]) -> None:
         while r.state == "starting" and not watcher.done():
-            if await self._client.is_ready(r.url):
+            wait = await self._client.ready_in(r.url)
+            if wait == 0.0:
                 r.state = "ready"
                 r.ready_after_s = time.monotonic() - r.started
                 self._rotation.add(r)
@@ -135,7 +138,9 @@ class ReplicaSupervisor:
                 self._on_ready(r)
                 self._notify()
                 return
-            await asyncio.wait({watcher}, timeout=0.05)
+            # until the moment it says it will be ready; while it cannot answer yet (its
+            # interpreter starting), again soon: a poll refused costs little
+            await asyncio.wait({watcher}, timeout=READY_POLL_S if wait is None else wait)
 
     def _exited(self, r: ReplicaProcess) -> None:
         code = r.proc.returncode if r.proc else None
