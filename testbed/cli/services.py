@@ -217,6 +217,10 @@ def load(
     start: float = typer.Option(0.0, help="Skip this many seconds of the trace."),
     duration: float | None = typer.Option(None, help="Seconds of trace (or of constant/closed load)."),
     speedup: float = typer.Option(1.0, help="Replay the trace this many times faster."),
+    start_at: float | None = typer.Option(
+        None, help="When the schedule begins, in epoch seconds (default: as soon as the client "
+        "is ready): clients given the same moment keep one schedule. A client ready only after "
+        "it sends its first requests late, and records how late."),
     rate: float | None = typer.Option(None, help="Constant rate (req/s) instead of a trace."),
     closed: int | None = typer.Option(None, help="Closed loop with this many workers instead."),
     out: Path | None = typer.Option(None, help="Append one JSON line per request here."),
@@ -257,7 +261,7 @@ def load(
         duration_s=duration, speedup=speedup, rate=rate, closed_workers=closed, out=out,
         slice=slice_name, ue_group=ue_group, source_address=source, timeout_s=timeout, seed=seed,
         slo_ms=slo_ms,
-        keep_alive=not new_connections, profile=profile,
+        keep_alive=not new_connections, profile=profile, start_at=start_at,
     ), max_error_rate)
     totals = RunTotals(slo_ms)
     completed = _drive_load(spec, totals, live_view=not (quiet or as_json))
@@ -297,6 +301,7 @@ def _checked_load_spec(spec: LoadSpec, max_error_rate: float) -> LoadSpec:
     checks.number("--speedup", spec.speedup, gt=0, le=1e6)
     checks.number("--shift", spec.shift_hours, ge=0, le=1e6)
     checks.number("--start", spec.start_s, ge=0)
+    checks.number("--start-at", spec.start_at, gt=0)
     checks.number("--timeout", spec.timeout_s, gt=0, le=3600)
     checks.number("--max-error-rate", max_error_rate, ge=0, le=1)
     checks.trace_units(spec.trace_time_unit, spec.trace_rate_unit)

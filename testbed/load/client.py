@@ -108,13 +108,18 @@ class LoadClient:
     def _wall(self, mono: float) -> float:
         return self._wall0 + (mono - self._mono0)
 
-    async def run_open_loop(self, offsets: Iterable[float], lead_s: float = 0.05) -> ClientSummary:
-        """Send one request at each offset (seconds from now + lead), never waiting for answers;
-        then wait for the outstanding ones. Cancelling records the in-flight ones as 'cancelled'.
+    async def run_open_loop(self, offsets: Iterable[float], lead_s: float = 0.05,
+                            start_at: float | None = None) -> ClientSummary:
+        """Send one request at each offset (seconds from now + lead, or from `start_at`), never
+        waiting for answers; then wait for the outstanding ones. Cancelling records the in-flight
+        ones as 'cancelled'.
 
-        offsets: seconds from now, ascending; lead_s: added to each, so the first is not late."""
+        offsets: seconds, ascending; lead_s: added to each, so the first is not late; start_at:
+        epoch seconds of the offsets' zero instead (several clients' common moment: one that is
+        ready after it sends its first requests late, each recorded with its lateness)."""
         loop = asyncio.get_running_loop()
-        self._t0 = loop.time() + lead_s
+        self._t0 = (loop.time() + lead_s if start_at is None
+                    else loop.time() + (start_at - time.time()))
         self._schedule = iter(offsets)
         self._next = next(self._schedule, None)
         # Everything allocated so far (imports, content pools) lives for the whole run: keep the

@@ -41,6 +41,7 @@ class LoadSpec:
     slo_ms: float = 2500.0
     keep_alive: bool = True  # False: a new connection for every request
     profile: ServiceProfile | None = None  # the service's profile (default: the registry's)
+    start_at: float | None = None  # epoch seconds of the schedule's zero (default: when ready)
 
 
 async def run_load(spec: LoadSpec, on_tick: Callable[[LiveFigures, int, float], None] | None = None,
@@ -74,10 +75,12 @@ async def run_load(spec: LoadSpec, on_tick: Callable[[LiveFigures, int, float], 
                 if spec.closed_workers is not None:
                     return await client.run_closed_loop(spec.closed_workers, duration_s=spec.duration_s)
                 if spec.rate is not None:
-                    return await client.run_open_loop(constant_schedule(spec.rate, spec.duration_s or 0.0))
+                    return await client.run_open_loop(constant_schedule(spec.rate, spec.duration_s or 0.0),
+                                                      start_at=spec.start_at)
                 assert trace is not None
                 return await client.run_open_loop(schedule_from_trace(
-                    trace, spec.ratio, spec.shift_hours, spec.start_s, spec.duration_s, spec.speedup))
+                    trace, spec.ratio, spec.shift_hours, spec.start_s, spec.duration_s, spec.speedup),
+                    start_at=spec.start_at)
             finally:
                 if ticker is not None:
                     ticker.cancel()

@@ -44,11 +44,14 @@ class LoadJob:
     speedup: float = 1.0
     new_connections: bool = False  # a new connection for every request, not keep-alive ones
     profiles: Path | None = None  # the scenario's profile file: the service's request and SLO
+    start_at: float | None = None  # epoch seconds of its schedule's zero, shared by a cell's clients
 
     def options(self) -> tuple[str, ...]:
         """Its `testbed load` options except the trace file (`--trace`, copied where needed)."""
         args = ["--timeout", f"{self.timeout_s:g}", "--seed", str(self.seed),
                 "--max-error-rate", f"{self.max_error_rate:g}"]
+        if self.start_at is not None:
+            args += ["--start-at", f"{self.start_at:.6f}"]
         if self.new_connections:
             args.append("--new-connections")
         if self.rate is None:

@@ -38,6 +38,12 @@ if TYPE_CHECKING:
     from testbed.scenario.live import LiveView
     from testbed.scenario.spec import Scenario
 
+# A local cell's clients start (an interpreter, imports, content) in 0.5-0.75 s on a quiet 2-core
+# machine, three at once; at a time scale they then begin one schedule at this many seconds after
+# their launch. Started each on its own, imgcls's schedule began 0.25 s after the chatbot's, 4 s
+# of scenario time at time scale 16, so the scaler's windows saw its load shifted.
+CLIENT_START_S = 2.0
+
 
 class Clock:
     """Wall time; the lab's check mode swaps in a virtual clock that never waits."""
@@ -66,6 +72,10 @@ class CellBackends:
     clock: Clock
     sample_every_s: float = 1.0  # scenario seconds between samples
     poll_s: float = 0.02  # how often to look for the first request
+    # wall seconds the clients are given to start before their common schedule begins (one
+    # epoch moment for all, `testbed load --start-at`); None: each begins when it is ready and
+    # the cell's clock at the first request (the lab, whose clients start over ssh)
+    client_start_s: float | None = None
     wait_first_request: bool = True  # check mode has no requests to wait for
     # what each replica reports it runs (share, batch, interference stretch) beside what the
     # cluster set for it; the local cluster asks its replicas, the lab has no such probe
@@ -226,7 +236,7 @@ class LocalProfile:
                 cluster=cluster, metrics=BalancerMetrics(cluster.lb),
                 traffic=traffic,
                 wait_ready=lambda timeout_s: cluster.wait_ready(timeout_s=timeout_s),
-                clock=Clock(), probe=cluster.probe)
+                clock=Clock(), probe=cluster.probe, client_start_s=CLIENT_START_S)
             try:
                 if scn.metrics == "prometheus":
                     await self._with_prometheus(job, outcome, tb, cluster, backends, main)

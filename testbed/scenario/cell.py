@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -208,18 +208,19 @@ class CellRunner:
                          out=self.dir.iperf / f"{x.slice}-{x.direction}.json")
                 for x in self.scn.cross_traffic if x.flows > 0]
 
-    def client_jobs(self, cluster: ClusterBackend) -> list[ClientJob]:
+    def client_jobs(self, cluster: ClusterBackend, start_at: float | None = None) -> list[ClientJob]:
         """The clients (the warm-up first, then the measured window); records in the cell's info
         how many requests each service's schedules plan and how many of each client's first
         requests fall in the warm-up, from the same numbers the clients are given.
 
-        cluster: the cell's cluster (its service endpoints)."""
+        cluster: the cell's cluster (its service endpoints); start_at: the epoch moment their
+        schedules begin together (None: each when it is ready)."""
         scn = self.scn
         planned = self.info.setdefault("planned_requests", {s.name: 0 for s in scn.services})
         warmup = self.info.setdefault("warmup_requests", {})
         jobs = []
         for i, c in enumerate(scn.clients):
-            load = load_job(scn, c, i, self.rep, self.base_dir)
+            load = replace(load_job(scn, c, i, self.rep, self.base_dir), start_at=start_at)
             offsets = load.offsets()
             planned[c.service] = planned.get(c.service, 0) + len(offsets)
             out = self.dir.requests / f"{c.service}-{c.ue_group}-{i}.jsonl"
@@ -248,7 +249,11 @@ class CellRunner:
         try:
             for p in await traffic.start_iperf(self.iperf_jobs(wall)):
                 self.problem(p)
-            for p in await traffic.start_clients(self.client_jobs(b.cluster)):
+            # at a time scale the clients begin one schedule together: started each when ready,
+            # their seconds apart would count time_scale times
+            start_at = (clock.time() + b.client_start_s
+                        if b.client_start_s is not None and ts != 1 else None)
+            for p in await traffic.start_clients(self.client_jobs(b.cluster, start_at)):
                 self.problem(p)
             period = scn.scaler_period_s / ts
             latest: dict[str, Any] = {}
@@ -257,8 +262,8 @@ class CellRunner:
             # clients take a moment to start (Python, imports): the warm-up, the samples and the
             # scaler periods begin with the first request, the measured window after the warm-up
             await self._first_arrival(b, timeout_s=60)
-            t0 = clock.monotonic()
-            self.info["load_started"] = clock.time()
+            t0 = clock.monotonic() - (0.0 if start_at is None else clock.time() - start_at)
+            self.info["load_started"] = clock.time() if start_at is None else start_at
             self.info["measure_started"] = self.info["load_started"] + warm / ts
             step = b.sample_every_s / ts
             next_sample, next_decision = t0 + step, t0 + period
@@ -267,7 +272,10 @@ class CellRunner:
             while clock.monotonic() - t0 < wall + 5 and (
                     traffic.clients_running()
                     or _end_decision_due(clock.monotonic() - t0, next_decision - t0, wall, period)):
-                await clock.sleep(min(0.1, 0.5 / ts))
+                # wake at the next sample or decision (a fixed poll of 0.5/ts s made them up to
+                # half a scenario second late), and at least every 0.1 s for the view
+                await clock.sleep(max(0.0, min(next_sample, next_decision, clock.monotonic() + 0.1)
+                                      - clock.monotonic()))
                 now = clock.monotonic()
                 # rows carry t from the measured window's start (negative in the warm-up) and are
                 # marked warm-up by when they were due: a decision due at the warm-up's end

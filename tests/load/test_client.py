@@ -5,6 +5,7 @@ import asyncio
 import itertools
 import json
 import socket
+import time
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -254,3 +255,32 @@ def test_a_wait_for_a_connection_is_not_the_clients_lag():
     assert first.scheduled <= first.dispatched <= first.sent
     _, blocked = asyncio.run(main(block=True))
     assert schedule_lag_ms(json.loads(blocked.to_json())) > 100  # the loop itself fell behind
+
+
+def test_clients_given_one_start_at_keep_one_schedule_and_a_late_one_records_its_lateness():
+    """Two clients told the same epoch moment (`--start-at`) schedule their requests from it,
+    whenever each was ready; one ready only after it sends its first requests late."""
+    async def main():
+        async with TestServer(faulty_app(), host="127.0.0.1") as server:
+            base = str(server.make_url("")).rstrip("/")
+            start_at = time.time() + 0.3
+            out: dict[str, list] = {"early": [], "later": [], "late": []}
+
+            async def client(name: str, ready_after_s: float, at: float) -> None:
+                await asyncio.sleep(ready_after_s)
+                cfg = ClientConfig("chatbot", base)
+                async with LoadClient(cfg, [out[name].append],
+                                      request_factory=request_to("/ok")) as c:
+                    await c.run_open_loop(constant_schedule(50, 0.2), start_at=at)
+
+            await asyncio.gather(client("early", 0.0, start_at), client("later", 0.15, start_at))
+            await client("late", 0.0, time.time() - 0.1)  # its moment passed 0.1 s ago
+            return start_at, out
+
+    start_at, out = asyncio.run(main())
+    for name in ("early", "later"):
+        first = min(r.scheduled for r in out[name])
+        assert abs(first - start_at) < 0.002, (name, first - start_at)
+        assert max(r.lateness_ms for r in out[name]) < 20, name
+    late = sorted(out["late"], key=lambda r: r.scheduled)
+    assert late[0].lateness_ms > 80 and late[-1].lateness_ms < 20
