@@ -28,6 +28,7 @@ from aiohttp import web
 
 from testbed.cluster.handlers import handler_for
 from testbed.metrics.meter import BUSY_S_HEADER, SERVER_MS_HEADER
+from testbed.net.cmd import exit_with_parent
 from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
 from testbed.timer import PreciseWake
 
@@ -374,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stretch", type=float, default=1.0,
                     help="1 + interference from the neighbours on its emulated GPU")
     args = ap.parse_args(argv)
+    if args.parent_pid:  # a SIGKILLed harness leaves no replica behind
+        exit_with_parent(args.parent_pid)
     text = args.profile if args.profile is not None else Path(args.profile_file).read_text()
     profile = ServiceProfile.model_validate(json.loads(text))
 

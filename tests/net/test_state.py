@@ -126,3 +126,40 @@ def test_a_child_dies_with_its_parent_even_on_sigkill(tmp_path):
             break
         time.sleep(0.05)
     assert state in ("gone", "Z", "X"), f"child {child} still {state} after its parent was killed"
+
+
+def test_a_replica_started_without_preexec_ends_with_its_killed_harness():
+    """The local cluster starts replicas without a preexec_fn (so Python vforks the harness
+    rather than forking it); each replica ties itself to the harness (exit_with_parent)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import os, subprocess, sys, time; "
+            "p = subprocess.Popen([sys.executable, '-m', 'testbed.cluster.replica', '--service', "
+            "'chatbot', '--profile', '{\"capacity\": 1, \"queue_limit\": 1, \"proc_time_ms\": "
+            "[1, 2], \"startup_ms\": 0, \"slo_ms\": 100}', '--parent-pid', str(os.getpid())], "
+            "stdout=subprocess.PIPE); print(p.pid, flush=True); p.stdout.readline(); "
+            "print('up', flush=True); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(root)})
+    child = int(parent.stdout.readline())
+    assert parent.stdout.readline().strip() == "up"  # the replica serves
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    # at once, by the signal (its own watch of the parent would notice within a second)
+    deadline = time.monotonic() + 0.5
+    state = "?"
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().split(") ", 1)[1][0]
+        except (FileNotFoundError, ProcessLookupError):
+            state = "gone"
+        if state in ("gone", "Z", "X"):
+            break
+        time.sleep(0.05)
+    assert state in ("gone", "Z", "X"), f"replica {child} still {state} after its harness was killed"

@@ -15,7 +15,6 @@ from typing import IO
 from testbed import plugins
 from testbed.cluster.local.replicas import ReplicaProcess
 from testbed.cluster.replica import TOKEN_ENV
-from testbed.net.cmd import die_with_parent
 from testbed.profiles import ServiceProfile
 
 
@@ -104,7 +103,8 @@ class ReplicaLauncher:
             stderr=stderr,
             stdin=asyncio.subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=die_with_parent(),  # a SIGKILLed harness leaves no replica behind
+            # no preexec_fn: the replica ties itself to this process (exit_with_parent), so that
+            # Python vforks rather than forks this one, whose event loop serves the balancer
             env=_child_env(self._token),
         )  # Ctrl-C at a terminal reaches us, we stop replicas gracefully
 
