@@ -221,3 +221,13 @@ def test_replicas_read_their_profile_from_a_file_not_their_command_line():
     assert b"--profile" not in argv
     assert sum(len(a) for a in argv) < 600, argv
     assert existed and not os.path.exists(path)  # removed with the cluster
+
+
+def test_replicas_import_the_package_of_the_harness_that_starts_them():
+    """A harness run from a copy of the package (a worktree, from any folder) starts replicas of
+    that copy, not of the installed one: their PYTHONPATH is the folder holding the package."""
+    import testbed
+    from testbed.cluster.local.launch import _child_env
+
+    path = _child_env("token")["PYTHONPATH"].split(os.pathsep)[0]
+    assert (Path(path) / "testbed" / "__init__.py").resolve() == Path(testbed.__file__).resolve()

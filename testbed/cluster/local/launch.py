@@ -120,8 +120,9 @@ class ReplicaLauncher:
 
 
 def _child_env(token: str) -> dict[str, str]:
-    # Replicas run the same testbed package as this process (a worktree copy, not an installed one).
-    root = str(Path(__file__).resolve().parents[2])
+    # Replicas run the same testbed package as this process (a worktree copy, not an installed
+    # one): the folder that holds the package (testbed/cluster/local/launch.py: three up)
+    root = str(Path(__file__).resolve().parents[3])
     env = plugins.child_env()  # and the folders a service's handler is imported from
     env[TOKEN_ENV] = token
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
