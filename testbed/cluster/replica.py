@@ -27,7 +27,7 @@ from pathlib import Path
 from aiohttp import web
 
 from testbed.cluster.handlers import handler_for
-from testbed.metrics.meter import BUSY_S_HEADER, SERVER_MS_HEADER
+from testbed.metrics.meter import BUSY_S_HEADER, DUE_HEADER, SERVER_MS_HEADER
 from testbed.net.cmd import exit_with_parent
 from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
 from testbed.timer import PreciseWake
@@ -206,8 +206,10 @@ class EmulatedReplica:
                 key = object()
                 self._busy_open[key] = (start, end)
                 try:
+                    began = time.monotonic()
                     result = await work()
-                    end = max(end, time.monotonic())  # work longer than its time is the replica's
+                    # work longer than its drawn time (real work) is the replica's own
+                    end = max(end, start + (time.monotonic() - began))
                     self._busy_open[key] = (start, end)
                     await self._wait_until(end)
                     self.served += 1
@@ -281,8 +283,9 @@ class EmulatedReplica:
                            / 1000.0 / self.time_scale)
             self._busy_open[self] = (start, end)
             try:
+                began = time.monotonic()
                 results = await asyncio.gather(*(w() for _, _, w in take), return_exceptions=True)
-                end = max(end, time.monotonic())
+                end = max(end, start + (time.monotonic() - began))
                 self._busy_open[self] = (start, end)
                 await self._wait_until(end)
             finally:
@@ -307,12 +310,37 @@ class EmulatedReplica:
         if isinstance(prepared, web.StreamResponse):
             return prepared
         arrived = time.monotonic()
-        response, end = await self._run(prepared, arrived)
+        placed, hold = self._placed(request, arrived)
+        response, end = await self._run(prepared, placed)
+        if hold > 0.0:
+            await self._wait_until(end + hold)
         # the replica's own time on its schedule (queue, work): what a time scale compresses; the
         # client counts the rest (the network, the balancer, a late wake) at its real duration
-        response.headers[SERVER_MS_HEADER] = f"{(end - arrived) * 1000.0:.3f}"
+        response.headers[SERVER_MS_HEADER] = f"{(end - placed) * 1000.0:.3f}"
         response.headers[BUSY_S_HEADER] = f"{self.busy_seconds(time.monotonic()):.6f}"
         return response
+
+    def _placed(self, request: web.Request, arrived: float) -> tuple[float, float]:
+        """Where a request's arrival lies on the replica's schedule, and how long its answer is
+        held after the schedule's end (monotonic s). At a time scale, a request that says when
+        its client was due to send it (DUE_HEADER) arrives on the schedule that long after that
+        moment compressed by the scale: its path's real duration (the client, the network, the
+        balancer) then counts once, at that duration, in its latency, and the path's jitter
+        (a fraction of a millisecond, 16 times that at time scale 16) no longer spaces the
+        arrivals unevenly in a queue. The answer is held by what the compression took off, so
+        that the client, counting the replica's time N times and the rest at its real duration,
+        finds the path's own. Otherwise (time scale 1, no such header): as it arrived."""
+        due = request.headers.get(DUE_HEADER)
+        if self.time_scale == 1.0 or due is None:
+            return arrived, 0.0
+        try:
+            due_at = float(due) - (time.time() - time.monotonic())  # its epoch on this clock
+        except ValueError:
+            return arrived, 0.0
+        if not math.isfinite(due_at) or due_at >= arrived:
+            return arrived, 0.0
+        placed = due_at + (arrived - due_at) / self.time_scale
+        return placed, arrived - placed
 
     async def drain(self) -> None:
         """Refuse new requests (and report not ready), then wait for admitted ones to finish."""

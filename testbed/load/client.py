@@ -20,6 +20,7 @@ from testbed.load.api import MalformedResponse, PreparedRequest, service_client
 from testbed.load.content import ContentSet
 from testbed.load.http1 import ConnectionDropped, ConnectionPool, ProtocolViolation, RequestCancelled
 from testbed.load.records import RequestRecord
+from testbed.metrics.meter import DUE_HEADER
 from testbed.profiles import ServiceProfile
 from testbed.timer import PreciseWake
 
@@ -223,7 +224,8 @@ class LoadClient:
                 self._idle.set()  # type: ignore[union-attr]
             self._send_due()
 
-        pool.request(req.method, req.target, req.headers, req.body, on_done)
+        headers = {**req.headers, DUE_HEADER: f"{self._wall(scheduled_mono):.6f}"}
+        pool.request(req.method, req.target, headers, req.body, on_done)
 
     def _classify(self, status: int, body: bytes, exc: BaseException | None) -> str | None:
         if exc is not None:

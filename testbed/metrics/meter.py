@@ -39,6 +39,9 @@ BUSY = "testbed_replica_busy_seconds_total"
 # windows and busy series from both, as the lab's busy meter measures in the pod.
 SERVER_MS_HEADER = "X-Testbed-Server-Ms"
 BUSY_S_HEADER = "X-Testbed-Busy-S"
+# A load client's request carries the epoch second its schedule said to send it: at a time scale
+# the emulated replica places its arrival on that schedule (testbed.cluster.replica).
+DUE_HEADER = "X-Testbed-Due"
 
 
 @dataclass

@@ -442,3 +442,38 @@ def test_a_replica_reports_its_busy_seconds_on_its_schedule():
     busy = asyncio.run(main())
     assert busy == sorted(busy)
     assert busy[-1] == pytest.approx(sum(drawn) / 2, abs=0.01)
+
+
+def test_at_a_time_scale_a_request_arrives_on_the_schedule_its_client_was_due():
+    """Two imgcls requests whose clients were due 10 ms apart reach one slot together (their
+    paths jittered). At time scale 10 their 60-80 ms are 6-8 ms of wall time, so on the clients'
+    schedule the first is done before the second is due: neither waits, and each reports the
+    time it drew. Placed where they physically arrived, the second would queue behind the first,
+    its path's jitter counted 10 times."""
+    profile = ServiceProfile(capacity=1, queue_limit=5, proc_time_ms=(60, 80), startup_ms=0,
+                             slo_ms=5000)
+    seed, scale = 11, 10
+    draws = random.Random(seed)
+    drawn = [draws.uniform(60, 80) / scale for _ in range(2)]
+
+    async def main():
+        content = ContentSet(seed=1, n_images=1)
+        replica = EmulatedReplica("imgcls", profile, time_scale=scale, seed=seed, sleep_only=True)
+        async with serve(replica) as server, aiohttp.ClientSession() as s:
+            base = str(server.make_url("")).rstrip("/")
+            now = time.time()
+
+            async def one(due: float):
+                req = build_request("imgcls", content)
+                async with s.request(req.method, base + req.target, data=req.body,
+                                     headers={**req.headers, "X-Testbed-Due": f"{due:.6f}"}) as r:
+                    await r.read()
+                    return float(r.headers["X-Testbed-Server-Ms"])
+
+            first = asyncio.create_task(one(now - 0.020))
+            await asyncio.sleep(0)  # the first in the slot's queue first
+            second = asyncio.create_task(one(now - 0.010))
+            return await first, await second
+
+    times = asyncio.run(main())
+    assert times == pytest.approx(drawn, abs=0.05), (times, drawn)
