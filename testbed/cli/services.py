@@ -221,6 +221,10 @@ def load(
         None, help="When the schedule begins, in epoch seconds (default: as soon as the client "
         "is ready): clients given the same moment keep one schedule. A client ready only after "
         "it sends its first requests late, and records how late."),
+    start_gate: Path | None = typer.Option(
+        None, help="Say it is ready (a file GATE.ready.PID) and wait until GATE holds the epoch "
+        "second the schedule begins (written by whoever started several clients, once all are "
+        "ready: testbed.load.gate)."),
     rate: float | None = typer.Option(None, help="Constant rate (req/s) instead of a trace."),
     closed: int | None = typer.Option(None, help="Closed loop with this many workers instead."),
     out: Path | None = typer.Option(None, help="Append one JSON line per request here."),
@@ -261,7 +265,7 @@ def load(
         duration_s=duration, speedup=speedup, rate=rate, closed_workers=closed, out=out,
         slice=slice_name, ue_group=ue_group, source_address=source, timeout_s=timeout, seed=seed,
         slo_ms=slo_ms,
-        keep_alive=not new_connections, profile=profile, start_at=start_at,
+        keep_alive=not new_connections, profile=profile, start_at=start_at, start_gate=start_gate,
     ), max_error_rate)
     totals = RunTotals(slo_ms)
     completed = _drive_load(spec, totals, live_view=not (quiet or as_json))

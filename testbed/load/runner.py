@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.load.client import ClientConfig, ClientSummary, LoadClient
+from testbed.load.gate import wait_at_gate
 from testbed.load.records import RecordWriter
 from testbed.load.stats import LiveFigures, LiveStats, RunTotals
 from testbed.load.trace import constant_schedule, load_trace, schedule_from_trace
@@ -42,6 +43,7 @@ class LoadSpec:
     keep_alive: bool = True  # False: a new connection for every request
     profile: ServiceProfile | None = None  # the service's profile (default: the registry's)
     start_at: float | None = None  # epoch seconds of the schedule's zero (default: when ready)
+    start_gate: Path | None = None  # or the file that says it, once every client is ready (gate)
 
 
 async def run_load(spec: LoadSpec, on_tick: Callable[[LiveFigures, int, float], None] | None = None,
@@ -72,15 +74,18 @@ async def run_load(spec: LoadSpec, on_tick: Callable[[LiveFigures, int, float], 
                         await asyncio.sleep(tick_s)
                 ticker = asyncio.create_task(tick())
             try:
+                start_at = spec.start_at
+                if spec.start_gate is not None:
+                    start_at = await wait_at_gate(spec.start_gate)
                 if spec.closed_workers is not None:
                     return await client.run_closed_loop(spec.closed_workers, duration_s=spec.duration_s)
                 if spec.rate is not None:
                     return await client.run_open_loop(constant_schedule(spec.rate, spec.duration_s or 0.0),
-                                                      start_at=spec.start_at)
+                                                      start_at=start_at)
                 assert trace is not None
                 return await client.run_open_loop(schedule_from_trace(
                     trace, spec.ratio, spec.shift_hours, spec.start_s, spec.duration_s, spec.speedup),
-                    start_at=spec.start_at)
+                    start_at=start_at)
             finally:
                 if ticker is not None:
                     ticker.cancel()

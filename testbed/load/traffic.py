@@ -45,6 +45,7 @@ class LoadJob:
     new_connections: bool = False  # a new connection for every request, not keep-alive ones
     profiles: Path | None = None  # the scenario's profile file: the service's request and SLO
     start_at: float | None = None  # epoch seconds of its schedule's zero, shared by a cell's clients
+    start_gate: Path | None = None  # or the gate file that gives it once all are ready (load.gate)
 
     def options(self) -> tuple[str, ...]:
         """Its `testbed load` options except the trace file (`--trace`, copied where needed)."""
@@ -52,6 +53,8 @@ class LoadJob:
                 "--max-error-rate", f"{self.max_error_rate:g}"]
         if self.start_at is not None:
             args += ["--start-at", f"{self.start_at:.6f}"]
+        if self.start_gate is not None:
+            args += ["--start-gate", str(self.start_gate)]
         if self.new_connections:
             args.append("--new-connections")
         if self.rate is None:

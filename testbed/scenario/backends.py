@@ -38,11 +38,12 @@ if TYPE_CHECKING:
     from testbed.scenario.live import LiveView
     from testbed.scenario.spec import Scenario
 
-# A local cell's clients start (an interpreter, imports, content) in 0.5-0.75 s on a quiet 2-core
-# machine, three at once; at a time scale they then begin one schedule at this many seconds after
-# their launch. Started each on its own, imgcls's schedule began 0.25 s after the chatbot's, 4 s
-# of scenario time at time scale 16, so the scaler's windows saw its load shifted.
-CLIENT_START_S = 2.0
+# At a time scale a local cell's clients begin one schedule together: each says when it is ready
+# (testbed.load.gate) and they begin this many seconds after the last. Each begun when ready
+# (0.5-0.75 s after launch on a quiet 2-core machine, seconds on a busy one), imgcls's schedule
+# began 0.25 s after the chatbot's, 4 s of scenario time at time scale 16; begun at a fixed 2 s
+# after launch, a client slower than that beside the test suite began 40 ms late.
+CLIENT_START_S = 0.1
 
 
 class Clock:
@@ -72,9 +73,9 @@ class CellBackends:
     clock: Clock
     sample_every_s: float = 1.0  # scenario seconds between samples
     poll_s: float = 0.02  # how often to look for the first request
-    # wall seconds the clients are given to start before their common schedule begins (one
-    # epoch moment for all, `testbed load --start-at`); None: each begins when it is ready and
-    # the cell's clock at the first request (the lab, whose clients start over ssh)
+    # at a time scale, the clients begin one schedule this many wall seconds after the last of
+    # them is ready (`testbed load --start-gate`); None: each begins when it is ready and the
+    # cell's clock at the first request (the lab, whose clients start over ssh)
     client_start_s: float | None = None
     wait_first_request: bool = True  # check mode has no requests to wait for
     # what each replica reports it runs (share, batch, interference stretch) beside what the

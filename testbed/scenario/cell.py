@@ -16,6 +16,7 @@ from typing import Any
 
 from testbed.cluster.base import ClusterBackend
 from testbed.errors import TestbedError
+from testbed.load.gate import open_gate, ready_at_gate
 from testbed.load.traffic import ClientJob, IperfJob, LoadJob
 from testbed.profiles import PACKAGED_PROFILES, load_profiles
 from testbed.scaler.fa2 import Pipeline
@@ -208,19 +209,34 @@ class CellRunner:
                          out=self.dir.iperf / f"{x.slice}-{x.direction}.json")
                 for x in self.scn.cross_traffic if x.flows > 0]
 
-    def client_jobs(self, cluster: ClusterBackend, start_at: float | None = None) -> list[ClientJob]:
+    async def _open_gate(self, b: CellBackends, gate: Path, clients: int, timeout_s: float) -> float:
+        """Wait until the clients are ready at `gate` (or `timeout_s`, one problem), open it
+        `b.client_start_s` from now; return that epoch second."""
+        deadline = b.clock.monotonic() + timeout_s
+        while ready_at_gate(gate) < clients and b.clock.monotonic() < deadline:
+            if not b.traffic.clients_running():
+                break
+            await b.clock.sleep(0.01)
+        if ready_at_gate(gate) < clients:
+            self.problem(f"{clients - ready_at_gate(gate)} of {clients} clients not ready within "
+                         f"{timeout_s:g} s; the others began without them")
+        start_at = b.clock.time() + (b.client_start_s or 0.0)
+        open_gate(gate, start_at)
+        return start_at
+
+    def client_jobs(self, cluster: ClusterBackend, gate: Path | None = None) -> list[ClientJob]:
         """The clients (the warm-up first, then the measured window); records in the cell's info
         how many requests each service's schedules plan and how many of each client's first
         requests fall in the warm-up, from the same numbers the clients are given.
 
-        cluster: the cell's cluster (its service endpoints); start_at: the epoch moment their
-        schedules begin together (None: each when it is ready)."""
+        cluster: the cell's cluster (its service endpoints); gate: the file at which they wait
+        to begin their schedules together (None: each when it is ready)."""
         scn = self.scn
         planned = self.info.setdefault("planned_requests", {s.name: 0 for s in scn.services})
         warmup = self.info.setdefault("warmup_requests", {})
         jobs = []
         for i, c in enumerate(scn.clients):
-            load = replace(load_job(scn, c, i, self.rep, self.base_dir), start_at=start_at)
+            load = replace(load_job(scn, c, i, self.rep, self.base_dir), start_gate=gate)
             offsets = load.offsets()
             planned[c.service] = planned.get(c.service, 0) + len(offsets)
             out = self.dir.requests / f"{c.service}-{c.ue_group}-{i}.jsonl"
@@ -251,10 +267,14 @@ class CellRunner:
                 self.problem(p)
             # at a time scale the clients begin one schedule together: started each when ready,
             # their seconds apart would count time_scale times
-            start_at = (clock.time() + b.client_start_s
-                        if b.client_start_s is not None and ts != 1 else None)
-            for p in await traffic.start_clients(self.client_jobs(b.cluster, start_at)):
+            gate = (self.dir.path / "start-gate"
+                    if b.client_start_s is not None and ts != 1 else None)
+            jobs = self.client_jobs(b.cluster, gate)
+            for p in await traffic.start_clients(jobs):
                 self.problem(p)
+            start_at = None
+            if gate is not None:
+                start_at = await self._open_gate(b, gate, len(jobs), timeout_s=60)
             period = scn.scaler_period_s / ts
             latest: dict[str, Any] = {}
             loop = ScalerLoop(b.cluster, policies, lambda s: latest[s], clock=clock.time,
