@@ -38,7 +38,8 @@ def ready_at_gate(gate: str | Path) -> int:
 
 
 def open_gate(gate: str | Path, start_at: float) -> None:
-    """Write the epoch second the clients begin at, at once for every reader (a rename)."""
+    """Open `gate` (the gate file): write `start_at`, the epoch second the clients begin at, at
+    once for every reader (a rename)."""
     gate = Path(gate)
     tmp = gate.with_name(gate.name + ".tmp")
     tmp.write_text(f"{start_at:.6f}")
