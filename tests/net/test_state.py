@@ -97,13 +97,31 @@ def test_recorded_names_ignore_files_that_are_not_testbed_names(state_dir):
     assert recorded_names() == ["ok1"]
 
 
+def _state_within(pid: int, seconds: float) -> str:
+    """Process `pid`'s state letter once it is gone or a zombie, or after `seconds` ("gone" when
+    it no longer exists)."""
+    import time
+    from pathlib import Path
+
+    deadline = time.monotonic() + seconds
+    state = "?"
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]
+        except (FileNotFoundError, ProcessLookupError):
+            state = "gone"
+        if state in ("gone", "Z", "X"):
+            break
+        time.sleep(0.05)
+    return state
+
+
 def test_a_child_dies_with_its_parent_even_on_sigkill(tmp_path):
     """Issue 13: iperf3 and load clients must not outlive a SIGKILLed harness."""
     import os
     import signal
     import subprocess
     import sys
-    import time
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
@@ -115,16 +133,7 @@ def test_a_child_dies_with_its_parent_even_on_sigkill(tmp_path):
     child = int(parent.stdout.readline())
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()
-    deadline = time.monotonic() + 5
-    state = "?"
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{child}/stat").read_text().split(") ", 1)[1][0]
-        except (FileNotFoundError, ProcessLookupError):
-            state = "gone"
-        if state in ("gone", "Z", "X"):
-            break
-        time.sleep(0.05)
+    state = _state_within(child, 5.0)
     assert state in ("gone", "Z", "X"), f"child {child} still {state} after its parent was killed"
 
 
@@ -135,7 +144,6 @@ def test_a_replica_started_without_preexec_ends_with_its_killed_harness():
     import signal
     import subprocess
     import sys
-    import time
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
@@ -152,14 +160,5 @@ def test_a_replica_started_without_preexec_ends_with_its_killed_harness():
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()
     # at once, by the signal (its own watch of the parent would notice within a second)
-    deadline = time.monotonic() + 0.5
-    state = "?"
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{child}/stat").read_text().split(") ", 1)[1][0]
-        except (FileNotFoundError, ProcessLookupError):
-            state = "gone"
-        if state in ("gone", "Z", "X"):
-            break
-        time.sleep(0.05)
+    state = _state_within(child, 0.5)
     assert state in ("gone", "Z", "X"), f"replica {child} still {state} after its harness was killed"
