@@ -299,6 +299,13 @@ def test_a_sleeping_replica_answers_each_api_in_its_shape_without_the_work(monke
     assert len(json.loads(out["imgcls"][1])["predictions"]) == 4
 
 
+def _drawn_ms(seed: int, n: int, proc_time_ms: tuple[float, float], scale: float) -> list[float]:
+    """The wall milliseconds a replica seeded with `seed` draws for its first `n` requests of a
+    profile's `proc_time_ms` at time scale `scale`."""
+    draws = random.Random(seed)
+    return [draws.uniform(*proc_time_ms) / scale for _ in range(n)]
+
+
 def test_processing_times_keep_the_profiles_mean_at_a_time_scale():
     """At time scale 4 imgcls's 60-80 ms are 15-20 ms of wall time, where each of the event loop's
     late wakes (a fraction of a millisecond, more on a busy machine) would count 4 times. The
@@ -308,8 +315,7 @@ def test_processing_times_keep_the_profiles_mean_at_a_time_scale():
     profile = ServiceProfile(capacity=1, queue_limit=2, proc_time_ms=(60, 80), startup_ms=0,
                              slo_ms=500)
     seed, scale, n = 3, 4, 80
-    draws = random.Random(seed)
-    drawn = [draws.uniform(60, 80) / scale for _ in range(n)]
+    drawn = _drawn_ms(seed, n, (60, 80), scale)
 
     async def main():
         content = ContentSet(seed=1, n_images=4)
@@ -351,8 +357,7 @@ def test_a_queue_keeps_its_ideal_schedule_at_a_time_scale():
     profile = ServiceProfile(capacity=1, queue_limit=30, proc_time_ms=(60, 80), startup_ms=0,
                              slo_ms=5000)
     seed, scale, n = 5, 16, 20
-    draws = random.Random(seed)
-    drawn = [draws.uniform(60, 80) / scale for _ in range(n)]
+    drawn = _drawn_ms(seed, n, (60, 80), scale)
 
     async def main():
         content = ContentSet(seed=1, n_images=1)
@@ -422,8 +427,7 @@ def test_a_replica_reports_its_busy_seconds_on_its_schedule():
     profile = ServiceProfile(capacity=2, queue_limit=2, proc_time_ms=(40, 60), startup_ms=0,
                              slo_ms=500)
     seed, scale, n = 7, 4, 10
-    draws = random.Random(seed)
-    drawn = [draws.uniform(40, 60) / scale for _ in range(n)]
+    drawn = _drawn_ms(seed, n, (40, 60), scale)
 
     async def main():
         content = ContentSet(seed=1, n_images=1)
@@ -453,8 +457,7 @@ def test_at_a_time_scale_a_request_arrives_on_the_schedule_its_client_was_due():
     profile = ServiceProfile(capacity=1, queue_limit=5, proc_time_ms=(60, 80), startup_ms=0,
                              slo_ms=5000)
     seed, scale = 11, 10
-    draws = random.Random(seed)
-    drawn = [draws.uniform(60, 80) / scale for _ in range(2)]
+    drawn = _drawn_ms(seed, 2, (60, 80), scale)
 
     async def main():
         content = ContentSet(seed=1, n_images=1)
