@@ -7,6 +7,7 @@ import json
 import socket
 import time
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
@@ -14,6 +15,8 @@ from testbed.load.api import PreparedRequest
 from testbed.load.client import ClientConfig, LoadClient
 from testbed.load.records import RecordWriter, read_records
 from testbed.load.trace import constant_schedule
+
+pytestmark = pytest.mark.timed  # asserts on lateness: testbed.pytest_plugin.timed_priority
 
 
 def faulty_app() -> web.Application:
