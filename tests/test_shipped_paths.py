@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -86,3 +87,13 @@ def test_recorded_training_commands_rerun_from_the_repository(tmp_path: Path):
     # relative paths as typed in another folder of the repository
     assert rerunnable_command("testbed train x --init-from ../models/x.zip", repo,
                               cwd=repo / "models") == "testbed train x --init-from models/x.zip"
+
+
+def test_a_clone_in_the_temporary_directory_has_no_neighbours(tmp_path: Path, monkeypatch):
+    """A clone at /tmp/clone: a pytest scratch folder /tmp/pytest-of-root/... is no folder "beside
+    the repository" that another machine has (a fresh clone in /tmp recorded ../pytest-of-root/...)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    repo, scratch = tmp_path / "clone", tmp_path / "pytest-of-root" / "elsewhere"
+    repo.mkdir()
+    assert rerunnable_command(f"testbed train --out {scratch}/ddpg.zip --init-from {repo}/m.zip",
+                              repo, cwd=repo) == "testbed train --out OUT --init-from m.zip"

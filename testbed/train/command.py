@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import tempfile
 from pathlib import Path
 
 from testbed.paths import REPO_ROOT
@@ -13,8 +14,9 @@ def rerunnable_command(command: str, root: Path = REPO_ROOT, cwd: Path | None = 
     """`command` with every path argument as a user reruns it from the repository root `root`:
     inside it, relative to it (models/ddpg.zip); beside it, relative too (../data/traces, the
     layout the docs assume); anywhere else (a scratch folder of the machine that trained it),
-    the option's name in capitals (`--out OUT`), since no other machine has it. Relative paths
-    are taken from `cwd` (default: the current directory)."""
+    the option's name in capitals (`--out OUT`), since no other machine has it. A clone directly
+    in the temporary directory itself has no "beside": its neighbours are scratch folders.
+    Relative paths are taken from `cwd` (default: the current directory)."""
     base = (cwd or Path.cwd()).resolve()
     root = root.resolve()
     words = shlex.split(command)
@@ -38,7 +40,8 @@ def _path(value: str, option: str, base: Path, root: Path) -> str:
     if not _looks_like_path(value):
         return value
     path = (base / value).resolve()
-    anchors = [(root, "")] + ([(root.parent, "..")] if root.parent != root.parent.parent else [])
+    beside = root.parent not in (root.parent.parent, Path(tempfile.gettempdir()).resolve())
+    anchors = [(root, "")] + ([(root.parent, "..")] if beside else [])
     for anchor, prefix in anchors:
         if path == anchor or path.is_relative_to(anchor):
             rel = path.relative_to(anchor).as_posix()
