@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.pytest_plugin import timed_priority
+from testbed.pytest_plugin import BESIDE_NICE, timed_priority
 
 
 @functools.cache
@@ -43,13 +43,17 @@ def _skip_without_netns(request: pytest.FixtureRequest) -> None:
 
 @pytest.fixture(autouse=True)
 def _timed_first(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Tests that need namespaces or are marked `timed` run ahead of the other workers' tests in
-    the CPU's queue (testbed.pytest_plugin.timed_priority): they assert on time."""
+    """Tests marked `timed` run ahead of the other workers' tests in the CPU's queue
+    (testbed.pytest_plugin.timed_priority): they assert on time. Those that need namespaces (and
+    may bring up a testbed) run between the two (BESIDE_NICE)."""
     node = request.node
-    if node.get_closest_marker("needs_root") is None and node.get_closest_marker("timed") is None:
-        yield
-        return
-    with timed_priority():
+    if node.get_closest_marker("timed") is not None:
+        with timed_priority():
+            yield
+    elif node.get_closest_marker("needs_root") is not None:
+        with timed_priority(BESIDE_NICE):
+            yield
+    else:
         yield
 
 

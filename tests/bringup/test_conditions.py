@@ -16,7 +16,7 @@ from testbed.net.iperf import IperfSession
 from testbed.net.state import load_state
 from tests.conftest import namespaces_with_prefix
 
-pytestmark = pytest.mark.needs_root
+pytestmark = [pytest.mark.needs_root, pytest.mark.timed]  # measures rates over seconds
 
 
 def _with_trace(name: str, steps: list[tuple[float, float]], **target):

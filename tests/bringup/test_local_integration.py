@@ -74,6 +74,7 @@ def _uplink_bytes(tb_name: str) -> tuple[float, int]:
     return at, sum(c.bytes for c in class_counters(load_state(tb_name)) if c.direction == "uplink")
 
 
+@pytest.mark.timed  # a rate over seconds
 def test_slice_guarantee_holds_against_many_flows(tb_name):
     """The ai slice keeps its 20 Mbit/s against 10 best-effort flows, and the two together stay
     within the 100 Mbit/s link, read from the kernel's class counters while both run (the two

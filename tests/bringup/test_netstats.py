@@ -21,6 +21,7 @@ from tests.conftest import namespaces_with_prefix
 
 
 @pytest.mark.needs_root
+@pytest.mark.timed  # samples every second, rates over seconds
 def test_each_slice_and_ambr_leaf_is_sampled_every_second_in_both_directions(tb_name,
                                                                              tmp_path: Path):
     spec = load_testbed()

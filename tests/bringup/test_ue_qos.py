@@ -9,7 +9,7 @@ from testbed.config import load_testbed
 from testbed.net.iperf import IperfSession
 from tests.conftest import namespaces_with_prefix
 
-pytestmark = pytest.mark.needs_root
+pytestmark = [pytest.mark.needs_root, pytest.mark.timed]  # measures rates over seconds
 
 
 def _spec(name: str, groups: list[dict], *, guaranteed: float, ceiling: float | None = None):

@@ -40,6 +40,7 @@ clients:
 
 
 @pytest.mark.needs_root
+@pytest.mark.timed
 @pytest.mark.slow
 def test_the_first_requests_are_answered_while_the_policy_is_built_before_them(tmp_path: Path):
     (tmp_path / "slowpol.py").write_text(SLOW_POLICY)

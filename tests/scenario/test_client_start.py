@@ -30,6 +30,7 @@ clients:
 
 
 @pytest.mark.needs_root
+@pytest.mark.timed
 def test_a_time_scaled_cells_clients_begin_their_schedules_at_one_moment(tmp_path: Path):
     scn = tmp_path / "together.yaml"
     scn.write_text(SCENARIO)
