@@ -251,14 +251,18 @@ class ScenarioFile(pytest.File):
 
 
 TESTBED_GROUP = "testbed-scenarios"
+# The tests that bring up a testbed of their own (to check what it does, not when) share another
+# group: one at a time beside the scenarios. Each one's namespaces and qdiscs going up or down
+# stalled both cores for 20-48 ms (every client of a scenario late at once).
+BESIDE_GROUP = "testbed-beside"
 # Under -n, a worker's untimed tests run at WORKER_NICE, below the kernel's own threads (the
 # softirq threads that carry a testbed's packets run at nice 0), and a timed test's at 0. Raising
 # the timed ones instead (nice -10, or real-time round robin) left the network-heavy scenarios'
 # clients 20-50 ms behind their schedule, or starved them behind their own cell's replicas. A test
 # that needs root but is not timed (it brings up a testbed to check what it does, not when) runs
 # at BESIDE_NICE: ahead of the untimed tests, behind a timed one. At TIMED_NICE, a second testbed
-# beside a timed scenario (a policy's planning, its own clients and iperf3 flows) left smoke's and
-# asr-local's clients 83-128 ms behind beside a CPU-bound process.
+# beside a timed scenario (a policy's planning, its own clients and iperf3 flows) left two
+# scenarios' clients 83-128 ms behind beside a CPU-bound process.
 WORKER_NICE = 10
 BESIDE_NICE = 5
 TIMED_NICE = 0

@@ -16,6 +16,17 @@ import pytest
 from testbed.pytest_plugin import BESIDE_NICE, timed_priority
 
 
+def cpu_wait_s() -> float:
+    """Seconds this thread has waited for a core since it started (the run delay of
+    /proc/thread-self/schedstat; 0.0 where the kernel does not keep it): a timed test subtracts
+    what it waited over a measurement from what it measured, which leaves the code's own time."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 @functools.cache
 def has_netns() -> tuple[bool, str]:
     """Whether this process can make network namespaces, probed once, when the first test that

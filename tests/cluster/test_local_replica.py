@@ -16,6 +16,7 @@ from testbed.load.api import build_request, check_response
 from testbed.load.content import ContentSet
 from testbed.profiles import ServiceProfile
 from testbed.pytest_plugin import MachineBehind
+from tests.conftest import cpu_wait_s
 
 pytestmark = pytest.mark.timed  # asserts on times: testbed.pytest_plugin.timed_priority
 
@@ -320,33 +321,34 @@ def test_processing_times_keep_the_profiles_mean_at_a_time_scale():
     async def main():
         content = ContentSet(seed=1, n_images=4)
         replica = EmulatedReplica("imgcls", profile, time_scale=scale, seed=seed, sleep_only=True)
-        times, walls, late = [], [], []
+        times, walls, waited = [], [], []
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             base = str(server.make_url("")).rstrip("/")
             for _ in range(n):
                 req = build_request("imgcls", content)
-                sent = time.perf_counter()
+                sent, cpu_wait = time.perf_counter(), cpu_wait_s()
                 async with s.request(req.method, base + req.target, data=req.body,
                                      headers=req.headers) as r:
                     await r.read()
                     walls.append((time.perf_counter() - sent) * 1000.0)
+                    waited.append((cpu_wait_s() - cpu_wait) * 1000.0)
                     times.append(float(r.headers["X-Testbed-Server-Ms"]))
-                    late.append(replica.late_s * 1000.0)  # how late its own wake came (ms)
-        return times, walls, late
+        return times, walls, waited
 
-    times, walls, late = asyncio.run(main())
+    times, walls, waited = asyncio.run(main())
     assert max(abs(t - d) for t, d in zip(times, drawn, strict=True)) < 0.01, \
         f"server times {times[:5]} against the draws {drawn[:5]}"
-    # the answer leaves at the drawn time: nine in ten within 5 ms of it. Where the replica's own
-    # wakes came later than that, the machine is behind: re-run, and reported apart if it happens
-    # again (a replica that makes requests wait has punctual wakes)
+    # the answer leaves at the drawn time: nine in ten within 5 ms of it. The replica and the
+    # client share this thread: where only the time it waited for a core (a busy machine) puts
+    # them over, the machine is behind: re-run, and reported apart if it happens again. A replica
+    # that answers late on its own is late with no such wait.
     extra = sorted(w - d for w, d in zip(walls, drawn, strict=True))
-    p90 = extra[int(0.9 * n)]
-    late_p90 = sorted(late)[int(0.9 * n)]
-    if p90 >= 5.0 and late_p90 > 5.0:
-        raise MachineBehind(f"the replica's wakes came {late_p90:.1f} ms late at p90 (p90 wait "
-                            f"beyond the draw {p90:.1f} ms)", {"imgcls": sorted(late)[-1] * scale})
-    assert p90 < 5.0, extra[-10:]
+    own = sorted(w - d - c for w, d, c in zip(walls, drawn, waited, strict=True))
+    p90, own_p90 = extra[int(0.9 * n)], own[int(0.9 * n)]
+    if p90 >= 5.0 and own_p90 < 5.0:
+        raise MachineBehind(f"p90 wait beyond the draw {p90:.1f} ms, {own_p90:.1f} ms of it not "
+                            f"waiting for a core", {"imgcls": p90 * scale})
+    assert p90 < 5.0, (extra[-10:], own[-10:])
 
 
 def test_a_queue_keeps_its_ideal_schedule_at_a_time_scale():

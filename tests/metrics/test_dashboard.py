@@ -11,6 +11,7 @@ import promql_parser
 import pytest
 
 from testbed.metrics.dashboard import SHIPPED, dashboard
+from testbed.pytest_plugin import BESIDE_GROUP
 from tests.conftest import namespaces_with_prefix, run_scenario_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +36,7 @@ def test_every_query_passes_the_promql_parser(expr):
 
 @pytest.mark.needs_root
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="no prometheus server on PATH")
+@pytest.mark.xdist_group(BESIDE_GROUP)  # one such testbed at a time
 def test_every_query_answers_from_the_real_prometheus_of_a_local_run(tmp_path: Path):
     """scenarios/metrics-prometheus-ci.yaml, as CI runs it: at the end of its cell every query
     returned at least one series (the cell keeps the counts in cell.json)."""

@@ -15,6 +15,7 @@ import pytest
 from testbed.bringup.local import LocalTestbed, teardown
 from testbed.config import load_testbed
 from testbed.net.state import prometheus_dir
+from testbed.pytest_plugin import BESIDE_GROUP
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "scenarios" / "metrics-prometheus-ci.yaml"
@@ -93,6 +94,7 @@ sys.exit(main(sys.argv[1:]))
 @pytest.mark.slow
 @pytest.mark.needs_root
 @pytest.mark.skipif(shutil.which("prometheus") is None, reason="no prometheus server on PATH")
+@pytest.mark.xdist_group(BESIDE_GROUP)  # one such testbed at a time
 def test_a_run_whose_metric_sources_disagree_exits_non_zero_naming_why(tmp_path: Path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
     r = subprocess.run([sys.executable, "-c", DOCTORED_RUN, "run", str(SCENARIO), "--out",

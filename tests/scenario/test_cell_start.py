@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.pytest_plugin import BESIDE_GROUP
 from tests.conftest import run_scenario_cli
 
 SLOW_POLICY = """\
@@ -42,6 +43,7 @@ clients:
 @pytest.mark.needs_root
 @pytest.mark.timed
 @pytest.mark.slow
+@pytest.mark.xdist_group(BESIDE_GROUP)  # one such testbed at a time
 def test_the_first_requests_are_answered_while_the_policy_is_built_before_them(tmp_path: Path):
     (tmp_path / "slowpol.py").write_text(SLOW_POLICY)
     (tmp_path / "steady.txt").write_text("6 12\n")

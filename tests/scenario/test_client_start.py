@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.pytest_plugin import BESIDE_GROUP
 from tests.conftest import run_scenario_cli
 
 SCENARIO = """\
@@ -31,6 +32,7 @@ clients:
 
 @pytest.mark.needs_root
 @pytest.mark.timed
+@pytest.mark.xdist_group(BESIDE_GROUP)  # one such testbed at a time
 def test_a_time_scaled_cells_clients_begin_their_schedules_at_one_moment(tmp_path: Path):
     scn = tmp_path / "together.yaml"
     scn.write_text(SCENARIO)

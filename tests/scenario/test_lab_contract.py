@@ -25,6 +25,7 @@ from testbed.lab.plan import VirtualTime
 from testbed.lab.session import LabConfig, LabService, LabSession
 from testbed.load.traffic import IperfJob
 from testbed.metrics.prometheus import PrometheusMetrics, PromService
+from testbed.pytest_plugin import BESIDE_GROUP
 from testbed.scenario.lab import LabOptions, LabProfile
 from testbed.scenario.load import load_scenario
 from testbed.scenario.results import run_rows
@@ -132,6 +133,7 @@ def _shape(run_dir: Path) -> dict:
 
 
 @pytest.mark.needs_root
+@pytest.mark.xdist_group(BESIDE_GROUP)  # one such testbed at a time
 def test_same_scenario_code_path_on_local_backends_and_a_fixture_lab(tmp_path: Path):
     scn, inv = _files(tmp_path)
     local = run_scenario(load_scenario(scn), RunOptions(out_root=tmp_path / "local",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.pytest_plugin import BESIDE_GROUP
 from testbed.scenario.results import cell_rows, lost_requests
 from testbed.scenario.rundir import CellDir
 from tests.conftest import namespaces_with_prefix
@@ -61,6 +62,7 @@ def _testbed(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.needs_root
 @pytest.mark.slow
+@pytest.mark.xdist_group(BESIDE_GROUP)  # one such testbed at a time
 def test_a_cell_whose_testbed_is_taken_away_is_failed_with_its_count(tmp_path: Path, state_dir: Path):
     """The issue's incident, on purpose: a plain `testbed down` from another terminal is refused
     while the run owns the testbed; `--force` takes it mid-cell, and the cell says what it lost."""

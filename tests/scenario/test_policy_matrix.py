@@ -20,6 +20,7 @@ from rich.console import Console
 
 from testbed.errors import ConfigError
 from testbed.profiles import load_profiles
+from testbed.pytest_plugin import BESIDE_GROUP
 from testbed.scaler import registry
 from testbed.scaler.factory import PolicyChoice, build_policies
 from testbed.scenario.lab import LabProfile
@@ -135,6 +136,7 @@ def test_a_trained_actor_on_other_services_is_one_line_in_sim_compare(tmp_path: 
 
 @pytest.mark.needs_root
 @pytest.mark.timeout(240)
+@pytest.mark.xdist_group(BESIDE_GROUP)  # one such testbed at a time
 def test_fa2_runs_a_local_cell_of_a_users_service(tmp_path: Path):
     """fa2 plans a user's service with the built-in GPU curve on the real local testbed."""
     from tests.conftest import run_scenario_cli

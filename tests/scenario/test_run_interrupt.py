@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.pytest_plugin import BESIDE_GROUP
 from tests.conftest import namespaces_with_prefix
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.slow]  # a whole scenario run
@@ -29,6 +30,7 @@ cross_traffic:
 """
 
 
+@pytest.mark.xdist_group(BESIDE_GROUP)  # one such testbed at a time
 def test_ctrl_c_keeps_records_writes_report_and_cleans_up(tmp_path: Path):
     scn = tmp_path / "interrupt.yaml"
     scn.write_text(SCENARIO)

@@ -14,6 +14,7 @@ import pytest
 
 from testbed.config import load_testbed
 from testbed.core.provision import desired_ues
+from testbed.pytest_plugin import BESIDE_GROUP
 from tests.conftest import namespaces_with_prefix
 
 pytestmark = pytest.mark.needs_root
@@ -56,6 +57,7 @@ def _hits(root: Path, needles: set[str]) -> list[str]:
 
 
 @pytest.mark.slow  # a whole scenario run
+@pytest.mark.xdist_group(BESIDE_GROUP)  # one such testbed at a time
 def test_a_finished_run_directory_holds_no_key_and_no_seed(tmp_path, state_dir):
     tb_file, seed = _testbed_file(tmp_path, "sec")
     needles = _secrets_of(tb_file, seed)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.pytest_plugin import BESIDE_GROUP
 from testbed.traces import packaged_traces
 from tests.conftest import namespaces_with_prefix
 
@@ -47,6 +48,7 @@ clients:
 """
 
 
+@pytest.mark.xdist_group(BESIDE_GROUP)  # one such testbed at a time
 def test_inss_plans_the_local_testbed_and_the_replicas_run_what_it_set(tmp_path: Path):
     scn = tmp_path / "inss-local.yaml"
     scn.write_text(SCENARIO)

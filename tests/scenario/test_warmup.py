@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import ConfigError
+from testbed.pytest_plugin import BESIDE_GROUP
 from testbed.scenario.cell import _end_decision_due, after_warmup
 from testbed.scenario.load import parse_scenario
 from testbed.scenario.results import cell_rows
@@ -87,6 +88,7 @@ def test_rows_leave_out_what_the_cell_marked_warmup(tmp_path: Path):
 
 @pytest.mark.needs_root
 @pytest.mark.slow
+@pytest.mark.xdist_group(BESIDE_GROUP)  # one such testbed at a time
 def test_a_real_run_measures_the_trace_window_after_its_warmup(tmp_path: Path):
     """On the local testbed: the client replays 10 s of trace before start_s (4 req/s) and the 10 s
     window from it (8 req/s, then 2 quiet seconds); the results hold the window's requests only,
