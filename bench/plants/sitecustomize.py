@@ -1,0 +1,122 @@
+"""Planted regressions for bench/planted_regressions.py: with this folder on PYTHONPATH and
+TESTBED_PLANT set to a name below, every Python process of a run (the test's, the runner's, each
+replica and load client it starts) patches one part of the harness when that module is imported.
+Never on PYTHONPATH otherwise; it only exists to show that the timed tests fail when the harness
+regresses.
+
+- client-stall: a load client's event loop blocks 150 ms every 0.5 s (from 0.1 s after it
+  starts), as a synchronous write in the loop would.
+- replica-wakes-early / replica-wakes-late: every precise wake (a replica's end of processing, a
+  client's send) returns 4 ms before its time / 6 ms after it.
+- replica-cpu: a replica's handler spends 4 ms of CPU on each request before its work, the cost
+  per request issue 41 started from.
+- balancer-slow-forward: the local balancer waits 25 ms before forwarding each request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import functools
+import os
+import sys
+import time
+from collections.abc import Callable
+from types import ModuleType
+
+
+def _client_stall(module: ModuleType) -> None:
+    cls = module.LoadClient
+    enter, close = cls.__aenter__, cls.aclose
+
+    async def stall() -> None:
+        await asyncio.sleep(0.1)
+        while True:
+            time.sleep(0.15)
+            await asyncio.sleep(0.5)
+
+    @functools.wraps(enter)
+    async def planted_enter(self):  # type: ignore[no-untyped-def]
+        self._planted_stall = asyncio.get_running_loop().create_task(stall())
+        return await enter(self)
+
+    @functools.wraps(close)
+    async def planted_close(self):  # type: ignore[no-untyped-def]
+        task = getattr(self, "_planted_stall", None)
+        if task is not None:
+            task.cancel()
+        await close(self)
+
+    cls.__aenter__, cls.aclose = planted_enter, planted_close
+
+
+def _wakes_off(by_s: float) -> Callable[[ModuleType], None]:
+    def patch(module: ModuleType) -> None:
+        until = module.PreciseWake.until
+
+        @functools.wraps(until)
+        async def planted(self, when):  # type: ignore[no-untyped-def]
+            await until(self, when + by_s)
+
+        module.PreciseWake.until = planted
+
+    return patch
+
+
+def _replica_cpu(module: ModuleType) -> None:
+    for name in ("ChatbotHandler", "ImgclsHandler", "TtsHandler", "SizedHandler"):
+        cls = getattr(module, name)
+        prepare = cls.prepare
+
+        @functools.wraps(prepare)
+        async def planted(self, request, replica, _prepare=prepare):  # type: ignore[no-untyped-def]
+            spin_until = time.thread_time() + 0.004
+            while time.thread_time() < spin_until:
+                pass
+            return await _prepare(self, request, replica)
+
+        cls.prepare = planted
+
+
+def _balancer_slow(module: ModuleType) -> None:
+    handle = module.ServiceBalancer.handle
+
+    @functools.wraps(handle)
+    async def planted(self, request):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.025)
+        return await handle(self, request)
+
+    module.ServiceBalancer.handle = planted
+
+
+PLANTS: dict[str, tuple[str, Callable[[ModuleType], None]]] = {
+    "client-stall": ("testbed.load.client", _client_stall),
+    "replica-wakes-early": ("testbed.timer", _wakes_off(-0.004)),
+    "replica-wakes-late": ("testbed.timer", _wakes_off(0.006)),
+    "replica-cpu": ("testbed.cluster.handlers", _replica_cpu),
+    "balancer-slow-forward": ("testbed.metrics.balancer", _balancer_slow),
+}
+
+
+def _patch_once_imported(name: str, patch: Callable[[ModuleType], None]) -> None:
+    """Patch module `name` once an import has run it whole. Through `__import__` rather than a
+    finder on sys.meta_path: pytest puts its assertion rewriter ahead of every finder, and it
+    loads the testbed package (a plugin's) itself."""
+    original = builtins.__import__
+
+    def planting_import(*args, **kwargs):  # type: ignore[no-untyped-def]
+        imported = original(*args, **kwargs)
+        module = sys.modules.get(name)
+        if module is not None and not getattr(module.__spec__, "_initializing", False):
+            builtins.__import__ = original
+            patch(module)
+        return imported
+
+    builtins.__import__ = planting_import
+
+
+_name = os.environ.get("TESTBED_PLANT")
+if _name:
+    if _name not in PLANTS:
+        raise SystemExit(f"TESTBED_PLANT={_name}: not one of {', '.join(PLANTS)}")
+    _patch_once_imported(*PLANTS[_name])
