@@ -114,6 +114,10 @@ def best(folder: Path, repeat: int, label: str, *options: str) -> float:
     return min(times)
 
 
+def _memory_limit(text: str) -> str | int:
+    return int(text) if text.isdigit() else text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", type=int, default=18, help="whole-day cells (>= 8)")
@@ -122,6 +126,9 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="build the sweep here and keep it")
     ap.add_argument("--dask-profiler", action="store_true",
                     help="leave Dask's statistical profiler on in its workers (its default)")
+    ap.add_argument("--dask-memory-limit", default="auto",
+                    help="each worker's memory limit (Dask's default: auto; 0 turns the nanny's "
+                         "and the worker's memory monitors off, as `dask worker --memory-limit 0`)")
     args = ap.parse_args()
     if args.cells < 8:
         sys.exit("--cells: at least 8")
@@ -148,10 +155,11 @@ def main() -> None:
     # Dask's statistical profiler samples a worker's threads every 10 ms: on a pure-Python cell
     # it costs a third or more of its CPU (docs/sweeps.md); off unless --dask-profiler
     with dask.config.set({"distributed.worker.profile.enabled": args.dask_profiler}), \
-            LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                         dashboard_address=None) as cluster:
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                         memory_limit=_memory_limit(args.dask_memory_limit)) as cluster:
         print(f"  dask local cluster of 2 workers started in {time.perf_counter() - started:.2f} s"
-              f" (profiler {'on' if args.dask_profiler else 'off'})")
+              f" (profiler {'on' if args.dask_profiler else 'off'}, memory limit "
+              f"{args.dask_memory_limit})")
         dask = best(folder, args.repeat, "--dask (2 workers)", "--dask", cluster.scheduler_address)
     print(f"--dask, 2 local workers: {serial / dask:.2f}x the run in turn")
 

@@ -50,6 +50,7 @@ def test_protocol_readiness_and_unit_pool():
     assert w.arrivals == 10 and w.instances == 2
 
 
+@pytest.mark.timed
 def test_scale_down_finishes_in_flight_requests():
     async def main():
         profiles = {"chatbot": SLOW}
@@ -58,7 +59,11 @@ def test_scale_down_finishes_in_flight_requests():
             records = []
             async with LoadClient(ClientConfig("chatbot", c.endpoint("chatbot")), [records.append]) as cl:
                 load = asyncio.create_task(cl.run_open_loop(constant_schedule(20, 0.3)))  # 6 requests
-                await asyncio.sleep(0.32)
+                # all 6 at the balancer, and a moment for the last to reach its replica: one still
+                # on its way when its replica drains is refused (a busy machine sent it 70 ms late)
+                while c.window(30)["chatbot"].arrivals < 6:
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.05)
                 c.scale("chatbot", 1)  # one replica drains the requests it already holds
                 assert c.desired_replicas("chatbot") == 1 and c.ready_replicas("chatbot") == 1
                 await load
