@@ -2,6 +2,7 @@
 built-in tiny net, no torchvision) and a real local HTTP service started by the probe (--serve);
 its JSON is the H200 files' shape and `testbed sim fit-gpu` reads it (issue 42)."""
 
+import importlib.util
 import json
 import socket
 import subprocess
@@ -11,7 +12,11 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch", reason="the probe needs torch (pip install torch==2.13.0: extra drl or imgcls)")
+# the probe runs torch in its own processes: found, not imported here (a second of every worker's
+# collection)
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="the probe needs torch (pip install torch==2.13.0: extra drl or imgcls)")
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "bench" / "gpu_curve.py"
