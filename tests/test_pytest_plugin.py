@@ -17,6 +17,13 @@ pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = packaged_traces()
 
+
+@pytest.fixture(autouse=True)
+def _lean_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sessions these tests start load what the suite's own does (pyproject's addopts): not
+    hypothesis's plugin, a second of import in each process, or pytest-benchmark's."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest -p no:benchmark")
+
 # a simulator scenario of one cell over one minute of the test day: seconds to run
 SCENARIO = f"""\
 name: tiny-sim
