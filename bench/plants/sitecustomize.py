@@ -4,13 +4,15 @@ replica and load client it starts) patches one part of the harness when that mod
 Never on PYTHONPATH otherwise; it only exists to show that the timed tests fail when the harness
 regresses.
 
-- client-stall: a load client's event loop blocks 150 ms every 0.5 s (from 0.1 s after it
-  starts), as a synchronous write in the loop would.
+- client-stall: a load client blocks its event loop for 150 ms on every 4th request it sends,
+  as a synchronous write in the loop would.
 - replica-wakes-early / replica-wakes-late: every precise wake (a replica's end of processing, a
   client's send) returns 4 ms before its time / 6 ms after it.
-- replica-cpu: a replica's handler spends 4 ms of CPU on each request before its work, the cost
-  per request issue 41 started from.
-- balancer-slow-forward: the local balancer waits 25 ms before forwarding each request.
+- replica-cpu: a replica's handler spends 10 ms of CPU on each request before its work (issue 41
+  started from 4 ms for the whole harness; at time scale 8 the harness now holds 4 in the
+  replica alone).
+- balancer-slow-forward: the local balancer's request to a replica takes 25 ms longer (its
+  HTTP client waits before sending), inside the span the balancer times.
 """
 
 from __future__ import annotations
@@ -26,28 +28,17 @@ from types import ModuleType
 
 
 def _client_stall(module: ModuleType) -> None:
-    cls = module.LoadClient
-    enter, close = cls.__aenter__, cls.aclose
+    launch = module.LoadClient._launch
+    sent = [0]
 
-    async def stall() -> None:
-        await asyncio.sleep(0.1)
-        while True:
+    @functools.wraps(launch)
+    def planted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        sent[0] += 1
+        if sent[0] % 4 == 0:
             time.sleep(0.15)
-            await asyncio.sleep(0.5)
+        return launch(self, *args, **kwargs)
 
-    @functools.wraps(enter)
-    async def planted_enter(self):  # type: ignore[no-untyped-def]
-        self._planted_stall = asyncio.get_running_loop().create_task(stall())
-        return await enter(self)
-
-    @functools.wraps(close)
-    async def planted_close(self):  # type: ignore[no-untyped-def]
-        task = getattr(self, "_planted_stall", None)
-        if task is not None:
-            task.cancel()
-        await close(self)
-
-    cls.__aenter__, cls.aclose = planted_enter, planted_close
+    module.LoadClient._launch = planted
 
 
 def _wakes_off(by_s: float) -> Callable[[ModuleType], None]:
@@ -70,7 +61,7 @@ def _replica_cpu(module: ModuleType) -> None:
 
         @functools.wraps(prepare)
         async def planted(self, request, replica, _prepare=prepare):  # type: ignore[no-untyped-def]
-            spin_until = time.thread_time() + 0.004
+            spin_until = time.thread_time() + 0.010
             while time.thread_time() < spin_until:
                 pass
             return await _prepare(self, request, replica)
@@ -79,14 +70,14 @@ def _replica_cpu(module: ModuleType) -> None:
 
 
 def _balancer_slow(module: ModuleType) -> None:
-    handle = module.ServiceBalancer.handle
+    request = module.aiohttp.ClientSession._request
 
-    @functools.wraps(handle)
-    async def planted(self, request):  # type: ignore[no-untyped-def]
+    @functools.wraps(request)
+    async def planted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         await asyncio.sleep(0.025)
-        return await handle(self, request)
+        return await request(self, *args, **kwargs)
 
-    module.ServiceBalancer.handle = planted
+    module.aiohttp.ClientSession._request = planted
 
 
 PLANTS: dict[str, tuple[str, Callable[[ModuleType], None]]] = {
