@@ -17,10 +17,9 @@ from tests.conftest import namespaces_with_prefix
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.slow]  # a whole scenario run
 
-# long enough that the run cannot end before the test's Ctrl-C, however slow a busy machine is
 SCENARIO = """\
 name: interrupt
-duration_s: 600
+duration_s: 60
 time_scale: 2
 services:
   - {name: imgcls, replicas: 1}
