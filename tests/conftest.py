@@ -16,6 +16,15 @@ import pytest
 from testbed.pytest_plugin import BESIDE_NICE, timed_priority
 
 
+def default_sigint() -> None:
+    """A child's preexec_fn: SIGINT back to its default. A shell that runs the tests in the
+    background (`cmd &`, a CI script's job) starts them with SIGINT ignored, children inherit
+    that, and a test's Ctrl-C to `testbed run` would do nothing."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def cpu_wait_s() -> float:
     """Seconds this thread has waited for a core since it started (the run delay of
     /proc/thread-self/schedstat; 0.0 where the kernel does not keep it): a timed test subtracts

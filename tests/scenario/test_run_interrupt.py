@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from testbed.pytest_plugin import BESIDE_GROUP
-from tests.conftest import namespaces_with_prefix
+from tests.conftest import default_sigint, namespaces_with_prefix
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.slow]  # a whole scenario run
 
@@ -37,7 +37,7 @@ def test_ctrl_c_keeps_records_writes_report_and_cleans_up(tmp_path: Path):
     out = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", str(scn), "--out", str(out),
                              "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=dict(os.environ, COLUMNS="200"))
+                            text=True, env=dict(os.environ, COLUMNS="200"), preexec_fn=default_sigint)
     deadline = time.monotonic() + 60
     records: list[Path] = []
     while time.monotonic() < deadline:

@@ -26,6 +26,7 @@ from testbed.scenario.matrix import expand
 from testbed.scenario.runner import RunOptions, run_scenario
 from testbed.scenario.simcell import cell_inputs, simulate_cell
 from testbed.scenario.sweep import check_options, cores, too_short, workers
+from tests.conftest import default_sigint
 
 # scenarios/sim-tables.yaml at a test's size: constant-rate clients instead of the test day's
 # traces, five minutes per cell, rule v2 (no model files), two dotted keys and an alias
@@ -210,7 +211,7 @@ def test_ctrl_c_stops_every_worker(tmp_path: Path):
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "run", "long.yaml", "--jobs", "2",
                              "--out", "runs", "--no-progress"], cwd=tmp_path, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, COLUMNS="200"))
+                            env=dict(os.environ, COLUMNS="200"), preexec_fn=default_sigint)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and len(children(proc.pid)) < 2:  # the 2 workers
         time.sleep(0.2)
