@@ -336,8 +336,14 @@ def test_processing_times_keep_the_profiles_mean_at_a_time_scale():
         return times, walls, waited
 
     times, walls, waited = asyncio.run(main())
-    assert max(abs(t - d) for t, d in zip(times, drawn, strict=True)) < 0.01, \
-        f"server times {times[:5]} against the draws {drawn[:5]}"
+    # a server time over its draw is work that overran it: the replica's own, unless its thread
+    # waited that long for a core during the request (a busy machine)
+    over = [(t - d, c) for t, d, c in zip(times, drawn, waited, strict=True) if abs(t - d) >= 0.01]
+    if over and all(c >= dt - 1.0 for dt, c in over):
+        raise MachineBehind(f"server times over the draws by up to {max(dt for dt, _ in over):.1f} ms, "
+                            f"each while the thread waited as long for a core",
+                            {"imgcls": max(dt for dt, _ in over) * scale})
+    assert not over, f"server times {times[:5]} against the draws {drawn[:5]}"
     # the answer leaves at the drawn time: nine in ten within 5 ms of it. The replica and the
     # client share this thread: where only the time it waited for a core (a busy machine) puts
     # them over, the machine is behind: re-run, and reported apart if it happens again. A replica
