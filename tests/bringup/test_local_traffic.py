@@ -6,24 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 from pathlib import Path
 
 import pytest
 
 from testbed.bringup.traffic import LocalTraffic
 from testbed.load.traffic import ClientJob
+from tests.conftest import default_sigint
 
 
 async def _cell(traffic: LocalTraffic, started: list[asyncio.subprocess.Process], tmp_path: Path,
                 *, fail: bool) -> None:
     job = ClientJob(0, "imgcls", "ai", "http://10.0.0.1:8000", tmp_path / "imgcls-ai-0.jsonl")
     async with traffic:
-        # SIGINT back to its default: a shell that runs the tests in the background (`cmd &`)
-        # starts them with SIGINT ignored, and `sleep` would inherit that (a real client sets
-        # its own handler)
-        started.append(await asyncio.create_subprocess_exec(
-            "sleep", "60", preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)))
+        # `sleep` stands in for a client, which sets its own SIGINT handler
+        started.append(await asyncio.create_subprocess_exec("sleep", "60", preexec_fn=default_sigint))
         traffic._procs.append((job, started[-1]))
         assert traffic.clients_running()
         if fail:
