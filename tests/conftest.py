@@ -6,6 +6,7 @@ import functools
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,8 +21,6 @@ def default_sigint() -> None:
     """A child's preexec_fn: SIGINT back to its default. A shell that runs the tests in the
     background (`cmd &`, a CI script's job) starts them with SIGINT ignored, children inherit
     that, and a test's Ctrl-C to `testbed run` would do nothing."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
