@@ -46,3 +46,8 @@ class StateError(TestbedError):
     """The recorded state disagrees with the request (already up, not up, ...)."""
 
     exit_code = 4
+
+
+class MachineBehind(TestbedError):
+    """A time-scaled run whose clients fell behind their schedule again when run once more: the
+    machine, not the harness, set its figures, so none are kept."""

@@ -35,7 +35,7 @@ def reproduce_cmd(
     t54_time_scale: Annotated[float, typer.Option(
         help="Table 5.4's time scale: the window runs this many times faster, the replicas "
         "sleeping their profile's time instead of decoding (the whole day: --t54-start 00:00 "
-        "--t54-duration 86400 --t54-time-scale 24, which 2 cores hold; bench/time_scale.py "
+        "--t54-duration 86400 --t54-time-scale 16, which 2 cores hold; bench/time_scale.py "
         "measures it).")] = 1.0,
     no_progress: Annotated[bool, typer.Option("--no-progress", "--quiet", help="Plain lines instead of the "
                                               "live view.")] = False,

@@ -5,7 +5,10 @@ segment's result rows are kept in `<out>.partial/t54/` as soon as it finishes. A
 reproduce resumes after the last finished segment (`testbed reproduce table5.4 --resume DIR`);
 the segments' rows are then combined into one row per policy, repetition and service.
 
-A window no longer than one segment runs as one scenario run, as before.
+A window no longer than one segment runs as one scenario run, as before. A segment whose clients
+fell behind their schedule (the machine did not hold the time scale for a while: other work beside
+it) runs once more, as a timed test is re-run once; behind again, the reproduce stops there with
+MachineBehind and keeps nothing for it, so that a resume runs it first.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from testbed.errors import MachineBehind
+from testbed.scenario.results import behind_cells
 
 T54_SEGMENT_S = 3600  # a checkpoint every hour of the test day
 SEGMENT_WARMUP_S = 120  # the trace's two minutes before a segment, not measured (4 scaler periods)
@@ -57,18 +63,35 @@ def run_segments(data: dict[str, Any], *, start_s: int, duration_s: float, warmu
     per_segment: list[tuple[float, list[dict[str, Any]]]] = []
     for i, (at, length) in enumerate(parts):
         saved = kept / f"segment-{i:03d}-{at}.json"
-        if saved.is_file():
-            doc = json.loads(saved.read_text())
-            progress(f"Table 5.4 segment {i + 1}/{len(parts)}: resumed from {saved}")
+        name = f"Table 5.4 segment {i + 1}/{len(parts)}"
+        doc = json.loads(saved.read_text()) if saved.is_file() else None
+        # kept by a run before this check, its clients behind: that was its first try
+        behind = behind_cells(partial / doc["run_dir"]) if doc is not None else {}
+        if doc is not None and not behind:
+            progress(f"{name}: resumed from {saved}")
         else:
-            first = i == 0
             seg = {**data, "clients": [{**c, "start_s": at} for c in data["clients"]],
                    "duration_s": length,
-                   "warmup_s": warmup_s if first else min(SEGMENT_WARMUP_S, at)}
-            if len(parts) > 1:
-                progress(f"Table 5.4 segment {i + 1}/{len(parts)}: {length:g} s from "
-                         f"{at // 3600:02d}:{at % 3600 // 60:02d}")
+                   "warmup_s": warmup_s if i == 0 else min(SEGMENT_WARMUP_S, at)}
+            if behind:
+                progress(f"{name}: kept, but its clients fell behind ({_late(behind)}); running "
+                         f"it once more")
+            elif len(parts) > 1:
+                progress(f"{name}: {length:g} s from {_clock(at)}")
             run_dir, rows = run(seg)
+            if not behind:
+                behind = behind_cells(partial / run_dir)
+                if behind:
+                    progress(f"{name}: the clients fell behind ({_late(behind)}); running it once "
+                             f"more")
+                    run_dir, rows = run(seg)
+            behind = behind_cells(partial / run_dir)
+            if behind:
+                saved.unlink(missing_ok=True)
+                raise MachineBehind(
+                    f"{name} (from {_clock(at)}) fell behind its time scale twice "
+                    f"({_late(behind)}, over a tenth of the SLO): nothing is kept for it; resume "
+                    f"on a quieter machine (bench/time_scale.py measures which time scale it holds)")
             doc = {"start_s": at, "duration_s": length, "run_dir": str(run_dir), "rows": rows}
             tmp = saved.with_suffix(".tmp")
             tmp.write_text(json.dumps(doc, default=str))
@@ -78,6 +101,19 @@ def run_segments(data: dict[str, Any], *, start_s: int, duration_s: float, warmu
     if len(per_segment) == 1:
         return run_dirs, per_segment[0][1]
     return run_dirs, combine_rows(per_segment)
+
+
+def _clock(at: int) -> str:
+    return f"{at // 3600:02d}:{at % 3600 // 60:02d}"
+
+
+def _late(behind: dict[str, dict[str, float]]) -> str:
+    """'imgcls p99 52 ms late, ...' (scenario time): each service's worst over the cells."""
+    worst: dict[str, float] = {}
+    for late in behind.values():
+        for service, ms in late.items():
+            worst[service] = max(ms, worst.get(service, 0.0))
+    return ", ".join(f"{s} p99 {ms:.0f} ms late" for s, ms in sorted(worst.items()))
 
 
 def combine_rows(per_segment: list[tuple[float, list[dict[str, Any]]]]) -> list[dict[str, Any]]:

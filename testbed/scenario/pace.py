@@ -25,7 +25,7 @@ from testbed.load.client import ClientConfig, LoadClient
 from testbed.load.stats import percentile
 from testbed.load.trace import constant_schedule
 from testbed.profiles.registry import default_profiles
-from testbed.scenario.results import LATENESS_SLO_SHARE, read_records
+from testbed.scenario.results import LATENESS_SLO_SHARE, behind_cells, read_records
 
 # CPU per request of the harness (clients, balancer, replicas, kernel: 2.32 ms at time scale 16,
 # 185 req/s, bench/request_cost.py) over the probe's (the load client and a bare server: 0.47 +
@@ -33,17 +33,6 @@ from testbed.scenario.results import LATENESS_SLO_SHARE, read_records
 # requests for each of the scenario's
 HARNESS_COST_RATIO = 2.0
 PROBE_STEP_S = 0.4
-
-
-def behind_cells(run_dir: Path) -> dict[str, dict[str, float]]:
-    """The cells (slug/rep) of `run_dir` that failed because their clients fell behind: each one's
-    p99 lateness per service (scenario ms), from its cell.json's `behind_schedule`."""
-    out = {}
-    for p in sorted(run_dir.glob("cells/*/rep-*/cell.json")):
-        info = json.loads(p.read_text())
-        if info.get("status") == "failed" and info.get("behind_schedule"):
-            out[f"{p.parent.parent.name}/{p.parent.name}"] = info["behind_schedule"]
-    return out
 
 
 def peak_rate(records: dict[str, list[dict[str, Any]]], time_scale: float) -> float:

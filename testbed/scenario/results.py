@@ -134,6 +134,17 @@ def behind_schedule(records: list[dict[str, Any]], *, time_scale: float, slo_ms:
     return late if late is not None and late > LATENESS_SLO_SHARE * slo_ms else None
 
 
+def behind_cells(run_dir: Path) -> dict[str, dict[str, float]]:
+    """The cells (slug/rep) of `run_dir` that failed because their clients fell behind: each one's
+    p99 lateness per service (scenario ms), from its cell.json's `behind_schedule`."""
+    out = {}
+    for p in sorted(run_dir.glob("cells/*/rep-*/cell.json")):
+        info = json.loads(p.read_text())
+        if info.get("status") == "failed" and info.get("behind_schedule"):
+            out[f"{p.parent.parent.name}/{p.parent.name}"] = info["behind_schedule"]
+    return out
+
+
 def read_records(cell_dir: Path, warmup: dict[str, int] | None = None
                  ) -> dict[str, list[dict[str, Any]]]:
     """The cell's request records by service, from every client's requests/*.jsonl; with

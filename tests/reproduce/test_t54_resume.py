@@ -6,6 +6,7 @@ checkpointing, the resume and the combination of the segments' rows."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,9 +15,11 @@ import yaml
 import testbed.reproduce.run as repro
 import testbed.reproduce.segments as seg
 from testbed.cli import main
+from testbed.errors import MachineBehind
 from testbed.reproduce.artefacts import select
 from testbed.reproduce.model import Options
 from testbed.scenario.load import parse_scenario
+from testbed.scenario.results import behind_cells
 from testbed.scenario.runner import RunOptions, run_scenario
 from testbed.traces import packaged_traces
 
@@ -76,6 +79,77 @@ def test_an_interrupted_table54_resumes_after_its_segments_with_the_same_result(
     assert sim_runs == [49200, 49800]  # the finished segment is not run again
     assert _cells(resumed) == _cells(straight)
     assert all(c[2]["reward"] is not None for c in _cells(straight))
+
+
+def _fall_behind(monkeypatch: pytest.MonkeyPatch, times: set[int]) -> None:
+    """The segment runs numbered in `times` (1: the first run) end with a cell whose clients fell
+    behind, as the testbed's cell records it (cell.json: failed, `behind_schedule`)."""
+    sim_run, count = repro._run, [0]
+
+    def run(*args, **kwargs):
+        run_dir, rows = sim_run(*args, **kwargs)
+        count[0] += 1
+        if count[0] in times:
+            cell = next((args[1] / run_dir).glob("cells/*/rep-*/cell.json"))
+            info = json.loads(cell.read_text())
+            cell.write_text(json.dumps({**info, "status": "failed",
+                                        "behind_schedule": {"imgcls": 61.0}}))
+        return run_dir, rows
+
+    monkeypatch.setattr(repro, "_run", run)
+
+
+def test_a_segment_the_machine_fell_behind_in_runs_once_more(
+        tmp_path: Path, sim_runs: list[float], monkeypatch: pytest.MonkeyPatch):
+    _fall_behind(monkeypatch, {2})
+    lines: list[str] = []
+    options = _options(tmp_path / "day")
+    options.progress = lines.append
+    repro.reproduce(select(["table5.4"]), options)
+    assert sim_runs == [48600, 49200, 49200, 49800]
+    assert ("Table 5.4 segment 2/3: the clients fell behind (imgcls p99 61 ms late); running it "
+            "once more") in lines
+    kept = json.loads((tmp_path / "day" / "t54" / "segment-001-49200.json").read_text())
+    # the second run of the segment is the one kept
+    assert not behind_cells(tmp_path / "day" / kept["run_dir"])
+    assert all(r["status"] == "ok" for r in kept["rows"])
+
+
+def test_a_segment_behind_twice_stops_the_run_and_a_resume_runs_it_first(
+        tmp_path: Path, sim_runs: list[float], monkeypatch: pytest.MonkeyPatch):
+    _fall_behind(monkeypatch, {2, 3})
+    with pytest.raises(MachineBehind, match=r"segment 2/3 \(from 13:40\) fell behind its time scale "
+                                            r"twice \(imgcls p99 61 ms late"):
+        repro.reproduce(select(["table5.4"]), _options(tmp_path / "day"))
+    partial = tmp_path / "day.partial"
+    assert [p.name for p in sorted((partial / "t54").glob("*.json"))] == ["segment-000-48600.json"]
+    sim_runs.clear()
+    out, kept = repro.resumed(partial)
+    repro.reproduce(select(["table5.4"]), Options(out=out, **kept, show_runs=False,
+                                                  progress=lambda s: None))
+    assert sim_runs == [49200, 49800]
+
+
+def test_a_kept_segment_whose_clients_fell_behind_is_run_again_on_resume(
+        tmp_path: Path, sim_runs: list[float]):
+    """A segment kept by a run before the check (its cells failed behind schedule)."""
+    interrupted = _options(tmp_path / "day")
+    interrupted.interrupt_at = 3  # type: ignore[attr-defined]
+    with pytest.raises(KeyboardInterrupt):
+        repro.reproduce(select(["table5.4"]), interrupted)
+    partial = tmp_path / "day.partial"
+    second = json.loads((partial / "t54" / "segment-001-49200.json").read_text())
+    cell = next((partial / second["run_dir"]).glob("cells/*/rep-*/cell.json"))
+    cell.write_text(json.dumps({**json.loads(cell.read_text()), "status": "failed",
+                                "behind_schedule": {"chatbot": 260.0}}))
+    sim_runs.clear()
+    out, kept = repro.resumed(partial)
+    lines: list[str] = []
+    repro.reproduce(select(["table5.4"]), Options(out=out, **kept, show_runs=False,
+                                                  progress=lines.append))
+    assert sim_runs == [49200, 49800]
+    assert ("Table 5.4 segment 2/3: kept, but its clients fell behind (chatbot p99 260 ms late); "
+            "running it once more") in lines
 
 
 def test_rows_combine_by_requests_decisions_and_seconds():
