@@ -36,6 +36,7 @@ class Backend:
     in_flight: int = 0
     in_rotation: bool = True
     busy_s: float | None = None  # the replica's busy seconds at its last answer (BUSY_S_HEADER)
+    answered: asyncio.Event | None = None  # set once taken out and nothing is in flight to it
 
 
 class ServiceBalancer:
@@ -103,8 +104,20 @@ class ServiceBalancer:
             self.metrics.ready.labels(self.service).set(len(self.rotation()))
             self._forget_if_idle(b)
 
+    async def forwards_answered(self, replica: str) -> None:
+        """Return once no request forwarded to `replica`, taken out of rotation, is in flight:
+        one on its way to the replica when it was taken out reaches a replica still serving."""
+        b = self.backends.get(replica)
+        if b is None or b.in_rotation or b.in_flight == 0:
+            return
+        if b.answered is None:
+            b.answered = asyncio.Event()
+        await b.answered.wait()
+
     def _forget_if_idle(self, b: Backend) -> None:
         if not b.in_rotation and b.in_flight == 0 and self.backends.get(b.replica) is b:
+            if b.answered is not None:
+                b.answered.set()
             del self.backends[b.replica]
             if self.mesh is not None:
                 self.mesh.forget(self.service, b.replica)

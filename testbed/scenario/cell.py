@@ -8,6 +8,7 @@ requests and, if asked, the same cell through the simulator.
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from dataclasses import asdict, replace
@@ -262,6 +263,12 @@ class CellRunner:
         # requests of a DRL cell waited 3-14 s for it (docs/table-5.4.md)
         profiles = self._profiles
         policies = self._policies(profiles)
+        # what this process holds by now (imports, torch and sb3 in a DRL cell, the cluster, the
+        # policies) lives through the cell: kept out of the collector's full passes. With three
+        # PPO models loaded one pass took 180-200 ms over 350,000 objects, and stalled this loop,
+        # the balancer's, for 250-300 ms about once a cell: every request in flight timed out
+        gc.collect()
+        gc.freeze()
         try:
             for p in await traffic.start_iperf(self.iperf_jobs(wall)):
                 self.problem(p)
@@ -319,6 +326,7 @@ class CellRunner:
             self.info["measured_s"] = scn.duration_s
             for p in await traffic.stop():
                 self.problem(p)
+            gc.unfreeze()
         return self.info.get("measure_started")
 
     def _policies(self, profiles: dict[str, Any]) -> dict[str, Any]:

@@ -2,8 +2,10 @@
 graceful scale-down, and a SIGKILLed replica detected and replaced."""
 
 import asyncio
+import contextlib
 import os
 import signal
+import types
 from pathlib import Path
 
 import pytest
@@ -59,11 +61,10 @@ def test_scale_down_finishes_in_flight_requests():
             records = []
             async with LoadClient(ClientConfig("chatbot", c.endpoint("chatbot")), [records.append]) as cl:
                 load = asyncio.create_task(cl.run_open_loop(constant_schedule(20, 0.3)))  # 6 requests
-                # all 6 at the balancer, and a moment for the last to reach its replica: one still
-                # on its way when its replica drains is refused (a busy machine sent it 70 ms late)
+                # all 6 at the balancer; the last may still be on its way to its replica, which
+                # then gets its SIGTERM after answering it
                 while c.window(30)["chatbot"].arrivals < 6:
                     await asyncio.sleep(0.01)
-                await asyncio.sleep(0.05)
                 c.scale("chatbot", 1)  # one replica drains the requests it already holds
                 assert c.desired_replicas("chatbot") == 1 and c.ready_replicas("chatbot") == 1
                 await load
@@ -73,6 +74,49 @@ def test_scale_down_finishes_in_flight_requests():
     records, kinds = asyncio.run(main())
     assert len(records) == 6 and all(r.ok for r in records), [r.error for r in records]
     assert "draining" in kinds and "stopped" in kinds and "died" not in kinds
+
+
+def test_a_replica_taken_out_gets_its_sigterm_once_the_balancers_requests_to_it_are_answered():
+    """The scale-down race: a request the balancer had sent to a replica, which the replica had not
+    read yet, when the replica was taken out. Signalled at once, the replica drained with nothing
+    admitted and the request got its 503 or a refused connection. Here the balancer's upstream
+    session holds the request (a stand-in for it in flight) while the replica is stopped."""
+    quick = ServiceProfile(capacity=1, queue_limit=20, proc_time_ms=(20, 20), startup_ms=100, slo_ms=2500)
+
+    async def main():
+        async with LocalCluster(LocalClusterConfig(profiles={"chatbot": quick}, time_scale=1.0,
+                                                   initial=2)) as c:
+            await c.wait_ready(15)
+            sb = c.lb.services["chatbot"]
+            session, sending, send = sb._session, asyncio.Event(), asyncio.Event()
+
+            @contextlib.asynccontextmanager
+            async def held(*args, **kwargs):
+                sending.set()
+                await send.wait()
+                async with session().request(*args, **kwargs) as up:
+                    yield up
+
+            sb._session = lambda: types.SimpleNamespace(request=held)
+            records = []
+            async with LoadClient(ClientConfig("chatbot", c.endpoint("chatbot")), [records.append]) as cl:
+                load = asyncio.create_task(cl.run_open_loop(constant_schedule(1, 1.0)))
+                await asyncio.wait_for(sending.wait(), 10)
+                [name] = [b.replica for b in sb.backends.values() if b.in_flight]
+                [victim] = [r for r in c.replicas("chatbot") if r.name == name]
+                c._supervisor.stop(victim)
+                await asyncio.sleep(0.5)
+                alive = victim.proc.returncode is None
+                send.set()
+                await load
+            await c.wait_for(lambda: victim.proc.returncode is not None, 10)
+            return alive, records, [(e.replica, e.kind) for e in c.events]
+
+    alive, records, events = asyncio.run(main())
+    assert alive, "the replica was signalled with the balancer's request on its way to it"
+    assert len(records) == 1 and records[0].ok, [r.error for r in records]
+    stopped = [r for r, kind in events if kind == "stopped"]
+    assert len(stopped) == 1 and ("unreachable" not in {k for _, k in events})
 
 
 def test_sigkilled_replica_is_detected_and_replaced():

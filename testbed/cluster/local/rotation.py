@@ -3,6 +3,8 @@ out of rotation, and the balancer's failures and lost connections recorded as cl
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 
 from testbed.cluster.local.events import ClusterEvent, EventLog
@@ -27,6 +29,18 @@ class BalancerRotation:
 
     def take_out(self, r: ReplicaProcess) -> None:
         self.lb.services[r.service].take_out(r.name)
+
+    def forwarding(self, r: ReplicaProcess) -> bool:
+        """Whether the balancer has requests on their way to or at `r`."""
+        b = self.lb.services[r.service].backends.get(r.name)
+        return b is not None and b.in_flight > 0
+
+    async def forwards_answered(self, r: ReplicaProcess) -> None:
+        """Once `r` (taken out) has answered what the balancer sent it; at most the balancer's
+        upstream timeout."""
+        sb = self.lb.services[r.service]
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(sb.forwards_answered(r.name), sb.upstream_timeout_s)
 
     def lost_connections(self) -> dict[str, int]:
         return {s: sb.lost_connections for s, sb in self.lb.services.items()}

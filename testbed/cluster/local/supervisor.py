@@ -46,6 +46,7 @@ class ReplicaSupervisor:
         self._notify = notify
         self._counter = itertools.count(1)  # numbers replicas' names and, after, their seeds
         self._closed = False
+        self._terminating: set[asyncio.Task[None]] = set()  # stopped, SIGTERM when answered
 
     async def __aenter__(self) -> ReplicaSupervisor:
         return self
@@ -70,6 +71,8 @@ class ReplicaSupervisor:
                         r.proc.kill()
             if pending:
                 await asyncio.wait(pending, timeout=2.0)
+        for waiting in list(self._terminating):  # their replicas are gone by now
+            waiting.cancel()
 
     def spawn(self, service: str, replaces: str | None = None) -> None:
         """A new replica of the service, at the service's share, started in the background."""
@@ -80,18 +83,28 @@ class ReplicaSupervisor:
         r.task = asyncio.get_running_loop().create_task(self._run(r, replaces))
 
     def stop(self, r: ReplicaProcess) -> None:
-        """Out of rotation first, then SIGTERM: the replica finishes what it admitted and exits."""
+        """Out of rotation first, then SIGTERM once the balancer's requests to it are answered: the
+        replica finishes what it admitted and exits. (Signalled at once, a request the balancer
+        had sent but the replica had not yet read got a 503.)"""
         if not r.active:
             return
         r.state = "draining"
         self._rotation.take_out(r)
         self._events.replica(r, "draining")
         if r.proc is not None and r.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                r.proc.send_signal(signal.SIGTERM)
+            if self._rotation.forwarding(r):
+                task = asyncio.get_running_loop().create_task(self._terminate_when_answered(r))
+                self._terminating.add(task)
+                task.add_done_callback(self._terminating.discard)
+            else:
+                _terminate(r)
         elif r.proc is None and r.task is not None:
             r.task.cancel()  # not even started: nothing to drain
             r.state = "stopped"
+
+    async def _terminate_when_answered(self, r: ReplicaProcess) -> None:
+        await self._rotation.forwards_answered(r)
+        _terminate(r)
 
     async def _run(self, r: ReplicaProcess, replaces: str | None) -> None:
         batch = self._table.batch[r.service]
@@ -156,3 +169,9 @@ class ReplicaSupervisor:
             self._on_died(r)
         self._table.prune(r.service)
         self._notify()
+
+
+def _terminate(r: ReplicaProcess) -> None:
+    if r.proc is not None and r.proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            r.proc.send_signal(signal.SIGTERM)
