@@ -16,6 +16,8 @@ class ReplicaClient:
     """`async with ReplicaClient(token):` one HTTP session (2 s per request) to every replica;
     `aclose` is safe twice. `token` is the replicas' /_config secret."""
 
+    timeout_s = 2.0
+
     def __init__(self, token: str) -> None:
         self._token = token
         self.session: aiohttp.ClientSession | None = None
@@ -28,7 +30,7 @@ class ReplicaClient:
         await self.aclose()
 
     def open(self) -> None:
-        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0))
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
 
     async def aclose(self) -> None:
         if self.session is not None:

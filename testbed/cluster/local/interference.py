@@ -24,6 +24,7 @@ class InterferenceTuner:
         self._client = client
         self._events = events
         self._tells: set[asyncio.Task[None]] = set()
+        self._told = 0  # tells started, ever: a probe that saw one start reads again
 
     def _pressing(self) -> list[ReplicaProcess]:
         """Replicas that run kernels on their GPU: ready ones, and draining ones until they exit
@@ -51,6 +52,7 @@ class InterferenceTuner:
             want = (self._table.batch[r.service], r.stretch)
             if r.state == "ready" and r.url and r.told != want:
                 r.told = want
+                self._told += 1
                 task = asyncio.get_running_loop().create_task(self._tell(r, *want))
                 self._tells.add(task)
                 task.add_done_callback(self._tells.discard)
@@ -63,9 +65,22 @@ class InterferenceTuner:
                 r.told = None  # the next change tries again
                 self._events.replica(r, "config_failed", f"batch {batch}, stretch {stretch:.4f}: {exc}")
 
-    async def probe(self) -> list[dict[str, object]]:
+    async def probe(self, tries: int = 3) -> list[dict[str, object]]:
         """What each ready replica reports (GET /healthz) beside what the cluster set for it:
-        share, batch and interference stretch."""
+        share, batch and interference stretch. Read once the tells on their way are answered, and
+        read again (up to `tries` times) if a replica changed meanwhile and was told something new:
+        a replica that became ready or exited just before changes its neighbours' stretch."""
+        rows: list[dict[str, object]] = []
+        for _ in range(tries):
+            if self._tells:
+                await asyncio.wait(set(self._tells), timeout=self._client.timeout_s)
+            told = self._told
+            rows = await self._read_back()
+            if self._told == told and not self._tells:
+                break
+        return rows
+
+    async def _read_back(self) -> list[dict[str, object]]:
         if not self._client.is_open:
             return []
         ready = [r for r in self._table.every() if r.state == "ready" and r.url]
