@@ -69,7 +69,11 @@ def test_inss_plans_the_local_testbed_and_the_replicas_run_what_it_set(tmp_path:
     assert set(rows) == {"chatbot", "imgcls", "tts"}
     for r in rows.values():
         assert r["requests"] > 0 and r["replica_probes"] > 0
-        assert r["config_mismatches"] == 0  # share, batch and stretch as the cluster set them
+        # share, batch and stretch as the cluster set them (the message: the probes that differ)
+        assert r["config_mismatches"] == 0, [
+            p for p in map(json.loads, (cell / "replicas.jsonl").read_text().splitlines())
+            if "error" in p or any(p.get(k) != pytest.approx(p.get(f"{k}_set"))
+                                   for k in ("share", "batch", "stretch"))]
         assert r["target_mismatches"] == 0  # ... which are the actor's last applied targets
     # three replicas start on the first emulated GPU: each feels the other two
     probes = [json.loads(x) for x in (cell / "replicas.jsonl").read_text().splitlines()]
