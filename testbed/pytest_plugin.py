@@ -412,7 +412,7 @@ class ScenarioCellItem(pytest.Item):
             late = {s: max(i["behind_schedule"].get(s, 0.0) for i in failed)
                     for s in {s for i in failed for s in i["behind_schedule"]}}
             self.parent.behind = getattr(self.parent, "behind", set()) | {self.cell.label}
-            raise MachineBehind(f"cell {self.cell.label}: clients p99 late "
+            raise MachineBehind(f"cell {self.cell.label}: clients late "
                                 + ", ".join(f"{s} {v:.0f} ms" for s, v in sorted(late.items()))
                                 + f" (scenario time); run directory {run.run_dir}", late)
         if failed:
@@ -422,13 +422,15 @@ class ScenarioCellItem(pytest.Item):
     def before_rerun(self) -> None:
         """Before MachineBehind's re-run: the first try's files move to `retried/` of the run
         directory (kept, out of the results) and its problems out of the run's."""
+        from testbed.scenario.results import FELL_BEHIND  # the scenario layer: a scenario ran
+
         run = self.parent.get_run()
         src = run.run_dir / "cells" / self.cell.slug
         dst = run.run_dir / "retried" / self.cell.slug
         dst.parent.mkdir(exist_ok=True)
         shutil.rmtree(dst, ignore_errors=True)
         src.rename(dst)
-        run.problems = [p for p in run.problems if "clients sent p99" not in p]
+        run.problems = [p for p in run.problems if FELL_BEHIND not in p]
         self.parent.behind = getattr(self.parent, "behind", set()) - {self.cell.label}
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:

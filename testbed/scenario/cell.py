@@ -27,8 +27,10 @@ from testbed.scenario.backends import CellBackends, CellJob, CellOutcome, LocalP
 from testbed.scenario.live import LiveView
 from testbed.scenario.matrix import Cell
 from testbed.scenario.results import (
+    FELL_BEHIND,
     LATENESS_SLO_SHARE,
     LOST_ERRORS,
+    MIN_LATE_REQUESTS,
     SLO_MS,
     behind_schedule,
     lost_requests,
@@ -181,7 +183,8 @@ class CellRunner:
             if late is not None:
                 behind += 1
                 self.info.setdefault("behind_schedule", {})[service] = round(late, 1)
-                self.fail(f"{service}: the clients sent p99 {late:.0f} ms late (scenario time), over "
+                self.fail(f"{service}: {FELL_BEHIND}: 1 % of their requests, and at least "
+                          f"{MIN_LATE_REQUESTS}, {late:.0f} ms late or more (scenario time), over "
                           f"{LATENESS_SLO_SHARE:g} of its SLO: this machine does not hold time scale "
                           f"{scn.time_scale:g} (lower --time-scale; bench/time_scale.py measures it)")
         return behind

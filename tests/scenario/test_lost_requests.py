@@ -128,6 +128,25 @@ def test_clients_behind_their_schedule_at_a_time_scale_fail_the_cell():
     assert behind_schedule(waited, time_scale=10, slo_ms=500) is None
 
 
+def test_two_stalls_do_not_decide_a_small_cell_and_three_late_requests_do():
+    """asr-local's cell: 180 requests at time scale 2, bound 80 ms (a tenth of 800). Its p99 is its
+    second-latest request, so two stalls of a busy machine would fail it; it is judged on its
+    third-latest. From 300 requests on, the p99 is judged (it rests on three or more)."""
+    from testbed.scenario.results import MIN_LATE_REQUESTS, behind_schedule
+
+    def cell(n: int, late: int, ms: float = 100.0) -> list[dict]:  # `late` requests `ms` late
+        return [{**_record(i), "scheduled": 100.0 + i, "sent": 100.0 + i + (ms / 2000 if i < late
+                                                                            else 0.0)}
+                for i in range(n)]
+
+    assert MIN_LATE_REQUESTS == 3
+    assert behind_schedule(cell(180, 2), time_scale=2, slo_ms=800) is None
+    assert behind_schedule(cell(180, 3), time_scale=2, slo_ms=800) == pytest.approx(100.0, rel=0.01)
+    assert behind_schedule(cell(2, 2), time_scale=2, slo_ms=800) == pytest.approx(100.0, rel=0.01)
+    assert behind_schedule(cell(1000, 9), time_scale=2, slo_ms=800) is None  # 0.9 %
+    assert behind_schedule(cell(1000, 11), time_scale=2, slo_ms=800) == pytest.approx(100.0, rel=0.01)
+
+
 def test_only_the_measured_windows_requests_are_judged_behind_schedule(tmp_path):
     """A cell with a warm-up: clients late in their first second (their start) hold the scale;
     late in the measured window they do not."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.pytest_plugin import TESTBED_GROUP
 from testbed.scenario.pace import advice, candidates, held_time_scale, peak_rate
 from testbed.scenario.results import behind_cells
 
@@ -64,6 +65,7 @@ def test_peak_rate_and_candidates():
 
 
 @pytest.mark.timed
+@pytest.mark.xdist_group(TESTBED_GROUP)  # it saturates both cores on purpose: never beside a scenario
 def test_the_probe_holds_a_light_load_and_not_one_beyond_what_a_process_sends():
     """The real probe (load client, bare server): 2 scenario requests/s at time scale 2 hold (a
     bound of 125 ms of wall time, for a busy machine too); 4,000 at time scale 4 do not (32,000
