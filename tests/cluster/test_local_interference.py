@@ -1,6 +1,7 @@
 """InterferenceTuner's read-back (probe): what a replica reports is compared with what it was
 told only once the tell has been answered, and read again when a neighbour's change told it
-something new during the read. The replica HTTP client here is a fake that answers a tell late."""
+something new during the read; a tell that fails is tried again. The replica HTTP client here is
+a fake that answers a tell late, or times out on the first ones."""
 
 from __future__ import annotations
 
@@ -21,13 +22,17 @@ class FakeSlowReplicaClient:
     timeout_s = 2.0
     is_open = True
 
-    def __init__(self, tell_s: float) -> None:
+    def __init__(self, tell_s: float, timeouts: int = 0) -> None:
         self.tell_s = tell_s
+        self.timeouts = timeouts  # this many tells, the first ones, time out
         self.has: dict[str, tuple[int, float]] = {}
         self.on_health = None  # called before each /healthz answer
 
     async def set_config(self, url: str, batch: int, stretch: float) -> None:
         await asyncio.sleep(self.tell_s)
+        if self.timeouts:
+            self.timeouts -= 1
+            raise asyncio.TimeoutError
         self.has[url] = (batch, stretch)
 
     async def health(self, url: str) -> dict:
@@ -37,14 +42,15 @@ class FakeSlowReplicaClient:
         return {"share_pct": 25.0, "batch": batch, "stretch": stretch}
 
 
-def _two_on_one_gpu() -> tuple[ReplicaTable, InterferenceTuner, FakeSlowReplicaClient]:
+def _two_on_one_gpu(timeouts: int = 0
+                    ) -> tuple[ReplicaTable, InterferenceTuner, FakeSlowReplicaClient, EventLog]:
     table = ReplicaTable(["chatbot", "imgcls"])
     for service in table.names:
         table.by_service[service].append(ReplicaProcess(service, f"{service}-1", state="ready",
                                                         url=f"http://{service}-1"))
-    client = FakeSlowReplicaClient(tell_s=0.2)
-    tuner = InterferenceTuner(table, default_profiles(), True, client, EventLog())
-    return table, tuner, client
+    client = FakeSlowReplicaClient(tell_s=0.2, timeouts=timeouts)
+    events = EventLog()
+    return table, InterferenceTuner(table, default_profiles(), True, client, events), client, events
 
 
 def _mismatched(rows: list[dict]) -> list[str]:
@@ -55,7 +61,7 @@ def _mismatched(rows: list[dict]) -> list[str]:
 
 def test_a_probe_waits_for_the_tells_on_their_way():
     async def main():
-        table, tuner, _ = _two_on_one_gpu()
+        table, tuner, _, _ = _two_on_one_gpu()
         tuner.refresh(tell=True)  # both now press each other: stretch > 1, told, 0.2 s away
         rows = await tuner.probe()
         return table, rows
@@ -68,7 +74,7 @@ def test_a_probe_waits_for_the_tells_on_their_way():
 
 def test_a_probe_reads_again_when_a_neighbour_changed_during_its_read():
     async def main():
-        table, tuner, client = _two_on_one_gpu()
+        table, tuner, client, _ = _two_on_one_gpu()
         tuner.refresh(tell=True)
         await asyncio.sleep(0.3)  # told
 
@@ -87,7 +93,7 @@ def test_a_probe_reads_again_when_a_neighbour_changed_during_its_read():
 
 def test_a_probe_that_never_settles_returns_its_last_read():
     async def main():
-        table, tuner, client = _two_on_one_gpu()
+        table, tuner, client, _ = _two_on_one_gpu()
         tuner.refresh(tell=True)
         await asyncio.sleep(0.3)
         flips = 0
@@ -105,3 +111,17 @@ def test_a_probe_that_never_settles_returns_its_last_read():
 
     rows, flips = asyncio.run(main())
     assert rows and flips >= 3
+
+
+def test_a_tell_that_timed_out_is_tried_again_and_one_that_keeps_failing_is_an_event():
+    async def main(timeouts: int):
+        table, tuner, _, events = _two_on_one_gpu(timeouts)
+        tuner.refresh(tell=True)
+        rows = await tuner.probe()
+        return rows, [e.kind for e in events.events], {r.name: r.told for r in table.every()}
+
+    rows, kinds, _ = asyncio.run(main(timeouts=2))  # each replica's first tell times out
+    assert _mismatched(rows) == [] and kinds == []
+    rows, kinds, told = asyncio.run(main(timeouts=6))  # three tries each, all time out
+    assert sorted(_mismatched(rows)) == ["chatbot-1", "imgcls-1"]
+    assert kinds == ["config_failed"] * 2 and told == {"chatbot-1": None, "imgcls-1": None}

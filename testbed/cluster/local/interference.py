@@ -10,6 +10,9 @@ from testbed.cluster.local.events import EventLog
 from testbed.cluster.local.replicas import ReplicaProcess, ReplicaTable
 from testbed.profiles import ServiceProfile, gpu_stretches
 
+TELL_TRIES = 3
+TELL_RETRY_S = 0.5  # wall time between a failed tell and the next try
+
 
 class InterferenceTuner:
     """With `interference=True` each replica's processing time is stretched by InSS's interference
@@ -58,12 +61,22 @@ class InterferenceTuner:
                 task.add_done_callback(self._tells.discard)
 
     async def _tell(self, r: ReplicaProcess, batch: int, stretch: float) -> None:
-        try:
-            await self._client.set_config(r.url, batch, stretch)
-        except (*UNREACHABLE, RuntimeError) as exc:
-            if r.state == "ready":  # a replica that went away meanwhile needs nothing
-                r.told = None  # the next change tries again
-                self._events.replica(r, "config_failed", f"batch {batch}, stretch {stretch:.4f}: {exc}")
+        """Tell `r` its batch and stretch; a failed tell is tried again TELL_TRIES times in all, while
+        `r` is ready and nothing newer was told: a replica left on its old stretch until the next
+        change ran it for a whole scaler period (a tell timed out on a busy machine)."""
+        for attempt in range(1, TELL_TRIES + 1):
+            try:
+                await self._client.set_config(r.url, batch, stretch)
+                return
+            except (*UNREACHABLE, RuntimeError) as exc:
+                if r.state != "ready" or r.told != (batch, stretch):
+                    return  # it went away, or has a newer tell on its way: it needs nothing
+                if attempt == TELL_TRIES:
+                    r.told = None  # the next change tries again
+                    self._events.replica(r, "config_failed", f"batch {batch}, stretch {stretch:.4f}: "
+                                         f"{str(exc) or type(exc).__name__} ({TELL_TRIES} tries)")
+                    return
+            await asyncio.sleep(TELL_RETRY_S)
 
     async def probe(self, tries: int = 3) -> list[dict[str, object]]:
         """What each ready replica reports (GET /healthz) beside what the cluster set for it:
@@ -72,8 +85,9 @@ class InterferenceTuner:
         a replica that became ready or exited just before changes its neighbours' stretch."""
         rows: list[dict[str, object]] = []
         for _ in range(tries):
-            if self._tells:
-                await asyncio.wait(set(self._tells), timeout=self._client.timeout_s)
+            if self._tells:  # tried TELL_TRIES times at most
+                await asyncio.wait(set(self._tells),
+                                   timeout=TELL_TRIES * (self._client.timeout_s + TELL_RETRY_S))
             told = self._told
             rows = await self._read_back()
             if self._told == told and not self._tells:
