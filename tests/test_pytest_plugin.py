@@ -194,10 +194,13 @@ def test_under_xdist_a_timed_test_runs_ahead_and_the_others_as_they_were(pyteste
 
 
 BEHIND_TESTS = """
+    import time
+
     import pytest
     from testbed.pytest_plugin import MachineBehind
 
     tries = {"twice": 0, "once": 0, "real": 0}
+    PAUSE_S = 0.5
 
     @pytest.mark.timed
     def test_behind_twice():
@@ -208,7 +211,9 @@ BEHIND_TESTS = """
     def test_behind_once_then_on_time():
         tries["once"] += 1
         if tries["once"] == 1:
+            tries["first"] = time.monotonic()
             raise MachineBehind("clients p99 late chatbot 300 ms", {"chatbot": 300.0})
+        assert time.monotonic() - tries["first"] >= PAUSE_S  # the re-run came after the pause
 
     @pytest.mark.timed
     def test_real_regression():
@@ -219,13 +224,14 @@ BEHIND_TESTS = """
 
 def test_a_test_the_machine_fell_behind_in_is_rerun_once_then_reported_apart(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
-    """Issue 41: MachineBehind re-runs a test once; behind again, it is MACHINE BEHIND with both
-    tries' lateness, never a pass, and fails the session only with --machine-behind fail (CI).
-    A real failure is neither re-run nor excused."""
+    """Issue 41: MachineBehind re-runs a test once, after --machine-behind-pause; behind again, it
+    is MACHINE BEHIND with both tries' lateness, never a pass, and fails the session only with
+    --machine-behind fail (CI). A real failure is neither re-run nor excused."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # this checkout's plugin, in the subprocesses
     pytester.makepyfile(test_behind=BEHIND_TESTS)
     for args in ((), ("-n", "2")):
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", *args)
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA",
+                                               "--machine-behind-pause", "0.5", *args)
         out = result.stdout.str()
         assert result.ret == 1  # the real regression
         assert "= 1 failed, 1 passed, 1 machine behind in" in out, out
@@ -233,6 +239,7 @@ def test_a_test_the_machine_fell_behind_in_is_rerun_once_then_reported_apart(
                "p99 late imgcls 122 ms (first try: clients p99 late imgcls 121 ms)" in out
         assert "the replicas answered 40 ms late" in out
     pytester.makepyfile(test_behind=BEHIND_TESTS.replace("test_real_regression", "_not_collected"))
-    assert pytester.runpytest_subprocess("-p", "no:cacheprovider").ret == 0
-    strict = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--machine-behind", "fail")
+    pause = ("--machine-behind-pause", "0.5")
+    assert pytester.runpytest_subprocess("-p", "no:cacheprovider", *pause).ret == 0
+    strict = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--machine-behind", "fail", *pause)
     assert strict.ret == 1 and "= 1 passed, 1 machine behind in" in strict.stdout.str()
