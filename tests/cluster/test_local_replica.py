@@ -225,10 +225,15 @@ def test_the_interference_stretch_lengthens_processing_and_arrives_by_token_guar
                           slo_ms=4000, gpu=gpu)
     auth = {"Authorization": "Bearer s3cret"}
 
-    async def timed(s, base, content):
-        t0 = asyncio.get_running_loop().time()
-        status, _ = await call(s, base, build_request("chatbot", content))
-        return status, asyncio.get_running_loop().time() - t0
+    async def timed(s, base, content, tries=3):
+        """The status and the shortest wall time of `tries` calls: a busy machine only adds time
+        (one call beside a busy process took 98 ms where the replica's were 78)."""
+        walls = []
+        for _ in range(tries):
+            t0 = asyncio.get_running_loop().time()
+            status, _ = await call(s, base, build_request("chatbot", content))
+            walls.append(asyncio.get_running_loop().time() - t0)
+        return status, min(walls)
 
     async def main(share):
         content = ContentSet(seed=1, n_images=1)
@@ -236,7 +241,7 @@ def test_the_interference_stretch_lengthens_processing_and_arrives_by_token_guar
                                   admin_token="s3cret")
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             base = str(server.make_url("")).rstrip("/")
-            await timed(s, base, content)  # the first call's connection and set-up are not its time
+            await timed(s, base, content, tries=1)  # the first call's connection and set-up
             alone = await timed(s, base, content)
             refused = []
             for headers, body in (({}, {"stretch": 2}), ({"Authorization": "Bearer wrong"}, {"stretch": 2}),
