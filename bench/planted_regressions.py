@@ -38,7 +38,6 @@ CASES: dict[str, list[str]] = {  # plant -> the timed tests it must break
         CLIENT + "test_clients_given_one_start_at_keep_one_schedule_and_a_late_one_records_its_lateness",
         "tests/scenario/test_pace.py::test_the_probe_holds_a_light_load_and_not_one_beyond_what_a_process_sends",
         "scenarios/smoke.yaml",
-        "examples/asr-local.yaml",
         "scenarios/policies-ci.yaml",
     ],
     "replica-wakes-late": [REPLICA + "test_processing_times_keep_the_profiles_mean_at_a_time_scale"],

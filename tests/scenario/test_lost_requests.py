@@ -129,7 +129,7 @@ def test_clients_behind_their_schedule_at_a_time_scale_fail_the_cell():
 
 
 def test_two_stalls_do_not_decide_a_small_cell_and_three_late_requests_do():
-    """asr-local's cell: 180 requests at time scale 2, bound 80 ms (a tenth of 800). Its p99 is its
+    """asr-local's cell as it was: 180 requests at time scale 2, bound 80 ms (a tenth of 800). Its p99 is its
     second-latest request, so two stalls of a busy machine would fail it; it is judged on its
     third-latest. From 300 requests on, the p99 is judged (it rests on three or more)."""
     from testbed.scenario.results import MIN_LATE_REQUESTS, behind_schedule
