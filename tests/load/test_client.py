@@ -15,6 +15,8 @@ from testbed.load.api import PreparedRequest
 from testbed.load.client import ClientConfig, LoadClient
 from testbed.load.records import RecordWriter, read_records
 from testbed.load.trace import constant_schedule
+from testbed.pytest_plugin import MachineBehind
+from tests.conftest import cpu_wait_s
 
 pytestmark = pytest.mark.timed  # asserts on lateness: testbed.pytest_plugin.timed_priority
 
@@ -252,9 +254,15 @@ def test_a_wait_for_a_connection_is_not_the_clients_lag():
                 await client.run_open_loop(constant_schedule(10, 0.2))
             return sorted(records, key=lambda r: r.seq)
 
+    waited = cpu_wait_s()
     first, second = asyncio.run(main(block=False))
+    waited_ms = (cpu_wait_s() - waited) * 1000.0
     assert second.lateness_ms > 150  # sent when the first answer freed the connection
-    assert schedule_lag_ms(json.loads(second.to_json())) < 30
+    lag = schedule_lag_ms(json.loads(second.to_json()))
+    if lag >= 30 and lag - waited_ms < 30:  # its thread waited for a core that long (busy machine)
+        raise MachineBehind(f"dispatch lag {lag:.1f} ms, {waited_ms:.1f} ms of it waiting for a "
+                            f"core", {"chatbot": lag})
+    assert lag < 30
     assert first.scheduled <= first.dispatched <= first.sent
     _, blocked = asyncio.run(main(block=True))
     assert schedule_lag_ms(json.loads(blocked.to_json())) > 100  # the loop itself fell behind
