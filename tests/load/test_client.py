@@ -21,6 +21,15 @@ from tests.conftest import cpu_wait_s
 pytestmark = pytest.mark.timed  # asserts on lateness: testbed.pytest_plugin.timed_priority
 
 
+def assert_on_time(lag_ms: float, bound_ms: float, waited_ms: float, what: object = "") -> None:
+    """`lag_ms` < `bound_ms`; over it only by what the test's thread waited for a core meanwhile
+    (`waited_ms`, a busy machine), the machine fell behind: MachineBehind, re-run once."""
+    if lag_ms >= bound_ms and lag_ms - waited_ms < bound_ms:
+        raise MachineBehind(f"{lag_ms:.1f} ms late against {bound_ms:g}, {waited_ms:.1f} ms of the "
+                            f"test's waiting for a core", {"chatbot": lag_ms})
+    assert lag_ms < bound_ms, what
+
+
 def faulty_app() -> web.Application:
     async def ok(request):
         return web.json_response({"response": "fine"})
@@ -222,14 +231,17 @@ def test_sending_keeps_pace_while_a_burst_of_answers_is_handled():
                 await client.run_open_loop(offsets, lead_s=0.05)
             return records, warm
 
+    waited = cpu_wait_s()
     records, warm = asyncio.run(main())
+    waited_ms = (cpu_wait_s() - waited) * 1000.0
     assert len(records) == n_held + n_during and all(r.ok for r in records)
     held = [r for r in records if r.seq <= warm + n_held]
     burst = (min(r.sent + r.latency_ms / 1000 for r in held), max(r.sent + r.latency_ms / 1000 for r in held))
     assert burst[1] - burst[0] > 0.08, "handling the answers must take a while for the test to mean anything"
     during = [r for r in records if r.seq > warm + n_held and burst[0] <= r.scheduled <= burst[1] - 0.01]
     assert len(during) >= 10
-    assert max(r.lateness_ms for r in during) < 30, sorted(r.lateness_ms for r in during)[-5:]
+    assert_on_time(max(r.lateness_ms for r in during), 30, waited_ms,
+                   sorted(r.lateness_ms for r in during)[-5:])
 
 
 def test_a_wait_for_a_connection_is_not_the_clients_lag():
@@ -258,11 +270,7 @@ def test_a_wait_for_a_connection_is_not_the_clients_lag():
     first, second = asyncio.run(main(block=False))
     waited_ms = (cpu_wait_s() - waited) * 1000.0
     assert second.lateness_ms > 150  # sent when the first answer freed the connection
-    lag = schedule_lag_ms(json.loads(second.to_json()))
-    if lag >= 30 and lag - waited_ms < 30:  # its thread waited for a core that long (busy machine)
-        raise MachineBehind(f"dispatch lag {lag:.1f} ms, {waited_ms:.1f} ms of it waiting for a "
-                            f"core", {"chatbot": lag})
-    assert lag < 30
+    assert_on_time(schedule_lag_ms(json.loads(second.to_json())), 30, waited_ms, "dispatch lag")
     assert first.scheduled <= first.dispatched <= first.sent
     _, blocked = asyncio.run(main(block=True))
     assert schedule_lag_ms(json.loads(blocked.to_json())) > 100  # the loop itself fell behind
@@ -288,10 +296,13 @@ def test_clients_given_one_start_at_keep_one_schedule_and_a_late_one_records_its
             await client("late", 0.0, time.time() - 0.1)  # its moment passed 0.1 s ago
             return start_at, out
 
+    waited = cpu_wait_s()
     start_at, out = asyncio.run(main())
+    waited_ms = (cpu_wait_s() - waited) * 1000.0
     for name in ("early", "later"):
         first = min(r.scheduled for r in out[name])
         assert abs(first - start_at) < 0.002, (name, first - start_at)
-        assert max(r.lateness_ms for r in out[name]) < 20, name
+        assert_on_time(max(r.lateness_ms for r in out[name]), 20, waited_ms, name)
     late = sorted(out["late"], key=lambda r: r.scheduled)
-    assert late[0].lateness_ms > 80 and late[-1].lateness_ms < 20
+    assert late[0].lateness_ms > 80
+    assert_on_time(late[-1].lateness_ms, 20, waited_ms, "late, its last request")
