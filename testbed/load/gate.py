@@ -17,18 +17,22 @@ GATE_TIMEOUT_S = 300.0  # a client whose gate never opens gives up
 
 async def wait_at_gate(gate: str | Path, timeout_s: float = GATE_TIMEOUT_S) -> float:
     """Say this process is ready at `gate`, then wait until the gate holds an epoch second;
-    return it. TimeoutError after `timeout_s`."""
+    return it, and take the ready mark back. TimeoutError after `timeout_s`."""
     gate = Path(gate)
-    Path(f"{gate}.ready.{os.getpid()}-{secrets.token_hex(4)}").touch()
+    mark = Path(f"{gate}.ready.{os.getpid()}-{secrets.token_hex(4)}")
+    mark.touch()
     deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return float(gate.read_text())
-        except (FileNotFoundError, ValueError):
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{gate}: not opened within {timeout_s:g} s")
-        await asyncio.sleep(GATE_POLL_S)
+    try:
+        while True:
+            try:
+                return float(gate.read_text())
+            except (FileNotFoundError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{gate}: not opened within {timeout_s:g} s")
+            await asyncio.sleep(GATE_POLL_S)
+    finally:
+        mark.unlink(missing_ok=True)  # counted only before the gate opens; then clutter
 
 
 def ready_at_gate(gate: str | Path) -> int:

@@ -32,8 +32,11 @@ def test_clients_ready_at_different_moments_begin_at_the_second_the_gate_gives(t
     assert [s for s, _ in seen] == [pytest.approx(opened, abs=1e-6)] * 2
     # each learnt it before the moment came: the slow one is not late
     assert all(at < s for s, at in seen), seen
+    # the ready marks are spent once the gate opens: none is left in the run dir
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["start-gate"]
 
 
 def test_a_gate_never_opened_times_out(tmp_path: Path):
     with pytest.raises(TimeoutError, match="not opened"):
         asyncio.run(wait_at_gate(tmp_path / "start-gate", timeout_s=0.05))
+    assert list(tmp_path.iterdir()) == []
