@@ -94,22 +94,41 @@ def _increase(selector: str, w: str) -> str:
     return f"(sum({now}) - (sum({before} and {now}) or vector(0)))"
 
 
+GRACE_STEPS = 10  # how many scrape intervals a failed target's last values stand in for
+
+
+def _bridged(selector: str, grace: str, offset: str = "") -> str:
+    """`selector`'s series now, and those of a target whose scrape failed within `grace`, at
+    their last value before it. A failed scrape (a target slower to answer than the scrape
+    timeout: an event loop busy past one interval) marks every series of its target stale; the
+    bare selector then loses them until the next good scrape, and a replica count or in-flight
+    sum read there would say the replicas were gone. A series gone from a good scrape (a replica
+    taken out) is gone at once, as before."""
+    at = f" offset {offset}" if offset else ""
+    return (f"({selector}{at} or (last_over_time({selector}[{grace}]{at}) "
+            f"and on(job, instance) (min_over_time(up[{grace}]{at}) == 0)))")
+
+
 def _utilization(selector: str, w: float, step_s: float) -> str:
     """The time mean over the last `w` seconds of the mean busy fraction of the replicas `selector`'s
     busy-seconds series stand for: at each step of a `step_s` subquery, the increase of every
-    series since the step before (from 0 for a series new at the step) summed, over the step
-    and over the count of series; `avg_over_time` skips the steps without a series. The steps'
-    increases telescope, so the busy seconds are exact to the scrape; only where the count
-    changes within a step is that step's share divided by the count at its end.
+    series since its last value before the step (from 0 for a series with none in the lookback)
+    summed, over the step and over the count of series; `avg_over_time` skips the steps without
+    a series. The steps' increases telescope, so the busy seconds are exact to the scrape; only
+    where the count changes within a step is that step's share divided by the count at its end.
+    A failed scrape changes nothing: the series are bridged over it (`_bridged`), and the
+    increase before a step is read from the last value, not from the instant a step before,
+    which a failed scrape leaves empty (and the whole counter then read as one step's increase).
 
     The steps are aligned to multiples of the step, and each reads the step before it: over a
     range of `w` they would cover up to a whole step before the window (Prometheus 2 takes a
     step on the range's start, 3 does not). The range is half a step shorter, so the covered
     span starts within half a step of the window's start on either version."""
     step = _dur(step_s)
-    delta = f"(({selector} - {selector} offset {step}) or {selector})"
+    now = _bridged(selector, _dur(GRACE_STEPS * step_s))
+    delta = f"(({now} - last_over_time({selector}[{LOOKBACK}] offset {step})) or {now})"
     span = _dur(max(w - step_s / 2, step_s))
-    return f"avg_over_time((sum({delta}) / count({selector}) / {step_s:g})[{span}:{step}])"
+    return f"avg_over_time((sum({delta}) / count({now}) / {step_s:g})[{span}:{step}])"
 
 
 @dataclass(frozen=True)
@@ -139,6 +158,8 @@ class WindowQueries:
         pod = f'namespace="{svc.namespace}",app="{svc.app or svc.name}"'
         active = f'envoy_cluster_upstream_rq_active{{{pod},cluster_name=~"inbound\\\\|.*"}}'
         ok = f'{req},response_code=~"2.."'
+        grace = _dur(GRACE_STEPS * step_s)
+        active_now = _bridged(active, grace)
         return cls(
             completed=_increase(f"istio_requests_total{{{req}}}", w),
             failed=_increase(f'istio_requests_total{{{req},response_code!~"2.."}}', w),
@@ -148,10 +169,10 @@ class WindowQueries:
             latency_count=_increase(f"istio_request_duration_milliseconds_count{{{req}}}", w),
             utilization=_utilization(f"testbed_replica_busy_seconds_total{{{pod}}}", seconds,
                                      step_s),
-            in_flight_now=f"sum({active})",
-            in_flight_before=f"sum({active} offset {w})",
-            instances=f"count({active})",
-            waiting=f"sum(clamp_min({active} - {svc.capacity}, 0))",
+            in_flight_now=f"sum({active_now})",
+            in_flight_before=f"sum({_bridged(active, grace, offset=w)})",
+            instances=f"count({active_now})",
+            waiting=f"sum(clamp_min({active_now} - {svc.capacity}, 0))",
             dropped=_increase(f'istio_requests_total{{{req},response_code="503"}}', w),
             **{f"p{q}_latency_ms": _quantile(q / 100, req, w) for q in (50, 95, 99)},
         )

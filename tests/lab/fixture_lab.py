@@ -104,7 +104,7 @@ class FixtureLab:
         except Exception as exc:  # the parser's own error type; Prometheus answers 400 bad_data
             return 400, {"status": "error", "errorType": "bad_data", "error": str(exc)}
         selectors, windows = _walk(expr)
-        names = {s.name for s in selectors}
+        names = {s.name for s in selectors} - {"up"}  # up: the failed scrapes' bridge
         seconds = windows[0].total_seconds() if windows else 0.0
         replicas = values["replicas"]
         rates = self.prom["per_second"]

@@ -79,10 +79,16 @@ def test_prometheus_reads_what_the_balancer_counted(tmp_path: Path):
     assert not (tmp_path / "prom").exists()  # stopped and removed
 
 
-async def _scale_up_mid_window(tmp: Path, gap_s: float = 0.11, half_s: float = 4.0):
+async def _scale_up_mid_window(tmp: Path, gap_s: float = 0.11, half_s: float = 4.0,
+                               stall_at_s: float | None = None):
     """One replica busy ~90 % of the time (100 ms requests every 110 ms), a second one added
     halfway through the window (each then ~45 %): both sources' window over the same span, and
-    what the old query (busy seconds over the window times the mean replica count) read."""
+    what the old query (busy seconds over the window times the mean replica count) read.
+
+    `stall_at_s`: the balancer's event loop blocked for half a second at that time of the
+    window, as a busy machine holds it up: the scrapes due then time out (0.2 s), and what
+    Prometheus read while they did (its `up`, and the replica count in the middle of the stall)
+    comes back too."""
     profiles = default_profiles() | {"chatbot": PROFILE}
     async with replica_servers(PROFILE) as (_, servers), \
             LoadBalancer(profiles, ["chatbot"], sample_interval_s=0.2) as lb, \
@@ -96,10 +102,14 @@ async def _scale_up_mid_window(tmp: Path, gap_s: float = 0.11, half_s: float = 4
             t0 = time.monotonic()
             tasks = []
             scaled = False
+            stalled_at = None  # wall clock, the middle of the stall
             while (now := time.monotonic() - t0) < 2 * half_s:
                 if not scaled and now >= half_s:
                     lb.services["chatbot"].add("chatbot-1", str(servers[1].make_url("")))
                     scaled = True
+                if stall_at_s is not None and stalled_at is None and now >= stall_at_s:
+                    stalled_at = time.time() + 0.25
+                    time.sleep(0.5)  # blocking on purpose: the loop held up
                 tasks.append(asyncio.create_task(_burst(session, lb.endpoint("chatbot"), 1)))
                 await asyncio.sleep(gap_s)
             statuses = [s for batch in await asyncio.gather(*tasks) for s in batch]
@@ -114,7 +124,14 @@ async def _scale_up_mid_window(tmp: Path, gap_s: float = 0.11, half_s: float = 4
             old = [await asyncio.to_thread(prom_metrics.query, q, at) for q in (
                 _increase(f"testbed_replica_busy_seconds_total{{{sel}}}", w),
                 f"avg_over_time(count(envoy_cluster_upstream_rq_active{{{sel}}})[{w}:200ms])")]
-            return statuses, local, remote, old[0] / (local.seconds * old[1])
+            stall = None
+            if stalled_at is not None:
+                q = WindowQueries.build(svc, 2.0, step_s=0.2)
+                stall = {"up_min": await asyncio.to_thread(
+                            prom_metrics.query, f"min_over_time(up[{w}])", at),
+                         "instances": await asyncio.to_thread(
+                            prom_metrics.query, q.instances, stalled_at)}
+            return statuses, local, remote, old[0] / (local.seconds * old[1]), stall
 
 
 @pytest.mark.slow
@@ -123,17 +140,37 @@ def test_a_scale_up_mid_window_reads_the_same_utilization_on_both_sources(tmp_pa
     sources: through a scale-up from 1 to 2 replicas halfway through the window they agree within
     the cell's bound, where the old query's busy seconds over the mean replica count read lower
     (the time before the scale-up spread over the replica that came later)."""
-    statuses, local, remote, old = asyncio.run(_scale_up_mid_window(tmp_path))
+    statuses, local, remote, old, _ = asyncio.run(_scale_up_mid_window(tmp_path))
     assert set(statuses) == {200}
     assert remote.instances == local.instances == 2
     assert remote.completed == local.completed == len(statuses)
-    # about (0.9 + 0.45) / 2 on both: the time mean of the per-replica utilization
-    assert 0.55 < local.utilization < 0.8
+    # about (3.6 + 1.8) busy replica-seconds over 9 s: 0.9 then 0.45, and idle at both edges
+    assert 0.5 < local.utilization < 0.8
     assert remote.utilization == pytest.approx(local.utilization, abs=UTILIZATION_ABS / 2)
     assert compare(local, remote).agrees
     print(f"utilization through the scale-up: in-process {local.utilization:.3f}, "
           f"prometheus {remote.utilization:.3f}, the old query {old:.3f}")
     assert local.utilization - old > UTILIZATION_ABS  # what the cell used to read: disagreeing
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stall_at_s", [2.0, 6.0])
+def test_a_failed_scrape_moves_neither_the_utilization_nor_the_replica_count(
+        tmp_path: Path, stall_at_s: float):
+    """A busy machine holds the balancer's loop up past the scrape timeout: Prometheus marks its
+    series stale until the next good scrape. The query bridges them: the utilization agrees with
+    the in-process source (it read 0.76 and 0.91 against 0.55 and 0.58 before, the counter whole
+    as one step's increase), and the replica count during the stall is the one before it (it
+    read none)."""
+    statuses, local, remote, _, stall = asyncio.run(
+        _scale_up_mid_window(tmp_path, stall_at_s=stall_at_s))
+    assert stall["up_min"] == 0  # a scrape did fail: the case this test is about
+    assert set(statuses) == {200}
+    assert remote.completed == local.completed == len(statuses)
+    assert 0.5 < local.utilization < 0.8
+    assert remote.utilization == pytest.approx(local.utilization, abs=UTILIZATION_ABS / 2)
+    assert stall["instances"] == (1 if stall_at_s < 4.0 else 2)
+    assert remote.instances == local.instances == 2
 
 
 def test_every_window_query_is_accepted_by_the_real_server(tmp_path: Path):
