@@ -395,14 +395,24 @@ def test_a_queue_keeps_its_ideal_schedule_at_a_time_scale():
                     return float(r.headers["X-Testbed-Server-Ms"])
 
             # one connection each, opened first, so that the requests arrive together
+            cpu_wait = cpu_wait_s()
             times = await asyncio.gather(*(one(r) for r in reqs))
-        return sorted(times)
+            waited_ms = (cpu_wait_s() - cpu_wait) * 1000.0
+        return sorted(times), waited_ms
 
-    times = asyncio.run(main())
+    times, waited_ms = asyncio.run(main())
     ideal = [sum(drawn[: k + 1]) for k in range(n)]
     # the arrivals spread over a few ms on this machine: the k-th reports no more than its ideal
-    # wait from the first arrival, and the last one's total is the sum of every draw
-    assert all(t <= i + 0.05 for t, i in zip(times, ideal, strict=True)), (times, ideal)
+    # wait from the first arrival, and the last one's total is the sum of every draw. The clients
+    # and the replica share this thread: a first arrival later than its due time (3.6 ms beside
+    # three busy processes, carried by every request after it) while the thread waited as long
+    # for a core is the machine behind; a replica that reports over its schedule with no such
+    # wait is late on its own
+    over = max(t - i for t, i in zip(times, ideal, strict=True))
+    if 0.05 < over <= waited_ms + 0.05:
+        raise MachineBehind(f"server times over the ideal schedule by up to {over:.1f} ms, while "
+                            f"the thread waited {waited_ms:.1f} ms for a core", {"imgcls": over * scale})
+    assert over <= 0.05, (times, ideal, f"waited for a core {waited_ms:.1f} ms")
     assert times[-1] >= ideal[-1] - 5.0, (times[-1], ideal[-1])
 
 
