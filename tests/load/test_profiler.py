@@ -14,7 +14,10 @@ from testbed.profiles import ServiceProfile
 KNOWN = ServiceProfile(capacity=2, queue_limit=50, proc_time_ms=(40, 60), startup_ms=0, slo_ms=500)
 
 
+# its 95th percentile is the second-worst of 30 wall-clock latencies: at a worker's nice 10 beside
+# a busy process it read 88.7 ms against 60 (busy-suite runs 5 and 23); it runs with the timed tests
 @pytest.mark.slow  # a rate sweep: about 10 s
+@pytest.mark.timed
 def test_processing_range_and_capacity_of_a_known_replica():
     async def main():
         replica = EmulatedReplica("chatbot", KNOWN, seed=2)
