@@ -159,7 +159,7 @@ def test_a_failed_scrape_moves_neither_the_utilization_nor_the_replica_count(
         tmp_path: Path, stall_at_s: float):
     """A busy machine holds the balancer's loop up past the scrape timeout: Prometheus marks its
     series stale until the next good scrape. The query bridges them: the utilization agrees with
-    the in-process source (it read 0.76 and 0.91 against 0.55 and 0.58 before, the counter whole
+    the in-process source (it read 0.74 and 0.89 against 0.55 and 0.58 before, the counter whole
     as one step's increase), and the replica count during the stall is the one before it (it
     read none)."""
     statuses, local, remote, _, stall = asyncio.run(
