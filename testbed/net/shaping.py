@@ -8,8 +8,11 @@ With slicing off, every packet shares one class: the "no slice" baseline of Fig 
 
 A UE with something to enforce (a group AMBR below its class's ceiling in that direction, or a
 5QI whose priority differs from 5QI 9's) gets a leaf of its own under the class that carries its
-slice, ceiling at its AMBR and HTB `prio` from its 5QI's priority level; the class's other
-children then borrow its rate at the default 5QI's prio. A u32 hash table keyed on the last
+slice, ceiling at its AMBR and HTB `prio` from its 5QI's priority level. HTB lends spare
+bandwidth to the lowest prio first, at every level of the tree, so in a tree with UE leaves every
+other leaf (flow queues, a class's leaf for its other UEs, a slice or default class that is a leaf
+itself) carries the prio of the 5QI its UEs have, 5QI 9's: a better 5QI then borrows before 5QI 9
+traffic anywhere on the link, and never after it. A u32 hash table keyed on the last
 octet of the UE's address finds a UE's leaf, so a packet costs about the same at 1,000 UEs as
 at 10 (at most ceil(UEs / 256) keys to compare).
 """
@@ -176,21 +179,25 @@ class Shaper:
         ue_classes = self.ue_classes
         first = 1 + lossy + bool(ue_classes)  # the slices' filters' prio: after the UEs' hash
         fq = self.link.flow_queues
+        # HTB's prio orders borrowing from every ancestor, the root's spare bandwidth included:
+        # beside UE leaves every other leaf of the tree is 5QI 9 traffic and says so (a leaf
+        # without a prio is HTB's 0, ahead of every 5QI: a better 5QI then borrowed last)
+        shared = htb_prio(DEFAULT_FIVE_QI) if ue_classes else None
         tables = 0  # flow queue sets so far: each has its own hash table and leaf numbers
         for i, c in enumerate(self.classes):
+            kids = [u for u in ue_classes if u.parent == c.classid]
+            leaf = not fq and not kids  # the class holds its queue itself
             cmds.append(["tc", "class", "add", "dev", dev, "parent", ROOT_CLASS, "classid",
                          c.classid, "htb", "rate", _kbit(c.rate_mbit), "ceil", _kbit(c.ceil_mbit),
+                         *(("prio", str(shared)) if leaf and shared is not None else ()),
                          "quantum", str(QUANTUM)])
-            kids = [u for u in ue_classes if u.parent == c.classid]
-            # beside UE leaves every child borrows the class's rate, in the order of its prio
-            shared = htb_prio(DEFAULT_FIVE_QI) if kids else None
             if fq:
                 sets = self._flow_queue_sets(c)
                 for t, subnet in enumerate(sets, start=tables):
                     cmds += self._flow_queues(t, c, subnet, len(sets), prio=shared)
                 tables += len(sets)
             elif kids:
-                cmds += self._rest(i, c, shared or 0)
+                cmds += self._rest(i, c, htb_prio(DEFAULT_FIVE_QI))
             else:
                 cmds.append(["tc", "qdisc", "add", "dev", dev, "parent", c.classid, "handle",
                              c.leaf_handle, *self._leaf()])
