@@ -70,9 +70,10 @@ class LocalTraffic:
     async def start_clients(self, jobs: Sequence[ClientJob]) -> list[str]:
         for job in jobs:
             ues = self.topology.ues_of_group(job.ue_group)
-            ue = ues[job.index % len(ues)]
+            ue = ues[0]  # a group's UEs share its namespace: its load leaves from each in turn
             argv = [sys.executable, "-m", "testbed", "load", *job.load_argv(
-                out=str(job.out), slice=ue.slice, source=str(ue.address), ue_group=ue.group,
+                out=str(job.out), slice=ue.slice, sources=[str(u.address) for u in ues],
+                ue_group=ue.group,
                 trace=str(job.trace) if job.trace is not None else None,
                 profiles=str(job.profiles) if job.profiles is not None else None)]
             log = (self.log_dir / f"client-{job.index}.log").open("wb")

@@ -230,7 +230,9 @@ def load(
     out: Path | None = typer.Option(None, help="Append one JSON line per request here."),
     slice_name: str | None = typer.Option(None, "--slice", help="Slice name recorded with each request."),
     ue_group: str | None = typer.Option(None, "--ue-group", help="UE group recorded with each request."),
-    source: str | None = typer.Option(None, help="Bind connections to this local address."),
+    source: list[str] | None = typer.Option(
+        None, help="Bind connections to this local address; repeated, requests take the addresses "
+        "in turn, each with connections of its own (a UE group's UEs)."),
     new_connections: bool = typer.Option(
         False, "--new-connections", help="A new connection for every request (Connection: close), "
         "as the dissertation's client sends them; default: keep-alive connections, reused."),
@@ -263,7 +265,8 @@ def load(
         service=service, url=url, trace=trace, trace_time_unit=trace_time_unit,
         trace_rate_unit=trace_rate_unit, ratio=ratio, shift_hours=shift, start_s=start,
         duration_s=duration, speedup=speedup, rate=rate, closed_workers=closed, out=out,
-        slice=slice_name, ue_group=ue_group, source_address=source, timeout_s=timeout, seed=seed,
+        slice=slice_name, ue_group=ue_group, source_addresses=tuple(source or ()), timeout_s=timeout,
+        seed=seed,
         slo_ms=slo_ms,
         keep_alive=not new_connections, profile=profile, start_at=start_at, start_gate=start_gate,
     ), max_error_rate)
@@ -309,9 +312,9 @@ def _checked_load_spec(spec: LoadSpec, max_error_rate: float) -> LoadSpec:
     checks.number("--timeout", spec.timeout_s, gt=0, le=3600)
     checks.number("--max-error-rate", max_error_rate, ge=0, le=1)
     checks.trace_units(spec.trace_time_unit, spec.trace_rate_unit)
-    if spec.source_address is not None:
-        spec = dataclasses.replace(spec, source_address=checks.local_address("--source",
-                                                                             spec.source_address))
+    if spec.source_addresses:
+        spec = dataclasses.replace(spec, source_addresses=tuple(
+            checks.local_address("--source", a) for a in spec.source_addresses))
     if spec.trace is not None:
         show_traces([load_trace(spec.trace, time_unit=spec.trace_time_unit,
                                 rate_unit=spec.trace_rate_unit)])  # its errors name the file and line

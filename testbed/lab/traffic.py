@@ -111,6 +111,12 @@ class LabTraffic:
             raise StateError(f"no PDU session in slice {slice_name!r} on the UE hosts")
         return mine[index % len(mine)]
 
+    def _sources_beside(self, ue: UeSession) -> list[str]:
+        """The addresses of the PDU sessions of `ue`'s slice on its host, `ue`'s first: a client
+        there sends from each in turn."""
+        return [ue.address] + [s.address for s in self.sessions
+                               if s.slice == ue.slice and s.host == ue.host and s is not ue]
+
     def _prepare(self, host: str) -> None:
         if host not in self._prepared:
             self.hosts.run(host, ["mkdir", "-p", self.remote], what="create the run directory")
@@ -151,8 +157,8 @@ class LabTraffic:
                     "-p", "TimeoutStopSec=20", "-p", f"StandardOutput=append:{log}",
                     "-p", f"StandardError=append:{log}", "--", *self.load_command,
                     *job.load_argv(out=f"{self.remote}/{job.out.name}", slice=ue.slice,
-                                   source=ue.address, trace=trace, profiles=profiles,
-                                   ue_group=job.ue_group)]
+                                   sources=self._sources_beside(ue), trace=trace,
+                                   profiles=profiles, ue_group=job.ue_group)]
             self.hosts.run(ue.host, argv, what=f"start client {job.index} ({job.service}) on "
                            f"{ue.tun} {ue.address}")
             self._clients.append((ue.host, unit, job))

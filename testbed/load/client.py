@@ -33,14 +33,17 @@ _RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED}
 @dataclass
 class ClientConfig:
     """How a LoadClient sends: the service and its endpoint, the slice its records carry, the
-    timeout, the local address to bind, the connection limit, keep-alive or a connection per
-    request, the content seed, whether answers are checked, and the service's profile."""
+    timeout, the local addresses to bind (a UE group's UEs: requests take them in turn), the
+    connection limit, keep-alive or a connection per request, the content seed, whether answers
+    are checked, and the service's profile."""
     service: str
     base_url: str  # the service's endpoint, e.g. http://10.200.0.2:8001
     slice: str | None = None  # recorded with every request
     ue_group: str | None = None  # recorded with every request too
     timeout_s: float = DEFAULT_TIMEOUT_S
-    source_address: str | None = None  # bind outgoing connections to this local IP
+    # bind outgoing connections to these local IPs: request k leaves from address k mod len, each
+    # address with connections of its own (a UE group's UEs, each with its own AMBR leaf)
+    source_addresses: tuple[str, ...] = ()
     # Open loop wants a connection per outstanding request, but a stalled server must not make the
     # client open thousands of sockets (fd exhaustion on both sides): beyond this, requests wait.
     max_connections: int = 256
@@ -75,7 +78,7 @@ class LoadClient:
         self._factory = request_factory or (lambda: self.api.build(self.content))
         self.summary = ClientSummary()
         self.in_flight = 0
-        self._pool: ConnectionPool | None = None
+        self._pools: list[ConnectionPool] = []  # one per source address (or one unbound)
         self._idle: asyncio.Event | None = None  # set whenever nothing is in flight
         self._seq = 0
         # the open-loop schedule being replayed: monotonic start and the next offset
@@ -88,9 +91,12 @@ class LoadClient:
         self._wall0 = 0.0
 
     async def __aenter__(self) -> LoadClient:
-        self._pool = ConnectionPool(self.config.base_url, limit=self.config.max_connections,
-                                    timeout_s=self.config.timeout_s, local_addr=self.config.source_address,
-                                    keep_alive=self.config.keep_alive)
+        sources = self.config.source_addresses or (None,)
+        limit = max(1, -(-self.config.max_connections // len(sources)))
+        self._pools = [ConnectionPool(self.config.base_url, limit=limit,
+                                      timeout_s=self.config.timeout_s, local_addr=source,
+                                      keep_alive=self.config.keep_alive)
+                       for source in sources]
         self._idle = asyncio.Event()
         self._idle.set()
         self._factory()  # builds the content pools now, not inside the first timed request
@@ -104,7 +110,7 @@ class LoadClient:
     async def aclose(self) -> None:
         """Cancel what is outstanding (each ends recorded as 'cancelled') and close the connections."""
         await self._cancel_all()
-        self._pool = None
+        self._pools = []
 
     def _wall(self, mono: float) -> float:
         return self._wall0 + (mono - self._mono0)
@@ -152,7 +158,7 @@ class LoadClient:
             return
         self._pumping = True
         try:
-            now = self._pool.loop.time() if self._pool else 0.0
+            now = self._pools[0].loop.time() if self._pools else 0.0
             t0, nxt, it = self._t0, self._next, self._schedule
             while nxt is not None and t0 + nxt <= now:
                 self._launch(t0 + nxt)
@@ -192,12 +198,14 @@ class LoadClient:
         return self.summary
 
     def _launch(self, scheduled_mono: float, done: asyncio.Future[None] | None = None) -> None:
-        pool = self._pool
-        assert pool is not None, "use `async with LoadClient(...)`"
-        dispatched_mono = pool.loop.time()
+        pools = self._pools
+        assert pools, "use `async with LoadClient(...)`"
         self._seq += 1
-        self.summary.scheduled += 1
         seq = self._seq
+        pool = pools[(seq - 1) % len(pools)]
+        ue = self.config.source_addresses[(seq - 1) % len(pools)] if self.config.source_addresses else None
+        dispatched_mono = pool.loop.time()
+        self.summary.scheduled += 1
         req = self._factory()
         self.in_flight += 1
         assert self._idle is not None
@@ -212,7 +220,7 @@ class LoadClient:
                 sent_mono = end  # never written (refused, cancelled): it failed the moment it tried
             self._emit(RequestRecord(
                 service=self.config.service, slice=self.config.slice, ue_group=self.config.ue_group,
-                seq=seq,
+                ue=ue, seq=seq,
                 scheduled=self._wall(scheduled_mono), sent=self._wall(sent_mono),
                 latency_ms=(end - sent_mono) * 1000.0, latency_sched_ms=(end - scheduled_mono) * 1000.0,
                 status=status, bytes_up=req.bytes_up, bytes_down=len(body), error=error,
@@ -247,8 +255,9 @@ class LoadClient:
         await self._idle.wait()
 
     async def _cancel_all(self) -> None:
-        if self._pool is not None:
-            self._pool.close()  # every outstanding request ends as 'cancelled'
+        if self._pools:
+            for pool in self._pools:
+                pool.close()  # every outstanding request ends as 'cancelled'
             for _ in range(1000):  # connection attempts report their cancellation a tick later
                 if not self.in_flight:
                     break

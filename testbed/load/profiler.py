@@ -56,7 +56,8 @@ async def measure_processing(
     service: the service's name; url: its endpoint; timeout_s: per request; source_address: the
     local address to bind."""
     records: list[RequestRecord] = []
-    cfg = ClientConfig(service, url, timeout_s=timeout_s, source_address=source_address)
+    cfg = ClientConfig(service, url, timeout_s=timeout_s,
+                       source_addresses=(source_address,) if source_address else ())
     async with LoadClient(cfg, [records.append]) as client:
         await client.run_closed_loop(workers=1, requests=requests)
     ok = [r.latency_ms for r in records if r.ok]
@@ -88,7 +89,8 @@ async def measure_capacity(
     for f in factors:
         rate = base_rate * f
         records: list[RequestRecord] = []
-        cfg = ClientConfig(service, url, timeout_s=timeout_s, source_address=source_address)
+        cfg = ClientConfig(service, url, timeout_s=timeout_s,
+                       source_addresses=(source_address,) if source_address else ())
         async with LoadClient(cfg, [records.append]) as client:
             await client.run_open_loop(constant_schedule(rate, step_s))
         ok = [r for r in records if r.ok]

@@ -37,6 +37,7 @@ class RequestRecord:
     # here is the client's own lag; from here to `sent` the wait for a connection (a slice's queue)
     dispatched: float | None = None
     ue_group: str | None = None  # the UE group whose UE sent it (None: not from a testbed UE)
+    ue: str | None = None  # the address of the UE that sent it (None: not bound to one)
 
     @property
     def ok(self) -> bool:
@@ -59,7 +60,7 @@ class RequestRecord:
             "error": self.error,
             "server_ms": None if self.server_ms is None else round(self.server_ms, 3),
             "dispatched": None if self.dispatched is None else round(self.dispatched, 6),
-            "ue_group": self.ue_group,
+            "ue_group": self.ue_group, "ue": self.ue,
         })
 
     @classmethod

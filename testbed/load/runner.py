@@ -20,7 +20,8 @@ from testbed.profiles import ServiceProfile
 class LoadSpec:
     """What `testbed load` runs: a service's endpoint, a trace window (with ratio, shift, start,
     duration and speed-up) or a constant rate or closed-loop workers, where records go, the
-    slice, the address to bind, timeout, seed, SLO, connections and profile."""
+    slice, the addresses to bind (requests take them in turn), timeout, seed, SLO, connections
+    and profile."""
     service: str
     url: str
     trace: Path | None = None
@@ -36,7 +37,7 @@ class LoadSpec:
     out: Path | None = None
     slice: str | None = None
     ue_group: str | None = None
-    source_address: str | None = None
+    source_addresses: tuple[str, ...] = ()
     timeout_s: float = 4.0
     seed: int = 0
     slo_ms: float = 2500.0
@@ -60,7 +61,7 @@ async def run_load(spec: LoadSpec, on_tick: Callable[[LiveFigures, int, float], 
     sinks = [stats] + ([writer] if writer else []) + ([totals] if totals is not None else [])
     cfg = ClientConfig(spec.service, spec.url, slice=spec.slice, ue_group=spec.ue_group,
                        timeout_s=spec.timeout_s,
-                       source_address=spec.source_address, seed=spec.seed,
+                       source_addresses=spec.source_addresses, seed=spec.seed,
                        keep_alive=spec.keep_alive, profile=spec.profile)
     loop = asyncio.get_running_loop()
     t0 = loop.time()

@@ -85,8 +85,8 @@ class LoadJob:
 @dataclass(frozen=True)
 class ClientJob:
     """One `testbed load SERVICE` client: `args` are its load options (`LoadJob.options()`:
-    rate or trace, duration, timeout, seed) except where it runs (`--source`, `--slice`), the URL
-    and the output file."""
+    rate or trace, duration, timeout, seed) except where it runs (`--source` for each UE of its
+    group, `--slice`), the URL and the output file."""
 
     index: int
     service: str
@@ -106,15 +106,16 @@ class ClientJob:
         return cls(index=index, service=load.service, ue_group=ue_group, url=url, out=out,
                    args=load.options(), trace=load.trace, profiles=load.profiles)
 
-    def load_argv(self, *, out: str, slice: str, source: str, trace: str | None,
+    def load_argv(self, *, out: str, slice: str, sources: Sequence[str], trace: str | None,
                   profiles: str | None = None, ue_group: str | None = None) -> list[str]:
-        """The arguments after `testbed load` on a UE of `slice` at `source`: records to `out`,
-        no live view, and the trace file and profile file where that host reads them.
+        """The arguments after `testbed load` on UEs of `slice` at `sources` (its requests take
+        them in turn): records to `out`, no live view, and the trace file and profile file where
+        that host reads them.
 
-        out, slice, source, trace: as said; profiles: the profile file to pass; ue_group: the
-        UE's group, recorded with each request."""
-        argv = [self.service, "--url", self.url, "--out", out, "--quiet",
-                "--slice", slice, "--source", source,
+        out, slice, sources, trace: as said; profiles: the profile file to pass; ue_group: the
+        UEs' group, recorded with each request."""
+        argv = [self.service, "--url", self.url, "--out", out, "--quiet", "--slice", slice,
+                *(arg for source in sources for arg in ("--source", source)),
                 *(["--ue-group", ue_group] if ue_group is not None else []), *self.args]
         if trace is not None:
             argv += ["--trace", trace]

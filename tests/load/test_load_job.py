@@ -30,7 +30,7 @@ def _client(job: LoadJob) -> ClientJob:
 
 
 def _argv(client: ClientJob, trace: str | None) -> list[str]:
-    return client.load_argv(out="/run/imgcls-ai-3.jsonl", slice="embb", source="10.45.0.2",
+    return client.load_argv(out="/run/imgcls-ai-3.jsonl", slice="embb", sources=["10.45.0.2"],
                             trace=trace, ue_group=client.ue_group)
 
 
@@ -41,7 +41,7 @@ def test_a_rate_job_parses_into_its_values():
     p = _parsed(_argv(client, None))
     assert (p["service"], p["url"], p["out"], p["quiet"], p["slice_name"], p["source"]) == (
         "imgcls", "http://10.200.0.2:8001", Path("/run/imgcls-ai-3.jsonl"), True, "embb",
-        "10.45.0.2")
+        ["10.45.0.2"])
     assert p["ue_group"] == "ai"  # recorded with each request
     assert p["rate"] == pytest.approx(job.rate, rel=1e-5)
     assert p["duration"] == pytest.approx(job.duration_s, rel=1e-5)
