@@ -277,6 +277,28 @@ def scaled_counts(trace: Trace, ratio: float, rounding: str = "floor") -> np.nda
 ARRIVAL_SPACING = ("ms", "even")
 
 
+def per_second(trace: Trace) -> Trace:
+    """`trace` read line by line of at most one second, as the published client reads its traces
+    (they are all one-second lines): a line longer than a second becomes one line per second of
+    it, the last one what is left, its whole requests spread over them in turn (a floored
+    running sum) and a fraction of a request kept on the last. Lines of a second or less are kept.
+    A 5-minute line of 44,850 requests is then the same as the 300 one-second lines of 149 or 150
+    that a user would write for it."""
+    d, c = trace.durations, trace.counts
+    if not len(d) or float(d.max()) <= 1.0 + 1e-9:
+        return trace
+    pieces = np.maximum(np.ceil(d - 1e-9), 1).astype(np.int64)
+    row = np.repeat(np.arange(len(d)), pieces)
+    k = (np.arange(row.size) - np.repeat(np.cumsum(pieces) - pieces, pieces)).astype(float)
+    length = d[row]
+    end = np.minimum(k + 1.0, length)
+    whole = np.floor(c[row] + 1e-9)
+    counts = np.floor(whole * end / length + 1e-9) - np.floor(whole * k / length + 1e-9)
+    last = np.cumsum(pieces) - 1
+    counts[last] += c - np.floor(c + 1e-9)  # a line's fraction of a request stays on its last second
+    return Trace(trace.name, end - k, counts)
+
+
 def arrival_times(trace: Trace, ratio: float, rounding: str = "floor", spacing: str = "ms") -> np.ndarray:
     """All arrival times (s, sorted) of the simulator's client replaying `trace` scaled by `ratio`.
 
@@ -285,6 +307,11 @@ def arrival_times(trace: Trace, ratio: float, rounding: str = "floor", spacing: 
     drl/simpy_env.py:236-243): a gap of g = floor(1000·d/n) ms before each request, so they
     arrive at t + k·g for k = 1..n (the last at t + d when n divides 1000·d). "even": at
     t + k·d/n for k = 0..n-1, as the local testbed's load client (`schedule_from_trace`) does.
+    The published client's rules ("ms", "floor") are rules of a trace second: a trace of longer
+    lines is read one second at a time first (`per_second`), so that a line means the same
+    requests in each second whatever its length (a 5-minute line's requests were squeezed into
+    its first 269 s at 4x load, then none). "carry" with "even" is the testbed's client, which
+    spreads a line over its whole length.
 
     trace, ratio, rounding: as `scaled_counts` takes them; spacing: "ms" or "even".
     """
@@ -292,6 +319,8 @@ def arrival_times(trace: Trace, ratio: float, rounding: str = "floor", spacing: 
         raise ConfigError(
             [ConfigProblem("<sim>", None, "spacing", f"{spacing!r}; known: {', '.join(ARRIVAL_SPACING)}")]
         )
+    if spacing == "ms" or rounding == "floor":
+        trace = per_second(trace)
     per_interval = scaled_counts(trace, ratio, rounding)
     total = int(per_interval.sum())
     starts = np.cumsum(trace.durations) - trace.durations

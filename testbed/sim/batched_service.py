@@ -5,7 +5,9 @@ batch size. A service keeps one central queue (FA2 Section V, InSS's task buffer
 batch when it holds `batch` requests or when its first request has waited `batch_wait` (a fraction
 of the SLO, like a serving system's max queue delay); closed batches go round-robin to the ready
 instances, each a FIFO of batches dropping a batch when ceil(queue_limit / batch) batches already
-wait. A batch of k requests takes
+wait. An instance serves `capacity` batches at once (the profile's requests processed at the same
+time: several streams of one model on its share), each in its own time, as `SimService`'s
+`capacity` slots serve requests. A batch of k requests takes
 
     mean draw of its requests (Table 4.4's range) * batch(k) * share(s) * (1 + interference)
 
@@ -28,11 +30,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from testbed.errors import ConfigError, ConfigProblem, StateError
+from testbed.errors import StateError
 from testbed.metrics.window import WindowMetrics, latency_percentiles
 from testbed.profiles import ServiceProfile
 from testbed.profiles.paper import UNIT_PCT
-from testbed.sim.queueing import serve_fast
+from testbed.sim.queueing import serve_exact, serve_fast
 from testbed.sim.service import SLO_COUNTING, draw_proc_times, draw_startup, startup_rng
 from testbed.sim.windows import rate_limit_admit, window_of
 
@@ -93,11 +95,6 @@ class BatchedService:
     ):
         if slo_counting not in SLO_COUNTING:
             raise ValueError(f"slo_counting {slo_counting!r}; known: {', '.join(SLO_COUNTING)}")
-        if profile.capacity != 1:
-            raise ConfigError(
-                [ConfigProblem("<sim>", None, f"{profile.name}.capacity",
-                               "the GPU simulator serves one batch at a time per instance (capacity 1)")]
-            )
         self.profile = profile
         self.slo_counting = slo_counting
         self.measure_queue = True  # windows carry queue_length (SimBackend.measure_queue)
@@ -219,7 +216,11 @@ class BatchedService:
                 cost, times = nominal[j0:j1], base[j0:j1] * speed[slot]
             adm = self._admit(ready_t[j0:j1], who, cost, tokens) if limited else slice(None)
             sub = finish[j0:j1]  # a view: batches not admitted stay NaN
-            sub[adm] = serve_fast(ready_t[j0:j1][adm], times[adm], slot[adm], pend, waiting)
+            if self.profile.capacity == 1:
+                sub[adm] = serve_fast(ready_t[j0:j1][adm], times[adm], slot[adm], pend, waiting)
+            else:  # `pending` then holds the batches in the system, sorted by finish
+                sub[adm] = serve_exact(ready_t[j0:j1][adm], times[adm], slot[adm], pend,
+                                       self.profile.capacity, waiting)
             for n, p in zip(targets, pend, strict=True):
                 self.instances[n].pending = p
             owner[j0:j1] = who
@@ -330,23 +331,23 @@ class BatchedService:
 
     def _queued(self, t1, sizes, finish, owner, start_pending) -> int:
         """Requests waiting at `t1`: those of the central queue's open batch, and those of the
-        batches queued behind the one each instance is serving (FIFO); a batch of an earlier
-        period still waiting counts as a full batch."""
+        batches queued behind the `capacity` each instance is serving (FIFO: the ones that finish
+        first are served first); a batch of an earlier period still waiting counts as a full
+        batch."""
         waiting = len(self._carry)
+        cap = self.profile.capacity
         live = ~np.isnan(finish) & (finish > t1 + EPS)
         for k, held in enumerate(start_pending):
             old = sum(1 for f in held if f > t1 + EPS)
             mine = live & (owner == k)
             new = sizes[mine][np.argsort(finish[mine])] if mine.any() else sizes[:0]
-            if old:
-                waiting += (old - 1) * self.batch + int(new.sum())
-            elif len(new) > 1:
-                waiting += int(new[1:].sum())
+            queued = [self.batch] * old + new.tolist()  # in the order they finish
+            waiting += int(sum(queued[cap:]))
         return waiting
 
     def _utilization(self, t0, t1, ready_t, finish, owner, start_pending) -> float:
         """Mean over per-second samples of the mean over present (not draining) instances of
-        min(batches in the system, 1): the dissertation's instance utilization, capacity 1."""
+        min(batches in the system, capacity) / capacity: the dissertation's instance utilization."""
         # on the second, as the DRAFAS simulator's monitor (SimOptions.util_sample_phase = 0)
         samples = t0 + np.arange(max(1, round(t1 - t0)), dtype=np.float64) - 1e-6
         total = np.zeros(len(samples))
@@ -364,7 +365,8 @@ class BatchedService:
             )
             if start_pending[k]:
                 in_flight += len(start_pending[k]) - np.searchsorted(start_pending[k], samples, "right")
-            total += np.where(alive, np.minimum(in_flight, 1), 0.0)
+            cap = self.profile.capacity
+            total += np.where(alive, np.minimum(in_flight, cap) / cap, 0.0)
             present += alive
         seen = present > 0
         if not seen.any():

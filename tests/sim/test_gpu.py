@@ -23,10 +23,13 @@ def _day(rate_fn, seconds=1800):
 
 
 @pytest.mark.parametrize(
-    ("scale", "slo_counting", "published"),
-    [(1.0, "completion", True), (2.0, "completion", True), (2.0, "arrival", False)],
+    ("scale", "slo_counting", "published", "capacity"),
+    [(1.0, "completion", True, 1), (2.0, "completion", True, 1), (2.0, "arrival", False, 1),
+     # a replica serving four requests at once (four batches of one) at four times the load
+     (8.0, "completion", False, 4)],
 )
-def test_drafas_configuration_serves_as_the_drafas_simulator(scale, slo_counting, published):
+def test_drafas_configuration_serves_as_the_drafas_simulator(scale, slo_counting, published,
+                                                             capacity):
     # Table 5.1's ratios and twice them (Table 5.2's kind of load, where the rate limit drops), with
     # the published simulator's rate limit, start-up jitter and completion-time SLO counting (the
     # profiles' defaults), and once counting at arrival. (Without the rate limit, in deep overload,
@@ -36,6 +39,8 @@ def test_drafas_configuration_serves_as_the_drafas_simulator(scale, slo_counting
     traces = {s: _day(lambda t, r=rng: int(r.poisson(40 + 30 * np.sin(t / 200))), 3000) for s in SERVICES}
     ratios = {"chatbot": 0.15 * scale, "imgcls": 0.4 * scale, "tts": 0.15 * scale}
     profiles = PROFILES if published else {s: p.replace(startup_max_ms=None) for s, p in PROFILES.items()}
+    if capacity != 1:  # without the rate limit, which would hold four slots to one's admissions
+        profiles = {s: p.replace(capacity=capacity, rate_limit=None) for s, p in profiles.items()}
     rows, rewards = [], []
     options = SimOptions(slo_counting=slo_counting)
     for cluster in (
