@@ -4,16 +4,22 @@ in the header (or given by the caller), read into the same `Trace` as `DURATION 
 Columns are found by their header names (case and spaces ignored):
 
 - **time** (`time`, `t`, `timestamp`, `start`, `offset`, or a unit's own name: `second`,
-  `minute`, `hour`): when each row's interval starts; a row lasts until the next one starts, the
-  last row as long as the one before it.
+  `minute`, `hour`): when each row's interval starts, a number in its unit or an ISO 8601
+  timestamp (`2026-11-01T08:05:00Z`, which needs no unit); a row lasts until the next one starts,
+  the last row as long as the one before it. Where the rows step regularly, a jump of a whole
+  number of steps is a missing row, an error naming its line (else the row before it would
+  silently last twice as long).
 - **interval** (`duration`, `interval`, `dt`, `length`, `period`): how long each row lasts.
-- **rate** (`rate`, `rps`, `rpm`, or any name with `per_UNIT` / `/UNIT`): requests per time unit.
-- **count** (`count`, `requests`, `arrivals`, `n`): requests in the row's interval.
+- **rate** (`rate`, `rps`, `rpm`, `qps`, or any name with `per_UNIT` / `/UNIT` / `_rps`):
+  requests per time unit.
+- **count** (`count`, `requests`, `arrivals`, `n`): whole requests in the row's interval (a
+  fraction is an error; a rate may be fractional).
 
-A unit follows the name (`time_min`, `interval_s`, `rate_per_min`, `time [h]`, `rate (1/s)`), or
-is the name (`minute`, `rps`), or comes from the caller (`time_unit=`, `rate_unit=`); a column
-whose unit is stated nowhere is an error naming the file, line 1 and the column. Units: ms, s,
-min, h (and their long names). Comment lines start with `#`.
+A unit follows the name (`time_min`, `interval_s`, `rate_per_min`, `rate_rps`, `req/s`,
+`time [h]`, `rate (1/s)`, `rate [req/min]`), or is the name (`minute`, `rps`), or comes from the
+caller (`time_unit=`, `rate_unit=`); a column whose unit is stated nowhere is an error naming the
+file, line 1 and the column. Units: ms, s, min, h (and their long names). Comment lines start
+with `#`.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import io
 import math
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import numpy as np
 
@@ -35,7 +42,9 @@ UNITS_S = {"ms": 0.001, "msec": 0.001, "millisecond": 0.001, "milliseconds": 0.0
 TIME_NAMES = ("time", "t", "timestamp", "start", "offset")
 INTERVAL_NAMES = ("duration", "interval", "dt", "length", "period")
 COUNT_NAMES = ("count", "counts", "requests", "arrivals", "n")
-RATE_NAMES = ("rate", "rps", "rpm", "rph")
+RATE_NAMES = ("rate", "rps", "rpm", "rph", "qps")
+# a rate column's unit as a name or a suffix: requests (or queries) per second, minute, hour
+RATE_WORDS = {"rps": 1.0, "qps": 1.0, "rpm": 60.0, "qpm": 60.0, "rph": 3600.0}
 MAX_PROBLEMS = 20
 
 
@@ -64,7 +73,13 @@ def looks_like_csv(text: str, source: str) -> bool:
 
 
 def _unit(text: str) -> float | None:
-    return UNITS_S.get(text.strip().lower().lstrip("1/").strip())
+    """A time unit's seconds; a rate's unit written `1/s`, `req/s`, `requests/min`, `/h` too."""
+    text = text.strip().lower()
+    if "/" in text:
+        what, _, text = text.partition("/")
+        if what.strip() not in ("", "1", "r", "req", "reqs", "request", "requests", "q", "queries"):
+            return None
+    return UNITS_S.get(text.strip())
 
 
 def caller_unit(text: str, kind: str) -> float:
@@ -86,13 +101,14 @@ def read_column(index: int, header: str) -> Column | None:
     bracket = re.search(r"[\[(]\s*([^\])]+?)\s*[\])]", raw)
     stated = _unit(bracket.group(1)) if bracket else None
     name = re.sub(r"[\[(].*?[\])]", "", raw).strip().replace(" ", "_").replace("-", "_")
-    per = re.search(r"(?:_per_|/|_p)(ms|msec|s|sec|second|min|minute|h|hr|hour)s?$", name)
-    if per or name in RATE_NAMES or name.startswith("rate"):
+    per = re.search(r"(?:^per_|_per_|/|_p)(ms|msec|s|sec|second|min|minute|h|hr|hour)s?$", name)
+    word = re.search(r"(?:^|_)(rps|qps|rpm|qpm|rph)$", name)
+    if per or word or name in RATE_NAMES or name.startswith("rate"):
         unit = stated
         if per:
             unit = UNITS_S[per.group(1)]
-        elif name in ("rps", "rpm", "rph"):
-            unit = {"rps": 1.0, "rpm": 60.0, "rph": 3600.0}[name]
+        elif word:
+            unit = RATE_WORDS[word.group(1)]
         elif name.startswith("rate_") and _unit(name[5:]) is not None:
             unit = _unit(name[5:])
         return Column(index, header.strip(), "rate", unit)
@@ -134,7 +150,9 @@ def parse_csv_trace(text: str, source: str = "<trace>", *, time_unit: str | None
                       f"minute, ...; {', '.join(INTERVAL_NAMES)}) and one rate or count column "
                       f"(rate_per_s, rpm, ...; {', '.join(COUNT_NAMES)}), got {', '.join(cells)!r}")
     tcol, vcol = when[0], how_many[0]
-    t_unit = tcol.unit_s
+    data = rows[1:]
+    stamped = tcol.role == "time" and bool(data) and _is_timestamp(_cell(data[0][1], tcol))
+    t_unit = 1.0 if stamped else tcol.unit_s
     if t_unit is None and time_unit:
         t_unit = caller_unit(time_unit, "time")
     if t_unit is None:
@@ -149,31 +167,10 @@ def parse_csv_trace(text: str, source: str = "<trace>", *, time_unit: str | None
             r_unit = caller_unit(rate_unit, "rate")
         if r_unit is None:
             raise problem(vcol.name, f"the rate column {vcol.name!r} states no unit: name it "
-                          "rate_per_s, rate_per_min (or `rate [1/min]`), or give the rate unit (a "
-                          "scenario's `trace_units: {rate: per_min}`, a command's "
+                          "rate_per_s, rate_per_min, rate_rps (or `rate [req/min]`), or give the "
+                          "rate unit (a scenario's `trace_units: {rate: per_min}`, a command's "
                           "--trace-rate-unit per_min)")
-    times, values, lines = [], [], []
-    problems: list[ConfigProblem] = []
-    for number, raw in rows[1:]:
-        cell = next(csv.reader(io.StringIO(raw)))
-        got = []
-        for col in (tcol, vcol):
-            text_value = cell[col.index].strip() if col.index < len(cell) else ""
-            try:
-                value = float(text_value)
-            except ValueError:
-                value = math.nan
-            if not math.isfinite(value) or value < 0:
-                problems.append(ConfigProblem(source, number, col.name,
-                                              f"expected a number >= 0, got {text_value[:20]!r}"))
-            got.append(value)
-        times.append(got[0])
-        values.append(got[1])
-        lines.append(number)
-        if len(problems) >= MAX_PROBLEMS:
-            break
-    if problems:
-        raise ConfigError(problems)
+    times, values, lines = _read_rows(data, source, tcol, vcol, stamped)
     if not times:
         raise problem("", "trace has a header and no rows")
     t = np.asarray(times) * t_unit
@@ -190,7 +187,95 @@ def parse_csv_trace(text: str, source: str = "<trace>", *, time_unit: str | None
     if len(bad):
         raise problem(tcol.name, "times must increase and intervals be > 0"
                       if tcol.role == "time" else "an interval must be > 0", lines[int(bad[0])])
+    if tcol.role == "time":
+        missing = _missing_row(durations[:-1])
+        if missing is not None:
+            k, step = missing
+            raise problem(tcol.name, f"the rows step {_seconds(step)} and this one comes "
+                          f"{_seconds(durations[k])} after the one before: a missing row? write it "
+                          "(0 if it had no requests), or give an interval column for rows of "
+                          "other lengths", lines[k + 1])
     v = np.asarray(values)
     counts = v * durations / r_unit if r_unit is not None else v
     return durations, counts
+
+
+def _cell(raw: str, col: Column) -> str:
+    cell = next(csv.reader(io.StringIO(raw)))
+    return cell[col.index].strip() if col.index < len(cell) else ""
+
+
+def _is_timestamp(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return _timestamp(text) is not None
+    return False
+
+
+def _timestamp(text: str) -> float | None:
+    """Epoch seconds of an ISO 8601 timestamp, None if it is not one. A trailing `Z` is UTC; one
+    without a zone is read as UTC too, so that the machine's time zone (and its summer time)
+    never changes a row's length."""
+    try:
+        when = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
+    except ValueError:
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def _read_rows(data: list[tuple[int, str]], source: str, tcol: Column, vcol: Column,
+               stamped: bool) -> tuple[list[float], list[float], list[int]]:
+    """(times, values, line numbers) of the data rows; every bad cell a ConfigProblem (the
+    first MAX_PROBLEMS), raised together."""
+    times, values, lines = [], [], []
+    problems: list[ConfigProblem] = []
+    for number, raw in data:
+        got = []
+        for col in (tcol, vcol):
+            text_value = _cell(raw, col)
+            if col is tcol and stamped:
+                stamp = _timestamp(text_value)
+                got.append(math.nan if stamp is None else stamp)
+                if stamp is None:
+                    problems.append(ConfigProblem(source, number, col.name, "expected an ISO 8601 "
+                                                  f"timestamp as in the first row, got {text_value[:30]!r}"))
+                continue
+            try:
+                value = float(text_value)
+            except ValueError:
+                value = math.nan
+            if not math.isfinite(value) or value < 0:
+                problems.append(ConfigProblem(source, number, col.name,
+                                              f"expected a number >= 0, got {text_value[:20]!r}"))
+            elif col.role == "count" and value != math.floor(value):
+                problems.append(ConfigProblem(source, number, col.name, "a count is whole requests, "
+                                              f"got {text_value[:20]!r} (a rate column may be fractional)"))
+            got.append(value)
+        times.append(got[0])
+        values.append(got[1])
+        lines.append(number)
+        if len(problems) >= MAX_PROBLEMS:
+            break
+    if problems:
+        raise ConfigError(problems)
+    return times, values, lines
+
+
+def _missing_row(gaps: np.ndarray) -> tuple[int, float] | None:
+    """(index, step) of the first gap that is a whole number (2 or more) of the rows' regular
+    step, where most gaps are that step; None for irregular rows or none missing."""
+    if len(gaps) < 3:
+        return None
+    values, counts = np.unique(np.round(gaps, 6), return_counts=True)
+    step = float(values[np.argmax(counts)])
+    if counts.max() * 2 < len(gaps) or step <= 0:
+        return None  # no regular step: rows of their own lengths
+    ratio = gaps / step
+    jumps = np.flatnonzero((ratio > 1.5) & (np.abs(ratio - np.round(ratio)) < 1e-6))
+    return (int(jumps[0]), step) if len(jumps) else None
+
+
+def _seconds(x: float) -> str:
+    return f"{x:g} s" if x < 120 else f"{x / 60:g} min"
 

@@ -181,3 +181,45 @@ def test_train_and_tune_read_their_own_csv_traces_in_the_units_given(tmp_path: P
             and "unknown time unit 'fortnight'" in bad.stderr and "Traceback" not in bad.stderr, \
             (cmd, bad.stderr)
         assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name, text", [
+    ("iso.csv", "timestamp,requests_per_min\n2026-11-01T08:00:00Z,120\n2026-11-01T08:01:00Z,300\n"
+                "2026-11-01T08:02:00Z,60\n"),
+    ("iso-local.csv", "time,count\n2026-11-01 08:00:00,120\n2026-11-01 08:01:00,300\n"
+                      "2026-11-01 08:02:00,60\n"),
+    ("rate_rps.csv", "time_s,rate_rps\n0,2\n60,5\n120,1\n"),
+    ("req-s.csv", "time_s,req/s\n0,2\n60,5\n120,1\n"),
+    ("req-min.csv", "minute,rate [req/min]\n0,120\n1,300\n2,60\n"),
+    ("per_min.csv", "minute,per_min\n0,120\n1,300\n2,60\n"),
+    ("qps.csv", "time_s,qps\n0,2\n60,5\n120,1\n"),
+])
+def test_iso_timestamps_and_the_common_rate_units_read_as_their_lines(tmp_path: Path, name: str,
+                                                                     text: str):
+    (tmp_path / "day.txt").write_text(LINES)
+    (tmp_path / name).write_text(text)
+    want, got = load_trace(tmp_path / "day.txt"), load_trace(tmp_path / name)
+    assert np.allclose(got.durations, want.durations) and np.allclose(got.counts, want.counts)
+
+
+@pytest.mark.parametrize("text, says", [
+    # rows every 5 minutes, the one at 00:10 missing: 00:05 would silently have lasted 10 minutes
+    ("time_min,count\n0,300\n5,310\n15,320\n20,300\n25,290\n",
+     ":4: time_min: the rows step 5 min and this one comes 10 min after the one before: a missing row?"),
+    ("timestamp,count\n2026-11-01T00:00:00Z,3\n2026-11-01T00:00:01Z,4\n2026-11-01T00:00:02Z,5\n"
+     "2026-11-01T00:00:04Z,2\n",
+     ":5: timestamp: the rows step 1 s and this one comes 2 s after the one before"),
+    ("time_s,count\n0,2.5\n1,3\n", ":2: count: a count is whole requests, got '2.5'"),
+    ("timestamp,count\n2026-11-01T00:00:00Z,3\nlater,4\n", ":3: timestamp: expected an ISO 8601"),
+])
+def test_a_missing_row_a_fractional_count_and_a_bad_timestamp_are_refused(tmp_path: Path,
+                                                                         text: str, says: str):
+    (tmp_path / "bad.csv").write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_trace(tmp_path / "bad.csv")
+    assert says in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+
+
+def test_rows_of_their_own_lengths_are_not_a_missing_row(tmp_path: Path):
+    (tmp_path / "irregular.csv").write_text("time_s,count\n0,3\n7,4\n9,5\n20,1\n31,0\n")
+    assert load_trace(tmp_path / "irregular.csv").durations.tolist() == [7, 2, 11, 11, 11]
