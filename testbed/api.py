@@ -114,7 +114,7 @@ def run_scenario(scenario: LoadedScenario | str | Path | Mapping[str, Any], out:
 
 def evaluate(policy: Any, service: str | ServiceProfile, trace: Any, *, ratio: float = 1.0,
              total_units: int = 8, seed: int = 0, profiles: str | Path | None = None,
-             max_steps: int | None = None) -> Any:
+             max_steps: int | None = None, policy_args: Mapping[str, Any] | None = None) -> Any:
     """One service alone on the simulator under a policy, over a trace (as `testbed sim eval`).
 
     Args:
@@ -127,6 +127,8 @@ def evaluate(policy: Any, service: str | ServiceProfile, trace: Any, *, ratio: f
         seed: the simulator's seed.
         profiles: a profile file whose services are added to (or change) the registry's.
         max_steps: stop after this many scaler periods.
+        policy_args: the policy's own arguments, as a scenario's `policy_args:` (a name or a
+            reference only).
 
     Returns:
         The service's `testbed.train.evaluate.ServiceResult` (SLO violation rate, instances,
@@ -142,7 +144,8 @@ def evaluate(policy: Any, service: str | ServiceProfile, trace: Any, *, ratio: f
         service = service.name
     profile_for(known, service, "evaluate()")
     if not hasattr(policy, "act"):
-        policy = make_policy(str(policy), service, total_units=total_units, seed=seed, profiles=known)
+        policy = make_policy(str(policy), service, total_units=total_units, seed=seed, profiles=known,
+                             options=policy_args)
     trace = trace if isinstance(trace, Trace) else load_trace(trace)
     results = simulate({service: policy}, {service: trace}, {service: ratio}, total_units=total_units,
                        seed=seed, profiles=known, max_steps=max_steps)

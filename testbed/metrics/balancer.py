@@ -197,6 +197,7 @@ class ServiceBalancer:
         except ConnectionError:  # the client left while sending its request
             self._lost("while sending the request")
             return web.Response(status=499)  # never sent: the connection is gone
+        upload_ms = (time.monotonic() - start) * 1000.0
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         status, reason = 0, ""
         served_by = ""  # the replica that answered; none for "no replica" (the mesh's pod label)
@@ -260,9 +261,11 @@ class ServiceBalancer:
             # replica's time compressed, the rest (network, balancer) at its real duration; here
             # in wall time against the compressed SLO, so the rest counts divided by the scale
             latency_ms = server_ms + (latency_ms - server_ms) / self.time_scale
+            upload_ms /= self.time_scale  # the network's part: at its real duration, as the rest
         if request.transport is None or request.transport.is_closing():
             self._lost("while waiting for the response")
-        violated = self.collector.completion(latency_ms, ok=status < 400, dropped=status == 503)
+        violated = self.collector.completion(latency_ms, ok=status < 400, dropped=status == 503,
+                                             upload_ms=upload_ms)
         if violated:
             self.metrics.violations.labels(self.service, reason or "slow").inc()
         self.metrics.requests.labels(self.service, str(status)).inc()

@@ -20,6 +20,7 @@ class Tick:
     completed: int = 0
     violations: int = 0
     latency_sum_ms: float = 0.0
+    upload_sum_ms: float = 0.0  # of latency_sum_ms, the time spent receiving the requests' bodies
     dropped: int = 0  # refused on arrival (503: a full queue, no ready replica)
     # of the served ones (not dropped), kept while a window may still ask for them
     latencies_ms: array = field(default_factory=lambda: array("d"))
@@ -56,12 +57,14 @@ class ServiceCollector:
         self._open.arrivals += 1
         self.total_arrivals += 1
 
-    def completion(self, latency_ms: float, ok: bool, dropped: bool = False) -> bool:
-        """Count a finished request (`dropped`: refused on arrival, which also fails it); returns
-        True when it violated the SLO."""
+    def completion(self, latency_ms: float, ok: bool, dropped: bool = False,
+                   upload_ms: float = 0.0) -> bool:
+        """Count a finished request (`dropped`: refused on arrival, which also fails it; of its
+        `latency_ms`, `upload_ms` receiving its body); returns True when it violated the SLO."""
         violated = (not ok) or dropped or latency_ms > self.slo_ms
         self._open.completed += 1
         self._open.latency_sum_ms += latency_ms
+        self._open.upload_sum_ms += upload_ms
         if dropped:
             self._open.dropped += 1
         else:
@@ -125,6 +128,7 @@ class ServiceCollector:
         completed = self._open.completed + sum(t.completed for t in picked)
         violations = self._open.violations + sum(t.violations for t in picked)
         lat = self._open.latency_sum_ms + sum(t.latency_sum_ms for t in picked)
+        upload = self._open.upload_sum_ms + sum(t.upload_sum_ms for t in picked)
         dropped = self._open.dropped + sum(t.dropped for t in picked)
         served = [x for t in (*picked, self._open) for x in t.latencies_ms]
         if picked:
@@ -144,4 +148,5 @@ class ServiceCollector:
             violations=violations, utilization=util, instances=len(in_flight_now),
             mean_latency_ms=(lat / completed) if completed else None,
             queue_length=waiting_now, dropped=dropped, **latency_percentiles(served),
+            mean_upload_ms=(upload / completed) if completed else None,
         )

@@ -30,8 +30,9 @@ class WindowMetrics:
     #                     the simulator samples it each second, the testbed integrates it:
     #                     docs/metrics.md)
     instances: int  # ready instances at the end of the window
-    # mean latency of the requests served in the window, ms: from arrival at the service to the
-    # answer, so queueing included (was `mean_proc_time_ms`, kept as an alias)
+    # mean latency of the requests completed in the window, ms: from arrival at the service (its
+    # headers) to the answer, so the upload of the request's body and queueing included (was
+    # `mean_proc_time_ms`, kept as an alias); `mean_service_latency_ms` leaves the upload out
     mean_latency_ms: float | None = None
     # requests waiting at the service at the window's end: sum over its replicas of
     # max(0, in_flight - capacity), i.e. arrived, not finished and not yet being processed (the
@@ -47,6 +48,10 @@ class WindowMetrics:
     # requests refused on arrival in the window (a full queue, the rate limit, no ready replica);
     # None: not measured. `admitted` = arrivals - dropped
     dropped: int | None = None
+    # of `mean_latency_ms`, the mean time the service spent receiving a request's body (its
+    # upload over the UE's slice), ms; None where there is no network in between (the
+    # simulator) or it is not told apart (the lab's sidecar histograms)
+    mean_upload_ms: float | None = None
     # the profile the service runs with (its SLO, timing, capacity, GPU curve); the control loop
     # sets it on the window a policy's observe() gets, None elsewhere
     profile: ServiceProfile | None = field(default=None, compare=False, hash=False)
@@ -68,6 +73,7 @@ class WindowMetrics:
         p95_latency_ms: float | None = None,
         p99_latency_ms: float | None = None,
         dropped: int | None = None,
+        mean_upload_ms: float | None = None,
     ) -> WindowMetrics:
         """The constructor's instance, for a simulator that builds one per step: it fills the
         fields in one dict update instead of the frozen class's object.__setattr__ per field
@@ -87,6 +93,7 @@ class WindowMetrics:
             p95_latency_ms=p95_latency_ms,
             p99_latency_ms=p99_latency_ms,
             dropped=dropped,
+            mean_upload_ms=mean_upload_ms,
             profile=None,
         )
         return window
@@ -114,6 +121,15 @@ class WindowMetrics:
     def slo_ms(self) -> float | None:
         """The service's SLO threshold, ms (from `profile`; None without one)."""
         return None if self.profile is None else self.profile.slo_ms
+
+    @property
+    def mean_service_latency_ms(self) -> float | None:
+        """`mean_latency_ms` without the upload: from the whole request received to its answer
+        (queueing and processing), which a network fade does not lengthen. Where the upload is
+        not measured (`mean_upload_ms` None: the simulator has none), `mean_latency_ms`."""
+        if self.mean_latency_ms is None or self.mean_upload_ms is None:
+            return self.mean_latency_ms
+        return max(0.0, self.mean_latency_ms - self.mean_upload_ms)
 
     @property
     def mean_proc_time_ms(self) -> float | None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles import ServiceProfile
 from testbed.scaler.fa2 import Pipeline
 from testbed.scaler.registry import BuildArgs, resolve
@@ -15,11 +16,13 @@ from testbed.scaler.registry import BuildArgs, resolve
 
 @dataclass(frozen=True)
 class PolicyChoice:
-    """The policy a service runs and the model file it loads, if any (already resolved)."""
+    """The policy a service runs, the model file it loads, if any (already resolved), and its
+    own arguments (a scenario's `policy_args:`)."""
 
     service: str
     policy: str
     model: Path | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -49,14 +52,26 @@ def build_policies(choices: Sequence[PolicyChoice], profiles: Mapping[str, Servi
     for c in choices:
         groups.setdefault(c.policy, []).append(c)
     entries = {name: resolve(name, base_dir=base_dir) for name in groups}
+    for c in choices:
+        problem = entries[c.policy].options_problem(c.options)
+        if problem:
+            raise ConfigError([ConfigProblem(profile_source or "<policy>", None,
+                                             f"{c.service}: policy_args", problem)])
     for name, entry in entries.items():  # first the planners: an actor takes its model's services
         if entry.plan is not None:
             model = groups[name][0].model or entry.default_model
-            out.update(entry.plan([c.service for c in groups[name]], replace(args, model=model)))
+            options = dict(groups[name][0].options)
+            if any(dict(c.options) != options for c in groups[name]):
+                raise ConfigError([ConfigProblem(profile_source or "<policy>", None, "policy_args",
+                                                 f"{name} plans its services together: give them "
+                                                 "the same policy_args")])
+            out.update(entry.plan([c.service for c in groups[name]],
+                                  replace(args, model=model, options=options)))
             if model is not None:
                 models[name] = str(model)
     for c in choices:
         entry = entries[c.policy]
         if c.service not in out and entry.build is not None:
-            out[c.service] = entry.build(c.service, replace(args, model=c.model))
+            out[c.service] = entry.build(c.service, replace(args, model=c.model,
+                                                            options=dict(c.options)))
     return BuiltPolicies({c.service: out[c.service] for c in choices}, models)

@@ -5,8 +5,10 @@ InSS and DDPG, which set MPS shares and batch sizes) are this registry's entries
 reaches it the same way from a reference (`module:Class`, wherever a policy name is accepted),
 from an installed package (the `testbed.policies` entry-point group: name -> class) or from Python
 (`register_policy`). A user's class is built with the keyword arguments `service` and
-`total_units` where its `__init__` takes them, else with none; it needs `act(observation,
-action_mask) -> action index` and may define `observe(window)` (see `testbed.scaler.loop`).
+`total_units` where its `__init__` takes them, else with none, and with a scenario's
+`policy_args:` (`BuildArgs.options`); it needs `act(observation, action_mask) -> action index` and
+may define `observe(window)` (see `testbed.scaler.loop`). The rules take their thresholds
+(`RuleThresholds`' fields) as options too; the other built-in policies take none.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from testbed import plugins
 from testbed.errors import ConfigError, ConfigProblem
-from testbed.profiles import PACKAGED_PROFILES, ServiceProfile, default_profiles
+from testbed.profiles import PACKAGED_PROFILES, RuleThresholds, ServiceProfile, default_profiles
 from testbed.profiles.registry import profile_for
 from testbed.scaler.fa2 import Fa2Policy, Pipeline
 from testbed.scaler.gslice import EqualSharePolicy
@@ -44,6 +48,7 @@ class BuildArgs:
     profiles: Mapping[str, ServiceProfile] | None = None
     pipelines: Sequence[Pipeline] = ()
     profile_source: str = PACKAGED_PROFILES
+    options: Mapping[str, Any] = field(default_factory=dict)  # a scenario's `policy_args:`
 
     def profile(self, service: str) -> ServiceProfile:
         """The profile of `service` in these arguments' profiles (the registry's without them)."""
@@ -65,6 +70,16 @@ class PolicyEntry:
     compared: bool = True  # in `testbed sim compare --policies all` (the paper's comparison)
     default_model: Path | None = None  # a planner's model file when none is given
     description: str = field(default="", compare=False)
+    accepts: tuple[str, ...] | None = ()  # the `policy_args:` it takes (None: any keyword)
+
+    def options_problem(self, options: Mapping[str, Any]) -> str | None:
+        """Why `options` (a scenario's `policy_args:`) do not fit this policy, None if they do
+        (their values are checked when it is built)."""
+        unknown = sorted(set(options) - set(self.accepts)) if self.accepts is not None else []
+        if not unknown:
+            return None
+        takes = ", ".join(self.accepts or ()) or "none"
+        return f"{self.name} takes no argument {', '.join(map(repr, unknown))} (it takes: {takes})"
 
     @property
     def sets_shares(self) -> bool:
@@ -76,15 +91,34 @@ def _problem(field_: str, message: str) -> ConfigError:
     return ConfigError([ConfigProblem("<policy>", None, field_, message)])
 
 
+def _rule(cls: type) -> Callable[[str, BuildArgs], Any]:
+    """A rule built from the service's profile, its `rule:` thresholds changed by the options."""
+    def build(service: str, args: BuildArgs) -> Any:
+        profile = args.profile(service)
+        if args.options:
+            try:
+                rule = RuleThresholds.model_validate({**profile.rule.model_dump(), **args.options})
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                raise _problem(f"policy_args.{first['loc'][0]}", first["msg"]) from None
+            profile = profile.replace(rule=rule)
+        return cls.for_profile(profile)
+    return build
+
+
 def _ppo(service: str, args: BuildArgs) -> Policy:
     if not args.model:
         raise _problem("model", "the ppo policy needs --model FILE")
     return MaskablePpoPolicy.load(str(args.model), service)
 
 
+FA2_OPTIONS = ("share_pct", "headroom", "max_batch")  # Fa2Policy's own knobs, as `policy_args:`
+RULE_OPTIONS = tuple(RuleThresholds.model_fields)
+
+
 def _fa2(services: list[str], args: BuildArgs) -> dict[str, Any]:
     pol = Fa2Policy({s: args.profile(s) for s in services}, pipelines=list(args.pipelines),
-                    profile_source=args.profile_source)
+                    profile_source=args.profile_source, **args.options)
     return dict.fromkeys(services, pol)
 
 
@@ -113,9 +147,9 @@ def _actor(kind: str) -> Callable[[list[str], BuildArgs], dict[str, Any]]:
 
 
 _BUILTIN: dict[str, PolicyEntry] = {e.name: e for e in (
-    PolicyEntry("rule_v1", "built in", build=lambda s, a: RuleV1.for_profile(a.profile(s)),
+    PolicyEntry("rule_v1", "built in", build=_rule(RuleV1), accepts=RULE_OPTIONS,
                 description="Algorithm 2: utilization against four thresholds (profile `rule:`)"),
-    PolicyEntry("rule_v2", "built in", build=lambda s, a: RuleV2.for_profile(a.profile(s)),
+    PolicyEntry("rule_v2", "built in", build=_rule(RuleV2), accepts=RULE_OPTIONS,
                 description="Algorithm 4: SLO violation or utilization (profile `rule:`)"),
     PolicyEntry("static", "built in", build=lambda s, a: StaticPolicy(),
                 description="never scales"),
@@ -125,7 +159,8 @@ _BUILTIN: dict[str, PolicyEntry] = {e.name: e for e in (
                 description="uniform over the valid actions"),
     PolicyEntry("ppo", "built in", build=_ppo, needs_model=True,
                 description="Maskable PPO agent (models/SERVICE.zip)"),
-    PolicyEntry("fa2", "built in", plan=_fa2, description="FA2: shares and batches per SLO"),
+    PolicyEntry("fa2", "built in", plan=_fa2, accepts=FA2_OPTIONS,
+                description="FA2: shares and batches per SLO"),
     PolicyEntry("gslice", "built in", plan=_gslice, description="GSLICE-like equal split"),
     PolicyEntry("inss", "built in", plan=_actor("inss"), needs_model=True,
                 default_model=default_model("inss"),
@@ -146,10 +181,12 @@ def _class_entry(name: str, cls: Any, origin: str) -> PolicyEntry:
         params = {}
     anything = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     takes = [k for k in ("service", "total_units") if anything or k in params]
+    own = tuple(k for k, p in params.items() if k not in ("service", "total_units")
+                and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
 
     def build(service: str, args: BuildArgs) -> Any:
         given = {"service": service, "total_units": args.total_units}
-        kwargs = {k: given[k] for k in takes}
+        kwargs = {k: given[k] for k in takes} | dict(args.options)
         try:
             policy = cls(**kwargs)
         except Exception as exc:  # the user's constructor: its failure is theirs to read, in one line
@@ -163,7 +200,7 @@ def _class_entry(name: str, cls: Any, origin: str) -> PolicyEntry:
             policy.testbed_label = name  # (`policy_name`), whatever its own `name` says
         return policy
 
-    return PolicyEntry(name, origin, build=build, compared=False,
+    return PolicyEntry(name, origin, build=build, compared=False, accepts=None if anything else own,
                        description=(inspect.getdoc(cls) or "").split("\n")[0])
 
 
@@ -272,7 +309,8 @@ def resolve(name: str, *, source: str = "<policy>", line: int | None = None, fie
 def make_policy(name: str, service: str, *, total_units: int, seed: int = 0,
                 model: str | Path | None = None,
                 profiles: Mapping[str, ServiceProfile] | None = None,
-                base_dir: str | Path | None = None) -> Any:
+                base_dir: str | Path | None = None,
+                options: Mapping[str, Any] | None = None) -> Any:
     """One service's policy by name or `module:Class`; `ppo` loads `model` (a file written by
     `testbed train`); the rules read their thresholds from the service's profile in `profiles`
     (default: the service registry's).
@@ -282,7 +320,8 @@ def make_policy(name: str, service: str, *, total_units: int, seed: int = 0,
             (build those with `testbed.scaler.factory.build_policies`).
 
     name: the policy; service: the service it scales; total_units: the units its rules count room
-    in; seed: for random policies; base_dir: where a `module:Class` is imported from.
+    in; seed: for random policies; base_dir: where a `module:Class` is imported from; options:
+    the policy's own arguments (a scenario's `policy_args:`).
     """
     entry = resolve(name, base_dir=base_dir)
     if entry.build is None:
@@ -290,5 +329,8 @@ def make_policy(name: str, service: str, *, total_units: int, seed: int = 0,
                                  f"simulator: testbed sim compare --policies {name} (or a scenario "
                                  "on the testbed engine)")
     args = BuildArgs(total_units=total_units, seed=seed, model=Path(model) if model else None,
-                     profiles=profiles)
+                     profiles=profiles, options=dict(options or {}))
+    problem = entry.options_problem(args.options)
+    if problem:
+        raise _problem("policy_args", problem)
     return entry.build(service, args)

@@ -339,7 +339,8 @@ class CellRunner:
         source = (str(self.base_dir / scn.service_profiles) if scn.service_profiles
                   else PACKAGED_PROFILES)
         built = build_policies(
-            [PolicyChoice(s.name, s.policy, self.base_dir / s.model if s.model else None)
+            [PolicyChoice(s.name, s.policy, self.base_dir / s.model if s.model else None,
+                          s.policy_args)
              for s in scn.services], profiles,
             total_units=scn.total_units, seed=scn.seed + self.rep,
             pipelines=[Pipeline(tuple(p.services), p.sla_ms) for p in scn.pipelines],

@@ -122,7 +122,8 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
                 if k in traces or k in later}
     policies = {s.name: make_policy(s.policy, s.name, total_units=scn.total_units, seed=seed,
                                     model=str(base_dir / s.model) if s.model else None,
-                                    profiles=profiles, base_dir=base_dir)
+                                    profiles=profiles, base_dir=base_dir,
+                                    options=s.policy_args)
                 for s in services}
     steps = max(1, int(scn.duration_s // scn.scaler_period_s))
     options = TESTBED_OPTIONS if like_testbed else DEFAULT_OPTIONS

@@ -49,6 +49,9 @@ class ServiceSpec(Strict):
     # folder when the scenario loads (check_policies)
     policy: str = "static"
     model: str | None = None  # ppo: a trained PPO model file; inss/ddpg: default models/POLICY.zip
+    # the policy's own keyword arguments: a class's __init__ parameters, the rules' thresholds
+    # (RuleThresholds' fields), fa2's share_pct/headroom/max_batch (checked when the run builds it)
+    policy_args: dict[str, float | int | str | bool] = {}
 
     @field_validator("policy")
     @classmethod
@@ -318,12 +321,25 @@ def check_policies(scn: Scenario, base_dir: Path, params: dict[str, Any] | None 
         if not is_ref(s.policy):
             problems += [(where, m) for m in _share_problems(scn, s, profiles)]
             problems += _agent_problems(s, i, base_dir)
+            problems += _options_problems(registry.resolve(s.policy), s, i, where, swept)
             continue
         try:
-            registry.resolve(s.policy, base_dir=base_dir)
+            entry = registry.resolve(s.policy, base_dir=base_dir)
         except ConfigError as exc:
             problems.append((where, exc.problems[0].message))
+            continue
+        problems += _options_problems(entry, s, i, where, swept)
     return problems
+
+
+def _options_problems(entry: registry.PolicyEntry, s: ServiceSpec, i: int, where: tuple,
+                      swept: list[str]) -> list[tuple[tuple, str]]:
+    """`policy_args:` the service's policy does not take, at its line (the matrix key's where the
+    cell's policy comes from the matrix)."""
+    problem = entry.options_problem(s.policy_args)
+    if problem is None:
+        return []
+    return [(where if swept else ("services", i, "policy_args"), problem)]
 
 
 def _agent_problems(s: ServiceSpec, i: int, base_dir: Path) -> list[tuple[tuple, str]]:

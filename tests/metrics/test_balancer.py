@@ -195,3 +195,37 @@ def test_queue_length_counts_requests_waiting_beyond_capacity():
     assert statuses == [200] * 6
     assert 2 <= during <= 5  # 6 sent, one in service, at least one answered by 300 ms
     assert after == 0
+
+
+def test_a_window_holds_the_latency_with_the_upload_and_without_it():
+    """A request whose body arrives over 200 ms (a slow uplink) counts those 200 ms in its
+    latency (`mean_latency_ms`, from its headers at the service) and not in the service's own
+    (`mean_service_latency_ms`): a policy that reads the first scales out during a network fade,
+    one that reads the second does not."""
+    req = build_request("chatbot", ContentSet())
+    third = len(req.body) // 3
+
+    async def slow_body():  # the real request's body in three parts, 100 ms apart
+        for i in range(4):
+            yield req.body[i * third:(i + 1) * third]
+            await asyncio.sleep(0.1 if i < 3 else 0)
+
+    async def main():
+        fast = ServiceProfile(capacity=1, queue_limit=10, proc_time_ms=(50, 50), startup_ms=0,
+                              slo_ms=2500)
+        profiles = default_profiles() | {"chatbot": fast}
+        async with replica_servers(fast, n=1) as (_, servers), \
+                LoadBalancer(profiles, ["chatbot"], sample_interval_s=0.05) as lb, \
+                aiohttp.ClientSession() as session:
+            lb.services["chatbot"].add("chatbot-0", str(servers[0].make_url("")))
+            headers = {**req.headers, "Content-Length": str(len(req.body))}
+            async with session.post(lb.endpoint("chatbot") + req.target, data=slow_body(),
+                                    headers=headers) as r:
+                await r.read()
+            return lb.window(10)["chatbot"]
+
+    w = asyncio.run(main())
+    assert w.completed == 1 and w.violations == 0, w
+    assert w.mean_upload_ms >= 190, w  # the two 100 ms pauses inside its body
+    assert w.mean_latency_ms >= w.mean_upload_ms + 45  # the upload, then the replica's 50 ms
+    assert w.mean_service_latency_ms < 150, w  # the replica's 50 ms and the hops, no upload
