@@ -19,13 +19,14 @@ from testbed.cluster.base import ClusterBackend
 from testbed.errors import TestbedError
 from testbed.load.gate import open_gate, ready_at_gate
 from testbed.load.traffic import ClientJob, IperfJob, LoadJob
-from testbed.profiles import PACKAGED_PROFILES, load_profiles
+from testbed.profiles import PACKAGED_PROFILES, write_profiles
 from testbed.scaler.fa2 import Pipeline
 from testbed.scaler.factory import PolicyChoice, build_policies
 from testbed.scaler.loop import ScalerLoop
 from testbed.scenario.backends import CellBackends, CellJob, CellOutcome, LocalProfile, Profile
 from testbed.scenario.live import LiveView
 from testbed.scenario.matrix import Cell
+from testbed.scenario.profiles import scenario_profiles
 from testbed.scenario.results import (
     FELL_BEHIND,
     LATENESS_SLO_SHARE,
@@ -101,8 +102,7 @@ class CellRunner:
     def profiles(self) -> dict[str, Any]:
         """The services' profiles (capacity, units, timing), recorded in the cell's info."""
         scn = self.scn
-        profiles = load_profiles(self.base_dir / scn.service_profiles if scn.service_profiles
-                                 else None)
+        profiles = scenario_profiles(scn, self.base_dir)
         self.info["profiles"] = {s.name: profiles[s.name].model_dump(mode="json", exclude={"sources"})
                                  for s in scn.services}
         # the reports judge SLO violations by the thresholds the scaler and balancer use
@@ -239,8 +239,15 @@ class CellRunner:
         planned = self.info.setdefault("planned_requests", {s.name: 0 for s in scn.services})
         warmup = self.info.setdefault("warmup_requests", {})
         jobs = []
+        changed = None  # the scenario's `profiles:` changes reach the clients as a file of their own
+        if scn.profiles:
+            changed = self.dir.path / "profiles.yaml"
+            profiles = scenario_profiles(scn, self.base_dir)
+            write_profiles(changed, {s.name: profiles[s.name] for s in scn.services})
         for i, c in enumerate(scn.clients):
             load = replace(load_job(scn, c, i, self.rep, self.base_dir), start_gate=gate)
+            if changed is not None:
+                load = replace(load, profiles=changed)
             offsets = load.offsets()
             planned[c.service] = planned.get(c.service, 0) + len(offsets)
             out = self.dir.requests / f"{c.service}-{c.ue_group}-{i}.jsonl"

@@ -30,8 +30,8 @@ from testbed.cluster.manifest import check_deployable, origins, write_manifests
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.lab.plan import ActionLog, PlanBackends, VirtualTime
 from testbed.lab.session import DEFAULT_NAMESPACE, LabConfig, LabService, LabSession
-from testbed.profiles import load_profiles
 from testbed.scenario.backends import CellBackends, CellJob, CellMain, CellOutcome, Clock
+from testbed.scenario.profiles import scenario_profiles
 from testbed.scenario.spec import Scenario
 
 LAB_SAMPLE_S = 5.0  # scenario seconds between samples: each is ~10 PromQL queries per service
@@ -103,7 +103,7 @@ class LabProfile:
         its profile's `deploy:` (a ConfigError naming `services.<name>.deploy` and the profile
         file for a service without one, before anything touches the lab)."""
         profiles_file = base_dir / scn.service_profiles if scn.service_profiles else None
-        profiles = load_profiles(profiles_file)
+        profiles = scenario_profiles(scn, base_dir)
         chosen = [profiles[s.name] for s in scn.services]
         where = origins([p.name for p in chosen], profiles_file)
         check_deployable(chosen, where)

@@ -13,6 +13,7 @@ from testbed.profiles import load_profiles
 from testbed.scenario.expect_checks import check_expectations, check_selectors_match
 from testbed.scenario.matrix import check_matrix, expand
 from testbed.scenario.plan import check_power
+from testbed.scenario.profiles import scenario_profiles
 from testbed.scenario.spec import (
     Scenario,
     check_policies,
@@ -110,7 +111,16 @@ def _check_cells(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[tu
         own = cell.scenario.service_profiles
         if own not in profiles:
             profiles[own] = load_profiles(base_dir / own if own else None)
-        for path, msg in [*check_policies(cell.scenario, base_dir, cell.params, profiles[own]),
+        try:
+            changed = scenario_profiles(cell.scenario, base_dir, profiles[own])
+        except ConfigError as exc:
+            swept = [k for k in cell.params if k.startswith("profiles.")]
+            where = ("matrix", swept[0]) if swept else ("profiles",)
+            problem = exc.problems[0]
+            problems.append((where, f"cell {cell.label}: {problem.field}: {problem.message}"
+                             if cell.params else f"{problem.field}: {problem.message}"))
+            continue
+        for path, msg in [*check_policies(cell.scenario, base_dir, cell.params, changed),
                           *check_share_models(cell.scenario, base_dir, cell.params)]:
             if (path, msg) not in seen:
                 seen.add((path, msg))

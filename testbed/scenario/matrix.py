@@ -4,6 +4,8 @@ A key is a dotted path into the scenario or an alias for a common knob:
 
 - `testbed.<path>` addresses the resolved testbed (`TestbedSpec`): `testbed.link.capacity_mbit`,
   `testbed.slices.ai.guaranteed_mbit`, `testbed.ue_groups.0.count`;
+- `profiles.<service>.<field>` a field of a service's profile (`profiles.xrpose.capacity`,
+  `profiles.imgcls.rule.slo_high`), set in the scenario's `profiles:` changes;
 - any other path addresses the scenario: `clients.0.rate`, `services.imgcls.replicas`,
   `warmup_s`, `time_scale`;
 - a list item is named by its `name` field or by its integer index (`services.1.policy`;
@@ -29,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 
 from testbed.config import TestbedSpec
 from testbed.profiles.paper import PAPER_TABLES
+from testbed.scenario.profiles import profile_path_problem, set_change
 from testbed.scenario.spec import Scenario
 
 MAX_CELLS = 1000  # cells of one run (each brings up a testbed): more is a typo, not a plan
@@ -240,6 +243,11 @@ def _path_setter(key: str, scn: Scenario, testbed: TestbedSpec) -> Setter:
         return lambda s, t, v: (s, set_path(t, segs[1:], v))
     if segs[0] in RUN_WIDE:
         raise NoSuchPath(f"{segs[0]!r} is read once per run and cannot vary per cell")
+    if segs[0] == "profiles":  # a profile's field, whether the scenario changes it already or not
+        problem = profile_path_problem(segs[1:], [s.name for s in scn.services])
+        if problem:
+            raise NoSuchPath(problem)
+        return lambda s, t, v: (s.model_copy(update={"profiles": set_change(s.profiles, segs[1:], v)}), t)
     if segs[0] not in Scenario.model_fields:
         fields = [f for f in Scenario.model_fields if f not in RUN_WIDE]
         raise NoSuchPath(f"{segs[0]!r} names nothing in the scenario (aliases: "

@@ -19,7 +19,7 @@ from typing import Any
 from testbed.judge import power
 from testbed.judge.power import CheckPlan
 from testbed.judge.syntax import Term, matches, parse
-from testbed.profiles.registry import load_profiles
+from testbed.scenario.profiles import scenario_profiles
 from testbed.scenario.spec import Scenario
 
 __all__ = ["check_power", "plan_checks", "plan_rows"]
@@ -59,7 +59,7 @@ def plan_rows(scn: Scenario, cells: list[Any], base_dir: Path) -> list[dict[str,
     rows = []
     for cell in cells:
         cs = cell.scenario
-        profiles = load_profiles(base_dir / cs.service_profiles if cs.service_profiles else None)
+        profiles = scenario_profiles(cs, base_dir)
         planned = {s.name: 0 for s in cs.services}
         for i, c in enumerate(cs.clients):
             offsets = load_job(cs, c, i, 0, base_dir).offsets()

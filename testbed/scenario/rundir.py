@@ -25,6 +25,7 @@ from typing import Any
 from testbed.config.secrets import redact_scenario, redact_testbed
 from testbed.paths import git_commit
 from testbed.profiles import load_profiles
+from testbed.scenario.profiles import apply_changes
 
 PACKAGES = ("testbed", "pydantic", "aiohttp", "numpy", "pymongo", "montydb", "torch",
             "stable-baselines3", "sb3-contrib", "gymnasium", "matplotlib", "typer", "rich")
@@ -83,7 +84,8 @@ def used_profiles(scenario: dict[str, Any], base_dir: Path) -> dict[str, Any]:
 
     scenario: the scenario as recorded; base_dir: its folder."""
     own = scenario.get("service_profiles")
-    profiles = load_profiles(base_dir / own if own else None)
+    profiles = apply_changes(load_profiles(base_dir / own if own else None),
+                             scenario.get("profiles") or {})
     names = [s["name"] for s in scenario.get("services", [])]
     return {n: profiles[n].model_dump(mode="json") for n in names if n in profiles}
 

@@ -24,6 +24,7 @@ from testbed.profiles import load_profiles
 from testbed.scaler.fa2 import Pipeline
 from testbed.scaler.registry import make_policy
 from testbed.scenario.matrix import Cell
+from testbed.scenario.profiles import scenario_profiles
 from testbed.scenario.rundir import CellDir
 from testbed.scenario.spec import Scenario, read_trace, trace_dir
 from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS
@@ -86,7 +87,7 @@ def sim_profiles(scn: Scenario, cluster_profiles: dict[str, Any] | None,
 
     own = base_dir / scn.service_profiles if scn.service_profiles and base_dir is not None else None
     read = (inputs or {}).get("profiles", {})
-    profiles = cluster_profiles or read.get(str(own) if own else None) or load_profiles(own)
+    profiles = cluster_profiles or scenario_profiles(scn, base_dir, read.get(str(own) if own else None))
     out = {}
     for s in scn.services:
         p = profiles[s.name]

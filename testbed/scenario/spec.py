@@ -171,6 +171,10 @@ class Scenario(Strict):
     compare_sim: bool = False  # also run each cell through the simulator (sim-to-testbed check)
     pipelines: list[PipelineSpec] = Field(default_factory=list)  # for fa2
     service_profiles: str | None = None  # profile YAML merged over Table 4.4 (`testbed profile`)
+    # profile fields changed for this scenario, per service, over the file's and the registry's
+    # (a `rule:`/`request:`/`deploy:`/`gpu:` block field by field): `profiles.xrpose.capacity` in a
+    # matrix sweeps one (testbed.scenario.profiles)
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # local testbed: stretch each replica's time by InSS's interference term for its neighbours on
     # the emulated GPU (as `testbed sim compare` does); off = DRAFAS's configuration. On the lab
     # the GPUs interfere by themselves.
