@@ -28,6 +28,7 @@ METRICS = {
     "slo_violation_rate": "violations / requests (failed, timed out or over the SLO threshold)",
     "mean_latency_ms": "mean latency of successful requests, from send time",
     "p50_latency_ms": "median latency of successful requests",
+    "p95_latency_ms": "95th percentile latency of successful requests",
     "p99_latency_ms": "99th percentile latency of successful requests",
     "mean_sched_latency_ms": "mean latency from the scheduled time (shows coordinated omission)",
     "throughput_rps": "successful requests per second",

@@ -56,6 +56,7 @@ def service_row(records: list[dict[str, Any]], service: str, *, time_scale: floa
         "ok": len(ok_lat),
         "latency_sd_ms": statistics.stdev(ok_lat) if len(ok_lat) > 1 else None,
         "p50_latency_ms": percentile(ok_lat, 0.5),
+        "p95_latency_ms": percentile(ok_lat, 0.95),
         "p99_latency_ms": percentile(ok_lat, 0.99),
         "mean_sched_latency_ms": sum(sched) / len(sched) if sched else None,
         "p99_lateness_ms": percentile(lateness, 0.99),
@@ -288,6 +289,7 @@ def sim_rows(cell_dir: Path, info: dict[str, Any], base: dict[str, Any]) -> list
                      "ratio": info.get("ratios", {}).get(service),
                      "slo_violation_rate": r["slo_violation_rate"], "mean_replicas": r["instances"],
                      "mean_latency_ms": r["proc_time"] * 1000.0, "reward": r["reward"],
+                     **{k: r.get(k) for k in ("p50_latency_ms", "p95_latency_ms", "p99_latency_ms")},
                      "steps_per_second": r.get("steps_per_second"), "requests": None,
                      "errors": None})
     chains = cell_dir / "chains.json"

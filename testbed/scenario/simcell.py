@@ -130,7 +130,8 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
     options = TESTBED_OPTIONS if like_testbed else DEFAULT_OPTIONS
     cluster = _routed_cluster(scn, profiles, traces, ratios, seed) if routed else None
     results = evaluate(policies, traces, ratios, total_units=scn.total_units, seed=seed,
-                       max_steps=steps, profiles=profiles, options=options, cluster=cluster)
+                       max_steps=steps, profiles=profiles, options=options, cluster=cluster,
+                       latency_percentiles=True)
     if cluster is not None and chains is not None:
         seconds = max(1, min(steps, int(cluster.now // cluster.step_seconds))) * cluster.step_seconds
         chains += [{**c, "on_time_rps": c["on_time"] / seconds} for c in cluster.chain_results()]

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from testbed.metrics.histogram import LatencyHistogram
 from testbed.metrics.window import WindowMetrics, latency_percentiles
 from testbed.profiles import ServiceProfile
 from testbed.sim.passes import compiled_passes
@@ -178,6 +179,8 @@ class SimService:
         self._chunk: _Chunk | None = None
         self._next_steps, self._max_steps = 1, max_chunk_steps
         self.measure_queue = True  # windows carry queue_length (SimBackend.measure_queue)
+        # every served request's latency, counted as its window is used (None: not kept)
+        self.latencies: LatencyHistogram | None = None
 
     # -- replica bookkeeping ---------------------------------------------------------------------
     def desired(self) -> int:
@@ -231,8 +234,19 @@ class SimService:
                 self._next_steps = min(2 * self._next_steps, self._max_steps)
             chunk = self._chunk = self._serve_chunk(t0, t1 - t0, self._next_steps)
         out = chunk.outcomes[chunk.used]
+        if self.latencies is not None:
+            self._count_latencies(chunk, chunk.used)
         chunk.used += 1
         return out
+
+    def _count_latencies(self, chunk: _Chunk, k: int) -> None:
+        """The latencies of the served requests that arrived in window `k` of `chunk`: final once
+        the window is used (a rewind re-serves only what arrives after it)."""
+        lo, hi = np.searchsorted(chunk.arrivals, [chunk.t0 + k * chunk.step,
+                                                  chunk.t0 + (k + 1) * chunk.step], side="left")
+        finish = chunk.finish[lo:hi]
+        ok = finish == finish  # not NaN (dropped)
+        self.latencies.add(1000.0 * (finish[ok] - chunk.arrivals[lo:hi][ok]))  # type: ignore[union-attr]
 
     def _rewind(self, now: float) -> None:
         """Make queues, cursor and round-robin pointer those of time `now` inside the current chunk."""

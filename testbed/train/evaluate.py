@@ -10,6 +10,7 @@ from typing import Any
 
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.load.trace import Trace, load_trace
+from testbed.metrics.histogram import LatencyHistogram
 from testbed.profiles import ServiceProfile, default_profiles
 from testbed.profiles.paper import DEFAULT_RATIOS, TEST_SHIFT_HOURS, TOTAL_UNITS, test_day_file
 from testbed.scaler.loop import Decision, ScalerLoop
@@ -30,6 +31,10 @@ class ServiceResult:
     reward: float  # mean Eq. 3.2 reward per period
     steps_per_second: float
     steps_per_cpu_second: float = 0.0  # steps over this process's CPU time: robust on a busy machine
+    # latency percentiles of every served request (ms; a histogram's, within 0.5 %), where asked for
+    p50_latency_ms: float | None = None
+    p95_latency_ms: float | None = None
+    p99_latency_ms: float | None = None
 
     def as_json(self) -> dict[str, float | int | str]:
         return asdict(self)
@@ -64,11 +69,13 @@ def evaluate(
     progress: Callable[[int, int], None] | None = None,
     options: SimOptions = DEFAULT_OPTIONS,
     cluster: Any = None,
+    latency_percentiles: bool = False,
 ) -> dict[str, ServiceResult]:
     """All `policies`' services share one cluster of `total_units`, as in Section 5.1.
 
     `cluster`: a simulator built by the caller (e.g. a `GpuSimCluster` routing a pipeline) instead
     of the DRAFAS simulator; it serves `policies`' services, `traces` only bound the steps.
+    `latency_percentiles`: also every served request's p50/p95/p99 (a histogram per service).
 
     Like the dissertation's evaluation (its EvalStats), SLO violation rate, instances and
     processing time are means over periods of the per-period values (processing time over the
@@ -86,6 +93,12 @@ def evaluate(
         )
     loop = ScalerLoop(cluster, policies, cluster.latest_window, clock=lambda: cluster.now,
                       profiles=chosen)
+    histograms: dict[str, LatencyHistogram] = {}
+    if latency_percentiles:
+        for s in chosen:
+            sim = getattr(cluster, "sims", {}).get(s)
+            if sim is not None and hasattr(sim, "latencies"):
+                sim.latencies = histograms[s] = LatencyHistogram()
     if hasattr(cluster, "measure_queue"):
         cluster.measure_queue(loop.observes)  # the queue's pass only for a policy that reads it
     sums = {s: [0.0, 0.0, 0.0, 0.0, 0] for s in chosen}  # slo, instances, reward, proc, periods
@@ -129,6 +142,7 @@ def evaluate(
             acc[2] / n,
             steps / elapsed,
             steps / cpu,
+            **(histograms[s].percentiles() if s in histograms else {}),
         )
         for s, acc in sums.items()
     }

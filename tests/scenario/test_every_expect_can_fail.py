@@ -36,7 +36,7 @@ _MS = [20.0, 100.0, 300.0, 600.0, 1500.0, 8000.0]
 _RPS = [0.0, 1.0, 5.0, 20.0, 50.0, 200.0]
 REAL: dict[str, list[float]] = {
     "slo_violation_rate": _RATES, "chain_violation_rate": _RATES,
-    "mean_latency_ms": _MS, "p50_latency_ms": _MS, "p99_latency_ms": _MS,
+    "mean_latency_ms": _MS, "p50_latency_ms": _MS, "p95_latency_ms": _MS, "p99_latency_ms": _MS,
     "mean_sched_latency_ms": _MS, "mean_e2e_ms": _MS, "p99_e2e_ms": _MS,
     "throughput_rps": _RPS, "on_time_rps": _RPS,
     "requests": [1, 50, 400, 1000, 3000, 20000], "errors": [0, 1, 3, 10, 100, 1000],

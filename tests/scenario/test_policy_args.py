@@ -67,3 +67,18 @@ def test_an_argument_the_policy_does_not_take_is_one_error_at_its_line(policy: s
     with pytest.raises(ConfigError) as exc:
         parse_scenario(text, "args.yaml", EXAMPLES)
     assert str(exc.value).startswith(says), str(exc.value)
+
+
+def test_sim_rows_and_expect_have_the_95th_percentile(tmp_path: Path):
+    """A sim cell's rows carry every served request's p50/p95/p99 (a histogram's), and `expect:`
+    reads p95_latency_ms: one replica's 95th percentile is the queue's full wait (over 2 s), the
+    queue policy's lower."""
+    text = (SCENARIO + "matrix:\n  services.asr.policy_args.high: [2.0, 1000.0]\nexpect:\n"
+            "  - p95_latency_ms[services.asr.policy_args.high=1000.0] > 2000\n"
+            "  - p95_latency_ms[services.asr.policy_args.high=2.0] < "
+            "p95_latency_ms[services.asr.policy_args.high=1000.0]\n")
+    result = testbed.run_scenario(parse_scenario(text, "p95.yaml", EXAMPLES), out=tmp_path)
+    rows = {r["services.asr.policy_args.high"]: r for r in result.rows}
+    assert result.verdict == "PASS", [o.text for o in result.outcomes]
+    for r in rows.values():
+        assert r["p50_latency_ms"] < r["p95_latency_ms"] < r["p99_latency_ms"]

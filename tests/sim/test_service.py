@@ -7,6 +7,7 @@ import pytest
 from testbed.errors import StateError
 from testbed.load.trace import Trace, arrival_times
 from testbed.profiles import ServiceProfile, default_profiles
+from testbed.scaler.loop import ScalerLoop
 from testbed.sim.cluster import SimCluster, SimOptions
 from testbed.sim.queueing import serve_exact, serve_fast
 from testbed.sim.service import SimService, rate_limit_admit, round_robin_admit
@@ -304,3 +305,57 @@ def test_round_robin_admission_equals_the_general_rate_limit(seed):
         assert got.tolist() == want.tolist()
         rr, admitted = (rr + len(part)) % m, admitted + int(got.sum())
     assert 0 < admitted < len(a)  # the limit did bind, and not on everything
+
+
+def test_the_runs_latency_percentiles_count_each_served_request_once_and_change_nothing():
+    """Every served request's latency reaches the histogram once, scaling's rewinds included
+    (p50/p95/p99 within half a bucket of the exact ones over the same requests), and keeping
+    them moves no figure."""
+    from testbed.metrics.histogram import RELATIVE_ERROR, LatencyHistogram
+    from testbed.profiles import default_profiles
+    from testbed.scaler.registry import make_policy
+    from testbed.train.evaluate import evaluate
+
+    seen: list[np.ndarray] = []
+
+    class Keeping(LatencyHistogram):
+        def add(self, latencies_ms):
+            seen.append(np.asarray(latencies_ms))
+            super().add(latencies_ms)
+
+    profiles = {"imgcls": default_profiles()["imgcls"]}
+    rng = np.random.default_rng(5)
+    trace = Trace("wave", np.ones(7200), rng.poisson(20 + 15 * np.sin(np.arange(7200) / 600)))
+    runs = []
+    for keep in (False, True):
+        pol = {"imgcls": make_policy("rule_v2", "imgcls", total_units=8, profiles=profiles)}
+        if keep:
+            import testbed.train.evaluate as ev
+            ev.LatencyHistogram, original = Keeping, ev.LatencyHistogram
+        try:
+            runs.append(evaluate(pol, {"imgcls": trace}, {"imgcls": 1.0}, total_units=8,
+                                 profiles=profiles, latency_percentiles=keep)["imgcls"])
+        finally:
+            if keep:
+                ev.LatencyHistogram = original
+    plain, kept = runs
+    assert (plain.slo_violation_rate, plain.instances, plain.reward) == (
+        kept.slo_violation_rate, kept.instances, kept.reward)
+    assert plain.instances > 1.2  # it scaled: the chunks were rewound
+    x = np.concatenate(seen)
+    # the served requests the periods counted (by the period they finished in: those in flight
+    # at the end differ), against the latencies counted: a rewound chunk's again would be more
+    cluster = SimCluster(profiles, {"imgcls": trace}, {"imgcls": 1.0}, total_units=8)
+    loop = ScalerLoop(cluster, {"imgcls": make_policy("rule_v2", "imgcls", total_units=8,
+                                                      profiles=profiles)},
+                      cluster.latest_window, clock=lambda: cluster.now)
+    served = 0
+    while not cluster.done:
+        cluster.advance()
+        loop.decide("imgcls")
+        served += cluster.last_outcome["imgcls"].served
+    assert abs(len(x) - served) <= 20 and served > 100_000, (len(x), served)
+    for q, got in ((0.5, kept.p50_latency_ms), (0.95, kept.p95_latency_ms),
+                   (0.99, kept.p99_latency_ms)):
+        exact = float(np.sort(x)[int(np.ceil(q * len(x))) - 1])
+        assert abs(got / exact - 1) <= RELATIVE_ERROR + 1e-9, (q, got, exact)
