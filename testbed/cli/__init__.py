@@ -20,8 +20,9 @@ app = typer.Typer(
 )
 # Piped or captured output has no terminal width; rich would then cut tables at 80 columns.
 _WIDTH = None if sys.stdout.isatty() else 160
-console = Console(width=_WIDTH)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+# no emoji codes: user text (an error's `file:100:`) would print as one (💯)
+console = Console(width=_WIDTH, emoji=False)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
 
 # one option, one default for every command that reads the paper's traces
 TracesOpt = typer.Option(None, "--traces", envvar="TESTBED_TRACES", show_default=False,

@@ -144,7 +144,7 @@ def run_playbook(playbook: str, *, inventory: Path, run_dir: Path, extravars: Ma
     work = Path(run_dir) / "ansible"
     work.mkdir(parents=True, exist_ok=True)
     events_file = work / f"{Path(playbook).stem}{'-check' if check else ''}.events.jsonl"
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, emoji=False)
 
     cmdline = ["--check", "--diff"] if check else []
     with Progress(SpinnerColumn(), TextColumn("[bold]{task.fields[play]}[/]"), BarColumn(),

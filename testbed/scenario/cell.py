@@ -402,7 +402,7 @@ def load_job(scn: Scenario, client: ClientSpec, index: int, rep: int, base_dir: 
     fresh = client.connections == "per-request"
     profiles = (base_dir / scn.service_profiles).resolve() if scn.service_profiles else None
     if client.trace:
-        return LoadJob(service=client.service, timeout_s=4.0 / ts, seed=seed, max_error_rate=1.0,
+        return LoadJob(service=client.service, timeout_s=client.timeout_s / ts, seed=seed, max_error_rate=1.0,
                        new_connections=fresh, profiles=profiles,
                        trace=trace_dir(scn, base_dir) / client.trace,
                        trace_time_unit=scn.trace_units.time, trace_rate_unit=scn.trace_units.rate,
@@ -411,7 +411,7 @@ def load_job(scn: Scenario, client: ClientSpec, index: int, rep: int, base_dir: 
                        start_s=client.start_s - warm,  # the warm-up replays the trace before the window
                        duration_s=seconds, speedup=ts)
     assert client.rate is not None  # a client has a trace or a rate (checked at load)
-    return LoadJob(service=client.service, timeout_s=4.0 / ts, seed=seed, max_error_rate=1.0,
+    return LoadJob(service=client.service, timeout_s=client.timeout_s / ts, seed=seed, max_error_rate=1.0,
                    new_connections=fresh, profiles=profiles, rate=client.rate * ts,
                    duration_s=seconds / ts)
 

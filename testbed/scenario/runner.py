@@ -164,7 +164,7 @@ class ScenarioRun:
                 raise MissingRequirement("the scenario's cross_traffic needs iperf3 on PATH "
                                          "(apt-get install iperf3; scripts/setup does)")
         require_free_space(self.options.out_root)
-        self.console = self.options.console or Console(stderr=True)
+        self.console = self.options.console or Console(stderr=True, emoji=False)
         # the lab's --check prints a plan: its directory is named and marked one (plan.json, no
         # results.json), so nothing reads its stand-in cells as a run that lost its requests
         self.plan = bool(getattr(self.options.lab, "check", False))

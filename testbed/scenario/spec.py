@@ -82,6 +82,8 @@ class ClientSpec(Strict):
     # and closes it (Connection: close), as the dissertation's client does: a new connection
     # starts slow, and where flow queues are hashed, lands in a new queue (docs/slicing.md)
     connections: Literal["keep-alive", "per-request"] = "keep-alive"
+    # a request unanswered this long (scenario seconds) is a timeout: an error, an SLO violation
+    timeout_s: float = Field(4.0, gt=0, le=3600)
 
     @model_validator(mode="after")
     def _trace_or_rate(self) -> ClientSpec:

@@ -431,7 +431,11 @@ def test_the_battery_covers_every_kind_of_input():
      "nested deeper"),
     (["report", "[red]x"], {"[red]x/manifest.json": ""}, "[red]x/manifest.json: not a run"),
     (["up", "--profile", "[/x]"], {}, "'[/x]'"),
-], ids=["deep-nesting", "markup-path", "usage-error-markup"])
+    # an error on line 100: rich read `:100:` as an emoji code and printed 💯
+    (["run", "s.yaml", "--plan"], {"s.yaml": "name: s\nservices: [{name: imgcls}]\n" + "#\n" * 97
+                                        + "duration_s: -1\n"},
+     "s.yaml:100: duration_s:"),
+], ids=["deep-nesting", "markup-path", "usage-error-markup", "line-100-no-emoji"])
 def test_real_process_exits_non_zero_without_traceback(argv, files, expect, tmp_path: Path) -> None:
     for name, content in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

@@ -71,3 +71,19 @@ def test_a_trace_job_parses_into_its_values(tmp_path: Path):
     assert job.offsets() == list(schedule_from_trace(
         load_trace(trace), p["ratio"], p["shift"], p["start"], p["duration"], p["speedup"]))
 
+
+
+@pytest.mark.parametrize("given, want", [("", 4.0 / 8), (", timeout_s: 0.5", 0.5 / 8)])
+def test_a_scenarios_client_timeout_reaches_the_client_in_wall_seconds(given: str, want: float):
+    """`clients[].timeout_s` (scenario seconds; 4 s by default, the load client's) becomes the
+    client's `--timeout`, divided by the time scale as the rest of its schedule."""
+    from testbed.scenario.cell import load_job
+    from testbed.scenario.load import parse_scenario
+
+    loaded = parse_scenario("name: t\nduration_s: 60\ntime_scale: 8\nservices: [{name: imgcls}]\n"
+                            f"clients:\n  - {{service: imgcls, ue_group: ai, rate: 2{given}}}\n",
+                            "t.yaml", Path.cwd())
+    scn = loaded.scenario
+    job = load_job(scn, scn.clients[0], 0, 0, Path.cwd())
+    p = _parsed(_argv(_client(job), None))
+    assert job.timeout_s == pytest.approx(want) and p["timeout"] == pytest.approx(want)
