@@ -29,9 +29,13 @@ def export(
     requests: Annotated[bool, typer.Option("--requests", help="Every request record (with its "
                                            "cell, repetition, client and service) instead of the "
                                            "result rows.")] = False,
+    net: Annotated[bool, typer.Option("--net", help="Every network sample (each cell's "
+                                      "net.jsonl: per second, per slice and UE leaf, both "
+                                      "directions) and link-conditions step applied, with its "
+                                      "cell, repetition and scenario time t_s.")] = False,
 ) -> None:
-    """Write a run's result rows (its results.json) or, with --requests, its request records as
-    CSV or JSON lines.
+    """Write a run's result rows (its results.json) or, with --requests, its request records, or
+    with --net its network series, as CSV or JSON lines.
 
     Example: [bold]testbed export runs/20261122T050000Z-smoke --format csv --out smoke.csv[/]
     """
@@ -40,11 +44,16 @@ def export(
     from testbed.report.export import export as write_export
 
     check_run_dir(run_dir)
+    if requests and net:
+        from testbed.errors import ConfigError, ConfigProblem
+
+        raise ConfigError([ConfigProblem("testbed export", None, "--net",
+                                         "give --requests or --net, not both")])
     if out != "-":
         writable_file("--out", Path(out))
     n = write_export(run_dir, sys.stdout if out == "-" else Path(out), fmt.value,
-                     requests=requests)
-    what = "request records" if requests else "rows"
+                     requests=requests, net=net)
+    what = "request records" if requests else "network samples" if net else "rows"
     if out == "-":  # standard output holds the data alone
         err_console.print(f"wrote {n} {what} to standard output", highlight=False)
     else:

@@ -2,6 +2,9 @@
 
     rows(run_dir)           the rows of RUN_DIR/results.json, as the report and `expect:` read them
     request_rows(run_dir)   every request record of every cell and repetition, with where it ran
+    net_rows(run_dir)       every network sample (each cell's net.jsonl: per second, per slice
+                            class and UE leaf, both directions) and each link-conditions step
+                            applied (conditions.jsonl), with where it ran
     write_csv(rows, out)    a header with the union of the rows' keys (in the order they first
                             appear), nested values as JSON, None as an empty field
     write_jsonl(rows, out)  one JSON object a line
@@ -77,6 +80,29 @@ def request_rows(run_dir: Path) -> Iterator[dict[str, Any]]:
                        "warmup": isinstance(seq, int) and seq <= first, **record}
 
 
+def net_rows(run_dir: Path) -> Iterator[dict[str, Any]]:
+    """Every network sample of the run directory `run_dir`, cell by cell and repetition by
+    repetition: `cell`, `rep`, the cell's matrix parameters, `series` ("net": a sample of
+    net.jsonl; "conditions": a step of conditions.jsonl applied), `t_s` (scenario seconds from
+    the cell's load start, where it has one) before the sample's own fields (`t`, `direction`,
+    `slice`, `group`, `ue`, `bytes`, `rate_mbit`, `drops`, ...)."""
+    check_run_dir(run_dir)
+    reps = [p for p in (run_dir / "cells").glob("*/rep-*") if p.is_dir()]
+    for rep_dir in sorted(reps, key=_rep_order):
+        info = _cell_info(rep_dir)
+        rep = info.get("rep", _rep_order(rep_dir)[1])
+        params = info.get("params") or {}
+        zero = info.get("measure_started") or info.get("load_started")
+        scale = info.get("time_scale") or 1.0
+        for series, name in (("net", "net.jsonl"), ("conditions", "conditions.jsonl")):
+            path = rep_dir / name
+            for sample in read_jsonl(path) if path.is_file() else ():
+                t = sample.get("t") if isinstance(sample.get("t"), int | float) else None
+                t_s = (t - zero) * scale if t is not None and zero else None
+                yield {"cell": rep_dir.parent.name, "rep": rep, **params, "series": series,
+                       "t_s": t_s, **sample}
+
+
 def _rep_order(rep_dir: Path) -> tuple[str, int]:
     number = rep_dir.name.removeprefix("rep-")
     return rep_dir.parent.name, int(number) if number.isdigit() else -1
@@ -146,15 +172,18 @@ WRITERS = {"csv": write_csv, "jsonl": write_jsonl}
 
 
 def export(run_dir: Path, out: str | Path | IO[str], fmt: str = "csv", *,
-           requests: bool = False) -> int:
+           requests: bool = False, net: bool = False) -> int:
     """Write the run directory `run_dir`'s result rows, or with `requests` its request records,
-    to `out` (a path or an open text stream) in the format `fmt` (one of FORMATS). Returns how
-    many rows were written; a directory that is not a run's is a StateError before `out` is
-    touched."""
+    or with `net` its network samples, to `out` (a path or an open text stream) in the format
+    `fmt` (one of FORMATS). Returns how many rows were written; a directory that is not a run's
+    is a StateError before `out` is touched."""
     if fmt not in WRITERS:
         raise ValueError(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")
+    if requests and net:
+        raise ValueError("--requests or --net, not both")
     check_run_dir(run_dir)
-    return WRITERS[fmt](request_rows(run_dir) if requests else rows(run_dir), out)
+    chosen = request_rows(run_dir) if requests else net_rows(run_dir) if net else rows(run_dir)
+    return WRITERS[fmt](chosen, out)
 
 
 @contextlib.contextmanager

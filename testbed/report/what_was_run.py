@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from testbed.config import TestbedSpec
+from testbed.config.fiveqi import DEFAULT_FIVE_QI, FIVE_QI
 from testbed.config.secrets import unredact_scenario, unredact_testbed
 from testbed.profiles import default_profiles
 from testbed.report.document import Section, TableData
@@ -48,8 +49,15 @@ def what_was_run(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> Secti
               "delay ms", "queues"], _link),
             ("Slices", ["slice", "S-NSSAI (sst/sd)", "DNN", "subnet", "guaranteed Mbit/s",
                         "ceiling Mbit/s"], _slices),
-            ("UE groups", ["UE group", "slice", "UEs"], _ue_groups),
+            ("UE groups: the QoS each UE of the group has (an AMBR below the link, or a 5QI other "
+             "than 9, is enforced by a leaf of the UE's own in its slice's class)",
+             ["UE group", "slice", "UEs", "AMBR up Mbit/s", "AMBR down Mbit/s", "5QI (priority)"],
+             _ue_groups),
         ]
+        if any((t.get("link") or {}).get("conditions") for _, _, t in resolved):
+            tables.append(("Link conditions in force: each trace's steps (scenario seconds from "
+                           "the cell's start; a blank keeps the value before)",
+                           ["applies to", "trace", "steps"], _conditions))
     tables += [
         ("Services: the scenario's replicas and policy, the profile's numbers (per replica)",
          ["service", "policy", *(["model"] if models else []), "replicas", "units", "capacity",
@@ -164,7 +172,29 @@ def _slices(scn: dict[str, Any], tb: dict[str, Any], _: dict[str, Any]) -> list[
 
 
 def _ue_groups(scn: dict[str, Any], tb: dict[str, Any], _: dict[str, Any]) -> list[list[str]]:
-    return [[g["name"], str(g.get("slice")), str(g.get("count"))] for g in tb.get("ue_groups") or []]
+    out = []
+    for g in tb.get("ue_groups") or []:
+        qi = g.get("five_qi", DEFAULT_FIVE_QI)
+        level = FIVE_QI.get(qi, (None, None))[1]
+        out.append([g["name"], str(g.get("slice")), str(g.get("count")),
+                    _n(g.get("ambr_uplink_mbit")), _n(g.get("ambr_downlink_mbit")),
+                    f"{qi} ({level})" if level is not None else str(qi)])
+    return out
+
+
+def _conditions(scn: dict[str, Any], tb: dict[str, Any], _: dict[str, Any]) -> list[list[str]]:
+    out = []
+    for c in (tb.get("link") or {}).get("conditions") or []:
+        target = (f"slice {c['slice']}" if c.get("slice") else
+                  f"UE group {c['ue_group']}" if c.get("ue_group") else "the link")
+        steps = "; ".join(
+            f"{_n(s.get('time_s'))} s: " + ", ".join(
+                f"{label.format(_n(s[k]))}" for k, label in (
+                    ("capacity_mbit", "{} Mbit/s"), ("loss", "loss {}"), ("delay_ms", "{} ms"))
+                if s.get(k) is not None)
+            for s in c.get("steps") or [])
+        out.append([target, Path(str(c.get("trace", ""))).name, steps])
+    return out
 
 
 def _services(scn: dict[str, Any], profiles: dict[str, dict[str, Any]], sim: bool,

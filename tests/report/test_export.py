@@ -181,3 +181,30 @@ def test_writers_take_any_rows_and_a_stream():
     assert csv_field(0.1 + 0.2) == "0.30000000000000004" and csv_field("x,y") == "x,y"
     with pytest.raises(ValueError, match="unknown format 'xml'"):
         export(Path("."), stream, "xml")
+
+
+def test_net_rows_are_every_sample_and_conditions_step_with_where_and_when(run_dir: Path,
+                                                                           tmp_path: Path):
+    """`testbed export --net`: each cell's net.jsonl samples and conditions.jsonl steps, with
+    the cell, repetition, matrix values and scenario seconds from the cell's load start."""
+    from testbed.report.export import net_rows
+
+    cell = run_dir / "cells" / "00-policy-rule_v2" / "rep-1"
+    info = json.loads((cell / "cell.json").read_text())
+    (cell / "cell.json").write_text(json.dumps({**info, "time_scale": 2.0,
+                                                "load_started": 1000.0}))
+    for t in (1001.0, 1002.0):
+        append_jsonl(cell / "net.jsonl", {"t": t, "direction": "uplink", "slice": "ai",
+                                          "group": "cam", "ue": "10.45.0.2", "bytes": 100,
+                                          "rate_mbit": 4.5, "drops": 0})
+    append_jsonl(cell / "conditions.jsonl", {"t": 1001.5, "time_s": 3.0, "capacity_mbit": 10})
+    got = list(net_rows(run_dir))
+    assert [(r["series"], r["t_s"], r["cell"], r["rep"], r["policy"]) for r in got] == [
+        ("net", 2.0, "00-policy-rule_v2", 1, "rule_v2"), ("net", 4.0, "00-policy-rule_v2", 1, "rule_v2"),
+        ("conditions", 3.0, "00-policy-rule_v2", 1, "rule_v2")]
+    assert got[0]["ue"] == "10.45.0.2" and got[0]["rate_mbit"] == 4.5
+    out = tmp_path / "net.csv"
+    assert export(run_dir, out, "csv", net=True) == 3
+    assert next(csv.DictReader(out.open()))["group"] == "cam"
+    with pytest.raises(ValueError, match="not both"):
+        export(run_dir, out, "csv", net=True, requests=True)

@@ -21,13 +21,16 @@ total_units: 6
 service_profiles: mine.yaml
 testbed:
   name: wt
-  link: {capacity_mbit: 100, uplink_mbit: 40}
+  link:
+    capacity_mbit: 100
+    uplink_mbit: 40
+    conditions: [{trace: fade.csv, ue_group: phones}]
   slices:
     - {name: ai, sst: 1, sd: "000001", subnet: 10.45.0.0/24, guaranteed_mbit: 20, ceiling_mbit: 30}
     - {name: be, sst: 2, subnet: 10.46.0.0/24}
   ue_groups:
     - {name: phones, slice: ai, count: 3, k: 465B5CE8B199B49FAA5F0A2EE238A6BC,
-       opc: E8ED289DEBA952E4283B54E88E6183CA}
+       opc: E8ED289DEBA952E4283B54E88E6183CA, ambr_uplink_mbit: 5, five_qi: 80}
     - {name: noise, slice: be, count: 2}
 services:
   - {name: imgcls, replicas: 2, policy: rule_v2}
@@ -57,6 +60,7 @@ def testbed_run(tmp_path: Path) -> Path:
     """A testbed-engine run directory as the runner starts it: the manifest of the loaded
     scenario and a cell.json for each cell of its matrix (no records: the section needs none)."""
     (tmp_path / "mine.yaml").write_text("services:\n  imgcls: {slo_ms: 750, capacity: 3}\n")
+    (tmp_path / "fade.csv").write_text("time_s,capacity_mbit,loss\n0,5,0\n20,2,0.01\n")
     (tmp_path / "what.yaml").write_text(TESTBED_SCENARIO)
     loaded = load_scenario(tmp_path / "what.yaml")
     run = tmp_path / "run"
@@ -84,8 +88,11 @@ def test_section_lists_the_slices_with_their_snssai_guarantees_and_subnets(testb
 def test_section_lists_the_ue_groups_and_the_link_per_cell(testbed_run):
     md, _ = write_report(testbed_run)
     section = _section(md)
-    assert _row(section, "phones") == ["phones", "ai", "3"]
-    assert _row(section, "noise") == ["noise", "be", "2"]
+    # the QoS in force: AMBR per direction (1000: the default, no limit) and 5QI with its level
+    assert _row(section, "phones") == ["phones", "ai", "3", "5", "1000", "80 (68)"]
+    assert _row(section, "noise") == ["noise", "be", "2", "1000", "1000", "9 (90)"]
+    assert _row(section, "UE group phones") == ["UE group phones", "fade.csv",
+                                                "0 s: 5 Mbit/s, loss 0; 20 s: 2 Mbit/s, loss 0.01"]
     # the matrix changes the link's capacity and slicing: the link table says so, and each cell
     # has its own values (uplink 40 stays: its own cap is below both capacities)
     link = _row(section, "bottleneck")
