@@ -44,3 +44,24 @@ def test_the_example_policy_keeps_p95_under_the_slo_it_reads_from_the_window():
     late = [w for w in served if w.slo_violation_rate > 0.05 and not w.dropped]
     assert all(w.p99_latency_ms > 800 * 0.9 for w in late), [w.p99_latency_ms for w in late]
     assert np.median([w.p50_latency_ms for w in served]) < 800
+
+
+def test_without_the_upload_a_slow_uplink_does_not_scale_it_out():
+    """A window whose p95 is 900 ms against an 800 ms SLO, 500 ms of it the requests' upload
+    (a fade on the UE's slice): the policy reading the latency as it is scales out; told
+    `without_upload` it holds, the service's own 400 ms being well under the SLO."""
+    from testbed.metrics.window import WindowMetrics
+    from testbed.scaler.actions import action_index
+
+    profile = load_profiles(EXAMPLES / "asr" / "asr.yaml")["asr"]
+    window = WindowMetrics("asr", 30.0, 90, 90, 20, 0.5, 2, mean_latency_ms=700.0,
+                           p95_latency_ms=900.0, mean_upload_ms=500.0).with_profile(profile)
+    mask = np.ones(5, dtype=bool)
+    acts = []
+    for args in ({}, {"without_upload": True}):
+        policy = make_policy("policies.slo_policy:SloPolicy", "asr", total_units=8,
+                             base_dir=EXAMPLES, options=args)
+        policy.observe(window)
+        acts.append(policy.act(np.zeros(30), mask))
+    assert acts == [action_index(1), action_index(0)]
+    assert window.mean_service_latency_ms == 200.0
