@@ -47,6 +47,7 @@ import pytest
 import yaml
 
 from testbed.errors import TestbedError
+from testbed.judge.verdict import MACHINE_BEHIND as MACHINE_BEHIND_VERDICT
 from testbed.judge.verdict import run_verdict
 
 SUFFIXES = (".yaml", ".yml")
@@ -413,16 +414,14 @@ class ScenarioCellItem(pytest.Item):
                  for p in (run.run_dir / "cells" / self.cell.slug).glob("rep-*/cell.json")]
         statuses = [i.get("status") for i in infos]
         failed = [i for i in infos if i.get("status") != "ok"]
-        # failed only because the clients sent late (each failure a service behind, nothing lost)
-        if failed and all(i.get("behind_schedule") and i.get("status") == "failed"
-                          and len(i.get("failures", [])) == len(i["behind_schedule"])
-                          and not any((i.get("lost_requests") or {}).values()) for i in failed):
-            late = {s: max(i["behind_schedule"].get(s, 0.0) for i in failed)
-                    for s in {s for i in failed for s in i["behind_schedule"]}}
+        # the machine's alone (testbed.scenario.machine): clients late, replicas starved
+        if failed and all(i.get("status") == "behind" for i in failed):
+            late = {s: max((i.get("behind_schedule") or {}).get(s, 0.0) for i in failed)
+                    for s in {s for i in failed for s in i.get("behind_schedule") or {}}}
+            why = sorted({line for i in failed for line in (i.get("behind") or {}).values()})
             self.parent.behind = getattr(self.parent, "behind", set()) | {self.cell.label}
-            raise MachineBehind(f"cell {self.cell.label}: clients late "
-                                + ", ".join(f"{s} {v:.0f} ms" for s, v in sorted(late.items()))
-                                + f" (scenario time); run directory {run.run_dir}", late)
+            raise MachineBehind(f"cell {self.cell.label}: " + "; ".join(why)
+                                + f"; run directory {run.run_dir}", late)
         if failed:
             raise ScenarioCellFailed(f"cell {self.cell.label}: status {statuses}; "
                                      f"problems: {problems}; run directory {run.run_dir}")
@@ -479,11 +478,10 @@ class ScenarioExpectItem(pytest.Item):
         verdict = run_verdict(
             result.outcomes, result.rows, interrupted=result.interrupted,
             allow_undecided=self.config.getoption("--scenario-allow-undecided"))
-        behind = sorted(getattr(self.parent, "behind", set()))
-        if verdict.exit_code and behind:  # the machine's fault: never a pass, nor the checks'
+        if verdict.verdict == MACHINE_BEHIND_VERDICT:  # the machine's: never a pass, nor a FAIL
             raise MachineBehind(f"{verdict.verdict}: {len(verdict.failing)} of {len(lines)} "
-                                f"expectations failed or undecided over cells the machine fell "
-                                f"behind in ({', '.join(behind)}; report: "
+                                f"expectations read cells the machine fell behind in "
+                                f"({', '.join(verdict.behind_cells)}; report: "
                                 f"{result.run_dir / 'report.html'})", {}, rerun=False)
         if verdict.exit_code:
             raise ExpectFailed("\n".join([

@@ -88,6 +88,11 @@ class LocalTraffic:
     def clients_running(self) -> bool:
         return any(p.returncode is None for _, p in self._procs)
 
+    def pids(self) -> dict[str, list[int]]:
+        """The process ids of the running clients and iperf3 (what `testbed.metrics.host` meters)."""
+        return {"clients": [p.pid for _, p in self._procs if p.returncode is None],
+                "iperf3": [pid for _, s in self._sessions for pid in s.pids()]}
+
     async def __aenter__(self) -> LocalTraffic:
         return self
 

@@ -236,7 +236,8 @@ def exit_for(verdict: Verdict) -> None:
 
 # UNDECIDED has its own word and colour: never green
 VERDICT_STYLE = {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]",
-                 "UNDECIDED": "[bold magenta]UNDECIDED[/]", "NOT RUN": "[dim]NOT RUN[/]"}
+                 "UNDECIDED": "[bold magenta]UNDECIDED[/]", "NOT RUN": "[dim]NOT RUN[/]",
+                 "MACHINE BEHIND": "[bold yellow]MACHINE BEHIND[/]"}
 
 
 def print_cells(rows: list[dict[str, Any]]) -> None:
@@ -323,7 +324,7 @@ def run_banner(verdict: Verdict, outcomes: list[Outcome]) -> str:
 
     verdict: testbed.judge.verdict.run_verdict's; outcomes: the checks it judged."""
     counts = {v: sum(o.verdict == v and not (v == "UNDECIDED" and o.exploratory) for o in outcomes)
-              for v in ("PASS", "FAIL", "UNDECIDED")}
+              for v in ("PASS", "FAIL", "UNDECIDED", "MACHINE BEHIND")}
     counts["UNDECIDED (exploratory)"] = sum(o.verdict == "UNDECIDED" and o.exploratory
                                             for o in outcomes)
     detail = ", ".join(f"{n} {v.lower()}" for v, n in counts.items() if n) or "no checks"
@@ -333,6 +334,10 @@ def run_banner(verdict: Verdict, outcomes: list[Outcome]) -> str:
         detail += f"; failed cell(s): {', '.join(verdict.failed_cells)}"
     if verdict.verdict == "FAIL":
         return f"[bold red]FAIL[/] ({detail})"
+    if verdict.verdict == "MACHINE BEHIND":
+        return (f"[bold yellow]MACHINE BEHIND[/] ({detail}; cell(s) the machine fell behind in: "
+                f"{', '.join(verdict.behind_cells) or 'none'}: their figures are the host's, not "
+                "the product's; each cell's line says why, with the host's figures)")
     if verdict.verdict == "UNDECIDED":
         return f"[bold magenta]UNDECIDED[/] ({detail}; the data cannot decide them: see the table)"
     if verdict.allow_undecided and counts["UNDECIDED"]:  # exits 0, and still never green

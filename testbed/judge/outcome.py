@@ -13,7 +13,9 @@ sampling variance (independent or batch-means, the larger):
   lies inside +-M, FAIL when it lies wholly outside, else UNDECIDED.
 UNDECIDED is never a pass: `testbed run` exits 2 on it (1 on FAIL; the run's verdict is
 testbed.judge.verdict's). A term over a cell that got
-no requests or whose status is not ok is UNDECIDED with no size that decides it (exit 1).
+no requests or whose status is not ok is UNDECIDED with no size that decides it (exit 1); over a
+cell the machine fell behind in (status "behind": its clients late, its replicas starved of a
+core by other work) and no failed one, MACHINE BEHIND (never a pass; exit 3).
 Bounds on other metrics (p99, throughput, replicas, simulator rows) are plain comparisons.
 
 """
@@ -33,9 +35,11 @@ from testbed.judge.stats import (
 )
 from testbed.judge.syntax import COMPARISONS, Check, matches, parse
 
-__all__ = ["FAIL", "NOT_RUN", "PASS", "UNDECIDED", "Outcome", "evaluate", "evaluate_all"]
+__all__ = ["FAIL", "MACHINE_BEHIND", "NOT_RUN", "PASS", "UNDECIDED", "Outcome", "evaluate",
+           "evaluate_all"]
 
 PASS, FAIL, UNDECIDED = "PASS", "FAIL", "UNDECIDED"
+MACHINE_BEHIND = "MACHINE BEHIND"  # a check over cells whose figures are the machine's
 NOT_RUN = "NOT RUN"  # `testbed reproduce`: a figure this size cannot be judged against (exit 0)
 
 
@@ -44,7 +48,7 @@ class Outcome:
     """One check's verdict over a run's rows: PASS, FAIL or UNDECIDED, the two sides' values, why,
     and the size that would decide it."""
     text: str
-    verdict: str  # PASS, FAIL or UNDECIDED
+    verdict: str  # PASS, FAIL, UNDECIDED or MACHINE BEHIND
     left: float | None
     right: float | None
     detail: str = ""
@@ -77,9 +81,11 @@ def evaluate(check: Check, rows: list[dict[str, Any]]) -> Outcome:
     """The verdict of one parsed check over a run's result rows.
 
     check: from parse(); rows: testbed.scenario.results rows (results.json's `rows`)."""
-    unusable = _unusable_cells(check, rows)
+    unusable, machine = _unusable_cells(check, rows)
     if unusable:
         return _outcome(check, UNDECIDED, None, None, unusable)
+    if machine:
+        return _outcome(check, MACHINE_BEHIND, None, None, machine)
     try:
         left, right = value(check.left, rows), value(check.right, rows)
     except LookupError as exc:
@@ -122,18 +128,23 @@ def evaluate_all(texts: list[str], rows: list[dict[str, Any]]) -> list[Outcome]:
     return [evaluate(parse(t), rows) for t in texts]
 
 
-def _unusable_cells(check: Check, rows: list[dict[str, Any]]) -> str:
+def _unusable_cells(check: Check, rows: list[dict[str, Any]]) -> tuple[str, str]:
     """Why the rows a check reads cannot decide it: a cell whose status is not ok (it lost
-    requests to something other than the service), or a service that got no requests."""
+    requests to something other than the service), or a service that got no requests; and,
+    apart, the cells the machine fell behind in (status "behind")."""
     why: list[str] = []
+    machine: list[str] = []
     for term in check.terms():
         for r in rows:
             if term.metric not in r or not matches(r, term.selectors):
                 continue
             where = f"cell {r.get('cell', '?')} rep {r.get('rep', '?')}"
-            if r.get("status") not in (None, "ok"):
+            if r.get("status") == "behind":
+                machine.append(f"{where}: the machine fell behind (its figures are the host's, "
+                               "not the product's)")
+            elif r.get("status") not in (None, "ok"):
                 lost = f", lost {r['lost']} requests" if r.get("lost") else ""
                 why.append(f"{where} {r['status']}{lost}: its results cannot decide")
             elif "service" in r and r.get("requests") == 0:
                 why.append(f"{where}: no {r['service']} requests")
-    return "; ".join(dict.fromkeys(why))
+    return "; ".join(dict.fromkeys(why)), "; ".join(dict.fromkeys(machine))

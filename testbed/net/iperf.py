@@ -113,6 +113,10 @@ class IperfSession:
         self.flows, self.duration, self.reverse, self.omit = flows, duration, reverse, omit
         self._server, self._client = server, client
 
+    def pids(self) -> list[int]:
+        """The process ids of its server and client while they run."""
+        return [p.pid for p in (self._server, self._client) if p.poll() is None]
+
     @classmethod
     def start(cls, topology: Topology, slice_name: str, *, flows: int = 1, duration: float = 10,
               reverse: bool = False, omit: int = 0, ue_index: int = 0,

@@ -133,6 +133,8 @@ def run_verdict_line(verdict: Verdict) -> str:
 
     verdict: testbed.judge.verdict.run_verdict's."""
     why = [f"failed cell(s): {', '.join(verdict.failed_cells)}"] if verdict.failed_cells else []
+    if verdict.behind_cells:
+        why.append(f"the machine fell behind in: {', '.join(verdict.behind_cells)}")
     if verdict.interrupted:
         why.append("the run was interrupted")
     return f"Run verdict: **{verdict.verdict}**" + (f" ({'; '.join(why)})" if why else "")

@@ -11,6 +11,7 @@ lab's profile (`testbed.scenario.lab`) connects to a lab that `testbed up --prof
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -81,6 +82,19 @@ class CellBackends:
     # what each replica reports it runs (share, batch, interference stretch) beside what the
     # cluster set for it; the local cluster asks its replicas, the lab has no such probe
     probe: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    # the cell's process groups on this host (group -> pids: "clients", "iperf3", "runner",
+    # "replicas:SERVICE"), metered each wall second (testbed.metrics.host); None: not on this host
+    processes: Callable[[], dict[str, list[int]]] | None = None
+
+
+def local_groups(cluster: Any, traffic: Any) -> dict[str, list[int]]:
+    """The local cell's process groups: the runner (the balancer's event loop, the scaler), the
+    clients, iperf3 and each service's replicas (its other processes, the testbed's samplers and
+    a cell's Prometheus, are the meter's "harness": `testbed.metrics.host.HostMeter`)."""
+    groups = {"runner": [os.getpid()], **traffic.pids()}
+    for service, pids in cluster.pids().items():
+        groups[f"replicas:{service}"] = pids
+    return groups
 
 
 # the runner's cell: drives the backends; returns when its measured window began (epoch
@@ -237,7 +251,8 @@ class LocalProfile:
                 cluster=cluster, metrics=BalancerMetrics(cluster.lb),
                 traffic=traffic,
                 wait_ready=lambda timeout_s: cluster.wait_ready(timeout_s=timeout_s),
-                clock=Clock(), probe=cluster.probe, client_start_s=CLIENT_START_S)
+                clock=Clock(), probe=cluster.probe, client_start_s=CLIENT_START_S,
+                processes=lambda: local_groups(cluster, traffic))
             try:
                 if scn.metrics == "prometheus":
                     await self._with_prometheus(job, outcome, tb, cluster, backends, main)

@@ -8,8 +8,10 @@ requests and, if asked, the same cell through the simulator.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
+import os
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -19,12 +21,14 @@ from testbed.cluster.base import ClusterBackend
 from testbed.errors import TestbedError
 from testbed.load.gate import open_gate, ready_at_gate
 from testbed.load.traffic import ClientJob, IperfJob, LoadJob
+from testbed.metrics.host import HostMeter
 from testbed.profiles import PACKAGED_PROFILES, write_profiles
 from testbed.scaler.fa2 import Pipeline
 from testbed.scaler.factory import PolicyChoice, build_policies
 from testbed.scaler.loop import ScalerLoop
 from testbed.scenario.backends import CellBackends, CellJob, CellOutcome, LocalProfile, Profile
 from testbed.scenario.live import LiveView
+from testbed.scenario.machine import host_line, starved_services
 from testbed.scenario.matrix import Cell
 from testbed.scenario.profiles import scenario_profiles
 from testbed.scenario.results import (
@@ -67,6 +71,8 @@ class CellRunner:
         self.scn = cell.scenario
         self.problems: list[str] = []
         self.failures: list[str] = []  # the problems that fail the cell (`fail`)
+        self.behind: dict[str, str] = {}  # per service, why its figures are the machine's
+        self._meter: HostMeter | None = None  # the host's steal and waits, each wall second
         self._profiles: dict[str, Any] = {}  # the services' profiles, read as the cell starts
         self.info: dict[str, Any] = {
             "slug": cell.slug, "label": cell.label, "params": cell.params, "rep": rep,
@@ -85,6 +91,15 @@ class CellRunner:
         """Record `text` as a problem of the cell (its info and events.jsonl); the cell stays ok."""
         self.problems.append(text)
         append_jsonl(self.dir.events, {"t": time.time(), "kind": "problem", "detail": text})
+
+    def machine(self, service: str, text: str) -> None:
+        """The service's figures are the machine's (`text` says why, with the host's figures):
+        the cell's status becomes "behind" (MACHINE BEHIND) unless it failed for another reason.
+
+        service: whose figures; text: the line the run prints."""
+        self.behind[service] = text
+        self.info["behind"] = self.behind
+        self.problem(text)
 
     def fail(self, text: str) -> None:
         """A problem that fails the cell: its status becomes "failed", so no check can pass on
@@ -127,8 +142,13 @@ class CellRunner:
                 status = "planned"  # the lab's --check: stand-ins answered, no request was sent
             else:
                 records = read_records(self.dir.path)  # once: a day's run holds millions
-                if self._lost_requests(records) + self._behind_schedule(records) or self.failures:
+                lost = self._lost_requests(records)
+                self._behind_schedule(records)
+                self._starved(records)
+                if lost or self.failures:
                     status = "failed"
+                elif self.behind:
+                    status = "behind"  # the machine's: MACHINE BEHIND, never a pass
             if self.scn.compare_sim:
                 self._compare_sim()
         except KeyboardInterrupt:
@@ -183,11 +203,27 @@ class CellRunner:
             if late is not None:
                 behind += 1
                 self.info.setdefault("behind_schedule", {})[service] = round(late, 1)
-                self.fail(f"{service}: {FELL_BEHIND}: 1 % of their requests, and at least "
-                          f"{MIN_LATE_REQUESTS}, {late:.0f} ms late or more (scenario time), over "
-                          f"{LATENESS_SLO_SHARE:g} of its SLO: this machine does not hold time scale "
-                          f"{scn.time_scale:g} (lower --time-scale; bench/time_scale.py measures it)")
+                host = host_line(self.info.get("host") or {}, "clients")
+                self.machine(service, f"{service}: {FELL_BEHIND}: 1 % of their requests, and at "
+                             f"least {MIN_LATE_REQUESTS}, {late:.0f} ms late or more (scenario "
+                             f"time), over {LATENESS_SLO_SHARE:g} of its SLO: this machine does not "
+                             f"hold time scale {scn.time_scale:g} (lower --time-scale; "
+                             f"bench/time_scale.py measures it)" + (f"; {host}" if host else ""))
         return behind
+
+    def _starved(self, records: dict[str, list[dict[str, Any]]]) -> None:
+        """The services whose SLO violations fell in seconds their replicas were starved of a
+        core by other work (testbed.scenario.machine): their figures are the machine's."""
+        if self._meter is None:
+            return
+        seconds = [s.as_json() for s in self._meter.seconds]
+        found = starved_services(records, seconds, self._profiles, time_scale=self.scn.time_scale,
+                                 slo_ms=self.info.get("slo_ms") or SLO_MS,
+                                 since=self.info.get("measure_started", 0.0))
+        for service, line in found.items():
+            if service not in self.behind:
+                self.info.setdefault("starved", {})[service] = line
+                self.machine(service, line)
 
     def _compare_sim(self) -> None:
         """The same cell through the simulator, with the replicas' own profiles: the measured
@@ -279,6 +315,12 @@ class CellRunner:
         # the balancer's, for 250-300 ms about once a cell: every request in flight timed out
         gc.collect()
         gc.freeze()
+        meter = self._meter = (HostMeter(b.processes, harness_root=os.getpid())
+                               if b.processes is not None else None)
+        if meter is not None and meter.available:
+            meter.start()
+        elif meter is not None:
+            self._meter = meter = None  # no schedstat here: nothing to meter
         try:
             for p in await traffic.start_iperf(self.iperf_jobs(wall)):
                 self.problem(p)
@@ -322,6 +364,10 @@ class CellRunner:
                     mark = _warmup_mark((next_sample - t0) * ts, warm)
                     next_sample += step
                     await self._sample(b, now - t0, t, mark)
+                    # off the loop, where the balancer runs: /proc is read for tens of processes
+                    if meter is not None and meter.due() and (second := await asyncio.to_thread(
+                            meter.sample, b.processes())):
+                        append_jsonl(self.dir.host, {**second.as_json(), "t_s": t, **mark})
                 if now >= next_decision:
                     mark = _warmup_mark((next_decision - t0) * ts, warm)
                     next_decision += period
@@ -334,6 +380,8 @@ class CellRunner:
                 self.view.tick(now - t0)
         finally:
             self.info["measured_s"] = scn.duration_s
+            if meter is not None:
+                self.info["host"] = meter.summary(since=self.info.get("measure_started"))
             for p in await traffic.stop():
                 self.problem(p)
             gc.unfreeze()

@@ -151,7 +151,8 @@ def behind_cells(run_dir: Path) -> dict[str, dict[str, float]]:
     out = {}
     for p in sorted(run_dir.glob("cells/*/rep-*/cell.json")):
         info = json.loads(p.read_text())
-        if info.get("status") == "failed" and info.get("behind_schedule"):
+        # "behind": the machine's (since its own status); "failed" with lateness: a run before it
+        if info.get("status") in ("behind", "failed") and info.get("behind_schedule"):
             out[f"{p.parent.parent.name}/{p.parent.name}"] = info["behind_schedule"]
     return out
 

@@ -125,6 +125,12 @@ class CellDir:
         return self.path / "samples.jsonl"
 
     @property
+    def host(self) -> Path:
+        """host.jsonl: each wall second, the host's steal and each process group's wait for a
+        core (testbed.metrics.host)."""
+        return self.path / "host.jsonl"
+
+    @property
     def decisions(self) -> Path:
         """decisions.jsonl: the scaler's decisions."""
         return self.path / "decisions.jsonl"

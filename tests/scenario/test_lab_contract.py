@@ -124,7 +124,8 @@ def _shape(run_dir: Path) -> dict:
     rows = [r for r in run_rows(run_dir) if r.get("service") == "imgcls"]
     # replicas.jsonl: what the replicas report they run; only the local cluster can ask them.
     # net.jsonl: the local data plane's HTB counters; no lab role starts the sampler (docs/lab.md)
-    local_only = ("events.jsonl", "replicas.jsonl", "net.jsonl")
+    # host.jsonl: the steal and waits of the processes on this host; the lab's run on its own
+    local_only = ("events.jsonl", "replicas.jsonl", "net.jsonl", "host.jsonl")
     return {"files": sorted(p.name for p in cell.iterdir() if p.is_file() and p.name not in local_only),
             "requests": sorted(p.name for p in (cell / "requests").iterdir()),
             "sample_keys": sorted(samples[0]), "decision_keys": sorted(decisions[0]),

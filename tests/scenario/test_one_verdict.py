@@ -15,7 +15,7 @@ from testbed.api import Result
 from testbed.cli import main
 from testbed.judge.outcome import evaluate_all
 from testbed.judge.verdict import EXIT_CODES, run_verdict
-from testbed.pytest_plugin import ExpectFailed, ScenarioExpectItem
+from testbed.pytest_plugin import ExpectFailed, MachineBehind, ScenarioExpectItem
 from testbed.report.build import build_document
 from testbed.reproduce.slicing import combine
 from testbed.scenario.rundir import write_manifest
@@ -46,6 +46,16 @@ CASES = {
     "a check this size cannot decide is undecided": (SIZED, [_row(late=2, n=100)], [], "UNDECIDED"),
     "an exploratory undecided check does not fail": (
         [*CHECKS, EXPLORATORY], [_row(late=2, n=100)], [], "PASS"),
+    # the machine's figures: a check over them is never a pass, nor the product's FAIL
+    "a check over a cell the machine fell behind in is machine behind": (
+        CHECKS, [_row(status="behind", replicas=1.0)], ["imgcls: its replicas were starved"],
+        "MACHINE BEHIND"),
+    "a check that fails over clean cells fails beside a behind cell": (
+        ["mean_replicas[service=tts] >= 2"],
+        [_row(status="behind"), _row("tts", cell="01-b", replicas=1.0)], [], "FAIL"),
+    "a behind cell no check reads decides nothing": (
+        ["mean_replicas[service=tts] >= 2"],
+        [_row(status="behind"), _row("tts", cell="01-b")], [], "PASS"),
 }
 
 
@@ -64,7 +74,8 @@ def _run_dir(tmp_path: Path, checks: list[str], rows: list[dict], problems: list
 
 def _cli(run_dir: Path) -> str:
     code = main(["judge", str(run_dir)])
-    return {v: k for k, v in EXIT_CODES.items() if k in ("PASS", "FAIL", "UNDECIDED")}[code]
+    return {v: k for k, v in EXIT_CODES.items()
+            if k in ("PASS", "FAIL", "UNDECIDED", "MACHINE BEHIND")}[code]
 
 
 def _pytest_item(run_dir: Path, result: RunResult) -> str:
@@ -74,7 +85,7 @@ def _pytest_item(run_dir: Path, result: RunResult) -> str:
         add_report_section=lambda *a: None)
     try:
         ScenarioExpectItem.runtest(item)  # type: ignore[arg-type]
-    except ExpectFailed as exc:
+    except (ExpectFailed, MachineBehind) as exc:
         return str(exc).split(":")[0]
     except pytest.xfail.Exception:
         return "PASS"  # an xfail: pytest exits 0 on it

@@ -240,6 +240,14 @@ class LocalCluster:
     def metrics_url(self) -> str:
         return self.lb.metrics_url
 
+    def pids(self) -> dict[str, list[int]]:
+        """The process ids of each service's live replicas (what `testbed.metrics.host` meters)."""
+        out: dict[str, list[int]] = {}
+        for r in self._table.every():
+            if r.live and r.proc is not None and r.proc.returncode is None:
+                out.setdefault(r.service, []).append(r.proc.pid)
+        return out
+
     def replicas(self, service: str) -> list[ReplicaProcess]:
         return [r for r in self._table.by_service[self._check(service)] if r.live]
 

@@ -1,0 +1,91 @@
+"""Whether a timed cell's figures are the machine's rather than the product's: its replicas starved
+of a core in the seconds that hold its SLO violations, while work other than the harness's (the
+hypervisor's steal, a process beside the run) held the CPUs; and the host's figures said in one
+line beside every such verdict (testbed.metrics.host measures them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from testbed.load.records import scenario_latency_ms
+
+# a second is the machine's when other work held at least this share of the CPUs in it: a
+# process beside the run (about half of two cores), a hypervisor stealing a quarter; a host
+# that only runs the harness leaves under 5 % to its daemons
+OTHERS_SHARE = 0.15
+MIN_STARVED_VIOLATIONS = 3  # fewer SLO violations than this are not put on the machine
+STARVED_SHARE = 0.5  # ... nor when fewer than this share of the service's fall in starved seconds
+
+
+def host_line(host: Mapping[str, Any], group: str | None = None) -> str:
+    """The host's figures over a cell, as a verdict line ends: steal, the other work's share of
+    the CPUs, and how long `group` waited for a core ("" without figures)."""
+    if not host or not host.get("seconds"):
+        return ""
+    parts = [f"the hypervisor stole {100 * host.get('steal_share', 0.0):.1f} %",
+             f"other work held {100 * host.get('others_share', 0.0):.0f} % of the CPUs"]
+    if group is not None and group in (host.get("wait_ms") or {}):
+        parts.append(f"{group} waited {host['wait_ms'][group] / 1000:.2f} s for a core")
+    return "host: " + ", ".join(parts)
+
+
+def starved_seconds(seconds: Sequence[Mapping[str, Any]], service: str, proc_ms: float
+                    ) -> list[Mapping[str, Any]]:
+    """The host seconds (host.jsonl rows) in which the service's replicas each waited for a core
+    longer than one request's processing time (`proc_ms`, wall), while other work held at least
+    OTHERS_SHARE of the CPUs."""
+    group = f"replicas:{service}"
+    out = []
+    for s in seconds:
+        n = (s.get("procs") or {}).get(group, 0)
+        if n and (s.get("wait_ms") or {}).get(group, 0.0) / n > proc_ms \
+                and s.get("others", 0.0) >= OTHERS_SHARE:
+            out.append(s)
+    return out
+
+
+def _in_flight_during(record: Mapping[str, Any], spans: list[tuple[float, float]]) -> bool:
+    """Whether the request was in flight (sent, not yet answered) during one of `spans` (epoch)."""
+    a = record["sent"]
+    b = a + record["latency_ms"] / 1000.0
+    return any(a < hi and b > lo for lo, hi in spans)
+
+
+def starved_services(records: Mapping[str, list[dict[str, Any]]], seconds: Sequence[Mapping[str, Any]],
+                     profiles: Mapping[str, Any], *, time_scale: float,
+                     slo_ms: Mapping[str, float], since: float = 0.0) -> dict[str, str]:
+    """Per service whose SLO violations the machine made, the line that says so: at least
+    MIN_STARVED_VIOLATIONS of its violating requests, and STARVED_SHARE of them, were in flight
+    during a starved second (`starved_seconds`).
+
+    records: the cell's request records by service; seconds: its host.jsonl rows; profiles: the
+    services' profiles (their processing time); time_scale: the cell's; slo_ms: each service's
+    SLO; since: epoch seconds of the measured window's start."""
+    out: dict[str, str] = {}
+    for service, recs in records.items():
+        profile = profiles.get(service)
+        if profile is None:
+            continue
+        proc_ms = profile.mean_proc_time_ms / time_scale
+        starved = starved_seconds(seconds, service, proc_ms)
+        if not starved:
+            continue
+        slo = slo_ms.get(service, profile.slo_ms)
+        late = [r for r in recs if r.get("scheduled", 0.0) >= since
+                and (r.get("error") is not None or scenario_latency_ms(r, time_scale) > slo)]
+        spans = [(s["t"] - s.get("seconds", 1.0), s["t"]) for s in starved]
+        hit = sum(1 for r in late if _in_flight_during(r, spans))
+        if hit < MIN_STARVED_VIOLATIONS or hit < STARVED_SHARE * len(late):
+            continue
+        group = f"replicas:{service}"
+        waited = max((s["wait_ms"][group] / s["procs"][group] for s in starved), default=0.0)
+        others = max(s.get("others", 0.0) for s in starved)
+        steal = max(s.get("steal", 0.0) for s in starved)
+        out[service] = (
+            f"{service}: its replicas were starved of a core in {len(starved)} second(s) "
+            f"(up to {waited:.0f} ms waiting each, against {proc_ms:.0f} ms of processing) while "
+            f"other work held up to {100 * others:.0f} % of the CPUs (steal up to "
+            f"{100 * steal:.1f} %); {hit} of its {len(late)} SLO violations fall in them: the "
+            "machine's, not the product's")
+    return out

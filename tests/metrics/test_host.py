@@ -1,0 +1,61 @@
+"""The host meter over real processes: a process that spins is counted running, one that waits
+for a core behind another at a higher priority is counted waiting, and the steal and the other
+work's share come from /proc/stat."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from testbed.metrics.host import HostMeter, Second, cpu_ticks, descendants, task_times
+
+SPIN = "import time\nt = time.time()\nwhile time.time() - t < 3: pass\n"
+
+pytestmark = pytest.mark.skipif(task_times(os.getpid()) is None,
+                                reason="this kernel keeps no /proc/PID/schedstat")
+
+
+def test_spinners_pinned_to_one_core_are_counted_running_and_waiting():
+    """Three processes spinning on one core: together they run about a second per second and
+    wait about two (each waits while the other two run)."""
+    procs = [subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", SPIN]) for _ in range(3)]
+    try:
+        meter = HostMeter(lambda: {"spin": [p.pid for p in procs]}, every_s=1.0)
+        meter.start()
+        time.sleep(2.05)
+        second = meter.sample()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert second is not None and second.procs == {"spin": 3}
+    per_s = 1 / second.seconds
+    assert 0.8 <= second.run_ms["spin"] / 1000 * per_s <= 1.05, second  # one core's worth
+    assert second.wait_ms["spin"] / 1000 * per_s >= 1.5, second  # two waiting at any time
+
+
+def test_the_harness_is_every_descendant_and_others_are_the_rest():
+    child = subprocess.Popen([sys.executable, "-c", SPIN])
+    try:
+        assert child.pid in descendants(os.getpid())
+        meter = HostMeter(lambda: {}, every_s=0.5, harness_root=os.getpid())
+        meter.start()
+        time.sleep(1.0)
+        second = meter.sample()
+    finally:
+        child.kill()
+        child.wait()
+    assert second is not None and second.run_ms["harness"] > 500  # the spinning child
+    total, idle, steal, irq = cpu_ticks()
+    assert total > idle >= 0 and steal >= 0 and irq >= 0
+
+
+def test_others_share_is_what_neither_the_harness_nor_its_packets_took():
+    s = Second(t=0.0, seconds=1.0, steal_share=0.2, busy_share=0.9, run_ms={"clients": 500.0},
+               cpus=2, irq_share=0.1)
+    assert s.others_share == pytest.approx(0.9 - 0.25 - 0.1)
+    assert s.as_json()["others"] == pytest.approx(0.55)

@@ -1,0 +1,60 @@
+"""Whether a cell's figures are the machine's (testbed.scenario.machine): SLO violations that fall
+in seconds the service's replicas waited for a core while other work held the CPUs are; the same
+violations while the harness itself filled the cores, or outside the starved seconds, are not."""
+
+from __future__ import annotations
+
+from testbed.profiles import default_profiles
+from testbed.scenario.machine import host_line, starved_seconds, starved_services
+
+IMGCLS = default_profiles()["imgcls"]  # 70 ms of processing, a 500 ms SLO
+
+
+def _second(t: float, wait_ms: float, others: float, replicas: int = 2) -> dict:
+    return {"t": t, "seconds": 1.0, "steal": 0.0, "busy": 0.9, "others": others,
+            "wait_ms": {"replicas:imgcls": wait_ms * replicas},
+            "procs": {"replicas:imgcls": replicas}}
+
+
+def _request(sent: float, latency_ms: float) -> dict:
+    return {"service": "imgcls", "scheduled": sent, "sent": sent, "latency_ms": latency_ms,
+            "latency_sched_ms": latency_ms, "error": None, "server_ms": None}
+
+
+def _late_in(seconds: list[float], n: int = 4) -> list[dict]:
+    return [_request(t - 0.5, 900.0) for t in seconds for _ in range(n)]
+
+
+def _judge(records: list[dict], seconds: list[dict]) -> dict[str, str]:
+    return starved_services({"imgcls": records}, seconds, {"imgcls": IMGCLS}, time_scale=1.0,
+                            slo_ms={"imgcls": 500.0})
+
+
+def test_violations_in_seconds_starved_by_other_work_are_the_machines():
+    seconds = [_second(float(t), 5, 0.0) for t in range(1, 20)] + [_second(20.0, 300, 0.5)]
+    records = [_request(t / 2, 80.0) for t in range(40)] + _late_in([20.0])
+    [line] = _judge(records, seconds).values()
+    assert "starved of a core in 1 second(s) (up to 300 ms waiting each, against 70 ms" in line
+    assert "other work held up to 50 % of the CPUs" in line and "4 of its 4 SLO violations" in line
+
+
+def test_the_harness_filling_the_cores_itself_is_the_products():
+    """The same wait, while other work held 5 % of the CPUs: the replicas waited for the
+    harness's own processes (a product whose requests cost more CPU), which is its result."""
+    seconds = [_second(20.0, 300, 0.05)]
+    assert _judge(_late_in([20.0]), seconds) == {}
+
+
+def test_violations_outside_the_starved_seconds_are_the_products():
+    seconds = [_second(5.0, 300, 0.5)] + [_second(float(t), 5, 0.5) for t in range(6, 30)]
+    # four late requests in the starved second, ten later, while nothing waited
+    assert _judge(_late_in([5.0]) + _late_in([25.0], 10), seconds) == {}
+    assert starved_seconds(seconds, "imgcls", 70.0) == seconds[:1]
+
+
+def test_the_host_line_names_steal_others_and_a_groups_wait():
+    host = {"seconds": 30, "steal_share": 0.213, "others_share": 0.31,
+            "wait_ms": {"clients": 1234.0}}
+    assert host_line(host, "clients") == ("host: the hypervisor stole 21.3 %, other work held "
+                                          "31 % of the CPUs, clients waited 1.23 s for a core")
+    assert host_line({}) == ""
