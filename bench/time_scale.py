@@ -7,7 +7,10 @@ on one window of the test day at each time scale asked for: 1 with the replicas'
 (decoding JPEGs, synthesising WAVs), above 1 with replicas sleeping their profile's time
 (`replica_work: sleep`). Per time scale it prints the wall time, how busy the CPUs were, and per
 service the clients' p99 lateness in scenario time (a scale the machine does not hold shows here
-first: the clients cannot send on time), SLO violations, instances, mean latency and reward.
+first: the clients cannot send on time), SLO violations, instances, mean latency and reward, and
+the host's figures over the cell (the hypervisor's steal, the other work's share of the CPUs:
+testbed.metrics.host). A cell the machine fell behind in says MACHINE BEHIND, with the line that
+names its cause and the host's figures, and is compared with nothing.
 
 Then, per time scale above 1, each service's reward and SLO rate minus time scale 1's, against
 the margin the whole-day table is judged with (TB_REWARD_ABS / TB_SLO_ABS, the tolerance of a
@@ -71,7 +74,11 @@ def run_one(scale: float, args: argparse.Namespace) -> dict[str, Any]:
     b1, t1 = cpu_busy()
     rows = {r["service"]: r for r in result.rows if r.get("service") and r.get("engine") != "sim"
             and r.get("slice") is None}
+    infos = [json.loads(p.read_text()) for p in Path(result.run_dir).glob("cells/*/rep-*/cell.json")]
+    host = next((i.get("host") for i in infos if i.get("host")), {}) or {}
     return {"scale": scale, "wall_s": wall, "cpu_busy": (b1 - b0) / max(t1 - t0, 1.0),
+            "steal": host.get("steal_share"), "others": host.get("others_share"),
+            "behind": [line for i in infos for line in (i.get("behind") or {}).values()],
             "run_dir": str(result.run_dir), "failed_cells": result.failed_cells if hasattr(
                 result, "failed_cells") else [],
             "services": {s: {k: r.get(k) for k in ("requests", "p99_lateness_ms", "slo_violation_rate",
@@ -82,19 +89,25 @@ def run_one(scale: float, args: argparse.Namespace) -> dict[str, Any]:
 
 def show(runs: list[dict[str, Any]]) -> bool:
     """Print the figures; True when every time scale above 1 is equivalent to time scale 1."""
-    print(f"{'scale':>5} {'wall s':>7} {'CPU':>5}  service   requests  p99 late ms  SLO viol.  "
-          f"instances  mean ms   reward")
+    print(f"{'scale':>5} {'wall s':>7} {'CPU':>5} {'steal':>6} {'others':>6}  service   requests  "
+          f"p99 late ms  SLO viol.  instances  mean ms   reward  cell")
     for r in runs:
         first = True
+        steal = f"{100 * r['steal']:>5.1f}%" if r.get("steal") is not None else "     -"
+        others = f"{100 * r['others']:>5.0f}%" if r.get("others") is not None else "     -"
         for s, v in r["services"].items():
-            head = (f"{r['scale']:>5g} {r['wall_s']:>7.0f} {100 * r['cpu_busy']:>4.0f}%" if first
-                    else " " * 19)
+            head = (f"{r['scale']:>5g} {r['wall_s']:>7.0f} {100 * r['cpu_busy']:>4.0f}% {steal} "
+                    f"{others}" if first else " " * 33)
             first = False
             late = v["p99_lateness_ms"] if v["p99_lateness_ms"] is not None else float("nan")
             print(f"{head}  {s:<8} {v['requests'] or 0:>9} {late:>12.1f} "
                   f"{v['slo_violation_rate'] or 0:>10.4f} {v['mean_replicas'] or 0:>10.2f} "
-                  f"{v['mean_latency_ms'] or 0:>8.0f} {v['reward'] or 0:>8.4f}  {v['status'] or ''}")
-    base = next((r for r in runs if r["scale"] == 1), None)
+                  f"{v['mean_latency_ms'] or 0:>8.0f} {v['reward'] or 0:>8.4f}  "
+                  f"{'MACHINE BEHIND' if v['status'] == 'behind' else v['status'] or ''}")
+    for r in runs:
+        for line in r.get("behind") or []:
+            print(f"  x{r['scale']:g} MACHINE BEHIND: {line}")
+    base = next((r for r in runs if r["scale"] == 1 and not r.get("behind")), None)
     if base is None:
         return False
     ok = True
@@ -102,6 +115,10 @@ def show(runs: list[dict[str, Any]]) -> bool:
           f"|SLO| <= {TB_SLO_ABS}):")
     for r in runs:
         if r["scale"] == 1:
+            continue
+        if r.get("behind"):
+            print(f"  x{r['scale']:g} MACHINE BEHIND: not compared (the figures are the host's)")
+            ok = False
             continue
         for s, v in r["services"].items():
             b = base["services"].get(s)

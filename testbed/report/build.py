@@ -21,6 +21,7 @@ from testbed.profiles.paper import (
 )
 from testbed.report import netplot, plots
 from testbed.report.document import Document, Section, TableData
+from testbed.report.host import host_section
 from testbed.report.what_was_run import what_was_run
 from testbed.scenario.results import RECORD, read_record, run_rows
 from testbed.scenario.rundir import read_jsonl
@@ -61,6 +62,9 @@ def build_document(run_dir: Path) -> Document:
     problems = _problems(run_dir)
     if problems:
         doc.sections.append(Section("Problems during the run", bullets=problems))
+    host = host_section(cells)
+    if host is not None:
+        doc.sections.append(host)
 
     svc = [r for r in rows if "service" in r and r.get("engine") != "sim"]
     simulated = [r for r in rows if r.get("engine") == "sim" and "service" in r]
