@@ -13,6 +13,12 @@ than a served one: the clients' errors are printed, and a run with many is not a
 Per-process CPU time is what a request costs wherever it runs, so the figures hold on a busy
 machine (their wall-clock lateness does not; it is printed with /proc/loadavg for context).
 
+Then the floor it is held against: the same clients, sending the same requests at the same
+rates, to one bare aiohttp server process that reads each body and answers each service's
+requests with an answer its replica gave (same shape, same bytes). The harness's CPU per request
+over the floor's is the ratio DESIGN.md's "Pace and the clock" asks to keep small (issue 54: within
+1.5x at time scale 16).
+
     python3 bench/request_cost.py [--time-scale 16] [--duration 10] [--rates 30,125,30]
     python3 bench/request_cost.py --profile imgcls     # also py-spy an imgcls replica (needs py-spy)
     python3 bench/pyspy_top.py request_cost.pyspy.txt   # where its samples fall
@@ -72,6 +78,84 @@ def client_main(service: str, url: str, rate: float, duration: float, lead: floa
                       "p99_lateness_ms": percentile(lags, 0.99)}), flush=True)
 
 
+def bare_server_main(answers_file: str, port_file: str) -> None:
+    """The floor's server: one aiohttp process answering each service's path with its canned
+    answer (answers_file: JSON of path -> [content type, body in latin-1]); writes its port."""
+    from aiohttp import web
+
+    answers = json.loads(Path(answers_file).read_text())
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        kind, body = answers[request.path]
+        return web.Response(body=body.encode("latin-1"), content_type=kind)
+
+    async def run() -> None:
+        app = web.Application(client_max_size=64 << 20)
+        for path in answers:
+            app.router.add_route("*", path, answer)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        Path(port_file).write_text(str(site._server.sockets[0].getsockname()[1]))  # type: ignore[union-attr]
+        await asyncio.Event().wait()
+
+    asyncio.run(run())
+
+
+async def canned_answers(cluster) -> dict[str, tuple[str, str]]:
+    """One answer per service from its replica: path -> (content type, body as latin-1)."""
+    import aiohttp
+
+    from testbed.load.api import build_request
+    from testbed.load.content import ContentSet
+
+    out = {}
+    async with aiohttp.ClientSession() as session:
+        for s in SERVICES:
+            req = build_request(s, ContentSet(seed=1))
+            async with session.request(req.method, cluster.endpoint(s) + req.target,
+                                       data=req.body or None, headers=req.headers) as r:
+                out[req.target.split("?")[0]] = (r.content_type, (await r.read()).decode("latin-1"))
+    return out
+
+
+async def measure_floor(args: argparse.Namespace, answers: dict[str, tuple[str, str]],
+                        rates: dict[str, float]) -> dict:
+    """The same clients against the bare server: CPU seconds of the clients and the server."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "answers.json").write_text(json.dumps(answers))
+        port_file = Path(tmp) / "port"
+        server = subprocess.Popen([sys.executable, __file__, "--bare-server",
+                                   str(Path(tmp) / "answers.json"), str(port_file)])
+        try:
+            while not port_file.exists() or not port_file.read_text():
+                await asyncio.sleep(0.05)
+            url = f"http://127.0.0.1:{port_file.read_text()}"
+            lead = 1.0
+            clients = {s: subprocess.Popen(
+                [sys.executable, __file__, "--client", s, url, str(rates[s]), str(args.duration),
+                 str(lead)], stdout=subprocess.PIPE, text=True) for s in SERVICES}
+            await asyncio.sleep(lead * 0.8)
+            pids = {"bare server": [server.pid], "clients": [p.pid for p in clients.values()]}
+            before = {g: sum(cpu_s(p) for p in ps) for g, ps in pids.items()}
+            sirq0, w0 = softirq_s(), time.monotonic()
+            await asyncio.sleep(args.duration * 0.85)
+            after = {g: sum(cpu_s(p) for p in ps) for g, ps in pids.items()}
+            sirq1, w1 = softirq_s(), time.monotonic()
+            for p in clients.values():
+                await asyncio.to_thread(p.communicate)
+        finally:
+            server.kill()
+            server.wait()
+    n = sum(rates.values()) * (w1 - w0)
+    return {"requests": n, "cpu_s": {g: after[g] - before[g] for g in pids},
+            "softirq_s": sirq1 - sirq0, "wall_s": w1 - w0}
+
+
 async def measure(args: argparse.Namespace) -> dict:
     from testbed.cluster.local import LocalCluster, LocalClusterConfig
 
@@ -110,12 +194,15 @@ async def measure(args: argparse.Namespace) -> dict:
                 for p in clients.values()]
         if spy is not None:
             await asyncio.to_thread(spy.wait)
+        answers = await canned_answers(cluster) if args.floor else None
     done = {c["service"]: c for c in seen}
     # requests completed in the measured stretch: the constant rate over its length
     n = sum(rates.values()) * (w1 - w0)
+    floor = await measure_floor(args, answers, rates) if answers else None
     return {"time_scale": args.time_scale, "rates": rates, "wall_s": w1 - w0, "requests": n,
             "cpu_s": {g: after[g] - before[g] for g in pids}, "softirq_s": sirq1 - sirq0,
-            "clients": done, "loadavg": Path("/proc/loadavg").read_text().split()[:3]}
+            "clients": done, "loadavg": Path("/proc/loadavg").read_text().split()[:3],
+            "floor": floor}
 
 
 def show(res: dict) -> None:
@@ -133,6 +220,18 @@ def show(res: dict) -> None:
         print(f"{g:<18} {c:>7.2f} {1000 * c / n:>15.3f} {100 * c / res['wall_s']:>11.0f}%{own}")
     print(f"{'total':<18} {total:>7.2f} {1000 * total / n:>15.3f} {100 * total / res['wall_s']:>11.0f}%")
     print("* softirq is the whole machine's, other work included")
+    floor = res.get("floor")
+    if floor:
+        f_total = sum(floor["cpu_s"].values()) + floor["softirq_s"]
+        per = {g: 1000 * c / floor["requests"] for g, c in floor["cpu_s"].items()}
+        f_ms = 1000 * f_total / floor["requests"]
+        h_ms = 1000 * total / n
+        print("floor: the same clients and requests to a bare aiohttp server: "
+              + ", ".join(f"{g} {v:.3f}" for g, v in per.items())
+              + f", softirq {1000 * floor['softirq_s'] / floor['requests']:.3f}; total "
+              f"{f_ms:.3f} ms/request")
+        print(f"harness / floor: {h_ms:.3f} / {f_ms:.3f} = {h_ms / f_ms:.2f}x (issue 54's goal: "
+              "within 1.5x)")
     for s, c in res["clients"].items():
         late = c["p99_lateness_ms"]
         print(f"client {s:<8} requests {c['requests']:>6}  errors {c['errors']:>5}  "
@@ -145,6 +244,9 @@ def main() -> int:
         s, url, rate, dur, lead = sys.argv[2:7]
         client_main(s, url, float(rate), float(dur), float(lead))
         return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--bare-server":
+        bare_server_main(sys.argv[2], sys.argv[3])
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-scale", type=float, default=16.0)
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of load")
@@ -155,6 +257,8 @@ def main() -> int:
                          "stacks go to --profile-out; bench/pyspy_top.py sums them)")
     ap.add_argument("--profile-out", type=Path, default=Path("request_cost.pyspy.txt"))
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--no-floor", dest="floor", action="store_false",
+                    help="skip the floor (the same clients against a bare server)")
     args = ap.parse_args()
     if args.profile and shutil.which("py-spy") is None:
         ap.error("--profile needs py-spy on PATH (pip install py-spy)")

@@ -403,7 +403,8 @@ class LoadBalancer:
             w = sb.window(seconds / ts)
             out[name] = replace(w, seconds=w.seconds * ts, **{
                 k: None if getattr(w, k) is None else getattr(w, k) * ts
-                for k in ("mean_latency_ms", "p50_latency_ms", "p95_latency_ms", "p99_latency_ms")})
+                for k in ("mean_latency_ms", "p50_latency_ms", "p95_latency_ms", "p99_latency_ms",
+                          "mean_upload_ms")})
         return out
 
     async def _prometheus(self, request: web.Request) -> web.Response:
