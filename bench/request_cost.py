@@ -31,6 +31,7 @@ import asyncio
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -46,8 +47,13 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of process `pid` (all its threads)."""
+    return sum(user_sys_s(pid))
+
+
+def user_sys_s(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of process `pid` (all its threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
 
 
 def softirq_s() -> float:
@@ -179,6 +185,7 @@ async def measure(args: argparse.Namespace) -> dict:
         pids = {"balancer": [os.getpid()], "clients": [p.pid for p in clients.values()],
                 **{f"replicas {s}": reps[s] for s in SERVICES}}
         before = {g: sum(cpu_s(p) for p in ps) for g, ps in pids.items()}
+        sys0 = {g: sum(user_sys_s(p)[1] for p in ps) for g, ps in pids.items()}
         sirq0, w0 = softirq_s(), time.monotonic()
         spy = None
         if args.profile:
@@ -189,6 +196,7 @@ async def measure(args: argparse.Namespace) -> dict:
                                    stderr=subprocess.DEVNULL)
         await asyncio.sleep(args.duration * 0.85)
         after = {g: sum(cpu_s(p) for p in ps) for g, ps in pids.items()}
+        sys1 = {g: sum(user_sys_s(p)[1] for p in ps) for g, ps in pids.items()}
         sirq1, w1 = softirq_s(), time.monotonic()
         seen = [json.loads((await asyncio.to_thread(p.communicate))[0].strip().splitlines()[-1])
                 for p in clients.values()]
@@ -201,7 +209,7 @@ async def measure(args: argparse.Namespace) -> dict:
     floor = await measure_floor(args, answers, rates) if answers else None
     return {"time_scale": args.time_scale, "rates": rates, "wall_s": w1 - w0, "requests": n,
             "cpu_s": {g: after[g] - before[g] for g in pids}, "softirq_s": sirq1 - sirq0,
-            "clients": done, "loadavg": Path("/proc/loadavg").read_text().split()[:3],
+            "sys_s": {g: sys1[g] - sys0[g] for g in pids}, "clients": done, "loadavg": Path("/proc/loadavg").read_text().split()[:3],
             "floor": floor}
 
 
@@ -210,14 +218,18 @@ def show(res: dict) -> None:
     print(f"time scale {res['time_scale']:g}, {sum(res['rates'].values()):g} req/s "
           f"({', '.join(f'{s} {r:g}' for s, r in res['rates'].items())}), {res['wall_s']:.1f} s "
           f"measured, about {n:.0f} requests; loadavg {' '.join(res['loadavg'])}")
-    print(f"{'process group':<18} {'CPU s':>7} {'CPU ms/request':>15} {'% of a core':>12}")
+    print(f"{'process group':<18} {'CPU s':>7} {'CPU ms/request':>15} {'% of a core':>12} "
+          f"{'system %':>9}")
     total = 0.0
     for g, c in [*res["cpu_s"].items(), ("kernel softirq*", res["softirq_s"])]:
         total += c
         own = ""  # a service's replicas: per request of that service too
         if g.startswith("replicas "):
             own = f"  ({1000 * c / (res['rates'][g[9:]] * res['wall_s']):.3f} per {g[9:]} request)"
-        print(f"{g:<18} {c:>7.2f} {1000 * c / n:>15.3f} {100 * c / res['wall_s']:>11.0f}%{own}")
+        system = res.get("sys_s", {}).get(g)
+        share = f"{100 * system / c:>8.0f}%" if system is not None and c else " " * 9
+        print(f"{g:<18} {c:>7.2f} {1000 * c / n:>15.3f} {100 * c / res['wall_s']:>11.0f}% "
+              f"{share}{own}")
     print(f"{'total':<18} {total:>7.2f} {1000 * total / n:>15.3f} {100 * total / res['wall_s']:>11.0f}%")
     print("* softirq is the whole machine's, other work included")
     floor = res.get("floor")
@@ -259,14 +271,32 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--no-floor", dest="floor", action="store_false",
                     help="skip the floor (the same clients against a bare server)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="harness and floor this many times in turn; the median of the ratios "
+                         "(each round's harness against the floor right after it, so a machine "
+                         "whose load drifts moves both)")
     args = ap.parse_args()
     if args.profile and shutil.which("py-spy") is None:
         ap.error("--profile needs py-spy on PATH (pip install py-spy)")
-    res = asyncio.run(measure(args))
-    show(res)
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=1))
+    ratios = []
+    for _ in range(args.rounds):
+        res = asyncio.run(measure(args))
+        show(res)
+        if res.get("floor"):
+            ratios.append(ratio(res))
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1))
+    if len(ratios) > 1:
+        print(f"harness / floor over {len(ratios)} rounds: median {statistics.median(ratios):.2f}x "
+              f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
     return 0
+
+
+def ratio(res: dict) -> float:
+    """The round's harness CPU per request over its floor's (softirq included in both)."""
+    harness = (sum(res["cpu_s"].values()) + res["softirq_s"]) / res["requests"]
+    floor = res["floor"]
+    return harness / ((sum(floor["cpu_s"].values()) + floor["softirq_s"]) / floor["requests"])
 
 
 if __name__ == "__main__":

@@ -1,17 +1,19 @@
 """The local profile's service load balancer: one listening port per service, round-robin over
 ready replicas, a per-replica proxy count of in-flight requests sampled every interval, and the
-metrics API (`window(seconds)` for the scaler, Prometheus text on /metrics)."""
+metrics API (`window(seconds)` for the scaler, Prometheus text on /metrics). Requests are
+forwarded at the HTTP message level (testbed.metrics.proxy); the metrics API is an aiohttp app."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
-import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -19,6 +21,15 @@ from testbed.metrics.collector import ServiceCollector
 from testbed.metrics.exposition import BalancerMetrics
 from testbed.metrics.mesh import MeshMetrics, Workload
 from testbed.metrics.meter import BUSY_S_HEADER, HOP_BY_HOP, SERVER_MS_HEADER
+from testbed.metrics.proxy import (
+    MAX_HEAD,
+    Dropped,
+    Head,
+    Refused,
+    UpstreamPool,
+    response,
+    serve_connection,
+)
 from testbed.metrics.window import WindowMetrics
 from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
 
@@ -37,6 +48,7 @@ class Backend:
     in_rotation: bool = True
     busy_s: float | None = None  # the replica's busy seconds at its last answer (BUSY_S_HEADER)
     answered: asyncio.Event | None = None  # set once taken out and nothing is in flight to it
+    gauge: Any = None  # its in-flight gauge's labelled child
 
 
 class ServiceBalancer:
@@ -47,7 +59,7 @@ class ServiceBalancer:
         service: str,
         profile: ServiceProfile,
         metrics: BalancerMetrics,
-        session_factory: Callable[[], aiohttp.ClientSession],
+        pool: UpstreamPool,
         upstream_timeout_s: float,
         time_scale: float = 1.0,
         mesh: MeshMetrics | None = None,
@@ -61,7 +73,7 @@ class ServiceBalancer:
         self.collector = ServiceCollector(service, profile.slo_ms / time_scale, profile.capacity)
         self.backends: dict[str, Backend] = {}
         self._rr = 0
-        self._session = session_factory
+        self._pool = pool
         self.upstream_timeout_s = upstream_timeout_s
         self.on_failure: Callable[[str, str], None] | None = None  # (service, replica)
         # a client that closes its connection is normal during a run: counted, reported to
@@ -189,63 +201,59 @@ class ServiceBalancer:
         cap = self.profile.capacity
         return sum(max(0, b.in_flight - cap) for b in self.backends.values())
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        start = time.monotonic()
-        self.collector.arrival()
-        try:
-            body = await request.read()
-        except ConnectionError:  # the client left while sending its request
-            self._lost("while sending the request")
-            return web.Response(status=499)  # never sent: the connection is gone
-        upload_ms = (time.monotonic() - start) * 1000.0
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+    async def handle(self, head: Head, body: bytes, upload_s: float,
+                     client_gone: Callable[[], bool]) -> bytes | None:
+        """Forward one request (its head, body, and the seconds its upload took since its head
+        arrived, when `on_arrival` counted it) to a replica in rotation and return the answer's
+        bytes for the client: the replica's, or 503 (none ready), 502 (its connection lost),
+        504 (it took longer than the upstream timeout). A refused connection takes the replica
+        out of rotation and tries the next."""
+        start = time.monotonic() - upload_s
+        upload_ms = upload_s * 1000.0
+        method, target = head.line[0], head.line[1]
+        headers = [(k, v) for k, v in head.headers if k.lower() not in HOP_BY_HOP]
         status, reason = 0, ""
         served_by = ""  # the replica that answered; none for "no replica" (the mesh's pod label)
         server_ms: float | None = None
-        response: web.StreamResponse
+        answer: bytes
         tried: set[str] = set()
         while True:
             b = self._pick()
             if b is None or b.replica in tried:
                 status, reason, served_by = 503, "no_replica", ""
-                response = web.json_response({"error": f"no ready replica of {self.service}"}, status=503)
+                answer = _json_answer(503, {"error": f"no ready replica of {self.service}"}, head)
                 break
             tried.add(b.replica)
             b.in_flight += 1
             self._busy_changed()
-            gauge = self.metrics.in_flight.labels(self.service, b.replica)
+            gauge = b.gauge or self.metrics.in_flight.labels(self.service, b.replica)
+            b.gauge = gauge  # the labelled child, looked up once per replica
             gauge.inc()
             meter = (self.mesh.replica(self.workload, b.replica, self.profile.capacity)
                      if self.mesh is not None else None)
             if meter is not None:
                 meter.started()
             try:
-                async with self._session().request(
-                    request.method,
-                    b.url + request.rel_url.raw_path_qs,
-                    data=body or None,
-                    headers=headers,
-                    timeout=aiohttp.ClientTimeout(total=self.upstream_timeout_s),
-                ) as up:
-                    data = await up.read()
-                    status = up.status
-                    out_headers = {k: v for k, v in up.headers.items() if k.lower() not in HOP_BY_HOP}
-                    response = web.Response(body=data, status=status, headers=out_headers)
-                server_ms = self._replica_reported(b, up.headers)
+                up, data = await self._pool.exchange(b.url, method, target, headers, body,
+                                                     self.upstream_timeout_s)
+                status = int(up.line[1])
+                out = [(k, v) for k, v in up.headers if k.lower() not in HOP_BY_HOP]
+                answer = response(status, out, data, close=not head.keep_alive)
+                server_ms = self._replica_reported(b, dict(up.headers))
                 reason = "" if status < 400 else ("dropped" if status == 503 else f"http_{status // 100}xx")
                 break
-            except aiohttp.ClientConnectorError:
+            except Refused:
                 # Nothing was sent: the replica is gone. Take it out and try the next one.
                 self._replica_failed(b, "connect")
                 continue
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ClientPayloadError):
+            except Dropped:
                 self._replica_failed(b, "reset")
                 status, reason = 502, "upstream_error"
-                response = web.json_response({"error": "replica connection lost"}, status=502)
+                answer = _json_answer(502, {"error": "replica connection lost"}, head)
                 break
             except (TimeoutError, asyncio.TimeoutError):
                 status, reason = 504, "timeout"
-                response = web.json_response({"error": "replica timed out"}, status=504)
+                answer = _json_answer(504, {"error": "replica timed out"}, head)
                 break
             finally:
                 b.in_flight -= 1
@@ -262,7 +270,8 @@ class ServiceBalancer:
             # in wall time against the compressed SLO, so the rest counts divided by the scale
             latency_ms = server_ms + (latency_ms - server_ms) / self.time_scale
             upload_ms /= self.time_scale  # the network's part: at its real duration, as the rest
-        if request.transport is None or request.transport.is_closing():
+        lost = client_gone()
+        if lost:
             self._lost("while waiting for the response")
         violated = self.collector.completion(latency_ms, ok=status < 400, dropped=status == 503,
                                              upload_ms=upload_ms)
@@ -272,9 +281,10 @@ class ServiceBalancer:
         self.metrics.duration.labels(self.service).observe(latency_ms / 1000.0)
         if self.mesh is not None:
             self.mesh.finished(self.workload, served_by, status, latency_ms)
-        return response
+        return None if lost else answer
 
     def _lost(self, when: str) -> None:
+        """A client connection closed `when` (while sending, while waiting): counted, one line."""
         self.lost_connections += 1
         self.metrics.lost.labels(self.service).inc()
         if self.on_lost is not None:
@@ -286,6 +296,12 @@ class ServiceBalancer:
             self.take_out(b.replica)
             if self.on_failure is not None:
                 self.on_failure(self.service, b.replica)
+
+
+def _json_answer(status: int, obj: dict[str, Any], head: Head) -> bytes:
+    """The balancer's own answer (no replica, a lost or slow one) as a JSON response."""
+    return response(status, [("Content-Type", "application/json; charset=utf-8")],
+                    json.dumps(obj).encode(), close=not head.keep_alive)
 
 
 class LoadBalancer:
@@ -317,9 +333,9 @@ class LoadBalancer:
         # the lab mesh's series, read by `--metrics prometheus`; latencies are wall time, so the
         # SLO bucket is the time-scaled threshold the collector uses
         self.mesh = MeshMetrics([profiles[s].slo_ms / time_scale for s in names])
-        self._client: aiohttp.ClientSession | None = None
+        self._pool = UpstreamPool()
         self.services = {
-            s: ServiceBalancer(s, profiles[s], self.metrics, self._session, upstream_timeout_s, time_scale,
+            s: ServiceBalancer(s, profiles[s], self.metrics, self._pool, upstream_timeout_s, time_scale,
                                self.mesh)
             for s in names
         }
@@ -330,11 +346,8 @@ class LoadBalancer:
         self.metrics_app.router.add_get("/metrics", self._prometheus)
         self.metrics_app.router.add_get("/window", self._window_json)
         self._runners: list[web.AppRunner] = []
+        self._servers: list[asyncio.Server] = []
         self._sampler: asyncio.Task[None] | None = None
-
-    def _session(self) -> aiohttp.ClientSession:
-        assert self._client is not None, "load balancer not started"
-        return self._client
 
     async def __aenter__(self) -> LoadBalancer:
         await self.start()
@@ -344,17 +357,26 @@ class LoadBalancer:
         await self.aclose()
 
     async def start(self) -> None:
-        self._client = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), auto_decompress=False)
         try:
             for name, sb in self.services.items():
-                app = web.Application(client_max_size=64 * 1024 * 1024)
-                app.router.add_route("*", "/{tail:.*}", sb.handle)
-                self.bound[name] = await self._serve(app, self._ports.get(name, 0))
+                self.bound[name] = await self._listen(sb, self._ports.get(name, 0))
             self.bound["metrics"] = await self._serve(self.metrics_app, self._metrics_port)
         except BaseException:
             await self.aclose()
             raise
         self._sampler = asyncio.create_task(self._sample_loop())
+
+    async def _listen(self, sb: ServiceBalancer, port: int) -> int:
+        """Serve `sb`'s clients on `port` (0: any free one); returns the port."""
+        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await serve_connection(reader, writer, sb.handle, idle_timeout_s=HEADER_TIMEOUT_S,
+                                   on_arrival=sb.collector.arrival, on_lost=sb._lost,
+                                   clock=time.monotonic)
+
+        server = await asyncio.start_server(connection, self.host, port, backlog=2048,
+                                            limit=MAX_HEAD)
+        self._servers.append(server)
+        return server.sockets[0].getsockname()[1]
 
     async def _serve(self, app: web.Application, port: int) -> int:
         # a connection that sends no whole request (headers included) in this long is closed
@@ -371,12 +393,13 @@ class LoadBalancer:
             self._sampler.cancel()
             await asyncio.gather(self._sampler, return_exceptions=True)
             self._sampler = None
+        for server in self._servers:
+            server.close()
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        self._servers.clear()
+        self._pool.close()
 
     async def _sample_loop(self) -> None:
         loop = asyncio.get_running_loop()

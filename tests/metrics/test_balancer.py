@@ -229,3 +229,29 @@ def test_a_window_holds_the_latency_with_the_upload_and_without_it():
     assert w.mean_upload_ms >= 190, w  # the two 100 ms pauses inside its body
     assert w.mean_latency_ms >= w.mean_upload_ms + 45  # the upload, then the replica's 50 ms
     assert w.mean_service_latency_ms < 150, w  # the replica's 50 ms and the hops, no upload
+
+
+def test_a_replica_slower_than_the_upstream_timeout_is_504_and_the_next_request_is_served():
+    """A replica that takes 400 ms against a 0.2 s upstream timeout: the client gets 504 at the
+    timeout (the balancer's own answer), counted as a violation; the balancer serves on."""
+    slow = ServiceProfile(capacity=2, queue_limit=10, proc_time_ms=(400, 400), startup_ms=0,
+                          slo_ms=2000)
+
+    async def main():
+        profiles = default_profiles() | {"chatbot": slow}
+        async with replica_servers(slow, n=1) as (_, servers), \
+                LoadBalancer(profiles, ["chatbot"], upstream_timeout_s=0.2) as lb, \
+                aiohttp.ClientSession() as session:
+            lb.services["chatbot"].add("chatbot-0", str(servers[0].make_url("")))
+            req = build_request("chatbot", ContentSet())
+            t0 = asyncio.get_running_loop().time()
+            async with session.post(lb.endpoint("chatbot") + req.target, data=req.body,
+                                    headers=req.headers) as r:
+                first = (r.status, (await r.json())["error"], asyncio.get_running_loop().time() - t0)
+            lb.services["chatbot"].upstream_timeout_s = 5.0
+            second = await send(session, lb.endpoint("chatbot"), 1, ContentSet())
+            return first, second, lb.window(10)["chatbot"]
+
+    (status, error, took), second, w = asyncio.run(main())
+    assert (status, error) == (504, "replica timed out") and 0.19 <= took < 0.35, took
+    assert second == [200] and w.completed == 2 and w.violations >= 1
