@@ -209,7 +209,8 @@ async def measure(args: argparse.Namespace) -> dict:
     floor = await measure_floor(args, answers, rates) if answers else None
     return {"time_scale": args.time_scale, "rates": rates, "wall_s": w1 - w0, "requests": n,
             "cpu_s": {g: after[g] - before[g] for g in pids}, "softirq_s": sirq1 - sirq0,
-            "sys_s": {g: sys1[g] - sys0[g] for g in pids}, "clients": done, "loadavg": Path("/proc/loadavg").read_text().split()[:3],
+            "sys_s": {g: sys1[g] - sys0[g] for g in pids}, "clients": done,
+            "loadavg": Path("/proc/loadavg").read_text().split()[:3],
             "floor": floor}
 
 
