@@ -3,6 +3,7 @@ synthesise a WAV whose length grows with the text (espeak-ng when installed)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import math
@@ -116,7 +117,14 @@ def generated_wav(text: str, speaker_id: str = "", rate: int = 16000) -> bytes:
 def silent_wav(text: str, rate: int = 16000) -> bytes:
     """generated_wav's length and format in silence, without synthesising (a replica that only
     sleeps its profile's time)."""
-    return wav_bytes(bytes(2 * int(rate * 0.06) * len(text or " ")), rate)
+    return _silence(len(text or " "), rate)
+
+
+@functools.lru_cache(maxsize=64)
+def _silence(chars: int, rate: int) -> bytes:
+    # the same few hundred kB for every text of a length: built once (a sleeping TTS replica
+    # answers dozens a second, each a new allocation and two copies before)
+    return wav_bytes(bytes(2 * int(rate * 0.06) * chars), rate)
 
 
 def wav_bytes(pcm: bytes, rate: int, channels: int = 1, width: int = 2) -> bytes:
