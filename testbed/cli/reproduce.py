@@ -32,11 +32,13 @@ def reproduce_cmd(
     t54_repetitions: Annotated[int | None, typer.Option(help="Table 5.4 repetitions.")] = None,
     t54_start: Annotated[str | None, typer.Option(help="Table 5.4 window start, HH:MM of the test "
                                                   "day (default 13:30).")] = None,
-    t54_time_scale: Annotated[float, typer.Option(
+    t54_time_scale: Annotated[str, typer.Option(
         help="Table 5.4's time scale: the window runs this many times faster, the replicas "
         "sleeping their profile's time instead of decoding (the whole day: --t54-start 00:00 "
         "--t54-duration 86400 --t54-time-scale 16, which 2 cores hold; bench/time_scale.py "
-        "measures it).")] = 1.0,
+        "measures it); auto: the highest this machine holds now, measured by a probe at the "
+        "window's busiest second (up to 32). A segment that falls behind runs again, with the "
+        "rest, one step lower.")] = "1",
     no_progress: Annotated[bool, typer.Option("--no-progress", "--quiet", help="Plain lines instead of the "
                                               "live view.")] = False,
     resume: Annotated[Path | None, typer.Option(
@@ -64,8 +66,13 @@ def reproduce_cmd(
         raise typer.BadParameter("--t54-duration must be positive")
     if t54_repetitions is not None and t54_repetitions < 1:
         raise typer.BadParameter("--t54-repetitions must be at least 1")
-    if not 0 < t54_time_scale <= 1000:
-        raise typer.BadParameter("--t54-time-scale must be in (0, 1000]")
+    if t54_time_scale != "auto":
+        try:
+            t54_time_scale = float(t54_time_scale)  # type: ignore[assignment]
+        except ValueError:
+            raise typer.BadParameter("--t54-time-scale must be a number or auto") from None
+        if not 0 < t54_time_scale <= 1000:  # type: ignore[operator]
+            raise typer.BadParameter("--t54-time-scale must be in (0, 1000]")
     start_s = None if t54_start is None else _clock(t54_start)
     shaping = dict(quick=quick, rule_only=rule_only, t54_duration_s=t54_duration,
                    t54_repetitions=t54_repetitions, t54_start_s=start_s,

@@ -10,7 +10,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from testbed.cli import app, console, show_traces
+from testbed.cli import app, console, err_console, show_traces
+from testbed.cli.checks import bad as checks_bad
 from testbed.cli.checks import like_field, writable_dir
 from testbed.errors import StateError
 from testbed.paths import RUNS_DIR
@@ -72,8 +73,10 @@ def run(
     scenario: Annotated[Path | None, typer.Argument(help="Scenario file (YAML).")] = None,
     profile: Annotated[str, typer.Option(help="local or lab.")] = "local",
     out: Annotated[Path, typer.Option(help="Parent folder of the run directory.")] = RUNS_DIR,
-    time_scale: Annotated[float | None, typer.Option(help="Override the scenario's time-scale "
-                                                     "factor.")] = None,
+    time_scale: Annotated[str | None, typer.Option(
+        help="Override the scenario's time-scale factor: a number, or auto (the highest this "
+        "machine holds now, measured by a probe at the scenario's busiest second before the "
+        "run, up to 32 with sleeping replicas; printed).")] = None,
     replica_work: Annotated[str | None, typer.Option(
         "--replica-work", help="Local profile: real (the replicas decode and synthesise) or sleep "
         "(they only spend their profile's time: for a --time-scale the work cannot keep up "
@@ -127,20 +130,30 @@ def run(
 
     # overrides get the file fields' rules and messages; the output folder must be writable:
     # all before a testbed is built
-    like_field("--time-scale", Scenario, "time_scale", time_scale)
+    auto = time_scale == "auto"
+    scale = None if auto or time_scale is None else like_field(
+        "--time-scale", Scenario, "time_scale", _number("--time-scale", time_scale))
     like_field("--replica-work", Scenario, "replica_work", replica_work)
     like_field("--duration", Scenario, "duration_s", duration)
     like_field("--repetitions", Scenario, "repetitions", repetitions)
     like_field("--metrics", Scenario, "metrics", metrics)
     loaded = _scenario_to_run(scenario, from_manifest)
     _show_traces(loaded)
+    if auto and not plan:
+        from testbed.scenario.pace import choose_time_scale
+
+        scn = loaded.scenario
+        if replica_work is not None:
+            scn = scn.model_copy(update={"replica_work": replica_work})
+        scale, line = choose_time_scale(scn, loaded.base_dir)
+        err_console.print(line, highlight=False, markup=False)
     if plan:
 
         print_plan(loaded, duration_s=duration, repetitions=repetitions)
         return
     writable_dir("--out", out)
     lab = _lab_options(profile, inventory, kubeconfig=kubeconfig, prometheus=prometheus, check=check)
-    result = run_scenario(loaded, RunOptions(out_root=out, profile=profile, time_scale=time_scale,
+    result = run_scenario(loaded, RunOptions(out_root=out, profile=profile, time_scale=scale,
                                              replica_work=replica_work,
                                              duration_s=duration, repetitions=repetitions,
                                              metrics=metrics, progress=not no_progress and not check,
@@ -151,6 +164,14 @@ def run(
         rerun = ["testbed", "run", *(["--from", str(from_manifest)] if from_manifest is not None
                                      else [str(scenario)])]
         _report_run(result, allow_undecided=allow_undecided, rerun=rerun)
+
+
+def _number(option: str, text: str) -> float:
+    """A number option that also takes a word (`--time-scale auto`): its value, or one error."""
+    try:
+        return float(text)
+    except ValueError:
+        raise checks_bad(option, f"a number or auto, not {text!r}") from None
 
 
 def _show_traces(loaded: LoadedScenario) -> None:

@@ -24,8 +24,9 @@ class Options:
     t54_duration_s: float | None = None
     t54_repetitions: int | None = None
     t54_start_s: int | None = None  # seconds into the test day; default T54_START_S
-    # Table 5.4's time scale: above 1 the replicas sleep their profile's time (replica_work: sleep)
-    t54_time_scale: float = 1.0
+    # Table 5.4's time scale: above 1 the replicas sleep their profile's time (replica_work:
+    # sleep); "auto": the highest the machine holds now (testbed.scenario.pace.choose_time_scale)
+    t54_time_scale: float | str = 1.0
     progress: Callable[[str], None] = print
     show_runs: bool = True  # live view of scenario runs
 

@@ -262,6 +262,8 @@ def _table54(a: Artefact, partial: Path, options: Options) -> Verdict:
         else {k: v for k, v in s.items() if k != "model"} for s in data["services"]]
     data["traces_dir"] = str(options.traces_dir.resolve())
     ts = options.t54_time_scale
+    if ts == "auto":
+        ts = _auto_time_scale(path, data, start, duration, warmup, options)
     if ts != 1:  # the JPEG decoding cannot keep up at a time scale on a small machine
         data.update(time_scale=ts, replica_work="sleep")
     data.update(repetitions=reps, matrix={"policy": ["rule_v2"] if options.rule_only else ["ppo", "rule_v2"]},
@@ -289,6 +291,24 @@ def _table54(a: Artefact, partial: Path, options: Options) -> Verdict:
         table.notes.append("one repetition: run-to-run noise not measured here (docs/table-5.4.md "
                            "gives it for the long run)")
     return _table_verdict(a, table, options, run_dir=run_dirs[0], rows=rows)
+
+
+def _auto_time_scale(path: Path, data: dict[str, Any], start: int, duration: float,
+                     warmup: float, options: Options) -> float:
+    """`--t54-time-scale auto`: the highest time scale the probe finds this machine holds now
+    at the window's busiest second, said in one line."""
+    import yaml
+
+    from testbed.scenario.load import parse_scenario
+    from testbed.scenario.pace import choose_time_scale
+
+    probe = {**data, "clients": [{**c, "start_s": start} for c in data["clients"]],
+             "duration_s": duration, "warmup_s": warmup, "time_scale": 1.0,
+             "replica_work": "sleep"}
+    scn = parse_scenario(yaml.safe_dump(probe, sort_keys=False), str(path), path.parent).scenario
+    held, line = choose_time_scale(scn, path.parent)
+    options.progress(f"Table 5.4: {line}")
+    return held
 
 
 def _table_verdict(a: Artefact, table: TableResult, options: Options,

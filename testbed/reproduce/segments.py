@@ -6,9 +6,12 @@ reproduce resumes after the last finished segment (`testbed reproduce table5.4 -
 the segments' rows are then combined into one row per policy, repetition and service.
 
 A window no longer than one segment runs as one scenario run, as before. A segment whose clients
-fell behind their schedule (the machine did not hold the time scale for a while: other work beside
-it) runs once more, as a timed test is re-run once; behind again, the reproduce stops there with
-MachineBehind and keeps nothing for it, so that a resume runs it first.
+fell behind their schedule (the machine did not hold the time scale: other work beside it, a
+hypervisor stealing time) runs again at the next lower time scale (`testbed.scenario.pace.
+candidates`), and the segments after it run at that one too; the run says so in one line with
+the host's figures, and the lowered scale is kept beside the segments (a resume goes on at it).
+Behind at time scale 1 it runs once more (a passing load), and behind again the reproduce stops
+there with MachineBehind and keeps nothing for it, so that a resume runs it first.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import MachineBehind
+from testbed.scenario.machine import host_line
+from testbed.scenario.pace import candidates
 from testbed.scenario.results import behind_cells
 
 T54_SEGMENT_S = 3600  # a checkpoint every hour of the test day
@@ -59,6 +64,9 @@ def run_segments(data: dict[str, Any], *, start_s: int, duration_s: float, warmu
     parts = segments(start_s, duration_s, segment_s or T54_SEGMENT_S)
     kept = partial / "t54"
     kept.mkdir(parents=True, exist_ok=True)
+    lowered = kept / "time-scale.json"  # a scale a segment fell behind at and came down from
+    scale = float(json.loads(lowered.read_text())["time_scale"] if lowered.is_file()
+                  else data.get("time_scale", 1.0))
     run_dirs: list[str] = []
     per_segment: list[tuple[float, list[dict[str, Any]]]] = []
     for i, (at, length) in enumerate(parts):
@@ -71,26 +79,37 @@ def run_segments(data: dict[str, Any], *, start_s: int, duration_s: float, warmu
             progress(f"{name}: resumed from {saved}")
         else:
             seg = {**data, "clients": [{**c, "start_s": at} for c in data["clients"]],
-                   "duration_s": length,
+                   "duration_s": length, "time_scale": scale,
                    "warmup_s": warmup_s if i == 0 else min(SEGMENT_WARMUP_S, at)}
             if behind:
                 progress(f"{name}: kept, but its clients fell behind ({_late(behind)}); running "
-                         f"it once more")
+                         f"it again at time scale {scale:g}")
             elif len(parts) > 1:
                 progress(f"{name}: {length:g} s from {_clock(at)}")
-            tries = 1 if behind else 2  # a kept one behind had its first
-            for attempt in range(tries):
+            again = bool(behind)  # a kept one behind had its try at this scale
+            while True:
                 run_dir, rows = run(seg)
                 behind = behind_cells(partial / run_dir)
-                if behind and attempt + 1 < tries:
-                    progress(f"{name}: the clients fell behind ({_late(behind)}); running it once "
-                             f"more")
-                elif not behind:
+                if not behind:
+                    break
+                why = f"{_late(behind)}{_host(partial / run_dir)}"
+                lower = next((c for c in candidates(scale) if c < scale), None)
+                if lower is not None:
+                    progress(f"{name}: the machine fell behind at time scale {scale:g} ({why}); "
+                             f"running it, and the segments after it, at time scale {lower:g}")
+                    scale = lower
+                    lowered.write_text(json.dumps({"time_scale": scale, "from_segment": i}))
+                    seg = {**seg, "time_scale": scale}
+                elif not again:  # at the lowest scale: once more, as a timed test is re-run
+                    progress(f"{name}: the machine fell behind at time scale {scale:g} ({why}); "
+                             "running it once more")
+                    again = True
+                else:
                     break
             if behind:
                 saved.unlink(missing_ok=True)
                 raise MachineBehind(
-                    f"{name} (from {_clock(at)}) fell behind its time scale twice "
+                    f"{name} (from {_clock(at)}) fell behind even at time scale {scale:g} "
                     f"({_late(behind)}, over a tenth of the SLO): nothing is kept for it; resume "
                     f"on a quieter machine (bench/time_scale.py measures which time scale it holds)")
             doc = {"start_s": at, "duration_s": length, "run_dir": str(run_dir), "rows": rows}
@@ -102,6 +121,16 @@ def run_segments(data: dict[str, Any], *, start_s: int, duration_s: float, warmu
     if len(per_segment) == 1:
         return run_dirs, per_segment[0][1]
     return run_dirs, combine_rows(per_segment)
+
+
+def _host(run_dir: Path) -> str:
+    """"; host: ..." for the first behind cell's host figures (steal, other work), "" without."""
+    for p in sorted(run_dir.glob("cells/*/rep-*/cell.json")):
+        info = json.loads(p.read_text())
+        if info.get("status") == "behind" and info.get("host"):
+            line = host_line(info["host"], "clients")
+            return f"; {line}" if line else ""
+    return ""
 
 
 def _clock(at: int) -> str:

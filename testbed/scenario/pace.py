@@ -1,5 +1,6 @@
-"""When a cell's clients fell behind their schedule: which time scale this machine holds now,
-measured on the spot by a short probe, and how to rerun at it.
+"""Which time scale this machine holds now, measured on the spot by a short probe: before a run
+that asks for `--time-scale auto` (`choose_time_scale`), and after a cell whose clients fell
+behind their schedule (`advice`: how to rerun at it).
 
 The probe is the load client against a bare HTTP server in another process, at the scenario's
 busiest rate times a candidate time scale times HARNESS_COST_RATIO (what a request costs the
@@ -25,6 +26,7 @@ from testbed.load.client import ClientConfig, LoadClient
 from testbed.load.stats import percentile
 from testbed.load.trace import constant_schedule
 from testbed.profiles.registry import default_profiles
+from testbed.scenario.profiles import scenario_profiles
 from testbed.scenario.results import LATENESS_SLO_SHARE, behind_cells, read_records
 
 # CPU per request of the harness (clients, balancer, replicas, kernel: 2.32 ms at time scale 16,
@@ -33,6 +35,42 @@ from testbed.scenario.results import LATENESS_SLO_SHARE, behind_cells, read_reco
 # requests for each of the scenario's
 HARNESS_COST_RATIO = 2.0
 PROBE_STEP_S = 0.4
+# `--time-scale auto` tries this and below (a quiet 2-core host held 24 in docs/table-5.4.md,
+# and issue 54 asks a quiet host for 32); a scenario whose replicas do their real work is not
+# run faster than it asks for
+AUTO_MAX_TIME_SCALE = 32.0
+
+
+def planned_peak_rate(scn: Any, base_dir: Path) -> float:
+    """Requests per second of scenario time in the busiest second of the scenario's schedules
+    (every client together, its warm-up included), as the clients will send them."""
+    from testbed.scenario.cell import load_job  # the cell's module imports the scenario's policies
+
+    per_second: Counter[int] = Counter()
+    ts = scn.time_scale
+    for i, c in enumerate(scn.clients):
+        for t in load_job(scn, c, i, 0, base_dir).offsets():
+            per_second[int(t * ts)] += 1
+    return float(max(per_second.values())) if per_second else 0.0
+
+
+def choose_time_scale(scn: Any, base_dir: Path, probe: Any = None) -> tuple[float, str]:
+    """(the time scale to run `scn` at, the line that says so) for `--time-scale auto`: the
+    highest the probe finds this machine holds now at the scenario's busiest second, up to
+    AUTO_MAX_TIME_SCALE (the scenario's own where its replicas do their real work).
+
+    probe: held_time_scale's signature (default held_time_scale)."""
+    top = AUTO_MAX_TIME_SCALE if scn.replica_work == "sleep" else max(1.0, scn.time_scale)
+    rate = planned_peak_rate(scn.model_copy(update={"time_scale": 1.0}), base_dir)
+    profiles = scenario_profiles(scn, base_dir)
+    slo = min(float(profiles[s.name].slo_ms) for s in scn.services)
+    if rate <= 0:
+        return top, f"time scale auto: {top:g} (the scenario sends no requests to probe with)"
+    held, late = (probe or held_time_scale)(rate, slo, top)
+    bound = LATENESS_SLO_SHARE * slo
+    return held, (f"time scale auto: this machine holds {held:g} now (probe p99 lateness "
+                  f"{late:.0f} ms against {bound:.0f} ms at the scenario's peak of {rate:.0f} "
+                  f"requests/s, tried from {top:g} down)")
 
 
 def peak_rate(records: dict[str, list[dict[str, Any]]], time_scale: float) -> float:

@@ -99,7 +99,7 @@ def _fall_behind(monkeypatch: pytest.MonkeyPatch, times: set[int]) -> None:
     monkeypatch.setattr(repro, "_run", run)
 
 
-def test_a_segment_the_machine_fell_behind_in_runs_once_more(
+def test_a_segment_the_machine_fell_behind_in_runs_once_more_at_time_scale_1(
         tmp_path: Path, sim_runs: list[float], monkeypatch: pytest.MonkeyPatch):
     _fall_behind(monkeypatch, {2})
     lines: list[str] = []
@@ -107,8 +107,8 @@ def test_a_segment_the_machine_fell_behind_in_runs_once_more(
     options.progress = lines.append
     repro.reproduce(select(["table5.4"]), options)
     assert sim_runs == [48600, 49200, 49200, 49800]
-    assert ("Table 5.4 segment 2/3: the clients fell behind (imgcls p99 61 ms late); running it "
-            "once more") in lines
+    assert ("Table 5.4 segment 2/3: the machine fell behind at time scale 1 (imgcls p99 61 ms "
+            "late); running it once more") in lines
     kept = json.loads((tmp_path / "day" / "t54" / "segment-001-49200.json").read_text())
     # the second run of the segment is the one kept
     assert not behind_cells(tmp_path / "day" / kept["run_dir"])
@@ -118,8 +118,8 @@ def test_a_segment_the_machine_fell_behind_in_runs_once_more(
 def test_a_segment_behind_twice_stops_the_run_and_a_resume_runs_it_first(
         tmp_path: Path, sim_runs: list[float], monkeypatch: pytest.MonkeyPatch):
     _fall_behind(monkeypatch, {2, 3})
-    with pytest.raises(MachineBehind, match=r"segment 2/3 \(from 13:40\) fell behind its time scale "
-                                            r"twice \(imgcls p99 61 ms late"):
+    with pytest.raises(MachineBehind, match=r"segment 2/3 \(from 13:40\) fell behind even at time "
+                                            r"scale 1 \(imgcls p99 61 ms late"):
         repro.reproduce(select(["table5.4"]), _options(tmp_path / "day"))
     partial = tmp_path / "day.partial"
     assert [p.name for p in sorted((partial / "t54").glob("*.json"))] == ["segment-000-48600.json"]
@@ -149,7 +149,30 @@ def test_a_kept_segment_whose_clients_fell_behind_is_run_again_on_resume(
                                                   progress=lines.append))
     assert sim_runs == [49200, 49800]
     assert ("Table 5.4 segment 2/3: kept, but its clients fell behind (chatbot p99 260 ms late); "
-            "running it once more") in lines
+            "running it again at time scale 1") in lines
+
+
+def test_a_segment_behind_at_a_time_scale_lowers_it_for_itself_and_the_rest(
+        tmp_path: Path, sim_runs: list[float], monkeypatch: pytest.MonkeyPatch):
+    """At time scale 16 the second segment falls behind: it runs again at 12, and the third
+    runs at 12 too, rather than failing or stopping; the lowered scale is kept for a resume."""
+    scales: list[float] = []
+    sim_run = repro._run
+
+    def noting(path, partial, options, overrides=None, *, text=None):
+        scales.append(yaml.safe_load(text)["time_scale"])
+        return sim_run(path, partial, options, overrides, text=text)
+
+    monkeypatch.setattr(repro, "_run", noting)
+    _fall_behind(monkeypatch, {2})
+    lines: list[str] = []
+    options = _options(tmp_path / "day")
+    options.t54_time_scale, options.progress = 16.0, lines.append
+    repro.reproduce(select(["table5.4"]), options)
+    assert sim_runs == [48600, 49200, 49200, 49800] and scales == [16.0, 16.0, 12.0, 12.0]
+    assert ("Table 5.4 segment 2/3: the machine fell behind at time scale 16 (imgcls p99 61 ms "
+            "late); running it, and the segments after it, at time scale 12") in lines
+    assert json.loads((tmp_path / "day" / "t54" / "time-scale.json").read_text())["time_scale"] == 12
 
 
 def test_rows_combine_by_requests_decisions_and_seconds():

@@ -12,6 +12,8 @@ from testbed.pytest_plugin import TESTBED_GROUP
 from testbed.scenario.pace import advice, candidates, held_time_scale, peak_rate
 from testbed.scenario.results import behind_cells
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def _cell(run_dir: Path, slug: str, info: dict, records: list[dict]) -> None:
     d = run_dir / "cells" / slug / "rep-0"
@@ -75,3 +77,32 @@ def test_the_probe_holds_a_light_load_and_not_one_beyond_what_a_process_sends():
     assert held_time_scale(2, 2500, 2)[0] == 2
     held, late = held_time_scale(4000, 500, 4)
     assert held < 4 and (held == 1 or late <= 50)
+
+
+def test_auto_probes_the_scenarios_busiest_second_up_to_its_cap():
+    """`--time-scale auto`: the probe is asked about the scenario's busiest second (smoke: 1 + 7
+    + 1 requests a second) and its tightest SLO (imgcls's 500 ms), from 32 down with sleeping
+    replicas and from the scenario's own scale with real work; its answer is the run's."""
+    from testbed.scenario.load import load_scenario
+    from testbed.scenario.pace import AUTO_MAX_TIME_SCALE, choose_time_scale
+
+    asked = []
+
+    def fake_probe(rate: float, slo_ms: float, top: float) -> tuple[float, float]:
+        asked.append((rate, slo_ms, top))
+        return 8.0, 12.0
+
+    scn = load_scenario(ROOT / "scenarios" / "smoke.yaml").scenario
+    scale, line = choose_time_scale(scn, ROOT / "scenarios", probe=fake_probe)
+    assert scale == 8.0 and "holds 8 now" in line and "peak of 9 requests/s" in line
+    real = scn.model_copy(update={"replica_work": "real"})
+    choose_time_scale(real, ROOT / "scenarios", probe=fake_probe)
+    assert asked == [(9.0, 500.0, AUTO_MAX_TIME_SCALE), (9.0, 500.0, scn.time_scale)]
+
+
+def test_a_time_scale_that_is_neither_a_number_nor_auto_is_one_error(capsys):
+    from testbed.cli import main
+
+    assert main(["run", str(ROOT / "scenarios" / "smoke.yaml"), "--time-scale", "fast"]) == 2
+    err = capsys.readouterr().err
+    assert "--time-scale: a number or auto, not 'fast'" in err and err.count("error:") == 1
