@@ -5,8 +5,12 @@
 list on its stdin; every interval it reads `tc -s class show` of both trees and appends one JSON
 line per slice and UE leaf to OUT: wall time, direction, slice, UE group and address (UE leaves),
 bytes and packets sent, drops and backlog (a slice's: the sum over the leaves under its class,
-where HTB keeps them), and the rate since the sample before. It ends when `tc` fails (the
-namespace is gone) or on SIGTERM (`teardown` kills the namespace's processes), after its line.
+where HTB keeps them), and the rate since the sample before; and, for a gap between samples to
+be told apart, how late the sample began (`late_ms`: the process waited for a core, or the sample
+before ran long) and how long its `tc` took (`tc_ms`: `tc` waits for the kernel's netlink lock,
+which another namespace's teardown can hold for seconds). After a late sample the next ones keep
+their interval from it, not a burst to catch up. It ends when `tc` fails (the namespace is gone)
+or on SIGTERM (`teardown` kills the namespace's processes), after its line.
 
 With `--listen ADDR:PORT` it also serves the latest sample as Prometheus series on `/metrics`
 (`exposition`): locally it runs in the data network's namespace (`--netns` names the UPF's,
@@ -66,9 +70,11 @@ def watch_list(shapers: Iterable[Shaper]) -> list[dict[str, Any]]:
 
 
 def rows(watch: list[dict[str, Any]], by_device: dict[str, dict[str, dict[str, Any]]], at: float,
-         before: dict[tuple[str, str], tuple[float, int]]) -> list[dict[str, Any]]:
+         before: dict[tuple[str, str], tuple[float, int]],
+         timing: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """One sample's lines: each watched class's counters (a class's drops and backlog summed
-    over the leaves under it) and its rate since `before` (updated in place)."""
+    over the leaves under it) and its rate since `before` (updated in place); `timing`
+    (`late_ms`, `tc_ms`) is added to each."""
     out = []
     for w in watch:
         classes = by_device.get(w["device"], {})
@@ -87,7 +93,7 @@ def rows(watch: list[dict[str, Any]], by_device: dict[str, dict[str, dict[str, A
                     "group": w["group"], "ue": w["ue"], "bytes": k["bytes"],
                     "packets": k["packets"], "drops": drops, "backlog_bytes": backlog_b,
                     "backlog_packets": backlog_p,
-                    "rate_mbit": None if rate is None else round(rate, 3)})
+                    "rate_mbit": None if rate is None else round(rate, 3), **(timing or {})})
     return out
 
 
@@ -176,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     next_at = time.time()
     with args.out.open("a") as out:
         while not stop:
+            began = time.time()
             by_device = {}
             for dev in devices:
                 done = subprocess.run([*tc, "-s", "class", "show", "dev", dev],
@@ -183,14 +190,16 @@ def main(argv: list[str] | None = None) -> int:
                 if done.returncode != 0:
                     return 0  # the namespace is gone
                 by_device[dev] = parse_classes(done.stdout)
-            sample = rows(watch, by_device, time.time(), before)
+            timing = {"late_ms": round(max(0.0, began - next_at) * 1000.0, 1),
+                      "tc_ms": round((time.time() - began) * 1000.0, 1)}
+            sample = rows(watch, by_device, time.time(), before, timing)
             latest[0] = exposition(sample)
             lines = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in sample)
             writing = True
             out.write(lines)
             out.flush()
             writing = False
-            next_at += args.interval
+            next_at = max(next_at + args.interval, time.time())  # late: on from now
             time.sleep(max(0.0, next_at - time.time()))
     return 0
 
