@@ -4,6 +4,7 @@ port before anything runs and serve it from a process beside the run's (`LiveSer
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -67,10 +68,15 @@ class LiveServer:
         package = Path(__file__).resolve().parents[2]  # the copy of testbed this process runs
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(package), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        # the server closes its end of this pipe once it runs: a run shorter than its start
+        # (a simulator scenario) waits for it before it ends it, and the pages get the end
+        self._ready, ready_w = os.pipe()
         self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            [sys.executable, "-m", "testbed.web.server", "--fd", str(sock.fileno()), *what],
-            pass_fds=[sock.fileno()], preexec_fn=preexec, start_new_session=True, env=env,
-            stdin=subprocess.DEVNULL)
+            [sys.executable, "-m", "testbed.web.server", "--fd", str(sock.fileno()),
+             "--ready-fd", str(ready_w), *what],
+            pass_fds=[sock.fileno(), ready_w], preexec_fn=preexec, start_new_session=True,
+            env=env, stdin=subprocess.DEVNULL)
+        os.close(ready_w)
         sock.close()  # the server holds it now
         console.print(f"live page: [bold]{self.url}[/]", highlight=False)
 
@@ -83,7 +89,11 @@ class LiveServer:
     def stop(self) -> None:
         """End the server once it has sent the pages the run's end (safe twice)."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
+            return
+        select.select([self._ready], [], [], STOP_S)  # readable (EOF) once the server runs
+        os.close(self._ready)
+        if proc.poll() is not None:
             return
         proc.send_signal(signal.SIGTERM)
         try:

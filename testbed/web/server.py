@@ -17,10 +17,12 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import os
 import re
 import signal
 import socket
 import sys
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -278,26 +280,28 @@ def _plot(run_dir: Path, name: str) -> web.FileResponse:
     return _file(run_dir / "plots" / name)
 
 
-async def serve(page: LivePage, sock: socket.socket, *, stop_on_finish: bool = False) -> None:
-    """Serve `page` on `sock` until SIGTERM or SIGINT (then `page.end()`: the pages get the
-    last of it), or with `stop_on_finish` once the source has finished (a test's short run).
+async def serve(page: LivePage, sock: socket.socket, *, ready_fd: int | None = None,
+                stop: asyncio.Event | None = None) -> None:
+    """Serve `page` on `sock` until SIGTERM or SIGINT, or `stop` is set (then `page.end()`: the
+    pages get the last of it).
 
-    page: the server; sock: `bind`'s socket."""
-    runner = web.AppRunner(page.app(), access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.SockSite(runner, sock, shutdown_timeout=1.0)
-    await site.start()
+    page: the server; sock: `bind`'s socket; ready_fd: a pipe to close once SIGTERM is handled
+    (`testbed.cli.web.LiveServer` waits for it before it sends one); stop: set to end it from
+    this loop (a caller off the main thread, where signals cannot be handled)."""
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop or asyncio.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+    runner = web.AppRunner(page.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.SockSite(runner, sock)
+    await site.start()
+    if ready_fd is not None:
+        os.close(ready_fd)
     poller = asyncio.create_task(page.poll_forever())
     try:
-        while not stop.is_set():
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), POLL_S)
-            if stop_on_finish and page.source.finished:
-                break
+        await stop.wait()
     finally:
         page.end()
         await poller
@@ -310,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     listening socket `testbed run --web` (or `reproduce --web`) bound and passed down."""
     parser = argparse.ArgumentParser(prog="python -m testbed.web.server", description=__doc__)
     parser.add_argument("--fd", type=int, required=True, help="a listening socket, inherited")
+    parser.add_argument("--ready-fd", type=int, help="a pipe closed once the server runs")
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--run-dir", type=Path, help="the run directory to serve")
     group.add_argument("--reproduce", type=Path, help="a reproduce's folder (<out>)")
@@ -318,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     source = RunSource(args.run_dir) if args.run_dir else ReproduceSource(args.reproduce)
     page = LivePage(source, loopback_only=is_loopback(sock.getsockname()[0]))
     try:
-        asyncio.run(serve(page, sock))
+        asyncio.run(serve(page, sock, ready_fd=args.ready_fd))
     except TestbedError as exc:
         print(f"live page: {exc}", file=sys.stderr)
         return 1

@@ -124,7 +124,12 @@ function rowsOf(cell) {
 function render(full) {
   const run = S.run;
   renderOverview();
-  if (!run) return;
+  if (!run) {
+    const rep = S.overview && S.overview.mode === "reproduce";
+    $("name").textContent = rep ? "reproduce: no scenario run yet" : "waiting for the run to start";
+    $("status").textContent = S.status;
+    return;
+  }
   const cell = currentCell();
   renderHeader(run, cell);
   renderBanners(run);
@@ -150,6 +155,8 @@ function renderOverview() {
   replace(sel, ...opts);
   sel.value = before;
   const arts = o.artefacts || [];
+  const link = $("reproduce-report");
+  if (o.report && !link) sel.parentElement.after(el("a", {id: "reproduce-report", href: "/report.html", target: "_blank", text: "the reproduction's report.html"}));
   replace($("artefacts"), el("tr", {}, el("th", {text: "artefact"}), el("th", {text: "verdict"}), el("th", {text: "summary"})),
     ...arts.map((a) => el("tr", {}, el("td", {text: a.artefact}), el("td", {class: `verdict ${a.verdict}`, text: a.verdict}), el("td", {text: a.summary}))));
 }
