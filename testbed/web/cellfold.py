@@ -32,6 +32,7 @@ MAX_BINS = 1200  # per cell: one scenario second each up to 20 minutes, wider be
 ENDED = ("ok", "failed", "interrupted", "planned")  # a cell.json status once the cell is over
 SERIES = ("rate", "errors", "viol", "p50", "p95", "p99", "ready", "desired", "inflight")
 TALLY_EVERY_S = 1.0  # a live tally's percentiles: at most this often (more while they cost more)
+FEED_BUDGET_S = 0.25  # per poll and cell: the rest of a long file waits for the next poll
 
 
 # matrix keys whose values are secrets (a subscriber key, a database address with its password):
@@ -160,6 +161,7 @@ class CellFold:
         self._tally_every = TALLY_EVERY_S
         self._tally_dirty = False
         self.last_growth = time.time()
+        self._deadline = 0.0
         # what the last delta carried: bins from this one on are re-sent, lists from these lengths
         self._dirty_from: int | None = 0
         self._net_dirty_from: int | None = 0
@@ -250,6 +252,7 @@ class CellFold:
         info_changed = self._read_info()
         if not self.info:
             return False
+        self._deadline = time.monotonic() + FEED_BUDGET_S
         grew = False
         for name, fold in (("samples.jsonl", self._sample), ("decisions.jsonl", self._decision),
                            ("events.jsonl", self._event), ("net.jsonl", self._net),
@@ -278,21 +281,27 @@ class CellFold:
         return any(t.behind for t in self._tails.values())
 
     def _feed(self, name: str, fold: Any) -> bool:
+        """Fold what file `name` gained: a read at a time (READ_LIMIT), until it is read or the
+        poll's FEED_BUDGET_S is spent (a finished day's file goes over a few polls)."""
         tail = self._tails.get(name)
         if tail is None:
             tail = self._tails[name] = JsonlTail(self.path / name)
-        rows = tail.read()
-        if self.load_started is None:  # no axis yet: kept until cell.json says when the load began
-            if rows:
-                self._pending.setdefault(name, []).extend(rows)
-            return False
-        rows = self._pending.pop(name, []) + rows
-        for row in rows:
-            try:
-                fold(row, name)
-            except (KeyError, TypeError, ValueError):
-                continue  # a row of another shape (an older run's): left out
-        return bool(rows)
+        grew = False
+        while True:
+            rows = tail.read()
+            if self.load_started is None:  # no axis yet: kept until cell.json says when the load began
+                if rows:
+                    self._pending.setdefault(name, []).extend(rows)
+                return False
+            rows = self._pending.pop(name, []) + rows
+            for row in rows:
+                try:
+                    fold(row, name)
+                except (KeyError, TypeError, ValueError):
+                    continue  # a row of another shape (an older run's): left out
+            grew |= bool(rows)
+            if not rows or not tail.behind or time.monotonic() > self._deadline:
+                return grew
 
     def _bin(self, t: float) -> int | None:
         """The bin of axis time `t`, None before the first (replicas starting) or far past the

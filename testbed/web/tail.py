@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-READ_LIMIT = 16 * 2**20  # bytes per read: a day's finished file is read over several polls
+READ_LIMIT = 2 * 2**20  # bytes per read: what one read holds parsed at once is bounded
 
 
 class JsonlTail:

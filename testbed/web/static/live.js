@@ -397,7 +397,10 @@ function updateCharts(cell) {
     } else {
       const s = cell.services[c.service] || {};
       let n = (s.rate || []).length;
-      if (cell.status === "running" && cell.now_t !== null) {
+      if (cell.status !== "running") {
+        // an ended cell: its window (the answers after it are the clients' last, in no full bin)
+        n = Math.min(n, Math.ceil(((cell.duration_s || 0) - cell.t0) / cell.width));
+      } else if (cell.now_t !== null) {
         // a running cell's last bins are still filling (a client flushes its records every half
         // wall second): drawn once whole
         n = Math.max(0, Math.min(n, Math.floor((cell.now_t - FLUSH_WALL_S * cell.time_scale - cell.t0) / cell.width)));
