@@ -2,8 +2,9 @@
 (the page open in headless Chromium while it runs, where selenium, chromium and chromedriver are
 installed), alternating, so that a change in the machine's load falls on both alike. Per run it
 prints each service's figures from results.json (requests, SLO violation rate, mean and p99
-latency, the clients' p99 lateness), the page's server's CPU seconds, and per arm their mean and
-spread; the run-to-run spread of the runs without the page is the noise to judge the difference by.
+latency, the clients' p99 lateness), the CPU seconds of the page's server and of the browser,
+and per arm their mean and spread; the run-to-run spread of the runs without the page is the
+noise to judge the difference by.
 
     python3 bench/web_overhead.py [scenarios/smoke.yaml] [--runs 2] [--no-browser]
 
@@ -48,6 +49,17 @@ def children(pid: int) -> list[int]:
         return []
 
 
+def browser_cpu_s(seen: dict[int, float]) -> None:
+    """The CPU seconds of every Chromium process so far into `seen` (pid -> seconds)."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if b"chromium" in (proc / "cmdline").read_bytes():
+                    seen[int(proc.name)] = cpu_s(int(proc.name)) or seen.get(int(proc.name), 0.0)
+            except OSError:
+                continue
+
+
 def open_browser(url: str) -> Any:
     """Headless Chromium on `url` (the flags of tests/web/test_browser.py), or None."""
     try:
@@ -81,7 +93,10 @@ def run_once(scenario: str, out: Path, web: bool, browser_wanted: bool) -> dict[
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True).start()
     browser, server, server_cpu = None, None, None
+    chromium: dict[int, float] = {}
     while proc.poll() is None:
+        if browser:
+            browser_cpu_s(chromium)
         if web and server is None:
             server = next((c for c in children(proc.pid)
                            if b"testbed.web.server" in Path(f"/proc/{c}/cmdline").read_bytes()),
@@ -101,6 +116,7 @@ def run_once(scenario: str, out: Path, web: bool, browser_wanted: bool) -> dict[
     record = json.loads((run_dir / "results.json").read_text())
     return {"rows": [r for r in record["rows"] if r.get("service")], "rc": proc.returncode,
             "wall_s": wall, "server_cpu_s": server_cpu, "browser": bool(browser),
+            "browser_cpu_s": sum(chromium.values()) if browser else None,
             "run_dir": str(run_dir)}
 
 
@@ -122,8 +138,9 @@ def main() -> int:
             figures = "; ".join(
                 f"{row['service']} " + " ".join(f"{_fmt(k, row.get(k))}" for k in FIGURES)
                 for row in r["rows"])
-            extra = (f", page server {r['server_cpu_s']:.2f} CPU s"
-                     f"{', a browser watching' if r['browser'] else ''}" if web else "")
+            extra = (f", page server {r['server_cpu_s']:.2f} CPU s" + (
+                f", the browser watching {r['browser_cpu_s']:.1f} CPU s" if r["browser"] else "")
+                if web else "")
             print(f"run {i + 1} {'--web' if web else 'plain'}: exit {r['rc']}, "
                   f"{r['wall_s']:.0f} s wall{extra}\n    {figures}", flush=True)
     print("\nmean (sd) per arm; |difference| against the plain runs' sd")
@@ -143,6 +160,9 @@ def main() -> int:
         print(f"  page server CPU: {statistics.fmean(cpu):.2f} s per run "
               f"({statistics.fmean(cpu) / statistics.fmean(r['wall_s'] for r in results[True]):.1%}"
               " of one core over the run)")
+    seen = [r["browser_cpu_s"] for r in results[True] if r["browser_cpu_s"] is not None]
+    if seen:
+        print(f"  headless Chromium watching: {statistics.fmean(seen):.1f} CPU s per run")
     print(f"run directories under {root}")
     return 0
 

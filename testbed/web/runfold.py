@@ -117,6 +117,7 @@ class RunFold:
                     "key": cell_key(c.slug, rep), "index": c.index, "rep": rep,
                     "label": masked_label(c.params),
                     "span_s": c.scenario.warmup_s + c.scenario.duration_s,
+                    "policies": {s.name: s.policy for s in c.scenario.services},
                     "time_scale": c.scenario.time_scale,
                     "conditions": link_conditions(c.testbed.model_dump(mode="json"))})
         return out

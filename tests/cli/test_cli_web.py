@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -68,24 +69,28 @@ def test_the_page_follows_a_run_to_its_end_and_goes_with_it(tmp_path: Path):
                              "--out", str(tmp_path), "--no-progress", "--web"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, COLUMNS="200"))
-    assert proc.stdout is not None
-    url = None
-    for line in proc.stdout:
-        found = re.search(r"live page: (http://127\.0\.0\.1:\d+/)", line)
-        if found:
-            url = found.group(1)
-            break
-    assert url, proc.stderr.read() if proc.stderr else ""
-    seen: list[tuple[str, dict]] = []
-    with urllib.request.urlopen(url + "api/stream", timeout=60) as stream:
-        name = None
-        for raw in stream:
-            line = raw.decode().rstrip("\n")
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                seen.append((str(name), json.loads(line[6:])))
-    rest, err = proc.communicate(timeout=120)
+    try:
+        assert proc.stdout is not None
+        url = None
+        for line in proc.stdout:
+            found = re.search(r"live page: (http://127\.0\.0\.1:\d+/)", line)
+            if found:
+                url = found.group(1)
+                break
+        assert url, proc.stderr.read() if proc.stderr else ""
+        seen: list[tuple[str, dict]] = []
+        with urllib.request.urlopen(url + "api/stream", timeout=60) as stream:
+            name = None
+            for raw in stream:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    seen.append((str(name), json.loads(line[6:])))
+        rest, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == 0, rest + err
     assert seen[-1][0] == "end" and seen[-1][1]["finished"]
     [run_dir] = tmp_path.iterdir()
@@ -107,12 +112,16 @@ def test_watch_serves_a_finished_run_until_interrupted(tmp_path: Path):
     proc = subprocess.Popen([sys.executable, "-m", "testbed", "watch", str(run.path), "--web",
                              "127.0.0.1:0"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    url = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
-    assert url, line
-    with urllib.request.urlopen(url.group(1) + "api/overview", timeout=30) as r:
-        overview = json.loads(r.read())
-    assert overview["finished"] and overview["runs"][0]["verdict"] == "PASS"
-    proc.send_signal(2)
-    assert proc.wait(20) == 0
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        url = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
+        assert url, line
+        with urllib.request.urlopen(url.group(1) + "api/overview", timeout=30) as r:
+            overview = json.loads(r.read())
+        assert overview["finished"] and overview["runs"][0]["verdict"] == "PASS"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

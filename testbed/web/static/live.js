@@ -71,6 +71,7 @@ function onDelta(msg) {
     const c = run.cells[d.key];
     if (!c) { run.cells[d.key] = d; continue; }
     const {services, links, from, net_from} = d;
+    if (Object.keys(services).some((k) => services[k].rate.length) || Object.keys(links).length) c.version = (c.version || 0) + 1;
     for (const [k, v] of Object.entries(d)) {
       if (["services", "links", "decisions", "replica_events", "problems", "conditions"].includes(k)) continue;
       if (k.endsWith("_from")) continue;
@@ -91,12 +92,27 @@ function onDelta(msg) {
   schedule();
 }
 
-let pending = false, rebuild = false;
+// drawn at most once a second (the stream brings a delta every half second): a browser on the
+// run's own machine takes its turns on the cores the run times itself by
+const RENDER_EVERY_MS = 1000;
+let pending = false, rebuild = false, lastRender = 0;
 function schedule(full) {
   rebuild = rebuild || !!full;
   if (pending) return;
   pending = true;
-  requestAnimationFrame(() => { pending = false; const f = rebuild; rebuild = false; render(f); });
+  const wait = full ? 0 : Math.max(0, lastRender + RENDER_EVERY_MS - performance.now());
+  setTimeout(() => requestAnimationFrame(() => {
+    pending = false; lastRender = performance.now();
+    const f = rebuild; rebuild = false; render(f);
+  }), wait);
+}
+// a part of the page is rebuilt only when what it shows changed
+const drawn = {};
+function changed(part, ...what) {
+  const key = JSON.stringify(what);
+  if (drawn[part] === key) return false;
+  drawn[part] = key;
+  return true;
 }
 
 // -- what to show ---------------------------------------------------------------------------
@@ -136,9 +152,9 @@ function render(full) {
   renderCellNav(run);
   if (!cell) return;
   const layout = `${S.runId}|${cell.key}|${Object.keys(cell.services).join(",")}|${Object.keys(cell.links).sort().join(",")}`;
-  if (full || layout !== S.layout) { buildCharts(cell); S.layout = layout; }
+  if (full || layout !== S.layout) { buildCharts(cell); S.layout = layout; drawn.charts = null; }
   renderSummary(run, cell);
-  updateCharts(cell);
+  if (changed("charts", cell.key, cell.version || 0, cell.status, Math.floor((cell.now_t || 0) / cell.width), cell.decisions.length)) updateCharts(cell);
   renderNet(run, cell);
   renderDecisions(cell);
   renderEnd(run, cell);
@@ -187,6 +203,8 @@ function renderHeader(run, cell) {
 function renderBanners(run) {
   const out = [];
   const rec = run.head.record;
+  if (!changed("banners", rec ? [rec.verdict, rec.expect.length] : null, run.head.report, run.head.behind,
+    run.head.quiet_s ? Math.floor(run.head.quiet_s / 10) : 0, S.status, S.ended)) return;
   if (rec) {
     const b = el("div", {class: `banner ${rec.verdict}`, "data-verdict": rec.verdict},
       "Verdict: ", el("span", {class: `verdict ${rec.verdict}`, text: rec.verdict}),
@@ -212,6 +230,7 @@ function renderBanners(run) {
 
 function renderCellNav(run) {
   const plan = run.plan.length ? run.plan : Object.values(run.cells).map((c) => ({key: c.key, label: c.label, rep: c.rep}));
+  if (!changed("nav", plan.map((p) => [p.key, run.cells[p.key] ? run.cells[p.key].status : "planned"]), S.cell, S.follow)) return;
   if (plan.length <= 1) { replace($("cells")); return; }
   const buttons = plan.map((p) => {
     const c = run.cells[p.key];
@@ -241,8 +260,11 @@ function last(arr, n = 1, upto = Infinity) {
 }
 function renderSummary(run, cell) {
   const {source, rows} = rowsOf(cell);
+  const upto0 = Math.floor(((cell.now_t || 0) - FLUSH_WALL_S * cell.time_scale - cell.t0) / cell.width);
+  if (!changed("summary", cell.key, source, rows, cell.status, upto0, cell.version || 0)) return;
   $("summary-source").textContent = `figures of the measured window: ${source}`;
-  const policies = Object.fromEntries((run.about.services || []).map((s) => [s.name, s.policy]));
+  const plan = run.plan.find((p) => p.key === cell.key);
+  const policies = plan && plan.policies ? plan.policies : Object.fromEntries((run.about.services || []).map((s) => [s.name, s.policy]));
   const live = cell.status === "running";
   // the bins that are whole: before the one the cell's clock is in
   const upto = cell.now_t === null || cell.now_t === undefined ? 0
@@ -297,7 +319,7 @@ function decisionMarks(cell, service) {
   return (cell.decisions || []).filter((d) => !service || d.service === service).map((d) => {
     const a = d.applied || 0;
     const label = `${a > 0 ? "+" : ""}${a ? a : "hold"} ${service ? "" : d.service + " "}${d.policy || ""}`.trim();
-    return {t: d.t, color: a > 0 ? "#1f9d55" : a < 0 ? "#c77c02" : "#8a93a3", strong: a !== 0, label: a !== 0 || service ? label : null};
+    return {t: d.t, color: a > 0 ? "#1f9d55" : a < 0 ? "#c77c02" : "#8a93a3", strong: a !== 0, label: a !== 0 ? label : null};
   });
 }
 function chartBox(id, title) {
@@ -420,6 +442,7 @@ function pad(arr, n) { const a = (arr || []).slice(0, n); while (a.length < n) a
 // -- slices, decisions, the end ------------------------------------------------------------------
 function renderNet(run, cell) {
   const plan = run.plan.find((p) => p.key === cell.key);
+  if (!changed("net", cell.key, cell.conditions.length, !!run.head.record, cell.summary.source, cell.status, plan ? 1 : 0)) return;
   const cond = plan ? plan.conditions : null;
   const rows = [el("tr", {}, el("th", {text: "link conditions in force"}), el("th", {class: "num", text: "uplink"}), el("th", {class: "num", text: "downlink"}), el("th", {text: ""}))];
   if (cond) {
@@ -447,10 +470,12 @@ function renderNet(run, cell) {
   replace($("goodput"), el("tr", {}, el("th", {text: "iperf3 cross-traffic"}), el("th", {class: "num", text: "goodput Mbit/s"})),
     ...(gp.length ? gp.map((r) => el("tr", {"data-slice": r.slice}, el("td", {text: `slice ${r.slice} (${r.direction})`}),
       el("td", {class: "num", "data-field": "iperf_goodput_mbit", "data-value": JSON.stringify(r.iperf_goodput_mbit), text: num(r.iperf_goodput_mbit, 1)})))
-      : [el("tr", {}, el("td", {class: "muted", text: "iperf3 reports its goodput when the cell ends"}), el("td", {}))]));
+      : [el("tr", {}, el("td", {class: "muted", text: cell.status === "running" ? "iperf3 reports its goodput when the cell ends"
+        : "no iperf3 cross-traffic in this cell"}), el("td", {}))]));
 }
 function renderDecisions(cell) {
   const ds = cell.decisions || [];
+  if (!changed("decisions", cell.key, ds.length)) return;
   $("decisions-note").textContent = `${ds.length} decision${ds.length === 1 ? "" : "s"} in this cell; the latest first`;
   const head = el("tr", {}, ...["t (scenario s)", "service", "policy", "proposed", "applied", "replicas", "reward"].map((t, i) =>
     el("th", {class: [0, 3, 4, 5, 6].includes(i) ? "num" : "", text: t})));
@@ -465,6 +490,7 @@ function renderDecisions(cell) {
 }
 function renderEnd(run, cell) {
   const rec = run.head.record;
+  if (!changed("end", cell.key, !!rec, cell.problems.length, run.about.commit)) return;
   $("expect-card").hidden = !rec || !rec.expect.length;
   if (rec) replace($("expect"), el("tr", {}, el("th", {text: "expect"}), el("th", {text: "result"}), el("th", {text: "value"})),
     ...rec.expect.map((o) => el("tr", {}, el("td", {text: o.text}), el("td", {class: `verdict ${o.verdict}`, text: o.verdict}), el("td", {text: o.value}))));
