@@ -292,7 +292,7 @@ class CellFold:
             if self.load_started is None:  # no axis yet: kept until cell.json says when the load began
                 if rows:
                     self._pending.setdefault(name, []).extend(rows)
-                return False
+                return bool(rows)  # the testbed is up: the run is not quiet
             rows = self._pending.pop(name, []) + rows
             for row in rows:
                 try:

@@ -42,6 +42,8 @@ def test_a_port_in_use_stops_the_run_before_it_starts_in_one_line(tmp_path: Path
         done = testbed("run", "scenarios/pipeline-sim.yaml", "--out", str(tmp_path), "--web",
                        str(port))
         watched = testbed("watch", str(tmp_path), "--web", f"127.0.0.1:{port}")
+        reproduced = testbed("reproduce", "table5.1", "--rule-only", "--out",
+                             str(tmp_path / "repro"), "--web", f"127.0.0.1:{port}")
     assert done.returncode == 4, done.stdout + done.stderr
     # after the scenario's trace lines (it loaded), one error
     errors = [line for line in done.stderr.splitlines() if not line.startswith("trace ")]
@@ -49,6 +51,8 @@ def test_a_port_in_use_stops_the_run_before_it_starts_in_one_line(tmp_path: Path
                       "watch): give another, or 0 for a free one"], done.stderr
     assert not list(tmp_path.iterdir())  # nothing ran: no run directory
     assert watched.returncode == 4 and watched.stderr.count("error:") == 1
+    assert reproduced.returncode == 4 and reproduced.stderr.count("error:") == 1
+    assert "the port is in use" in reproduced.stderr
 
 
 def test_watch_refuses_a_folder_that_is_no_run_in_one_line(tmp_path: Path):

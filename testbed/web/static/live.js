@@ -92,9 +92,9 @@ function onDelta(msg) {
   schedule();
 }
 
-// drawn at most once a second (the stream brings a delta every half second): a browser on the
-// run's own machine takes its turns on the cores the run times itself by
-const RENDER_EVERY_MS = 1000;
+// drawn at most every 0.8 s, so at least once a second (the stream brings a delta every half
+// second): a browser on the run's own machine takes its turns on the cores the run times itself by
+const RENDER_EVERY_MS = 800;
 let pending = false, rebuild = false, lastRender = 0;
 function schedule(full) {
   rebuild = rebuild || !!full;
