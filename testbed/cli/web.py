@@ -123,7 +123,8 @@ def watch(
     """
     import asyncio
 
-    from testbed.web.server import LivePage, is_loopback, serve, source_for, url_of
+    from testbed.web.server import LivePage, is_loopback, serve, url_of
+    from testbed.web.sources import source_for
 
     source = source_for(run_dir)
     sock = bind_web(web)

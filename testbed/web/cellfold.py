@@ -17,7 +17,6 @@ import math
 import re
 import time
 from array import array
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,9 @@ from testbed.load.records import scenario_latency_ms, schedule_lag_ms
 from testbed.load.stats import percentile
 from testbed.scenario.matrix import fmt_value
 from testbed.scenario.results import SLO_MS, cell_rows, late_beyond_bound
+from testbed.web.bins import MAX_BINS, LinkBins, ServiceBins, Tally, bin_width
 from testbed.web.tail import JsonlTail, read_json
 
-MAX_BINS = 1200  # per cell: one scenario second each up to 20 minutes, wider beyond
 ENDED = ("ok", "failed", "interrupted", "planned")  # a cell.json status once the cell is over
 SERIES = ("rate", "errors", "viol", "p50", "p95", "p99", "ready", "desired", "inflight")
 TALLY_EVERY_S = 1.0  # a live tally's percentiles: at most this often (more while they cost more)
@@ -55,76 +54,6 @@ def cell_key(slug: str, rep: int) -> str:
 
     slug: the cell's directory name; rep: its repetition."""
     return f"{slug.split('-', 1)[0]}/{rep}"
-
-
-def bin_width(span_s: float) -> float:
-    """The bin of a cell `span_s` scenario seconds long (warm-up and window): whole seconds, at
-    most MAX_BINS of them.
-
-    span_s: the cell's planned scenario seconds."""
-    return float(max(1, math.ceil(span_s / MAX_BINS)))
-
-
-@dataclass
-class ServiceBins:
-    """One service's per-bin counts; `p50`.. filled from `lat` for the bins marked dirty."""
-    completed: list[int] = field(default_factory=list)
-    errors: list[int] = field(default_factory=list)
-    violations: list[int] = field(default_factory=list)
-    busy_s: list[float] = field(default_factory=list)  # request-seconds in flight in the bin
-    lat: list[array] = field(default_factory=list)  # ok scenario latencies answered in the bin
-    p50: list[float | None] = field(default_factory=list)
-    p95: list[float | None] = field(default_factory=list)
-    p99: list[float | None] = field(default_factory=list)
-    ready: list[int | None] = field(default_factory=list)
-    desired: list[int | None] = field(default_factory=list)
-    dirty: set[int] = field(default_factory=set)
-
-    def grow(self, n: int) -> None:
-        while len(self.completed) < n:
-            for name in ("completed", "errors", "violations"):
-                getattr(self, name).append(0)
-            self.busy_s.append(0.0)
-            self.lat.append(array("d"))
-            for name in ("p50", "p95", "p99", "ready", "desired"):
-                getattr(self, name).append(None)
-
-    def settle(self) -> None:
-        """The dirty bins' percentiles."""
-        for i in self.dirty:
-            values = self.lat[i]
-            self.p50[i] = percentile(values, 0.5)
-            self.p95[i] = percentile(values, 0.95)
-            self.p99[i] = percentile(values, 0.99)
-        self.dirty.clear()
-
-
-@dataclass
-class Tally:
-    """One service's measured requests so far, as `service_row` counts them."""
-    requests: int = 0
-    errors: int = 0
-    violations: int = 0
-    latency_sum_ms: float = 0.0
-    ok_ms: array = field(default_factory=lambda: array("d"))
-    lags_ms: array = field(default_factory=lambda: array("d"))  # scenario ms behind schedule
-    ready_sum: int = 0
-    samples: int = 0
-
-
-@dataclass
-class LinkBins:
-    """One slice's or UE group's class in one direction: Mbit/s (the mean of its samples in the
-    bin) and packets dropped."""
-    rate_sum: list[float] = field(default_factory=list)
-    rate_n: list[int] = field(default_factory=list)
-    drops: list[int] = field(default_factory=list)
-
-    def grow(self, n: int) -> None:
-        while len(self.rate_sum) < n:
-            self.rate_sum.append(0.0)
-            self.rate_n.append(0)
-            self.drops.append(0)
 
 
 class CellFold:

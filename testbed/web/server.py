@@ -30,7 +30,7 @@ from typing import Any
 from aiohttp import web
 
 from testbed.errors import StateError, TestbedError
-from testbed.web.sources import ReproduceSource, RunSource, source_for
+from testbed.web.sources import ReproduceSource, RunSource
 
 POLL_S = 0.5  # the page moves at least once a wall second
 QUEUE_MAX = 64  # messages a browser may lag behind before it is dropped (it reconnects afresh)
@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["LivePage", "bind", "main", "parse_address", "serve", "source_for", "url_of"]
+__all__ = ["LivePage", "bind", "is_loopback", "main", "parse_address", "serve", "url_of"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,7 +11,8 @@ import pytest
 
 from testbed.load.stats import percentile
 from testbed.scenario.results import cell_rows, read_records, service_row
-from testbed.web.cellfold import CellFold, bin_width, masked_label
+from testbed.web.bins import bin_width
+from testbed.web.cellfold import CellFold, masked_label
 from testbed.web.tail import JsonlTail
 from tests.web.written_run import SECRET, TIME_SCALE, WARMUP_S, WrittenRun, record
 
