@@ -144,16 +144,18 @@ def main() -> int:
             print(f"run {i + 1} {'--web' if web else 'plain'}: exit {r['rc']}, "
                   f"{r['wall_s']:.0f} s wall{extra}\n    {figures}", flush=True)
     print("\nmean (sd) per arm; |difference| against the plain runs' sd")
-    services = [row["service"] for row in results[False][0]["rows"]]
-    for service in services:
+    rows = [(row["cell"], row["service"]) for row in results[False][0]["rows"]]
+    cells = len({c for c, _ in rows})
+    for cell, service in rows:
         for k in FIGURES:
-            arms = {w: [next(x[k] for x in r["rows"] if x["service"] == service)
+            arms = {w: [next(x[k] for x in r["rows"] if (x["cell"], x["service"]) == (cell, service))
                         for r in results[w]] for w in (False, True)}
             if any(v is None for vs in arms.values() for v in vs):
                 continue
             m = {w: statistics.fmean(v) for w, v in arms.items()}
             sd = {w: statistics.stdev(v) if len(v) > 1 else 0.0 for w, v in arms.items()}
-            print(f"  {service:8} {k:20} plain {m[False]:10.4g} ({sd[False]:.3g})   "
+            name = f"{cell} {service}" if cells > 1 else service
+            print(f"  {name:8} {k:20} plain {m[False]:10.4g} ({sd[False]:.3g})   "
                   f"--web {m[True]:10.4g} ({sd[True]:.3g})   diff {m[True] - m[False]:+.3g}")
     cpu = [r["server_cpu_s"] for r in results[True] if r["server_cpu_s"] is not None]
     if cpu:
