@@ -27,6 +27,7 @@ LAYERS = {
     "train": 7,
     "scenario": 8,
     "report": 9,
+    "web": 9,  # the live page: tails a run directory while it runs, reads it only, as report does
     # reproduce runs scenarios and the simulator and writes a report from their results: it
     # orchestrates what sits below it (scenario, train, report), below the CLI that only parses
     # and prints

@@ -14,7 +14,7 @@ import pytest
 import typer.main
 from typer._click.exceptions import UsageError  # typer carries its own click
 
-from testbed.cli import _register, app
+from testbed.cli import _register, app, optional_values
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -40,10 +40,11 @@ def readme_commands(text: str) -> list[str]:
 
 
 def _parse(argv: list[str]) -> str:
-    """What click does with the arguments, without running the command; the command's path."""
+    """What click does with the arguments, without running the command (after `main`'s
+    `optional_values`, as the console script does: `--web` alone); the command's path."""
     _register()
     group = typer.main.get_command(app)
-    ctx = group.make_context("testbed", list(argv))
+    ctx = group.make_context("testbed", optional_values(list(argv)))
     path = ["testbed"]
     while hasattr(ctx.command, "resolve_command"):  # a group: on to its subcommand
         args = [*getattr(ctx, "_protected_args", []), *ctx.args]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import typer
@@ -86,7 +87,7 @@ HELP_PANELS: dict[str, dict[str, str | tuple[str, ...]]] = {
                 "render": "core", "ue": "core"},
     "Services and load": {"services": "services", "load": "services", "profile": "services"},
     "Scenarios and reports": {"run": "scenario", "judge": "judge", "report": "scenario",
-                              "export": "export", "reproduce": "reproduce"},
+                              "export": "export", "reproduce": "reproduce", "watch": "web"},
     "Simulator and training": {"sim": ("sim", "gpu"), "train": "train", "tune": "train"},
 }
 # `lab`: the old spelling of `up|down|status --profile lab`, in no panel
@@ -96,14 +97,38 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
 MODULES = tuple(sorted({m for modules in COMMAND_MODULES.values() for m in modules}))
 
 
+# options whose value may be left out (`testbed run X --web`): click takes a value always, so a
+# bare one gets this default before click reads the line
+OPTIONAL_VALUES = {"--web": ("127.0.0.1:0", re.compile(r"(?:(?:\[[0-9A-Fa-f:.]*\]|[^\s:/\[\]]+):)?\d+"))}
+
+
+def optional_values(args: list[str]) -> list[str]:
+    """`args` with each OPTIONAL_VALUES option that is not followed by a value of its form given
+    its default (`--web scenarios/smoke.yaml` is `--web 127.0.0.1:0 scenarios/smoke.yaml`).
+
+    args: the command line after `testbed`."""
+    out = []
+    for i, arg in enumerate(args):
+        out.append(arg)
+        if arg == "--":
+            return out + args[i + 1:]
+        if arg in OPTIONAL_VALUES:
+            default, form = OPTIONAL_VALUES[arg]
+            following = args[i + 1] if i + 1 < len(args) else None
+            if following is None or not form.fullmatch(following):
+                out.append(default)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script: one line per error, non-zero exit, no traceback.
 
     argv: the command line after `testbed` (default: sys.argv's)."""
-    _register(sys.argv[1:] if argv is None else argv)
+    args = optional_values(list(sys.argv[1:] if argv is None else argv))
+    _register(args)
     try:
         # without standalone mode, click returns a command's typer.Exit code instead of raising
-        rv = app(args=argv, standalone_mode=False)
+        rv = app(args=args, standalone_mode=False)
         if isinstance(rv, int):
             return rv
     except TestbedError as exc:

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from testbed.cli import TracesOpt, app, console, err_console
 from testbed.cli.scenario import VERDICT_STYLE
+from testbed.cli.web import WebOpt
 from testbed.errors import TestbedError
 
 
@@ -48,6 +49,7 @@ def reproduce_cmd(
     allow_undecided: Annotated[bool, typer.Option(
         "--allow-undecided", help="Exploration: an UNDECIDED artefact does not fail (exit 0 "
         "instead of 2).")] = False,
+    web: Annotated[str | None, WebOpt] = None,
 ) -> None:
     """Run the dissertation's artefacts and write one report (HTML + Markdown) with each beside
     the paper, a stated tolerance and PASS, FAIL, UNDECIDED (the data cannot decide it, with the
@@ -55,6 +57,7 @@ def reproduce_cmd(
     apart); exits 1 when an artefact FAILs, 2 when one is UNDECIDED, else 0.
 
     Example: [bold]testbed reproduce --quick[/]   or   [bold]testbed reproduce fig5.7 table5.1[/]
+    Live page of each scenario run in turn: [bold]testbed reproduce --quick --web[/]
     """
     # the whole stack (simulator, testbed, report): loaded only when this command runs
     from testbed.reproduce.artefacts import select
@@ -88,6 +91,11 @@ def reproduce_cmd(
     shaping["traces_dir"] = traces_folder(shaping["traces_dir"])  # none given: the shipped ones
     out = out or default_out(quick)
     partial = out.with_name(out.name + ".partial")
+    live = None
+    if web is not None:  # the port bound before anything runs: one in use stops here
+        from testbed.cli.web import LiveServer, bind_web
+
+        live = LiveServer(bind_web(web), reproduce=out)
     try:
         result = reproduce(chosen, Options(
             out=out, **shaping,
@@ -100,6 +108,9 @@ def reproduce_cmd(
                               f"--resume {partial} (or the same command with --out {out})",
                               highlight=False, markup=False)
         raise
+    finally:
+        if live is not None:
+            live.stop()
     table = Table("artefact", "result", "summary", "min", title="Reproduction")
     for v in result.verdicts:
         summary = v.summary + (f"; decided by: {v.decided_by}" if v.decided_by else "")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -13,6 +15,7 @@ from rich.table import Table
 from testbed.cli import app, console, err_console, show_traces
 from testbed.cli.checks import bad as checks_bad
 from testbed.cli.checks import like_field, writable_dir
+from testbed.cli.web import WebOpt
 from testbed.errors import StateError
 from testbed.paths import RUNS_DIR
 
@@ -21,7 +24,7 @@ if TYPE_CHECKING:
     from testbed.judge.verdict import Verdict
     from testbed.scenario.lab import LabOptions
     from testbed.scenario.load import LoadedScenario
-    from testbed.scenario.runner import RunResult
+    from testbed.scenario.runner import RunOptions, RunResult
 
 MANIFEST_KEYS = ("scenario", "testbed", "source", "profile", "created", "host")
 
@@ -114,6 +117,7 @@ def run(
     plan: Annotated[bool, typer.Option(
         "--plan", help="Print each expect: check's planned requests per cell and the effect it "
         "can detect (alpha 0.05, power 0.95), and run nothing.")] = False,
+    web: Annotated[str | None, WebOpt] = None,
 ) -> None:
     """Run a scenario end to end into a run directory and write its report; exits 0 when every
     `expect:` check PASSes, 1 when one FAILs or reads a cell that lost requests or got none, 2
@@ -121,6 +125,7 @@ def run(
     exploration). Checks this size cannot decide are refused at load (--plan shows each one's size).
 
     Example: [bold]testbed run scenarios/smoke.yaml[/]   or   [bold]testbed run --from runs/X/manifest.json[/]
+    Live page: [bold]testbed run scenarios/smoke.yaml --web[/]   or   [bold]--web 8080[/]
     Lab: [bold]testbed run --profile lab -i inventory.yml scenarios/slicing.yaml [--check][/]
     Parallel (engine: sim): [bold]testbed run scenarios/sim-tables.yaml --jobs 0[/]   or   [bold]--dask tcp://HOST:8786[/]
     """
@@ -153,14 +158,17 @@ def run(
         return
     writable_dir("--out", out)
     lab = _lab_options(profile, inventory, kubeconfig=kubeconfig, prometheus=prometheus, check=check)
-    result = run_scenario(loaded, RunOptions(out_root=out, profile=profile, time_scale=scale,
-                                             replica_work=replica_work,
-                                             duration_s=duration, repetitions=repetitions,
-                                             metrics=metrics, progress=not no_progress and not check,
-                                             console=console, lab=lab, jobs=jobs, dask=dask))
-    if check:
-        _print_check_run(result)
-    else:
+    if web is not None and check:
+        raise typer.BadParameter("--web shows a run as it goes: --check runs none")
+    options = RunOptions(out_root=out, profile=profile, time_scale=scale,
+                         replica_work=replica_work, duration_s=duration, repetitions=repetitions,
+                         metrics=metrics, progress=not no_progress and not check,
+                         console=console, lab=lab, jobs=jobs, dask=dask)
+    with _live_page(web, out, loaded.scenario.name, options):
+        result = run_scenario(loaded, options)
+        if check:
+            _print_check_run(result)
+            return
         rerun = ["testbed", "run", *(["--from", str(from_manifest)] if from_manifest is not None
                                      else [str(scenario)])]
         _report_run(result, allow_undecided=allow_undecided, rerun=rerun)
@@ -172,6 +180,30 @@ def _number(option: str, text: str) -> float:
         return float(text)
     except ValueError:
         raise checks_bad(option, f"a number or auto, not {text!r}") from None
+
+
+@contextlib.contextmanager
+def _live_page(web: str | None, out: Path, name: str, options: RunOptions) -> Iterator[None]:
+    """With --web: the page's port bound (a port in use stops here, before the run), the run's
+    directory named in `options` for it to watch, its server beside the run, stopped at the end
+    (a run directory the run never began is removed)."""
+    if web is None:
+        yield
+        return
+    from testbed.cli.web import LiveServer, bind_web, watch_hint
+    from testbed.paths import new_run_dir
+
+    sock = bind_web(web)
+    options.run_dir = run_dir = new_run_dir(out, name)
+    try:
+        with LiveServer(sock, run_dir=run_dir):
+            yield
+    finally:
+        if not (run_dir / "manifest.json").exists():
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
+        else:
+            console.print(escape(watch_hint(run_dir)), highlight=False)
 
 
 def _show_traces(loaded: LoadedScenario) -> None:

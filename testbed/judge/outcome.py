@@ -22,6 +22,7 @@ Bounds on other metrics (p99, throughput, replicas, simulator rows) are plain co
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +37,7 @@ from testbed.judge.stats import (
 from testbed.judge.syntax import COMPARISONS, Check, matches, parse
 
 __all__ = ["FAIL", "MACHINE_BEHIND", "NOT_RUN", "PASS", "UNDECIDED", "Outcome", "evaluate",
-           "evaluate_all"]
+           "evaluate_all", "recorded_outcomes"]
 
 PASS, FAIL, UNDECIDED = "PASS", "FAIL", "UNDECIDED"
 MACHINE_BEHIND = "MACHINE BEHIND"  # a check over cells whose figures are the machine's
@@ -148,3 +149,15 @@ def _unusable_cells(check: Check, rows: list[dict[str, Any]]) -> tuple[str, str]
             elif "service" in r and r.get("requests") == 0:
                 why.append(f"{where}: no {r['service']} requests")
     return "; ".join(dict.fromkeys(why)), "; ".join(dict.fromkeys(machine))
+
+
+def recorded_outcomes(record: dict[str, Any] | None, texts: list[str]) -> list[Outcome]:
+    """The verdicts a run's record (results.json) holds, when they are of these `expect:` lines;
+    else [] (the report and the live page judge the rows again, or show none).
+
+    record: the run's record, or None; texts: the scenario's `expect:` lines."""
+    recorded = (record or {}).get("expect") or []
+    if [o.get("text") for o in recorded if isinstance(o, dict)] != list(texts) or not texts:
+        return []
+    names = {f.name for f in dataclasses.fields(Outcome)}
+    return [Outcome(**{k: v for k, v in o.items() if k in names}) for o in recorded]

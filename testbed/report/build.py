@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 from testbed.errors import StateError
-from testbed.judge.outcome import Outcome, evaluate_all
+from testbed.judge.outcome import Outcome, evaluate_all, recorded_outcomes
 from testbed.judge.verdict import Verdict, run_verdict
 from testbed.profiles.paper import (
     FIG_5_7_5_8,
@@ -120,15 +119,6 @@ def _run_section(manifest: dict[str, Any]) -> Section:
     if manifest.get("overrides"):
         about.bullets.append(f"command-line overrides: {manifest['overrides']}")
     return about
-
-
-def recorded_outcomes(record: dict[str, Any] | None, texts: list[str]) -> list[Outcome]:
-    """The verdicts the run's record holds, when they are of these `expect:` lines; else []."""
-    recorded = (record or {}).get("expect") or []
-    if [o.get("text") for o in recorded if isinstance(o, dict)] != list(texts) or not texts:
-        return []
-    names = {f.name for f in dataclasses.fields(Outcome)}
-    return [Outcome(**{k: v for k, v in o.items() if k in names}) for o in recorded]
 
 
 def run_verdict_line(verdict: Verdict) -> str:

@@ -299,6 +299,7 @@ def _auto_time_scale(path: Path, data: dict[str, Any], start: int, duration: flo
     at the window's busiest second, said in one line."""
     import yaml
 
+    # the scenario loader and the probe: only for an auto time scale, as `_run` loads the runner
     from testbed.scenario.load import parse_scenario
     from testbed.scenario.pace import choose_time_scale
 

@@ -344,6 +344,9 @@ class CellRunner:
             t0 = clock.monotonic() - (0.0 if start_at is None else clock.time() - start_at)
             self.info["load_started"] = clock.time() if start_at is None else start_at
             self.info["measure_started"] = self.info["load_started"] + warm / ts
+            # once, as the load begins (0.4 ms): a reader of the run directory while it runs (the
+            # live page) maps the records' wall times to scenario time and splits off the warm-up
+            self._write_info()
             step = b.sample_every_s / ts
             next_sample, next_decision = t0 + step, t0 + period
             self.view.set_phase(self.cell, self.rep,

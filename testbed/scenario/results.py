@@ -137,7 +137,17 @@ def behind_schedule(records: list[dict[str, Any]], *, time_scale: float, slo_ms:
     records: the service's request records; time_scale: the run's; slo_ms: the service's SLO."""
     if time_scale == 1:
         return None
-    lags = sorted(lag * time_scale for lag in map(schedule_lag_ms, records) if lag is not None)
+    return late_beyond_bound([lag * time_scale for lag in map(schedule_lag_ms, records)
+                              if lag is not None], slo_ms=slo_ms)
+
+
+def late_beyond_bound(lags_ms: list[float], *, slo_ms: float) -> float | None:
+    """`behind_schedule`'s rule on the lateness of a service's requests (scenario ms, in any
+    order): the p99 over 300 requests or more, else the MIN_LATE_REQUESTS-th latest one's, when it
+    exceeds LATENESS_SLO_SHARE of the SLO; else None (the live page judges a cell so far by it).
+
+    lags_ms: each request's lateness; slo_ms: the service's SLO."""
+    lags = sorted(lags_ms)
     if not lags:
         return None
     late = (percentile(lags, 0.99) if len(lags) * 0.01 >= MIN_LATE_REQUESTS
