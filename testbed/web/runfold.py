@@ -193,14 +193,18 @@ class RunFold:
                            for o in outcomes]}
 
     def behind(self) -> list[dict[str, Any]]:
-        """Each cell and service whose clients fell behind their schedule (MACHINE BEHIND): its
-        lateness and the bound, scenario ms."""
+        """Each cell and service whose figures are the machine's (MACHINE BEHIND): its clients'
+        lateness and the bound, scenario ms; or, for replicas starved of a core by other work,
+        the cell's line that says so (`why`)."""
         out = []
         for key, fold in self.cells.items():
             for service, late in fold.behind_schedule().items():
                 out.append({"cell": key, "service": service, "lateness_ms": round(late, 1),
                             "bound_ms": LATENESS_SLO_SHARE * fold.slo_ms(service),
                             "final": fold.ended})
+            if fold.ended:
+                for service, why in (fold.info.get("starved") or {}).items():
+                    out.append({"cell": key, "service": service, "why": why, "final": True})
         return out
 
     def progress(self, now: float) -> dict[str, Any]:

@@ -219,7 +219,8 @@ function renderBanners(run) {
     out.push(b);
   }
   for (const x of run.head.behind) {
-    out.push(el("div", {class: "banner behind", "data-behind": x.service},
+    out.push(el("div", {class: "banner behind", "data-behind": x.service}, x.why ?
+      `MACHINE BEHIND in cell ${x.cell}: ${x.why}` :
       `MACHINE BEHIND${x.final ? "" : " (so far)"}: ${x.service}'s clients in cell ${x.cell} sent ${num(x.lateness_ms, 0)} ms late ` +
       `(p99, scenario time) beyond the ${num(x.bound_ms, 0)} ms bound: this machine does not hold time scale ${run.about.time_scale}.`));
   }
