@@ -203,7 +203,7 @@ def _live_page(web: str | None, out: Path, name: str, options: RunOptions) -> It
             with contextlib.suppress(OSError):
                 run_dir.rmdir()
         else:
-            console.print(escape(watch_hint(run_dir)), highlight=False)
+            console.print(escape(watch_hint(run_dir)), highlight=False, soft_wrap=True)
 
 
 def _show_traces(loaded: LoadedScenario) -> None:

@@ -30,6 +30,7 @@ from testbed.cli.sim_inputs import (
     sim_profiles,
 )
 from testbed.errors import ConfigError, ConfigProblem
+from testbed.judge.verdict import EXIT_CODES, worst
 from testbed.paths import MODELS_DIR, stamped
 from testbed.profiles import paper
 
@@ -219,8 +220,10 @@ def sim_tables(
     setup = _TableSetup(tr, profiles, seed=seed, with_oracle=with_oracle, as_json=as_json,
                         paper=tr.paper and services == list(paper.SERVICES))
     verdicts = [_sim_table(key, runs, setup) for key in table]
-    if any(v == "FAIL" for v in verdicts):
-        raise typer.Exit(1)
+    # the tables' worst, by the one rule's exit codes (testbed.judge.verdict)
+    code = EXIT_CODES[worst(v for v in verdicts if v is not None)]
+    if code:
+        raise typer.Exit(code)
 
 
 @dataclass(frozen=True)

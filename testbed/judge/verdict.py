@@ -12,7 +12,9 @@ The rule:
   never a pass, exit 3 (a behind cell no check reads is listed, and decides nothing);
 - else UNDECIDED when a check is undecided at this size and the line is not `exploratory` (never a
   pass; with `allow_undecided`, exploration, it counts as PASS);
-- else PASS, or NOT JUDGED when the run had no checks (exit 0 too).
+- else PASS; NOT RUN when every check is NOT RUN (`reproduce`: a figure this size is not judged
+  against, listed apart: exit 0, never a pass), a NOT RUN beside decided checks listed apart;
+  NOT JUDGED when the run had no checks (exit 0 too).
 A problem that leaves every cell `ok` ("simulator comparison skipped", a plot that could not be
 drawn) is reported beside the verdict and does not fail the run.
 """
@@ -94,12 +96,15 @@ def run_verdict(outcomes: Iterable[Outcome], rows: Iterable[Any] = (), *, interr
     machine = [o for o in outcomes if o.verdict == MACHINE_BEHIND]
     sized = [o for o in undecided if not o.exploratory and not allow_undecided]
     allowed = tuple(o for o in undecided if o.exploratory or allow_undecided)
+    judged = [o for o in outcomes if o.verdict != NOT_RUN]
     if hard or failed or interrupted:
         verdict, failing = FAIL, tuple(hard + sized)
     elif machine:
         verdict, failing = MACHINE_BEHIND, tuple(machine + sized)
     elif sized:
         verdict, failing = UNDECIDED, tuple(sized)
+    elif outcomes and not judged:
+        verdict, failing = NOT_RUN, ()
     else:
         verdict, failing = (PASS if outcomes else NOT_JUDGED), ()
     return Verdict(verdict, failing, allowed, failed, interrupted, allow_undecided, behind)

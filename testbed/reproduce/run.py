@@ -21,7 +21,7 @@ from typing import Any
 from testbed.config.yamlfile import load_yaml_file
 from testbed.errors import StateError
 from testbed.judge.outcome import FAIL, NOT_RUN, PASS, UNDECIDED
-from testbed.judge.verdict import run_verdict
+from testbed.judge.verdict import NOT_JUDGED, run_verdict
 from testbed.paths import stamped
 from testbed.profiles.paper import FIGURE_SERVICES
 from testbed.reproduce.artefacts import ARTEFACTS, Artefact, model_files, preflight
@@ -327,7 +327,8 @@ def _table_verdict(a: Artefact, table: TableResult, options: Options,
     not_run = table.not_run()
     summary = {PASS: "all cells and checks judged at this size within tolerance",
                FAIL: f"{len(bad)} outside tolerance",
-               NOT_RUN: "not run at this size: its figures are the whole test day's"}[verdict]
+               NOT_RUN: "not run at this size: its figures are the whole test day's",
+               NOT_JUDGED: "no cell or check to judge"}[verdict]
     if not_run and verdict != NOT_RUN:
         summary += f"; NOT RUN at this size: {len(not_run)} part(s), listed apart"
     return Verdict(a.name, a.title, verdict, summary, bad, table=table, run_dir=run_dir,

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.judge.outcome import FAIL, NOT_RUN, PASS
+from testbed.judge.outcome import FAIL, NOT_RUN, PASS, Outcome
+from testbed.judge.verdict import run_verdict
 from testbed.load.trace import load_trace
 from testbed.profiles import default_profiles
 from testbed.profiles.paper import PAPER_TABLES, SERVICES, TABLE_5_4
@@ -77,18 +78,29 @@ class TableResult:
 
     @property
     def verdict(self) -> str:
-        """FAIL on a cell without figures or a failed check this size decides, or (when this
-        size judges them) a cell outside its tolerance; NOT RUN when this size judges nothing
-        (the cells and every check need a longer window: not judged against the paper, listed
-        apart, never a pass); else PASS. What this size cannot judge is `not_run()`."""
-        if any(c.ours.get("reward") is None for c in self.cells) or any(
-                not c.passed and not c.decided_by for c in self.checks):
-            return FAIL
-        if not self.decided_by and any(c.passed is False for c in self.cells):
-            return FAIL
-        if self.decided_by and all(c.decided_by for c in self.checks):
-            return NOT_RUN
-        return PASS
+        """The one rule's verdict (testbed.judge.verdict) over `outcomes()`: FAIL on a cell
+        without figures, a failed check this size decides, or (when this size judges them) a
+        cell outside its tolerance; NOT RUN when this size judges nothing (the cells and every
+        check need a longer window: not judged against the paper, listed apart, never a pass);
+        else PASS. What this size cannot judge is `not_run()`."""
+        return run_verdict(self.outcomes()).verdict
+
+    def outcomes(self) -> list[Outcome]:
+        """Each cell beside the paper and each check as an Outcome: PASS or FAIL where this size
+        judges it, NOT RUN where it needs a longer window (a cell without figures FAILs)."""
+        out = []
+        for c in self.cells:
+            text = f"{c.service} {c.policy} beside the paper"
+            if c.ours.get("reward") is None:
+                out.append(Outcome(text, FAIL, None, None, "no figures"))
+            elif self.decided_by or c.passed is None:
+                out.append(Outcome(text, NOT_RUN, None, None, decided_by=self.decided_by))
+            else:
+                out.append(Outcome(text, PASS if c.passed else FAIL, None, None, c.why))
+        for k in self.checks:
+            verdict = NOT_RUN if k.decided_by else PASS if k.passed else FAIL
+            out.append(Outcome(k.text, verdict, None, None, k.detail, k.decided_by))
+        return out
 
     def not_run(self) -> list[str]:
         """What this size does not judge, each with the size that would."""
