@@ -122,3 +122,23 @@ def test_no_checks_is_not_judged_and_exits_0_unless_a_cell_failed():
     assert Result(Path("."), [_row()], [], False, ["a plot could not be drawn"]).verdict == "NOT JUDGED"
     assert run_verdict([], [_row(status="failed")]).verdict == "FAIL"
     assert run_verdict([], [_row()], interrupted=True).exit_code == 130
+
+
+@pytest.mark.parametrize("cells_pass, decided_by, checks, want", [
+    (True, "", [("ordering", True, "")], "PASS"),
+    (False, "", [("ordering", True, "")], "FAIL"),  # a cell outside its tolerance
+    (False, "the whole day", [("ordering", True, "")], "PASS"),  # cells not judged at this size
+    (True, "the whole day", [("ordering", False, "a longer window")], "NOT RUN"),
+    (True, "", [("ordering", False, "")], "FAIL"),
+])
+def test_reproduces_tables_and_sim_tables_exit_are_the_one_rules(cells_pass, decided_by, checks,
+                                                                 want):
+    """reproduce's tables (and `testbed sim tables`' exit over them) judge their cells and
+    checks as Outcomes through run_verdict: they had a rule of their own."""
+    from testbed.reproduce.tables import Cell, Check, TableResult
+
+    cell = Cell("imgcls", "rule_v2", {"reward": -0.02}, {"reward": -0.03}, passed=cells_pass)
+    table = TableResult("5.4", "t", [cell], checks=[Check(t, p, "", d) for t, p, d in checks],
+                        decided_by=decided_by)
+    assert table.verdict == run_verdict(table.outcomes()).verdict == want
+    assert EXIT_CODES[table.verdict] == (1 if want == "FAIL" else 0)
