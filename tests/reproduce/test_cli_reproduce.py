@@ -70,10 +70,11 @@ def test_a_sim_table_writes_one_report_with_paper_tolerance_and_plot(tmp_path, c
     out = tmp_path / "rep"
     rc = main(["reproduce", "5.1", "--rule-only", "--traces", str(traces), "--out", str(out)])
     # a flat toy trace is nothing like the paper's day: the cells fail, the report is whole
-    assert rc in (0, 1)
+    assert rc == 1
     md = (out / "report.md").read_text()
     assert "Table 5.1" in md and "paper" in md and "oracle bound" in md and "Tolerances" in md
-    assert ("**PASS**" in md) or ("**FAIL**" in md)
+    # the cells beside the paper fail; the checks that hold on any trace (the oracle bound) pass
+    assert "| table5.1 | **FAIL** | 3 outside tolerance." in md
     assert (out / "plots" / "table5.1.png").stat().st_size > 0
     assert (out / "report.html").read_text().startswith("<!doctype html>")
     assert not (tmp_path / "rep.partial").exists()

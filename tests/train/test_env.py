@@ -14,10 +14,19 @@ def test_check_env_and_mask():
 
     env = ScalingEnv("chatbot", [Trace.constant(20, 1800)], 0.15)
     check_env(env, skip_render_check=True)
-    env = RandomFreeUnits(env)
-    obs, _ = env.reset(seed=0)
+    # the view of the free units: never drawn, the real 7 of 8 (one replica holds one unit)
+    seen = RandomFreeUnits(ScalingEnv("chatbot", [Trace.constant(20, 1800)], 0.15), share=0.0)
+    obs, _ = seen.reset(seed=0)
     assert obs.shape == (30,)
-    assert list(env.action_masks()) == [False, False, True, True, True] or not env.action_masks()[0]
+    assert list(seen.action_masks()) == [False, False, True, True, True]
+    # always drawn (0 to 7 free): never below one replica, +2 only where +1, and some draws
+    # leave no unit free (+1 masked)
+    drawn = RandomFreeUnits(ScalingEnv("chatbot", [Trace.constant(20, 1800)], 0.15), share=1.0)
+    masks = [list(drawn.action_masks()) for seed in range(24) if drawn.reset(seed=seed)]
+    assert all(m[:3] == [False, False, True] and (m[3] or not m[4]) for m in masks)
+    assert any(not m[3] for m in masks) and any(m[4] for m in masks)
+    env = RandomFreeUnits(env)
+    env.reset(seed=0)
     steps = 0
     done = False
     while not done:
