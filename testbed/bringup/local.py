@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -82,8 +83,10 @@ class LocalTestbed:
     def name(self) -> str:
         return self.spec.name
 
-    @property
+    @functools.cached_property
     def shapers(self) -> list[Shaper]:
+        """The HTB trees at time 0 (both directions), computed once: the spec does not change
+        while the testbed is up (a conditions trace's later steps are the replayer's)."""
         return shapers_at(self.spec, ue_shapes(self.spec, self.topology.ues), 0.0)
 
     def shaping_commands(self) -> list[list[str]]:
@@ -187,7 +190,7 @@ class LocalTestbed:
         first = initial_losses(self.spec, ues)
         if first:
             self.runner.run(["tc", "-n", ns, "-batch", "-"], input=tc_batch(first))
-        steps = schedule(self.spec, ues, self.time_scale)
+        steps = schedule(self.spec, ues, self.time_scale, first=self.shapers)
         log = self.conditions_log or state_path(self.name).with_suffix(".conditions.jsonl")
         self._replayer = self._start_helper("testbed.net.conditions", [str(log)], steps,
                                             "conditions-replay")

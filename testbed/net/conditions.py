@@ -175,14 +175,15 @@ def changes(old: Shaper, new: Shaper) -> list[list[str]]:
     return [[c[0], c[1], "change", *c[3:]] for k, c in after.items() if c != before[k]]
 
 
-def schedule(spec: TestbedSpec, ues: tuple[UEShape, ...], time_scale: float = 1.0
-             ) -> list[dict[str, Any]]:
+def schedule(spec: TestbedSpec, ues: tuple[UEShape, ...], time_scale: float = 1.0,
+             first: list[Shaper] | None = None) -> list[dict[str, Any]]:
     """The steps after time 0: per step, its wall-clock offset from `up` (`at_s`, scenario time /
-    `time_scale`), its scenario time and the `tc` commands that apply it."""
+    `time_scale`), its scenario time and the `tc` commands that apply it. `first`: the trees at
+    time 0 (`shapers_at(spec, ues, 0)`), where the caller has them."""
     times = sorted({s.time_s for c in spec.link.conditions for s in c.steps if s.time_s > 0})
     out = []
     groups = _leaf_groups(spec, ues)
-    prev = shapers_at(spec, ues, 0.0, groups)
+    prev = first if first is not None else shapers_at(spec, ues, 0.0, groups)
     for t in times:
         now = shapers_at(spec, ues, t, groups)
         cmds = [cmd for a, b in zip(prev, now, strict=True) for cmd in changes(a, b)]

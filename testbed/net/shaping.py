@@ -19,6 +19,7 @@ at 10 (at most ceil(UEs / 256) keys to compare).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -129,7 +130,7 @@ class Shaper:
     loss_class: bool = False
     netem: bool = False
 
-    @property
+    @functools.cached_property
     def classes(self) -> list[SliceClass]:
         """Slice classes first, then the default class (slice name '-')."""
         cap = self.link.rate_mbit(self.direction)
@@ -144,7 +145,7 @@ class Shaper:
         out.append(SliceClass("-", f"1:{DEFAULT_MINOR:x}", "ff:", rest, cap, "0.0.0.0/0"))
         return out
 
-    @property
+    @functools.cached_property
     def ue_classes(self) -> list[UEClass]:
         """The UEs that get a leaf of their own in this direction (`UEShape`s with an AMBR below
         their class's ceiling, or a 5QI whose HTB prio is not 5QI 9's), in the order given."""
