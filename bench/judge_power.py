@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import random
 
+from testbed.clock import ScenarioClock
 from testbed.judge.outcome import evaluate
 from testbed.judge.syntax import parse
 from testbed.scenario.results import service_row
@@ -45,7 +46,7 @@ def cell(service: str, arm: str, rate: float, mean: float, sd: float, late: floa
         if rng.random() < late:
             lat = slo_ms + 1 + rng.random() * 100
         records.append({"scheduled": t, "latency_ms": lat, "latency_sched_ms": lat})
-    row = service_row(records, service, time_scale=1.0, duration_s=DURATION_S, slo_ms=slo_ms)
+    row = service_row(records, service, clock=ScenarioClock(1.0), duration_s=DURATION_S, slo_ms=slo_ms)
     return {**row, "slicing": arm.split("=")[1], "status": "ok", "cell": f"{service}-{arm}"}
 
 

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from testbed.clock import ScenarioClock
 from testbed.load.api import PreparedRequest, build_request
 from testbed.load.client import ClientConfig, LoadClient
 from testbed.load.content import ContentSet
@@ -134,7 +135,8 @@ async def payload_sizes() -> list[tuple[str, int, int]]:
     import aiohttp
 
     for service, prof in default_profiles().items():
-        replica = EmulatedReplica(service, prof.model_copy(update={"startup_ms": 0}), time_scale=100)
+        replica = EmulatedReplica(service, prof.model_copy(update={"startup_ms": 0}),
+                                  clock=ScenarioClock(100))
         async with TestServer(replica.app(), host="127.0.0.1") as srv, aiohttp.ClientSession() as s:
             ups, downs = [], []
             for _ in range(10):

@@ -46,6 +46,7 @@ from typing import Any
 import pytest
 import yaml
 
+from testbed.clock import ScenarioClock
 from testbed.errors import TestbedError
 from testbed.judge.verdict import MACHINE_BEHIND as MACHINE_BEHIND_VERDICT
 from testbed.judge.verdict import run_verdict
@@ -233,7 +234,7 @@ class ScenarioFile(pytest.File):
                 item.add_marker(getattr(pytest.mark, m))
             if loaded.scenario.engine == "testbed":
                 # a cell takes its wall time plus startup and teardown, per repetition
-                budget = (seconds / scale + 120) * loaded.scenario.repetitions
+                budget = (ScenarioClock(scale).wall(seconds) + 120) * loaded.scenario.repetitions
                 item.add_marker(pytest.mark.timeout(max(300, int(budget))))
             yield item
         item = ScenarioExpectItem.from_parent(self, name="expect")

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1] / "testbed"
 LAYERS = {
     "errors": 0, "paths": 0,
     "timer": 0,  # a wake-up at a loop time to the microsecond (the load client, the replicas)
+    "clock": 0,  # a run's time scale: scenario and wall time, what a latency compresses
     "judge": 0,  # the expect: language, its statistics, outcomes, power and the run's verdict: rows only
     "plugins": 1,  # module:attr references and entry points (imports errors only)
     "config": 1,

@@ -12,7 +12,7 @@ regresses.
   started from 4 ms for the whole harness; at time scale 8 the harness now holds 4 in the
   replica alone).
 - balancer-slow-forward: the local balancer's request to a replica takes 25 ms longer (its
-  HTTP client waits before sending), inside the span the balancer times.
+  upstream pool waits before sending), inside the span the balancer times.
 """
 
 from __future__ import annotations
@@ -70,14 +70,14 @@ def _replica_cpu(module: ModuleType) -> None:
 
 
 def _balancer_slow(module: ModuleType) -> None:
-    request = module.aiohttp.ClientSession._request
+    exchange = module.UpstreamPool.exchange
 
-    @functools.wraps(request)
+    @functools.wraps(exchange)
     async def planted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         await asyncio.sleep(0.025)
-        return await request(self, *args, **kwargs)
+        return await exchange(self, *args, **kwargs)
 
-    module.aiohttp.ClientSession._request = planted
+    module.UpstreamPool.exchange = planted
 
 
 PLANTS: dict[str, tuple[str, Callable[[ModuleType], None]]] = {
@@ -85,7 +85,7 @@ PLANTS: dict[str, tuple[str, Callable[[ModuleType], None]]] = {
     "replica-wakes-early": ("testbed.timer", _wakes_off(-0.004)),
     "replica-wakes-late": ("testbed.timer", _wakes_off(0.006)),
     "replica-cpu": ("testbed.cluster.handlers", _replica_cpu),
-    "balancer-slow-forward": ("testbed.metrics.balancer", _balancer_slow),
+    "balancer-slow-forward": ("testbed.metrics.proxy", _balancer_slow),
 }
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testbed.clock import REAL_TIME, ScenarioClock
 from testbed.config import TestbedSpec
 from testbed.config.secrets import redact_testbed
 from testbed.errors import MissingRequirement, StateError
@@ -57,7 +58,7 @@ class LocalTestbed:
 
     def __init__(self, spec: TestbedSpec, runner: Runner | None = None, *,
                  provision: bool = False, mongo_uri: str | None = None,
-                 store_dir: Path | None = None, time_scale: float = 1.0,
+                 store_dir: Path | None = None, clock: ScenarioClock = REAL_TIME,
                  conditions_log: Path | None = None, netstats_log: Path | None = None):
         self.spec = spec
         self.topology = Topology.from_spec(spec)
@@ -70,9 +71,9 @@ class LocalTestbed:
         self._up = False
         self._processes: list[ProcessRecord] = []  # started outside the runner, stopped on down
         self._perturber: subprocess.Popen[bytes] | None = None
-        # link.conditions: replayed from `up` on, time_scale times faster; each step applied is
+        # link.conditions: replayed from `up` on, on `clock` (a time scale's faster); each step applied is
         # a line of conditions_log (default: beside the state file)
-        self.time_scale = time_scale
+        self.clock = clock
         self.conditions_log = conditions_log
         self._replayer: subprocess.Popen[bytes] | None = None
         # each slice's and UE leaf's HTB counters, every second, as JSON lines (None: not sampled)
@@ -190,7 +191,7 @@ class LocalTestbed:
         first = initial_losses(self.spec, ues)
         if first:
             self.runner.run(["tc", "-n", ns, "-batch", "-"], input=tc_batch(first))
-        steps = schedule(self.spec, ues, self.time_scale, first=self.shapers)
+        steps = schedule(self.spec, ues, self.clock, first=self.shapers)
         log = self.conditions_log or state_path(self.name).with_suffix(".conditions.jsonl")
         self._replayer = self._start_helper("testbed.net.conditions", [str(log)], steps,
                                             "conditions-replay")

@@ -463,8 +463,8 @@ def profile(
                 time_scale=time_scale,
             )
             async with LocalCluster(config) as c:
-                await c.wait_ready(base.startup_ms / 1000 / time_scale + 30)
-                res.startup_ms = await measure_startup(c, service) * time_scale
+                await c.wait_ready(c.clock.wall(base.startup_ms / 1000) + 30)
+                res.startup_ms = c.clock.scenario(await measure_startup(c, service))
         return res
 
     res = asyncio.run(main())

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from testbed.clock import REAL_TIME, ScenarioClock
 from testbed.cluster.handlers import handler_for
 from testbed.metrics.meter import BUSY_S_HEADER, DUE_HEADER, SERVER_MS_HEADER
 from testbed.net.cmd import exit_with_parent
@@ -43,7 +44,7 @@ class EmulatedReplica:
         service: str,
         profile: ServiceProfile,
         *,
-        time_scale: float = 1.0,
+        clock: ScenarioClock = REAL_TIME,
         seed: int | None = None,
         use_espeak: bool = True,
         sleep_only: bool = False,
@@ -56,7 +57,7 @@ class EmulatedReplica:
         self.service = service
         self.handler = handler_for(profile, service)  # what a request to this service does
         self.profile = profile
-        self.time_scale = time_scale
+        self.clock = clock  # the run's time scale: every profile time is spent on its wall
         self.use_espeak = use_espeak
         self.sleep_only = sleep_only  # the handler skips its work; the profile's time is still spent
         self.rng = random.Random(seed)
@@ -79,7 +80,7 @@ class EmulatedReplica:
         # Startup counts from the launch (epoch seconds from the cluster), so the interpreter's own
         # start-up is part of it rather than added to it.
         self.started = time.monotonic() - (max(0.0, time.time() - launched_at) if launched_at else 0.0)
-        self.ready_at = self.started + profile.startup_ms / 1000.0 / time_scale
+        self.ready_at = self.started + clock.wall(profile.startup_ms / 1000.0)
         self.draining = False
         self.in_process = 0
         self.waiting = 0
@@ -202,7 +203,7 @@ class EmulatedReplica:
                 self.in_process += 1
                 start = max(arrived, heapq.heappop(self._free_at))
                 lo, hi = self.profile.proc_time_ms
-                end = start + self.rng.uniform(lo, hi) * self.stretch / 1000.0 / self.time_scale
+                end = start + self.clock.wall(self.rng.uniform(lo, hi) * self.stretch / 1000.0)
                 key = object()
                 self._busy_open[key] = (start, end)
                 try:
@@ -262,7 +263,7 @@ class EmulatedReplica:
     async def _batch_loop(self) -> None:
         g = self.profile.gpu
         assert g is not None
-        wait_s = 0.25 * self.profile.slo_ms / 1000.0 / self.time_scale
+        wait_s = self.clock.wall(0.25 * self.profile.slo_ms / 1000.0)
         while self._queue:
             first = self._queue[0][0]
             while len(self._queue) < self.batch and time.monotonic() < first + wait_s:
@@ -279,8 +280,8 @@ class EmulatedReplica:
             lo, hi = self.profile.proc_time_ms
             draw = sum(self.rng.uniform(lo, hi) for _ in take) / len(take)
             share = g.ref_share_pct if self.share_pct is None else self.share_pct
-            end = start + (draw * g.factor(len(take), share) * self.stretch
-                           / 1000.0 / self.time_scale)
+            end = start + self.clock.wall(draw * g.factor(len(take), share) * self.stretch
+                                          / 1000.0)
             self._busy_open[self] = (start, end)
             try:
                 began = time.monotonic()
@@ -331,7 +332,7 @@ class EmulatedReplica:
         that the client, counting the replica's time N times and the rest at its real duration,
         finds the path's own. Otherwise (time scale 1, no such header): as it arrived."""
         due = request.headers.get(DUE_HEADER)
-        if self.time_scale == 1.0 or due is None:
+        if self.clock.real_time or due is None:
             return arrived, 0.0
         try:
             due_at = float(due) - (time.time() - time.monotonic())  # its epoch on this clock
@@ -339,7 +340,7 @@ class EmulatedReplica:
             return arrived, 0.0
         if not math.isfinite(due_at) or due_at >= arrived:
             return arrived, 0.0
-        placed = due_at + (arrived - due_at) / self.time_scale
+        placed = due_at + self.clock.wall(arrived - due_at)
         return placed, arrived - placed
 
     async def drain(self) -> None:
@@ -412,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         replica = EmulatedReplica(
             args.service,
             profile,
-            time_scale=args.time_scale,
+            clock=ScenarioClock(args.time_scale),
             seed=args.seed,
             use_espeak=not args.no_espeak,
             sleep_only=args.sleep_only,

@@ -273,4 +273,4 @@ class PlanBackends:
 
     def metrics(self, reach: Reach, services: list[PromService]) -> PrometheusMetrics:
         return PrometheusMetrics(reach.prometheus, services, fetch=plan_fetch(self.log),
-                                 clock=self.vt.time)
+                                 now=self.vt.time)

@@ -84,19 +84,6 @@ def schedule_lag_ms(record: Mapping[str, Any]) -> float | None:
     return (at - record["scheduled"]) * 1000.0
 
 
-def scenario_latency_ms(record: Mapping[str, Any], time_scale: float) -> float:
-    """A recorded request's latency in scenario time. At a time scale, only the emulated replica's
-    own time (`server_ms`) was compressed: it counts `time_scale` times, the rest (network,
-    balancer, client) at its real duration. Without `server_ms` (a real service) all of it scales.
-
-    record: a request record as its JSON line reads; time_scale: the run's."""
-    latency = record["latency_ms"]
-    server = record.get("server_ms")
-    if server is None or time_scale == 1:
-        return latency * time_scale
-    return latency + server * (time_scale - 1)
-
-
 class RecordWriter:
     """Appends records as JSON lines; flushes at least every `flush_s` seconds and on close, so
     an interrupted run keeps every record it finished. Use as a context manager."""

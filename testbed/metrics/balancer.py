@@ -17,6 +17,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from testbed.clock import REAL_TIME, ScenarioClock
 from testbed.metrics.collector import ServiceCollector
 from testbed.metrics.exposition import BalancerMetrics
 from testbed.metrics.mesh import MeshMetrics, Workload
@@ -61,7 +62,7 @@ class ServiceBalancer:
         metrics: BalancerMetrics,
         pool: UpstreamPool,
         upstream_timeout_s: float,
-        time_scale: float = 1.0,
+        clock: ScenarioClock = REAL_TIME,
         mesh: MeshMetrics | None = None,
     ):
         self.service = service
@@ -70,7 +71,7 @@ class ServiceBalancer:
         self.profile = profile
         self.metrics = metrics
         # latencies are measured in wall time; the SLO threshold shrinks with the time scale
-        self.collector = ServiceCollector(service, profile.slo_ms / time_scale, profile.capacity)
+        self.collector = ServiceCollector(service, clock.wall(profile.slo_ms), profile.capacity)
         self.backends: dict[str, Backend] = {}
         self._rr = 0
         self._pool = pool
@@ -80,7 +81,7 @@ class ServiceBalancer:
         # on_lost (service, when) for one line in the run's events, never a traceback
         self.lost_connections = 0
         self.on_lost: Callable[[str, str], None] | None = None
-        self.time_scale = time_scale
+        self.clock = clock
         # docs/metrics.md "instance utilization": u(t), the mean over the replicas ready (in
         # rotation) at t of min(in_flight, capacity)/capacity, integrated over the time with a
         # ready replica; both since the last sample. A replica that reports its own busy seconds
@@ -264,12 +265,12 @@ class ServiceBalancer:
                     served_by = b.replica
                 self._forget_if_idle(b)
         latency_ms = (time.monotonic() - start) * 1000.0
-        if server_ms is not None and self.time_scale != 1 and server_ms <= latency_ms:
-            # the window's latency as the client records it (testbed.load.records): the
+        if self.clock.compresses(latency_ms, server_ms):
+            # the window's latency as the client records it (ScenarioClock.scenario_ms_of): the
             # replica's time compressed, the rest (network, balancer) at its real duration; here
             # in wall time against the compressed SLO, so the rest counts divided by the scale
-            latency_ms = server_ms + (latency_ms - server_ms) / self.time_scale
-            upload_ms /= self.time_scale  # the network's part: at its real duration, as the rest
+            latency_ms = self.clock.compressed(latency_ms, server_ms)  # type: ignore[arg-type]
+            upload_ms = self.clock.wall(upload_ms)  # the network's part, as the rest
         lost = client_gone()
         if lost:
             self._lost("while waiting for the response")
@@ -322,20 +323,20 @@ class LoadBalancer:
         sample_interval_s: float = 1.0,
         upstream_timeout_s: float = 60.0,
         advertise_host: str | None = None,
-        time_scale: float = 1.0,
+        clock: ScenarioClock = REAL_TIME,
     ):
         names = services or list(profiles)
-        self.time_scale = time_scale
+        self.clock = clock
         self.host = host
         self.advertise_host = advertise_host or ("127.0.0.1" if host in ("0.0.0.0", "") else host)
         self.sample_interval_s = sample_interval_s
         self.metrics = BalancerMetrics([profiles[s].slo_ms / 1000.0 for s in names])
         # the lab mesh's series, read by `--metrics prometheus`; latencies are wall time, so the
         # SLO bucket is the time-scaled threshold the collector uses
-        self.mesh = MeshMetrics([profiles[s].slo_ms / time_scale for s in names])
+        self.mesh = MeshMetrics([clock.wall(profiles[s].slo_ms) for s in names])
         self._pool = UpstreamPool()
         self.services = {
-            s: ServiceBalancer(s, profiles[s], self.metrics, self._pool, upstream_timeout_s, time_scale,
+            s: ServiceBalancer(s, profiles[s], self.metrics, self._pool, upstream_timeout_s, clock,
                                self.mesh)
             for s in names
         }
@@ -420,12 +421,12 @@ class LoadBalancer:
     def window(self, seconds: float) -> dict[str, WindowMetrics]:
         """The scaler's input: one WindowMetrics per service over the last `seconds` of scenario
         time (wall seconds × time scale); rates and latencies come back in scenario time too."""
-        ts = self.time_scale
+        clock = self.clock
         out = {}
         for name, sb in self.services.items():
-            w = sb.window(seconds / ts)
-            out[name] = replace(w, seconds=w.seconds * ts, **{
-                k: None if getattr(w, k) is None else getattr(w, k) * ts
+            w = sb.window(clock.wall(seconds))
+            out[name] = replace(w, seconds=clock.scenario(w.seconds), **{
+                k: None if getattr(w, k) is None else clock.scenario(getattr(w, k))
                 for k in ("mean_latency_ms", "p50_latency_ms", "p95_latency_ms", "p99_latency_ms",
                           "mean_upload_ms")})
         return out

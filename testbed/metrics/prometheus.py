@@ -39,6 +39,7 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from testbed.clock import REAL_TIME, ScenarioClock
 from testbed.errors import MissingRequirement, StateError
 from testbed.metrics.window import WindowMetrics
 
@@ -242,19 +243,20 @@ class PrometheusMetrics:
     """`window(service, seconds)` → WindowMetrics from the lab's Prometheus HTTP API."""
 
     def __init__(self, base_url: str, services: Iterable[PromService], *, timeout_s: float = 10.0,
-                 fetch: Fetch = _urllib_fetch, clock: Callable[[], float] = time.time,
-                 time_scale: float = 1.0, step_s: float = 1.0):
-        """`time_scale`: scenario seconds per wall second (the local profile's runs; the lab's is
-        1): windows are asked for in scenario seconds and answered in them, latencies too, while
-        Prometheus and the exporters live in wall time. `step_s`: the scrape interval (wall)."""
+                 fetch: Fetch = _urllib_fetch, now: Callable[[], float] = time.time,
+                 clock: ScenarioClock = REAL_TIME, step_s: float = 1.0):
+        """`clock`: the run's time scale (the local profile's runs; the lab's is real time):
+        windows are asked for in scenario seconds and answered in them, latencies too, while
+        Prometheus and the exporters live in wall time (`now`). `step_s`: the scrape interval
+        (wall)."""
         self.base_url = base_url.rstrip("/")
         self._services = {s.name: s for s in services}
         self.timeout_s = timeout_s
         self._fetch = fetch
-        self._clock = clock
-        self.time_scale = time_scale
+        self._now = now
+        self.clock = clock
         self.step_s = step_s
-        self.started = clock()  # `totals` count from here (see `restart`)
+        self.started = now()  # `totals` count from here (see `restart`)
 
     def check(self) -> str:
         """Reachable and answering the API: its version (GET /api/v1/status/buildinfo)."""
@@ -282,29 +284,29 @@ class PrometheusMetrics:
         keep = set(names)
         return PrometheusMetrics(self.base_url, [s for s in self._services.values()
                                                  if s.name in keep],
-                                 timeout_s=self.timeout_s, fetch=self._fetch, clock=self._clock,
-                                 time_scale=self.time_scale, step_s=self.step_s)
+                                 timeout_s=self.timeout_s, fetch=self._fetch, now=self._now,
+                                 clock=self.clock, step_s=self.step_s)
 
     # --- MetricsSource ------------------------------------------------------------------------
 
     def restart(self) -> None:
         """Count `totals` from now (the runner's cells each start from zero)."""
-        self.started = self._clock()
+        self.started = self._now()
 
     def windows(self, seconds: float) -> dict[str, WindowMetrics]:
         """Every configured service's last `seconds`, all at the same instant."""
-        at = self._clock()
+        at = self._now()
         return {name: self.window(name, seconds, end=at) for name in self._services}
 
     def totals(self, service: str) -> tuple[int, int]:
         """(arrivals, SLO violations) since `started`: one window over that span."""
-        at = self._clock()
-        w = self.window(service, max(at - self.started, 1.0) * self.time_scale, end=at)
+        at = self._now()
+        w = self.window(service, self.clock.scenario(max(at - self.started, 1.0)), end=at)
         return w.arrivals, w.violations
 
     def query(self, promql: str, at: float | None = None) -> float | None:
         """One instant query (GET /api/v1/query) evaluated at `at` (Unix seconds, default now)."""
-        params = {"query": promql, "time": f"{self._clock() if at is None else at:.3f}"}
+        params = {"query": promql, "time": f"{self._now() if at is None else at:.3f}"}
         url = f"{self.base_url}/api/v1/query?{urllib.parse.urlencode(params)}"
         return parse_response(self._fetch(url, self.timeout_s), promql)
 
@@ -316,8 +318,8 @@ class PrometheusMetrics:
         except KeyError:
             raise StateError(f"no metrics configured for service {service!r} "
                              f"(known: {', '.join(self._services)})") from None
-        at = self._clock() if end is None else end
-        wall = seconds / self.time_scale
+        at = self._now() if end is None else end
+        wall = self.clock.wall(seconds)
         q = WindowQueries.build(svc, wall, self.step_s)
         v = {name: self.query(promql, at) for name, promql in q.items()}
         completed = round(v["completed"] or 0)
@@ -335,11 +337,11 @@ class PrometheusMetrics:
             violations=min(failed + slow, completed),
             utilization=min(max(v["utilization"] or 0.0, 0.0), 1.0),
             instances=round(v["instances"] or 0),
-            mean_latency_ms=((v["latency_sum_ms"] or 0) / count * self.time_scale
-                               if count > 0 else None),
+            mean_latency_ms=(self.clock.scenario((v["latency_sum_ms"] or 0) / count)
+                             if count > 0 else None),
             queue_length=max(round(v["waiting"] or 0), 0),
             dropped=max(round(v["dropped"] or 0), 0),
-            **{k: _scaled_ms(v[k], self.time_scale)
+            **{k: _scaled_ms(v[k], self.clock)
                for k in ("p50_latency_ms", "p95_latency_ms", "p99_latency_ms")},
         )
 
@@ -356,8 +358,8 @@ class PrometheusMetrics:
         return await asyncio.to_thread(self.window, service, seconds, end=end)
 
 
-def _scaled_ms(value: float | None, time_scale: float) -> float | None:
+def _scaled_ms(value: float | None, clock: ScenarioClock) -> float | None:
     """A quantile in scenario ms; None where no request was served (Prometheus answers NaN)."""
     if value is None or value != value:
         return None
-    return value * time_scale
+    return clock.scenario(value)

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from testbed.clock import REAL_TIME, ScenarioClock
 from testbed.config import TestbedSpec
 from testbed.config.conditions import ConditionsSpec
 from testbed.net.shaping import _NET, _RANDOM, LOSS_CLASS, Shaper, UEShape, shapers_for, tc_batch
@@ -175,10 +176,10 @@ def changes(old: Shaper, new: Shaper) -> list[list[str]]:
     return [[c[0], c[1], "change", *c[3:]] for k, c in after.items() if c != before[k]]
 
 
-def schedule(spec: TestbedSpec, ues: tuple[UEShape, ...], time_scale: float = 1.0,
+def schedule(spec: TestbedSpec, ues: tuple[UEShape, ...], clock: ScenarioClock = REAL_TIME,
              first: list[Shaper] | None = None) -> list[dict[str, Any]]:
-    """The steps after time 0: per step, its wall-clock offset from `up` (`at_s`, scenario time /
-    `time_scale`), its scenario time and the `tc` commands that apply it. `first`: the trees at
+    """The steps after time 0: per step, its wall-clock offset from `up` (`at_s`, its scenario time on
+    `clock`), its scenario time and the `tc` commands that apply it. `first`: the trees at
     time 0 (`shapers_at(spec, ues, 0)`), where the caller has them."""
     times = sorted({s.time_s for c in spec.link.conditions for s in c.steps if s.time_s > 0})
     out = []
@@ -188,7 +189,7 @@ def schedule(spec: TestbedSpec, ues: tuple[UEShape, ...], time_scale: float = 1.
         now = shapers_at(spec, ues, t, groups)
         cmds = [cmd for a, b in zip(prev, now, strict=True) for cmd in changes(a, b)]
         cmds += _losses(spec, ues, t, now[0].device)
-        out.append({"at_s": t / time_scale, "time_s": t, "commands": cmds,
+        out.append({"at_s": clock.wall(t), "time_s": t, "commands": cmds,
                     "values": {c.target: c.at(t).model_dump(exclude={"time_s"})
                                for c in spec.link.conditions}})
         prev = now

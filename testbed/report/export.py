@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from testbed.clock import ScenarioClock
 from testbed.errors import StateError
 from testbed.scenario.rundir import read_jsonl
 
@@ -93,12 +94,12 @@ def net_rows(run_dir: Path) -> Iterator[dict[str, Any]]:
         rep = info.get("rep", _rep_order(rep_dir)[1])
         params = info.get("params") or {}
         zero = info.get("measure_started") or info.get("load_started")
-        scale = info.get("time_scale") or 1.0
+        clock = ScenarioClock.of_cell(info)
         for series, name in (("net", "net.jsonl"), ("conditions", "conditions.jsonl")):
             path = rep_dir / name
             for sample in read_jsonl(path) if path.is_file() else ():
                 t = sample.get("t") if isinstance(sample.get("t"), int | float) else None
-                t_s = (t - zero) * scale if t is not None and zero else None
+                t_s = clock.scenario(t - zero) if t is not None and zero else None
                 yield {"cell": rep_dir.parent.name, "rep": rep, **params, "series": series,
                        "t_s": t_s, **sample}
 

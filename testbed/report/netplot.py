@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from testbed.clock import ScenarioClock
 from testbed.report.plots import _save, latency_buckets
 from testbed.scenario.rundir import read_jsonl
 
@@ -24,7 +25,7 @@ def slice_series(cell_dir: Path) -> dict[tuple[str, str], dict[str, list[float]]
         return {}
     info_path = cell_dir / "cell.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else {}
-    ts = float(info.get("time_scale") or 1.0)
+    clock = ScenarioClock.of_cell(info)
     t0 = info.get("measure_started")
     if t0 is None:
         sent = [r["sent"] for f in sorted((cell_dir / "requests").glob("*.jsonl"))
@@ -35,7 +36,7 @@ def slice_series(cell_dir: Path) -> dict[tuple[str, str], dict[str, list[float]]
         if r.get("rate_mbit") is None:
             continue
         s = out[(r["slice"], r["direction"])]
-        s["t"].append((r["t"] - t0) * ts)
+        s["t"].append(clock.scenario(r["t"] - t0))
         s["mbit"].append(r["rate_mbit"])
     return {k: v for k, v in out.items() if any(m > 0.05 for m in v["mbit"])}
 

@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-from testbed.load.records import scenario_latency_ms
+from testbed.clock import ScenarioClock
 from testbed.profiles.paper import FIG_5_7_5_8_VALUES, FIG_FLOWS, SERVICE_TITLES
 from testbed.scenario.results import SLO_MS, percentile
 from testbed.scenario.rundir import read_jsonl
@@ -101,11 +101,11 @@ def latency_cdfs(run_dir: Path, out: Path) -> list[Path]:
         params = info.get("params") or {}
         if "iperf_flows" not in params or "slicing" not in params:
             continue
-        ts = float(info.get("time_scale") or 1.0)
+        clock = ScenarioClock.of_cell(info)
         key = (int(params["iperf_flows"]), bool(params["slicing"]))
         for f in sorted((info_path.parent / "requests").glob("*.jsonl")):
             for r in read_jsonl(f):
-                lat = math.inf if r.get("error") is not None else scenario_latency_ms(r, ts)
+                lat = math.inf if r.get("error") is not None else clock.scenario_ms_of(r)
                 cells[r["service"]][key].append(lat)
         for service, ms in (info.get("slo_ms") or {}).items():
             slo_of[service] = ms
@@ -252,19 +252,19 @@ def latency_buckets(cell_dir: Path, n_buckets: int = 40) -> dict[str, dict[str, 
     if not info_path.exists():
         return {}
     info = json.loads(info_path.read_text())
-    ts = float(info.get("time_scale") or 1.0)
+    clock = ScenarioClock.of_cell(info)
     records = [r for f in sorted((cell_dir / "requests").glob("*.jsonl")) for r in read_jsonl(f)]
     if not records:
         return {}
     t0 = info.get("measure_started") or min(r["sent"] for r in records)
     lo = -float(info.get("warmup_s") or 0.0)
     duration = float(info.get("measured_s") or info.get("duration_s") or 0.0)
-    span = max(duration, max((r["sent"] - t0) * ts for r in records), 1.0) - lo
+    span = max(duration, max(clock.scenario(r["sent"] - t0) for r in records), 1.0) - lo
     bucket_s = _nice(span / n_buckets)
     slo = info.get("slo_ms") or {}
     grouped: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
-        t = (r["sent"] - t0) * ts - lo
+        t = clock.scenario(r["sent"] - t0) - lo
         if t >= 0:
             grouped[r["service"]][int(t // bucket_s)].append(r)
     out = {}
@@ -274,9 +274,9 @@ def latency_buckets(cell_dir: Path, n_buckets: int = 40) -> dict[str, dict[str, 
                                   "bucket_s": bucket_s, "slo_ms": slo_ms}
         for i in sorted(by_bucket):
             rows = by_bucket[i]
-            lat = [scenario_latency_ms(r, ts) for r in rows if r.get("error") is None]
+            lat = [clock.scenario_ms_of(r) for r in rows if r.get("error") is None]
             bad = sum(1 for r in rows if r.get("error") is not None
-                      or (slo_ms is not None and scenario_latency_ms(r, ts) > slo_ms))
+                      or (slo_ms is not None and clock.scenario_ms_of(r) > slo_ms))
             series["t"].append(lo + (i + 0.5) * bucket_s)
             series["p50"].append(percentile(lat, 0.5) if lat else float("nan"))
             series["p99"].append(percentile(lat, 0.99) if lat else float("nan"))

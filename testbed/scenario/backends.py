@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from testbed.bringup.local import LocalTestbed, sigint_deferred
 from testbed.bringup.traffic import LocalTraffic
+from testbed.clock import ScenarioClock
 from testbed.cluster.base import ClusterBackend
 from testbed.cluster.local import LocalCluster, LocalClusterConfig
 from testbed.load.traffic import TrafficBackend
@@ -90,7 +91,9 @@ class CellBackends:
 def local_groups(cluster: Any, traffic: Any) -> dict[str, list[int]]:
     """The local cell's process groups: the runner (the balancer's event loop, the scaler), the
     clients, iperf3 and each service's replicas (its other processes, the testbed's samplers and
-    a cell's Prometheus, are the meter's "harness": `testbed.metrics.host.HostMeter`)."""
+    a cell's Prometheus, are the meter's "harness": `testbed.metrics.host.HostMeter`).
+
+    cluster: the cell's LocalCluster; traffic: its LocalTraffic."""
     groups = {"runner": [os.getpid()], **traffic.pids()}
     for service, pids in cluster.pids().items():
         groups[f"replicas:{service}"] = pids
@@ -193,7 +196,7 @@ class LocalProfile:
         # the subscriber store holds every UE's K/OPc: kept beside the state file, not in the
         # run directory that users share, and removed by the testbed's down
         tb = LocalTestbed(spec, provision=True, store_dir=state_dir() / f"{name}.store",
-                          time_scale=job.scn.time_scale, conditions_log=job.dir.conditions,
+                          clock=ScenarioClock(job.scn.time_scale), conditions_log=job.dir.conditions,
                           netstats_log=job.dir.net)
         # printed before anything is built: after a crash or SIGKILL, `down` needs this name
         job.view.log(f"cell {job.cell.index + 1} ({job.cell.label}), rep {job.rep + 1}: "
@@ -268,8 +271,8 @@ class LocalProfile:
         mesh; at the end both sources' counts of the measured span are compared."""
 
         scn = job.scn
-        ts = scn.time_scale
-        scrape_s = max(min(1.0, 1.0 / ts), 0.05)
+        scale = ScenarioClock(scn.time_scale)
+        scrape_s = max(min(1.0, scale.wall(1.0)), 0.05)
         # the mesh's series from the balancer, and the slices' HTB counters (testbed.net.netstats)
         targets = [cluster.lb.metrics_url.removeprefix("http://"),
                    *([tb.netstats_target] if tb.netstats_target else [])]
@@ -278,16 +281,16 @@ class LocalProfile:
                                     log=job.dir.logs / "prometheus.log") as prom:
             outcome.info["prometheus"] = {"url": prom.url, "scrape_interval": prom.interval}
             metrics = PrometheusMetrics(
-                prom.url, [PromService(s.name, job.profiles[s.name].slo_ms / ts,
+                prom.url, [PromService(s.name, scale.wall(job.profiles[s.name].slo_ms),
                                        job.profiles[s.name].capacity, MESH_NAMESPACE)
                            for s in scn.services],
-                time_scale=ts, step_s=scrape_s)
+                clock=scale, step_s=scrape_s)
             started = await main(replace(backends, metrics=metrics, poll_s=scrape_s))
             if started is None:
                 return
             await asyncio.sleep(3 * scrape_s)  # the last counts scraped
             # both sides from a little before the first request (nothing came earlier) to now
-            span = (time.time() - started + 2.0) * ts
+            span = scale.scenario(time.time() - started + 2.0)
             local = backends.metrics.windows(span)
             at = time.time()
             # the span the balancer's whole intervals cover, so both divide by the same time

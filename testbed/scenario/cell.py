@@ -17,6 +17,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from testbed.clock import ScenarioClock
 from testbed.cluster.base import ClusterBackend
 from testbed.errors import TestbedError
 from testbed.load.gate import open_gate, ready_at_gate
@@ -69,6 +70,7 @@ class CellRunner:
         self.cell, self.rep, self.dir, self.base_dir, self.view = cell, rep, celldir, base_dir, view
         self.profile = profile or LocalProfile()
         self.scn = cell.scenario
+        self.scale = ScenarioClock(self.scn.time_scale)  # scenario and wall time, the cell's
         self.problems: list[str] = []
         self.failures: list[str] = []  # the problems that fail the cell (`fail`)
         self.behind: dict[str, str] = {}  # per service, why its figures are the machine's
@@ -190,7 +192,7 @@ class CellRunner:
         how many.
         records: the cell's request records by service."""
         scn = self.scn
-        if scn.time_scale == 1:
+        if self.scale.real_time:
             return 0
         slo = self.info.get("slo_ms") or SLO_MS
         # the measured window's requests: a warm-up absorbs the clients' own start
@@ -198,7 +200,7 @@ class CellRunner:
         behind = 0
         for service, recs in records.items():
             recs = [r for r in recs if r.get("scheduled", 0.0) >= start]
-            late = behind_schedule(recs, time_scale=scn.time_scale,
+            late = behind_schedule(recs, clock=self.scale,
                                    slo_ms=slo.get(service, SLO_MS.get(service, 1000.0)))
             if late is not None:
                 behind += 1
@@ -217,7 +219,7 @@ class CellRunner:
         if self._meter is None:
             return
         seconds = [s.as_json() for s in self._meter.seconds]
-        found = starved_services(records, seconds, self._profiles, time_scale=self.scn.time_scale,
+        found = starved_services(records, seconds, self._profiles, clock=self.scale,
                                  slo_ms=self.info.get("slo_ms") or SLO_MS,
                                  since=self.info.get("measure_started", 0.0))
         for service, line in found.items():
@@ -288,7 +290,7 @@ class CellRunner:
             planned[c.service] = planned.get(c.service, 0) + len(offsets)
             out = self.dir.requests / f"{c.service}-{c.ue_group}-{i}.jsonl"
             # the client numbers its requests from 1 in schedule order: these first ones are warm-up
-            warmup[out.name] = sum(1 for t in offsets if t < scn.warmup_s / scn.time_scale - 1e-9)
+            warmup[out.name] = sum(1 for t in offsets if t < self.scale.wall(scn.warmup_s) - 1e-9)
             jobs.append(ClientJob.of(load, index=i, ue_group=c.ue_group,
                                      url=cluster.endpoint(c.service), out=out))
         return jobs
@@ -297,12 +299,12 @@ class CellRunner:
         """The cell on its profile's backends; returns when its measured window began (epoch
         seconds), None when no load started."""
         scn = self.scn
-        ts = scn.time_scale
+        scale = self.scale
         clock = b.clock
         self.view.set_phase(self.cell, self.rep, "starting replicas")
         await b.wait_ready(300)
         warm = scn.warmup_s
-        wall = (scn.duration_s + warm) / ts
+        wall = scale.wall(scn.duration_s + warm)
         traffic = b.traffic
         # the policies first: loading a model (torch, sb3: seconds, once per process) blocks this
         # event loop, where the local balancer runs; after the clients had started, the first
@@ -327,14 +329,14 @@ class CellRunner:
             # at a time scale the clients begin one schedule together: started each when ready,
             # their seconds apart would count time_scale times
             gate = (self.dir.path / "start-gate"
-                    if b.client_start_s is not None and ts != 1 else None)
+                    if b.client_start_s is not None and not scale.real_time else None)
             jobs = self.client_jobs(b.cluster, gate)
             for p in await traffic.start_clients(jobs):
                 self.problem(p)
             start_at = None
             if gate is not None:
                 start_at = await self._open_gate(b, gate, len(jobs), timeout_s=60)
-            period = scn.scaler_period_s / ts
+            period = scale.wall(scn.scaler_period_s)
             latest: dict[str, Any] = {}
             loop = ScalerLoop(b.cluster, policies, lambda s: latest[s], clock=clock.time,
                               profiles=profiles)
@@ -343,11 +345,11 @@ class CellRunner:
             await self._first_arrival(b, timeout_s=60)
             t0 = clock.monotonic() - (0.0 if start_at is None else clock.time() - start_at)
             self.info["load_started"] = clock.time() if start_at is None else start_at
-            self.info["measure_started"] = self.info["load_started"] + warm / ts
+            self.info["measure_started"] = self.info["load_started"] + scale.wall(warm)
             # once, as the load begins (0.4 ms): a reader of the run directory while it runs (the
             # live page) maps the records' wall times to scenario time and splits off the warm-up
             self._write_info()
-            step = b.sample_every_s / ts
+            step = scale.wall(b.sample_every_s)
             next_sample, next_decision = t0 + step, t0 + period
             self.view.set_phase(self.cell, self.rep,
                                 f"running ({warm:g} s warm-up first)" if warm else "running", wall)
@@ -362,9 +364,9 @@ class CellRunner:
                 # rows carry t from the measured window's start (negative in the warm-up) and are
                 # marked warm-up by when they were due: a decision due at the warm-up's end
                 # rewards a period of the warm-up
-                t = (now - t0) * ts - warm
+                t = scale.scenario(now - t0) - warm
                 if now >= next_sample:
-                    mark = _warmup_mark((next_sample - t0) * ts, warm)
+                    mark = _warmup_mark(scale.scenario(next_sample - t0), warm)
                     next_sample += step
                     await self._sample(b, now - t0, t, mark)
                     # off the loop, where the balancer runs: /proc is read for tens of processes
@@ -372,7 +374,7 @@ class CellRunner:
                             meter.sample, b.processes())):
                         append_jsonl(self.dir.host, {**second.as_json(), "t_s": t, **mark})
                 if now >= next_decision:
-                    mark = _warmup_mark((next_decision - t0) * ts, warm)
+                    mark = _warmup_mark(scale.scenario(next_decision - t0), warm)
                     next_decision += period
                     if b.probe is not None:  # what the replicas run, before the next change
                         for row in await b.probe():
@@ -445,7 +447,7 @@ def load_job(scn: Scenario, client: ClientSpec, index: int, rep: int, base_dir: 
     trace or rate over the warm-up and then the measured window, time-scaled.
 
     scn: the cell's scenario; client: its entry; base_dir: the scenario's folder."""
-    ts = scn.time_scale
+    scale = ScenarioClock(scn.time_scale)
     warm = scn.warmup_s
     seconds = scn.duration_s + warm
     seed = scn.seed + 1000 * rep + index
@@ -453,18 +455,18 @@ def load_job(scn: Scenario, client: ClientSpec, index: int, rep: int, base_dir: 
     fresh = client.connections == "per-request"
     profiles = (base_dir / scn.service_profiles).resolve() if scn.service_profiles else None
     if client.trace:
-        return LoadJob(service=client.service, timeout_s=client.timeout_s / ts, seed=seed, max_error_rate=1.0,
-                       new_connections=fresh, profiles=profiles,
+        return LoadJob(service=client.service, timeout_s=scale.wall(client.timeout_s), seed=seed,
+                       max_error_rate=1.0, new_connections=fresh, profiles=profiles,
                        trace=trace_dir(scn, base_dir) / client.trace,
                        trace_time_unit=scn.trace_units.time, trace_rate_unit=scn.trace_units.rate,
                        ratio=client.ratio,
                        shift_hours=client.shift_hours,
                        start_s=client.start_s - warm,  # the warm-up replays the trace before the window
-                       duration_s=seconds, speedup=ts)
+                       duration_s=seconds, speedup=scale.scale)
     assert client.rate is not None  # a client has a trace or a rate (checked at load)
-    return LoadJob(service=client.service, timeout_s=client.timeout_s / ts, seed=seed, max_error_rate=1.0,
-                   new_connections=fresh, profiles=profiles, rate=client.rate * ts,
-                   duration_s=seconds / ts)
+    return LoadJob(service=client.service, timeout_s=scale.wall(client.timeout_s), seed=seed,
+                   max_error_rate=1.0, new_connections=fresh, profiles=profiles,
+                   rate=scale.wall_rate(client.rate), duration_s=scale.wall(seconds))
 
 
 def after_warmup(scn: Scenario, samples: list[dict[str, Any]]) -> Scenario:

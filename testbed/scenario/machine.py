@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from testbed.load.records import scenario_latency_ms
+from testbed.clock import ScenarioClock
 
 # a second is the machine's when other work held at least this share of the CPUs in it: a
 # process beside the run (about half of two cores), a hypervisor stealing a quarter; a host
@@ -53,27 +53,27 @@ def _in_flight_during(record: Mapping[str, Any], spans: list[tuple[float, float]
 
 
 def starved_services(records: Mapping[str, list[dict[str, Any]]], seconds: Sequence[Mapping[str, Any]],
-                     profiles: Mapping[str, Any], *, time_scale: float,
+                     profiles: Mapping[str, Any], *, clock: ScenarioClock,
                      slo_ms: Mapping[str, float], since: float = 0.0) -> dict[str, str]:
     """Per service whose SLO violations the machine made, the line that says so: at least
     MIN_STARVED_VIOLATIONS of its violating requests, and STARVED_SHARE of them, were in flight
     during a starved second (`starved_seconds`).
 
     records: the cell's request records by service; seconds: its host.jsonl rows; profiles: the
-    services' profiles (their processing time); time_scale: the cell's; slo_ms: each service's
+    services' profiles (their processing time); clock: the cell's; slo_ms: each service's
     SLO; since: epoch seconds of the measured window's start."""
     out: dict[str, str] = {}
     for service, recs in records.items():
         profile = profiles.get(service)
         if profile is None:
             continue
-        proc_ms = profile.mean_proc_time_ms / time_scale
+        proc_ms = clock.wall(profile.mean_proc_time_ms)
         starved = starved_seconds(seconds, service, proc_ms)
         if not starved:
             continue
         slo = slo_ms.get(service, profile.slo_ms)
         late = [r for r in recs if r.get("scheduled", 0.0) >= since
-                and (r.get("error") is not None or scenario_latency_ms(r, time_scale) > slo)]
+                and (r.get("error") is not None or clock.scenario_ms_of(r) > slo)]
         spans = [(s["t"] - s.get("seconds", 1.0), s["t"]) for s in starved]
         hit = sum(1 for r in late if _in_flight_during(r, spans))
         if hit < MIN_STARVED_VIOLATIONS or hit < STARVED_SHARE * len(late):

@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from testbed.clock import ScenarioClock
 from testbed.load.api import PreparedRequest
 from testbed.load.client import ClientConfig, LoadClient
 from testbed.load.stats import percentile
@@ -43,14 +44,16 @@ AUTO_MAX_TIME_SCALE = 32.0
 
 def planned_peak_rate(scn: Any, base_dir: Path) -> float:
     """Requests per second of scenario time in the busiest second of the scenario's schedules
-    (every client together, its warm-up included), as the clients will send them."""
+    (every client together, its warm-up included), as the clients will send them.
+
+    scn: the scenario; base_dir: its folder (its traces and profiles)."""
     from testbed.scenario.cell import load_job  # the cell's module imports the scenario's policies
 
     per_second: Counter[int] = Counter()
-    ts = scn.time_scale
+    clock = ScenarioClock(scn.time_scale)
     for i, c in enumerate(scn.clients):
         for t in load_job(scn, c, i, 0, base_dir).offsets():
-            per_second[int(t * ts)] += 1
+            per_second[int(clock.scenario(t))] += 1
     return float(max(per_second.values())) if per_second else 0.0
 
 
@@ -59,7 +62,8 @@ def choose_time_scale(scn: Any, base_dir: Path, probe: Any = None) -> tuple[floa
     highest the probe finds this machine holds now at the scenario's busiest second, up to
     AUTO_MAX_TIME_SCALE (the scenario's own where its replicas do their real work).
 
-    probe: held_time_scale's signature (default held_time_scale)."""
+    scn: the scenario; base_dir: its folder; probe: held_time_scale's signature (default
+    held_time_scale)."""
     top = AUTO_MAX_TIME_SCALE if scn.replica_work == "sleep" else max(1.0, scn.time_scale)
     rate = planned_peak_rate(scn.model_copy(update={"time_scale": 1.0}), base_dir)
     profiles = scenario_profiles(scn, base_dir)
@@ -73,21 +77,21 @@ def choose_time_scale(scn: Any, base_dir: Path, probe: Any = None) -> tuple[floa
                   f"requests/s, tried from {top:g} down)")
 
 
-def peak_rate(records: dict[str, list[dict[str, Any]]], time_scale: float) -> float:
+def peak_rate(records: dict[str, list[dict[str, Any]]], clock: ScenarioClock) -> float:
     """Requests per second of scenario time in the busiest scenario second, all services
-    together, from a cell's request `records` (their `scheduled` epoch seconds) at `time_scale`."""
-    bins = Counter(int(r["scheduled"] * time_scale) for recs in records.values() for r in recs
+    together, from a cell's request `records` (their `scheduled` epoch seconds) on `clock`."""
+    bins = Counter(int(clock.scenario(r["scheduled"])) for recs in records.values() for r in recs
                    if r.get("scheduled"))
     return float(max(bins.values())) if bins else 0.0
 
 
-def candidates(time_scale: float) -> list[float]:
-    """The time scales the probe tries, highest first: the run's `time_scale`, three quarters of
-    it, then halving, down to 1 (whole numbers below the run's)."""
-    steps = {time_scale, max(1.0, float(int(time_scale * 0.75)))}
+def candidates(top: float) -> list[float]:
+    """The time scales the probe tries, highest first: `top` (the run's), three quarters of it,
+    then halving, down to 1 (whole numbers below the run's)."""
+    steps = {top, max(1.0, float(int(top * 0.75)))}
     k = 2
-    while time_scale / k > 1:
-        steps.add(float(int(time_scale / k)))
+    while top / k > 1:
+        steps.add(float(int(top / k)))
         k *= 2
     return sorted((s for s in steps | {1.0} if s >= 1.0), reverse=True)
 
@@ -117,13 +121,14 @@ async def _probe(url: str, rate: float, slo_ms: float, time_scale: float, step_s
     late = float("nan")
     for scale in candidates(time_scale):
         records: list[Any] = []
+        clock = ScenarioClock(scale)
         async with LoadClient(ClientConfig(label, url, check=False), [records.append],
                               request_factory=lambda: req) as client:
             await client.run_closed_loop(workers=8, requests=32)  # connections open, as in a run
             records.clear()
-            sends = rate * scale * HARNESS_COST_RATIO
+            sends = clock.wall_rate(rate) * HARNESS_COST_RATIO
             await client.run_open_loop(constant_schedule(sends, min(2.0, max(step_s, 50 / sends))))
-        late = (percentile([r.lateness_ms for r in records], 0.99) or 0.0) * scale
+        late = clock.scenario(percentile([r.lateness_ms for r in records], 0.99) or 0.0)
         if late <= bound:
             return scale, late
     return 1.0, late
@@ -139,9 +144,10 @@ def advice(run_dir: Path, rerun: list[str], probe: Any = None) -> str | None:
         return None
     first = next(iter(behind))
     info = json.loads((run_dir / "cells" / first / "cell.json").read_text())
-    time_scale = float(info.get("time_scale") or 1.0)
+    clock = ScenarioClock.of_cell(info)
+    time_scale = clock.scale
     services = sorted({s for late in behind.values() for s in late})
-    rate = peak_rate(read_records(run_dir / "cells" / first), time_scale)
+    rate = peak_rate(read_records(run_dir / "cells" / first), clock)
     slo = min(float((info.get("slo_ms") or {}).get(s, 1000.0)) for s in services)
     held, late = (probe or held_time_scale)(rate, slo, time_scale)
     cmd = " ".join([*rerun, "--time-scale", f"{held:g}"])

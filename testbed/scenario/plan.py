@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from testbed.clock import ScenarioClock
 from testbed.judge import power
 from testbed.judge.power import CheckPlan
 from testbed.judge.syntax import Term, matches, parse
@@ -63,7 +64,7 @@ def plan_rows(scn: Scenario, cells: list[Any], base_dir: Path) -> list[dict[str,
         planned = {s.name: 0 for s in cs.services}
         for i, c in enumerate(cs.clients):
             offsets = load_job(cs, c, i, 0, base_dir).offsets()
-            start = cs.warmup_s / cs.time_scale - 1e-9
+            start = ScenarioClock(cs.time_scale).wall(cs.warmup_s) - 1e-9
             planned[c.service] = planned.get(c.service, 0) + sum(1 for t in offsets if t >= start)
         base = {k: v for k, v in cell.params.items() if k not in ("service", "slice")}
         for rep in range(scn.repetitions):

@@ -20,7 +20,9 @@ BLOCKS: dict[str, type[BaseModel]] = {"rule": RuleThresholds, "request": Request
 
 
 def profile_file(scn: Any, base_dir: Path | None) -> Path | None:
-    """The scenario's `service_profiles:` file, under its folder; None without one."""
+    """The scenario's `service_profiles:` file, under its folder; None without one.
+
+    scn: the scenario; base_dir: its folder (None: the path as written)."""
     own = getattr(scn, "service_profiles", None)
     return (base_dir / own) if own and base_dir is not None else (Path(own) if own else None)
 
@@ -66,7 +68,9 @@ def apply_changes(profiles: Mapping[str, ServiceProfile], changes: Mapping[str, 
 
 def profile_path_problem(segs: list[str], services: list[str]) -> str | None:
     """Why a matrix key `profiles.SERVICE.FIELD[.SUBFIELD]` (its segments after `profiles`) names
-    nothing, None when it names a profile field of one of `services`."""
+    nothing, None when it names a profile field of one of `services`.
+
+    segs: the key's segments after `profiles`; services: the scenario's."""
     if not segs:
         return f"'profiles' needs a service and a field (services: {', '.join(services)})"
     if segs[0] not in services:
@@ -89,7 +93,9 @@ def _fields(model: type[BaseModel]) -> list[str]:
 
 def set_change(changes: Mapping[str, Any], segs: list[str], value: Any) -> dict[str, Any]:
     """A copy of a scenario's `profiles:` with the value at `segs` (SERVICE, FIELD, ...) set,
-    the dicts on the way made where missing."""
+    the dicts on the way made where missing.
+
+    changes: the `profiles:` so far; segs: SERVICE, FIELD, ...; value: what to set there."""
     out = dict(changes)
     if len(segs) == 1:
         out[segs[0]] = value

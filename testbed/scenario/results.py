@@ -7,8 +7,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from testbed.clock import ScenarioClock
 from testbed.errors import StateError
-from testbed.load.records import scenario_latency_ms, schedule_lag_ms
+from testbed.load.records import schedule_lag_ms
 from testbed.load.stats import percentile
 from testbed.profiles import default_profiles
 from testbed.scenario.rundir import read_jsonl
@@ -23,22 +24,22 @@ BATCH_S = 2.0  # requests scheduled in the same two wall seconds form one batch:
 #               connection keeps its flow queue in the slicing scenarios (docs/tolerances.md)
 
 
-def service_row(records: list[dict[str, Any]], service: str, *, time_scale: float,
+def service_row(records: list[dict[str, Any]], service: str, *, clock: ScenarioClock,
                 duration_s: float, slo_ms: float) -> dict[str, Any]:
     """Metrics of one service in one cell. Latencies are in scenario time (the replica's own time
-    × time_scale, the rest as measured: `scenario_latency_ms`), so they compare with the SLO
+    scaled, the rest as measured: `ScenarioClock.scenario_ms_of`), so they compare with the SLO
     thresholds whatever the time-scale factor.
 
-    records: the service's request records in the cell; service: its name; time_scale: the run's;
+    records: the service's request records in the cell; service: its name; clock: the run's;
     duration_s: the cell's measured seconds; slo_ms: the SLO the violations count against."""
-    ok_lat = [scenario_latency_ms(r, time_scale) for r in records if r.get("error") is None]
-    sched = [scenario_latency_ms(r, time_scale) + (r["latency_sched_ms"] - r["latency_ms"]) * time_scale
+    ok_lat = [clock.scenario_ms_of(r) for r in records if r.get("error") is None]
+    sched = [clock.scenario_ms_of(r) + clock.scenario(r["latency_sched_ms"] - r["latency_ms"])
              for r in records if r.get("error") is None]
     violations = sum(1 for r in records
-                     if r.get("error") is not None or scenario_latency_ms(r, time_scale) > slo_ms)
+                     if r.get("error") is not None or clock.scenario_ms_of(r) > slo_ms)
     # how late the clients sent, in scenario time: a time scale the machine does not hold shows here
     lags = (schedule_lag_ms(r) for r in records)
-    lateness = [lag * time_scale for lag in lags if lag is not None]
+    lateness = [clock.scenario(lag) for lag in lags if lag is not None]
     n = len(records)
     errors = sum(1 for r in records if r.get("error") is not None)
     kinds: dict[str, int] = {}
@@ -61,13 +62,13 @@ def service_row(records: list[dict[str, Any]], service: str, *, time_scale: floa
         "mean_sched_latency_ms": sum(sched) / len(sched) if sched else None,
         "p99_lateness_ms": percentile(lateness, 0.99),
         "throughput_rps": (n - errors) / duration_s if duration_s else None,
-        **batch_se(records, time_scale=time_scale, slo_ms=slo_ms),
+        **batch_se(records, clock=clock, slo_ms=slo_ms),
         "bytes_up": sum(r.get("bytes_up", 0) for r in records),
         "bytes_down": sum(r.get("bytes_down", 0) for r in records),
     }
 
 
-def batch_se(records: list[dict[str, Any]], *, time_scale: float, slo_ms: float,
+def batch_se(records: list[dict[str, Any]], *, clock: ScenarioClock, slo_ms: float,
              batch_s: float = BATCH_S) -> dict[str, Any]:
     """Standard errors of the SLO violation rate and the mean latency by batch means: requests
     scheduled in the same `batch_s` wall seconds form a batch, and the estimate's variance is
@@ -75,13 +76,13 @@ def batch_se(records: list[dict[str, Any]], *, time_scale: float, slo_ms: float,
     that requests sharing a fate (a connection, a queue, a second of congestion) are not counted
     as independent. None with fewer than 2 batches.
 
-    records: the cell's request records of one service; time_scale: the run's (latencies are
+    records: the cell's request records of one service; clock: the run's (latencies are
     scenario time); slo_ms: the service's SLO; batch_s: the batch's length in wall seconds."""
     batches: dict[int, list[float]] = {}  # batch -> [requests, violations, ok, latency sum]
     for r in records:
         b = batches.setdefault(int(r.get("scheduled", 0.0) // batch_s), [0, 0, 0, 0.0])
         ok = r.get("error") is None
-        lat = scenario_latency_ms(r, time_scale) if ok else 0.0
+        lat = clock.scenario_ms_of(r) if ok else 0.0
         b[0] += 1
         b[1] += (not ok) or lat > slo_ms
         b[2] += ok
@@ -128,16 +129,16 @@ MIN_LATE_REQUESTS = 3
 FELL_BEHIND = "the clients fell behind their schedule"
 
 
-def behind_schedule(records: list[dict[str, Any]], *, time_scale: float, slo_ms: float
+def behind_schedule(records: list[dict[str, Any]], *, clock: ScenarioClock, slo_ms: float
                     ) -> float | None:
     """The lateness (scenario ms) of a service's requests when it exceeds LATENESS_SLO_SHARE of its
     SLO at a time scale other than 1, else None: the machine did not hold the time scale. The
     lateness is the p99 over 300 requests or more, else the MIN_LATE_REQUESTS-th latest one's.
 
-    records: the service's request records; time_scale: the run's; slo_ms: the service's SLO."""
-    if time_scale == 1:
+    records: the service's request records; clock: the run's; slo_ms: the service's SLO."""
+    if clock.real_time:
         return None
-    return late_beyond_bound([lag * time_scale for lag in map(schedule_lag_ms, records)
+    return late_beyond_bound([clock.scenario(lag) for lag in map(schedule_lag_ms, records)
                               if lag is not None], slo_ms=slo_ms)
 
 
@@ -202,7 +203,7 @@ def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
             "matrix_params": list(params)}
     if info.get("engine") == "sim":
         return sim_rows(cell_dir, info, base)
-    time_scale = info.get("time_scale", 1.0)
+    clock = ScenarioClock(info.get("time_scale", 1.0))
     duration_s = info.get("measured_s") or info.get("duration_s") or 0.0
     # the whole cell's requests say what it lost; the measured ones (after the scenario's
     # `warmup_s`) are its results, as are the samples, decisions and probes not marked warm-up
@@ -215,7 +216,7 @@ def cell_rows(cell_dir: Path) -> list[dict[str, Any]]:
     probes = _measured(read_jsonl(cell_dir / "replicas.jsonl"))
     rows = []
     for service in info.get("services", sorted(every)):
-        row = {**base, **service_row(records.get(service, []), service, time_scale=time_scale,
+        row = {**base, **service_row(records.get(service, []), service, clock=clock,
                                      duration_s=duration_s,
                                      slo_ms=_slo_ms(info, service))}
         row["warmup_requests"] = len(every.get(service, [])) - row["requests"]

@@ -2,10 +2,10 @@
 bins on the scenario's axis (per service, slice and UE group) and a tally of its figures so far.
 
 The axis is the one samples.jsonl and decisions.jsonl use: scenario seconds from the measured
-window's start (negative in a warm-up). A wall time `w` sits at `(w - load_started) * time_scale
+window's start (negative in a warm-up). A wall time `w` sits at `clock.scenario(w - load_started)
 - warmup_s`, from the cell.json the cell writes as its load begins. Requests count in the bin
 their answer came in (records are written then), at their scenario latency
-(`testbed.load.records.scenario_latency_ms`); in-flight is the time mean of requests between send
+(`testbed.clock.ScenarioClock.scenario_ms_of`); in-flight is the time mean of requests between send
 and answer over the bin. Until the cell ends its figures are a tally of the measured requests so
 far, by the same definitions as `testbed.scenario.results.service_row`; once it has ended, its
 rows are `cell_rows`' own (what results.json records).
@@ -20,8 +20,9 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from testbed.clock import REAL_TIME, ScenarioClock
 from testbed.config.secrets import REDACTED
-from testbed.load.records import scenario_latency_ms, schedule_lag_ms
+from testbed.load.records import schedule_lag_ms
 from testbed.load.stats import percentile
 from testbed.scenario.matrix import fmt_value
 from testbed.scenario.results import SLO_MS, cell_rows, late_beyond_bound
@@ -67,6 +68,7 @@ class CellFold:
         self.path = path
         self.key = cell_key(path.parent.name, int(path.name.removeprefix("rep-")))
         self.info: dict[str, Any] = {}
+        self.clock: ScenarioClock = REAL_TIME  # the cell's, from its cell.json
         self._info_stamp: tuple[int, int] | None = None
         self._tails: dict[str, JsonlTail] = {}
         self._pending: dict[str, list[dict[str, Any]]] = {}  # rows before the load's start is known
@@ -124,10 +126,6 @@ class CellFold:
         return self.status in ENDED
 
     @property
-    def time_scale(self) -> float:
-        return float(self.info.get("time_scale") or 1.0)
-
-    @property
     def warmup_s(self) -> float:
         return float(self.info.get("warmup_s") or 0.0)
 
@@ -144,7 +142,7 @@ class CellFold:
     def axis(self, wall: float) -> float:
         """A wall time on the cell's scenario axis (load_started known)."""
         assert self.load_started is not None
-        return (wall - self.load_started) * self.time_scale - self.warmup_s
+        return self.clock.scenario(wall - self.load_started) - self.warmup_s
 
     def slo_ms(self, service: str) -> float:
         slo = (self.info.get("slo_ms") or {}).get(service)
@@ -164,11 +162,12 @@ class CellFold:
             return False  # replaced as we read it: the next poll reads it whole
         had_start = self.load_started is not None
         self.info, self._info_stamp = info, stamp
+        self.clock = ScenarioClock.of_cell(info)
         if not had_start:
             self.width = bin_width(self.span_s)
             self.t0 = -self.warmup_s
             # the HTB counters are read every wall second: a link's bin holds at least one read
-            self.net_width = self.width * max(1, math.ceil(self.time_scale / self.width))
+            self.net_width = self.width * max(1, math.ceil(self.clock.scenario(1.0) / self.width))
         for s in info.get("services", []):
             self.services.setdefault(s, ServiceBins())
             self.tally.setdefault(s, Tally())
@@ -264,7 +263,7 @@ class CellFold:
         start, end = self.axis(sent), self.axis(done_wall)
         i = self._bin(end)
         ok = r.get("error") is None
-        scn_ms = scenario_latency_ms(r, self.time_scale)
+        scn_ms = self.clock.scenario_ms_of(r)
         violated = (not ok) or scn_ms > self.slo_ms(service)
         if i is not None:
             bins.grow(self.n)
@@ -296,7 +295,7 @@ class CellFold:
             t.ok_ms.append(scn_ms)
         lag = schedule_lag_ms(r)
         if lag is not None:
-            t.lags_ms.append(lag * self.time_scale)
+            t.lags_ms.append(self.clock.scenario(lag))
         self._tally_dirty = True
 
     def _sample(self, s: dict[str, Any], _name: str) -> None:
@@ -370,7 +369,7 @@ class CellFold:
         for service, t in self.tally.items():
             n = t.requests
             late = (late_beyond_bound(list(t.lags_ms), slo_ms=self.slo_ms(service))
-                    if self.time_scale != 1 else None)
+                    if not self.clock.real_time else None)
             view[service] = {
                 "service": service, "requests": n, "errors": t.errors, "violations": t.violations,
                 "slo_violation_rate": t.violations / n if n else None,
@@ -415,7 +414,7 @@ class CellFold:
                 "ready": b.ready[start:self.n], "desired": b.desired[start:self.n],
                 "inflight": [round(b.busy_s[i] / w, 3) for i in rng]}
         links: dict[str, Any] = {}
-        wall_s = self.net_width / self.time_scale
+        wall_s = self.clock.wall(self.net_width)
         rng = range(net_start, self.net_n)
         for key, link in self.links.items():
             link.grow(self.net_n)
@@ -431,7 +430,7 @@ class CellFold:
         return {
             "key": self.key, "label": masked_label(info.get("params") or {}),
             "rep": info.get("rep", 0), "status": self.status,
-            "phase": self.phase(), "time_scale": self.time_scale, "warmup_s": self.warmup_s,
+            "phase": self.phase(), "time_scale": self.clock.scale, "warmup_s": self.warmup_s,
             "duration_s": info.get("duration_s"), "t0": self.t0, "width": self.width,
             "net_width": self.net_width,
             "started": info.get("started"), "ended": info.get("ended"),
@@ -458,7 +457,7 @@ class CellFold:
             return None
         end = self.info.get("ended") if self.ended else None
         return round(min(self.axis(float(end) if end else time.time()),
-                         float(self.info.get("duration_s") or 0.0) + 5 * self.time_scale), 3)
+                         float(self.info.get("duration_s") or 0.0) + self.clock.scenario(5.0)), 3)
 
     def snapshot(self) -> dict[str, Any]:
         """Everything the cell holds so far."""

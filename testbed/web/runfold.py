@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from testbed.clock import ScenarioClock
 from testbed.config import TestbedSpec
 from testbed.config.secrets import unredact_scenario, unredact_testbed
 from testbed.judge.outcome import recorded_outcomes
@@ -212,13 +213,13 @@ class RunFold:
         seconds and wall seconds. What is left in wall time is each cell's window at its time
         scale plus what the finished cells took beyond theirs (starting replicas, stopping), on
         average; before a cell has finished, the current cell's start so far stands for that."""
-        plan = self.plan or [{"key": k, "span_s": f.span_s, "time_scale": f.time_scale}
+        plan = self.plan or [{"key": k, "span_s": f.span_s, "time_scale": f.clock.scale}
                              for k, f in self.cells.items()]
         ended = {k for k, f in self.cells.items() if f.ended}
         current = next((k for k in sorted(self.cells) if not self.cells[k].ended), None)
         scn_total = sum(p["span_s"] for p in plan)
         scn_done = sum(p["span_s"] for p in plan if p["key"] in ended)
-        overheads = [float(f.info["ended"]) - float(f.info["started"]) - f.span_s / f.time_scale
+        overheads = [float(f.info["ended"]) - float(f.info["started"]) - f.clock.wall(f.span_s)
                      for f in self.cells.values()
                      if f.ended and f.info.get("ended") and f.info.get("started")]
         cur = self.cells.get(current) if current else None
@@ -235,7 +236,7 @@ class RunFold:
             overhead, estimate = cur.load_started - float(cur.info["started"]), "first cell"
         else:
             overhead, estimate = 0.0, "at least"
-        left_wall = sum(p["span_s"] / p["time_scale"] + overhead for p in plan
+        left_wall = sum(ScenarioClock(p["time_scale"]).wall(p["span_s"]) + overhead for p in plan
                         if p["key"] not in ended)
         left_wall = max(left_wall - in_cell_wall, 0.0)
         if self.finished:

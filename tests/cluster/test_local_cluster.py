@@ -2,10 +2,8 @@
 graceful scale-down, and a SIGKILLed replica detected and replaced."""
 
 import asyncio
-import contextlib
 import os
 import signal
-import types
 from pathlib import Path
 
 import pytest
@@ -80,7 +78,7 @@ def test_a_replica_taken_out_gets_its_sigterm_once_the_balancers_requests_to_it_
     """The scale-down race: a request the balancer had sent to a replica, which the replica had not
     read yet, when the replica was taken out. Signalled at once, the replica drained with nothing
     admitted and the request got its 503 or a refused connection. Here the balancer's upstream
-    session holds the request (a stand-in for it in flight) while the replica is stopped."""
+    pool holds the request (a stand-in for it in flight) while the replica is stopped."""
     quick = ServiceProfile(capacity=1, queue_limit=20, proc_time_ms=(20, 20), startup_ms=100, slo_ms=2500)
 
     async def main():
@@ -88,16 +86,14 @@ def test_a_replica_taken_out_gets_its_sigterm_once_the_balancers_requests_to_it_
                                                    initial=2)) as c:
             await c.wait_ready(15)
             sb = c.lb.services["chatbot"]
-            session, sending, send = sb._session, asyncio.Event(), asyncio.Event()
+            exchange, sending, send = sb._pool.exchange, asyncio.Event(), asyncio.Event()
 
-            @contextlib.asynccontextmanager
             async def held(*args, **kwargs):
                 sending.set()
                 await send.wait()
-                async with session().request(*args, **kwargs) as up:
-                    yield up
+                return await exchange(*args, **kwargs)
 
-            sb._session = lambda: types.SimpleNamespace(request=held)
+            sb._pool.exchange = held
             records = []
             async with LoadClient(ClientConfig("chatbot", c.endpoint("chatbot")), [records.append]) as cl:
                 load = asyncio.create_task(cl.run_open_loop(constant_schedule(1, 1.0)))

@@ -3,7 +3,8 @@
 import json
 from dataclasses import fields
 
-from testbed.load.records import RecordWriter, RequestRecord, read_records, scenario_latency_ms
+from testbed.clock import ScenarioClock
+from testbed.load.records import RecordWriter, RequestRecord, read_records
 
 
 def test_json_has_every_field_and_round_trips(tmp_path):
@@ -25,9 +26,9 @@ def test_scenario_time_compresses_only_the_replicas_own_time():
     (no server time) scales whole, and time scale 1 leaves every record as measured."""
     emulated = {"latency_ms": 30.0, "server_ms": 20.0}
     real = {"latency_ms": 30.0, "server_ms": None}
-    assert scenario_latency_ms(emulated, 4) == 90.0
-    assert scenario_latency_ms(real, 4) == 120.0
-    assert scenario_latency_ms({"latency_ms": 30.0}, 4) == 120.0  # records written before server_ms
-    assert scenario_latency_ms(emulated, 1) == scenario_latency_ms(real, 1) == 30.0
+    assert ScenarioClock(4).scenario_ms_of(emulated) == 90.0
+    assert ScenarioClock(4).scenario_ms_of(real) == 120.0
+    assert ScenarioClock(4).scenario_ms_of({"latency_ms": 30.0}) == 120.0  # records written before server_ms
+    assert ScenarioClock(1).scenario_ms_of(emulated) == ScenarioClock(1).scenario_ms_of(real) == 30.0
     rec = RequestRecord("imgcls", None, 1, 1.0, 1.0, 30.0, 30.0, 200, 10, 10, None, server_ms=20.0)
-    assert scenario_latency_ms(json.loads(rec.to_json()), 4) == 90.0
+    assert ScenarioClock(4).scenario_ms_of(json.loads(rec.to_json())) == 90.0

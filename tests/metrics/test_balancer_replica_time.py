@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from testbed.clock import ScenarioClock
 from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.meter import BUSY_S_HEADER, SERVER_MS_HEADER, BusyMeter
 from testbed.profiles import ServiceProfile
@@ -44,7 +45,7 @@ def test_the_window_counts_the_replicas_time_and_busy_seconds_not_the_network():
     async def main():
         async with TestServer(fake_replica_behind_a_slow_network(), host="127.0.0.1") as upstream, \
                 LoadBalancer({"chatbot": PROFILE}, sample_interval_s=0.05,
-                             time_scale=SCALE) as lb, aiohttp.ClientSession() as session:
+                             clock=ScenarioClock(SCALE)) as lb, aiohttp.ClientSession() as session:
             lb.services["chatbot"].add("chatbot-0", str(upstream.make_url("")))
             for _ in range(20):  # one at a time: in flight at the balancer nearly all along
                 async with session.post(lb.endpoint("chatbot") + "/api/generate", json={}) as r:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from testbed.clock import ScenarioClock
 from testbed.config import load_testbed
 from testbed.config.conditions import ConditionsSpec, ConditionStep
 from testbed.net.conditions import schedule, shapers_at
@@ -22,7 +23,7 @@ def _ues(spec):
 def test_a_slice_step_changes_its_class_in_both_directions_at_the_scaled_time():
     spec = _spec([{"time_s": 0, "capacity_mbit": 50}, {"time_s": 10, "capacity_mbit": 10}],
                  slice="ai")
-    [step] = schedule(spec, _ues(spec), time_scale=4)
+    [step] = schedule(spec, _ues(spec), ScenarioClock(4))
     assert (step["at_s"], step["time_s"]) == (2.5, 10)
     # the slice's guarantee falls to 10 with its ceiling, and unsliced traffic's rate takes the rest
     assert [" ".join(c) for c in step["commands"]] == [

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.clock import ScenarioClock
 from testbed.report import write_report
 from testbed.scenario.results import percentile, run_rows, service_row
 from testbed.scenario.rundir import CellDir, append_jsonl, write_manifest
@@ -22,7 +23,7 @@ def test_service_row_counts_violations_in_scenario_time():
     recs = [_record("imgcls", 100), _record("imgcls", 200), _record("imgcls", 50, "timeout"),
             _record("imgcls", 90)]
     # time scale 3: 200 ms wall is 600 ms of scenario time, over imgcls' 500 ms SLO
-    row = service_row(recs, "imgcls", time_scale=3.0, duration_s=2.0, slo_ms=500)
+    row = service_row(recs, "imgcls", clock=ScenarioClock(3.0), duration_s=2.0, slo_ms=500)
     assert row["requests"] == 4 and row["errors"] == 1
     assert row["violations"] == 2  # the timeout and the slow one
     assert row["slo_violation_rate"] == pytest.approx(0.5)

@@ -96,7 +96,7 @@ class FixtureBackends:
 
     def metrics(self, reach, services) -> PrometheusMetrics:
         return PrometheusMetrics(self.prom_url, [PromService("imgcls", 500, 4)],
-                                 clock=self.vt.time, timeout_s=2)
+                                 now=self.vt.time, timeout_s=2)
 
 
 def _lab_factory(inv: Path, hosts: FakeHosts, kube_url: str, prom_url: str):

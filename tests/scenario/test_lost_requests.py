@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.clock import ScenarioClock
 from testbed.pytest_plugin import BESIDE_GROUP
 from testbed.scenario.results import cell_rows, lost_requests
 from testbed.scenario.rundir import CellDir
@@ -118,14 +119,14 @@ def test_clients_behind_their_schedule_at_a_time_scale_fail_the_cell():
                 for i in range(200)]
 
     assert LATENESS_SLO_SHARE == 0.1
-    assert behind_schedule(late_by(6.0), time_scale=10, slo_ms=500) == pytest.approx(60.0, rel=0.01)
-    assert behind_schedule(late_by(4.0), time_scale=10, slo_ms=500) is None
-    assert behind_schedule(late_by(600.0), time_scale=1, slo_ms=500) is None
-    row = service_row(late_by(6.0), "chatbot", time_scale=10, duration_s=20, slo_ms=500)
+    assert behind_schedule(late_by(6.0), clock=ScenarioClock(10), slo_ms=500) == pytest.approx(60.0, rel=0.01)
+    assert behind_schedule(late_by(4.0), clock=ScenarioClock(10), slo_ms=500) is None
+    assert behind_schedule(late_by(600.0), clock=ScenarioClock(1), slo_ms=500) is None
+    row = service_row(late_by(6.0), "chatbot", clock=ScenarioClock(10), duration_s=20, slo_ms=500)
     assert row["p99_lateness_ms"] == pytest.approx(60.0, rel=0.01)
     # the client's own lag is judged, not the wait for a connection after it (dispatched -> sent)
     waited = [{**r, "dispatched": r["scheduled"]} for r in late_by(600.0)]
-    assert behind_schedule(waited, time_scale=10, slo_ms=500) is None
+    assert behind_schedule(waited, clock=ScenarioClock(10), slo_ms=500) is None
 
 
 def test_two_stalls_do_not_decide_a_small_cell_and_three_late_requests_do():
@@ -140,11 +141,12 @@ def test_two_stalls_do_not_decide_a_small_cell_and_three_late_requests_do():
                 for i in range(n)]
 
     assert MIN_LATE_REQUESTS == 3
-    assert behind_schedule(cell(180, 2), time_scale=2, slo_ms=800) is None
-    assert behind_schedule(cell(180, 3), time_scale=2, slo_ms=800) == pytest.approx(100.0, rel=0.01)
-    assert behind_schedule(cell(2, 2), time_scale=2, slo_ms=800) == pytest.approx(100.0, rel=0.01)
-    assert behind_schedule(cell(1000, 9), time_scale=2, slo_ms=800) is None  # 0.9 %
-    assert behind_schedule(cell(1000, 11), time_scale=2, slo_ms=800) == pytest.approx(100.0, rel=0.01)
+    assert behind_schedule(cell(180, 2), clock=ScenarioClock(2), slo_ms=800) is None
+    assert behind_schedule(cell(180, 3), clock=ScenarioClock(2), slo_ms=800) == pytest.approx(100.0, rel=0.01)
+    assert behind_schedule(cell(2, 2), clock=ScenarioClock(2), slo_ms=800) == pytest.approx(100.0, rel=0.01)
+    assert behind_schedule(cell(1000, 9), clock=ScenarioClock(2), slo_ms=800) is None  # 0.9 %
+    late = behind_schedule(cell(1000, 11), clock=ScenarioClock(2), slo_ms=800)
+    assert late == pytest.approx(100.0, rel=0.01)
 
 
 def test_only_the_measured_windows_requests_are_judged_behind_schedule(tmp_path):

@@ -4,6 +4,7 @@ violations while the harness itself filled the cores, or outside the starved sec
 
 from __future__ import annotations
 
+from testbed.clock import ScenarioClock
 from testbed.profiles import default_profiles
 from testbed.scenario.machine import host_line, starved_seconds, starved_services
 
@@ -26,7 +27,7 @@ def _late_in(seconds: list[float], n: int = 4) -> list[dict]:
 
 
 def _judge(records: list[dict], seconds: list[dict]) -> dict[str, str]:
-    return starved_services({"imgcls": records}, seconds, {"imgcls": IMGCLS}, time_scale=1.0,
+    return starved_services({"imgcls": records}, seconds, {"imgcls": IMGCLS}, clock=ScenarioClock(1.0),
                             slo_ms={"imgcls": 500.0})
 
 

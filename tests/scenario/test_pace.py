@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.clock import ScenarioClock
 from testbed.pytest_plugin import TESTBED_GROUP
 from testbed.scenario.pace import advice, candidates, held_time_scale, peak_rate
 from testbed.scenario.results import behind_cells
@@ -59,8 +60,8 @@ def test_the_advice_names_the_scale_the_probe_measured_and_the_command(tmp_path:
 
 
 def test_peak_rate_and_candidates():
-    assert peak_rate({"a": _records(1_800_000_000.0, [3, 9, 2], 16)}, 16) == 9
-    assert peak_rate({}, 4) == 0.0
+    assert peak_rate({"a": _records(1_800_000_000.0, [3, 9, 2], 16)}, ScenarioClock(16)) == 9
+    assert peak_rate({}, ScenarioClock(4)) == 0.0
     assert candidates(16) == [16, 12, 8, 4, 2, 1]
     assert candidates(400) == [400, 300, 200, 100, 50, 25, 12, 6, 3, 1]
     assert candidates(1.5) == [1.5, 1.0]

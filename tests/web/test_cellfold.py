@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.clock import ScenarioClock
 from testbed.load.stats import percentile
 from testbed.scenario.results import cell_rows, read_records, service_row
 from testbed.web.bins import bin_width
@@ -44,7 +45,7 @@ def test_the_live_tally_has_service_rows_figures_and_the_ended_cell_has_cell_row
     live = {r["service"]: r for r in fold.summary()["rows"]}["imgcls"]
     assert fold.summary()["source"] == "live"
     measured = read_records(run.cell, {"imgcls-ai-0.jsonl": 2})["imgcls"]
-    want = service_row(measured, "imgcls", time_scale=TIME_SCALE, duration_s=10, slo_ms=500.0)
+    want = service_row(measured, "imgcls", clock=ScenarioClock(TIME_SCALE), duration_s=10, slo_ms=500.0)
     for field in FIELDS:
         assert live[field] == pytest.approx(want[field]), field
     assert live["requests"] == len(_records()) - 2  # the warm-up's two are on the axis only

@@ -30,7 +30,7 @@ def manifest(**scenario: Any) -> dict[str, Any]:
            "clients": [{"service": "imgcls", "ue_group": "ai", "rate": 2}],
            "expect": ["requests[service=imgcls] >= 1"], **scenario}
     return {"format": 1, "created": "2027-01-15T08:00:00+00:00", "source": "written.yaml",
-            "base_dir": "/tmp", "profile": "local", "scenario": scn,
+            "base_dir": "scenarios", "profile": "local", "scenario": scn,
             "testbed": {"name": "main", "core": {"key_seed": SECRET,
                                                  "mongo_uri": f"mongodb://admin:{SECRET}@db/"},
                         "link": {"capacity_mbit": 100},

@@ -48,7 +48,7 @@ class LocalCluster:
         names = config.names
         self._names = names
         self._initial = {s: config.initial_replicas(s) for s in names}
-        self.time_scale = config.time_scale
+        self.clock = config.clock
         self.replace_dead = config.replace_dead
         self._closing = False
         self._change = asyncio.Event()
@@ -58,9 +58,9 @@ class LocalCluster:
             host=config.host,
             ports=config.ports,
             metrics_port=config.metrics_port,
-            sample_interval_s=1.0 / config.time_scale,
+            sample_interval_s=self.clock.wall(1.0),
             advertise_host=config.advertise_host,
-            time_scale=config.time_scale,
+            clock=self.clock,
         )
         token = secrets.token_urlsafe(32)  # replicas' /_config; in their environment only
         self._table = ReplicaTable(names)
@@ -70,7 +70,7 @@ class LocalCluster:
         self._placement = GpuPlacement(config.total_units, self._table, self.profiles)
         self._tuner = InterferenceTuner(self._table, self.profiles, config.interference,
                                         self._client, self._events)
-        self._launcher = ReplicaLauncher(self.profiles, token, time_scale=config.time_scale,
+        self._launcher = ReplicaLauncher(self.profiles, token, clock=self.clock,
                                          replica_host=config.replica_host,
                                          use_espeak=config.use_espeak,
                                          log_dir=Path(config.log_dir) if config.log_dir else None,
@@ -265,7 +265,7 @@ class LocalCluster:
                 "total_units": self.total_units(),
                 "free_units": self.free_units(),
                 "metrics": self.lb.metrics_url,
-                "time_scale": self.time_scale,
+                "time_scale": self.clock.scale,
                 "lost_connections": self._rotation.lost_connections(),
             }
         }

@@ -4,9 +4,11 @@ its units), as Mininet passes one set of params to each node."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.clock import ScenarioClock
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles import ServiceProfile, default_profiles
 from testbed.profiles.paper import TOTAL_UNITS
@@ -50,8 +52,13 @@ class LocalClusterConfig:
         if unknown:
             raise ConfigError(
                 [ConfigProblem("services", None, s, "no profile for this service") for s in unknown])
-        if self.time_scale <= 0:
+        if not (math.isfinite(self.time_scale) and self.time_scale > 0):
             raise ConfigError([ConfigProblem("cluster", None, "time_scale", "must be > 0")])
+
+    @property
+    def clock(self) -> ScenarioClock:
+        """The cluster's time scale as a clock."""
+        return ScenarioClock(self.time_scale)
 
     @property
     def names(self) -> list[str]:

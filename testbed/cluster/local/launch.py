@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO
 
 from testbed import plugins
+from testbed.clock import ScenarioClock
 from testbed.cluster.local.replicas import ReplicaProcess
 from testbed.cluster.replica import TOKEN_ENV
 from testbed.profiles import ServiceProfile
@@ -24,12 +25,12 @@ class ReplicaLauncher:
     token in their environment; `with ReplicaLauncher(...):` or `close()` (safe twice) removes
     the profile files and closes the logs."""
 
-    def __init__(self, profiles: dict[str, ServiceProfile], token: str, *, time_scale: float,
+    def __init__(self, profiles: dict[str, ServiceProfile], token: str, *, clock: ScenarioClock,
                  replica_host: str, use_espeak: bool, log_dir: Path | None,
                  sleep_only: bool = False) -> None:
         self._profiles = profiles
         self._token = token
-        self.time_scale = time_scale
+        self.clock = clock
         self.replica_host = replica_host
         self.use_espeak = use_espeak
         self.sleep_only = sleep_only
@@ -67,8 +68,7 @@ class ReplicaLauncher:
             self._profile_file(r.service),
             "--host",
             self.replica_host,
-            "--time-scale",
-            repr(self.time_scale),
+            *self.clock.argv(),
             "--seed",
             str(seed),
             "--parent-pid",

@@ -1,0 +1,74 @@
+"""A run's time scale as one object: how scenario time and wall time convert, and what a time
+scale compresses in a request's latency (the emulated replica's own time only). Every part that
+times a local run (the cell, the balancer, the Prometheus reader, the replicas, the conditions
+replay, the results) converts through a `ScenarioClock` and multiplies by nothing itself
+(DESIGN.md, "Pace and the clock")."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ScenarioClock:
+    """Scenario time runs `scale` times faster than wall time (1: real time)."""
+
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.scale) and self.scale > 0):
+            raise ValueError(f"a time scale must be a positive number, got {self.scale!r}")
+
+    @classmethod
+    def of_cell(cls, info: Mapping[str, Any]) -> ScenarioClock:
+        """The clock a cell ran at, from its cell.json (`time_scale`; real time where absent)."""
+        return cls(float(info.get("time_scale") or 1.0))
+
+    @property
+    def real_time(self) -> bool:
+        """Scenario time is wall time."""
+        return self.scale == 1
+
+    def wall(self, scenario_s: float) -> float:
+        """The wall seconds (or ms) `scenario_s` scenario seconds (or ms) take."""
+        return scenario_s / self.scale
+
+    def scenario(self, wall_s: float) -> float:
+        """The scenario seconds (or ms) `wall_s` wall seconds (or ms) stand for."""
+        return wall_s * self.scale
+
+    def wall_rate(self, per_scenario_s: float) -> float:
+        """A rate per scenario second as a rate per wall second."""
+        return per_scenario_s * self.scale
+
+    def scenario_ms_of(self, record: Mapping[str, Any]) -> float:
+        """A recorded request's latency in scenario time: only the emulated replica's own time
+        (`server_ms`) was compressed, so it counts `scale` times, the rest (network, balancer,
+        client) at its real duration. Without `server_ms` (a real service) all of it scales.
+
+        record: a request record as its JSON line reads."""
+        latency = record["latency_ms"]
+        server = record.get("server_ms")
+        if server is None or self.scale == 1:
+            return latency * self.scale
+        return latency + server * (self.scale - 1)
+
+    def compresses(self, latency_ms: float, server_ms: float | None) -> bool:
+        """Whether a latency measured in wall time (`latency_ms`, of which `server_ms` the
+        emulated replica's own) needs `compressed`: at a time scale, with a replica's time in it."""
+        return server_ms is not None and self.scale != 1 and server_ms <= latency_ms
+
+    def compressed(self, latency_ms: float, server_ms: float) -> float:
+        """`latency_ms` (wall) on the compressed scale the balancer judges against `wall(slo)`:
+        the replica's part as it is, the rest (at its real duration) divided by the scale."""
+        return server_ms + (latency_ms - server_ms) / self.scale
+
+    def argv(self) -> list[str]:
+        """The command-line option that carries this clock to a replica process."""
+        return ["--time-scale", repr(self.scale)]
+
+
+REAL_TIME = ScenarioClock(1.0)  # scenario time is wall time (the default of every part)
