@@ -23,7 +23,8 @@ from testbed.judge.verdict import run_verdict
 from testbed.profiles import ServiceProfile, default_profiles, load_profiles, profile_for
 from testbed.profiles.registry import register_service
 from testbed.report.export import request_rows, write_csv, write_jsonl
-from testbed.scaler.registry import make_policy, register_policy
+from testbed.scaler.factory import make_policy
+from testbed.scaler.registry import register_policy
 from testbed.scenario.load import LoadedScenario, scenario_from_yaml
 from testbed.scenario.load import load_scenario as _load_file
 from testbed.scenario.runner import RunOptions

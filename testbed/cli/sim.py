@@ -84,7 +84,8 @@ def sim_eval(
     Example: testbed sim eval --service mysvc --profiles mysvc.yaml --trace day.txt
     """
     # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
-    from testbed.scaler.registry import make_policy, resolve
+    from testbed.scaler.factory import make_policy
+    from testbed.scaler.registry import resolve
     from testbed.train.evaluate import evaluate
     from testbed.train.oracle import shared_pool_oracles
 

@@ -15,7 +15,7 @@ from testbed.load.trace import load_trace
 from testbed.profiles import default_profiles
 from testbed.profiles.paper import PAPER_TABLES, SERVICES, TABLE_5_4
 from testbed.reproduce.artefacts import model_files, trace_files
-from testbed.scaler.registry import make_policy
+from testbed.scaler.factory import make_policy
 from testbed.train.evaluate import evaluate
 from testbed.train.oracle import shared_pool_oracles
 

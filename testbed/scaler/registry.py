@@ -304,33 +304,3 @@ def resolve(name: str, *, source: str = "<policy>", line: int | None = None, fie
     cls = plugins.load_ref(name, source=source, line=line, field=field, base_dir=base_dir)
     _check_class(cls, repr(name), source, line, field)
     return _class_entry(name, cls, name)
-
-
-def make_policy(name: str, service: str, *, total_units: int, seed: int = 0,
-                model: str | Path | None = None,
-                profiles: Mapping[str, ServiceProfile] | None = None,
-                base_dir: str | Path | None = None,
-                options: Mapping[str, Any] | None = None) -> Any:
-    """One service's policy by name or `module:Class`; `ppo` loads `model` (a file written by
-    `testbed train`); the rules read their thresholds from the service's profile in `profiles`
-    (default: the service registry's).
-
-    Raises:
-        ConfigError: an unknown or broken policy, or one that plans shares for several services
-            (build those with `testbed.scaler.factory.build_policies`).
-
-    name: the policy; service: the service it scales; total_units: the units its rules count room
-    in; seed: for random policies; base_dir: where a `module:Class` is imported from; options:
-    the policy's own arguments (a scenario's `policy_args:`).
-    """
-    entry = resolve(name, base_dir=base_dir)
-    if entry.build is None:
-        raise _problem("policy", f"{name} sets MPS shares and batch sizes, so it runs on the GPU "
-                                 f"simulator: testbed sim compare --policies {name} (or a scenario "
-                                 "on the testbed engine)")
-    args = BuildArgs(total_units=total_units, seed=seed, model=Path(model) if model else None,
-                     profiles=profiles, options=dict(options or {}))
-    problem = entry.options_problem(args.options)
-    if problem:
-        raise _problem("policy_args", problem)
-    return entry.build(service, args)

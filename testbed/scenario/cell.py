@@ -23,15 +23,13 @@ from testbed.errors import TestbedError
 from testbed.load.gate import open_gate, ready_at_gate
 from testbed.load.traffic import ClientJob, IperfJob, LoadJob
 from testbed.metrics.host import HostMeter
-from testbed.profiles import PACKAGED_PROFILES, write_profiles
-from testbed.scaler.fa2 import Pipeline
-from testbed.scaler.factory import PolicyChoice, build_policies
+from testbed.profiles import write_profiles
 from testbed.scaler.loop import ScalerLoop
 from testbed.scenario.backends import CellBackends, CellJob, CellOutcome, LocalProfile, Profile
+from testbed.scenario.cellplan import CellPlan
 from testbed.scenario.live import LiveView
 from testbed.scenario.machine import host_line, starved_services
 from testbed.scenario.matrix import Cell
-from testbed.scenario.profiles import scenario_profiles
 from testbed.scenario.results import (
     FELL_BEHIND,
     LATENESS_SLO_SHARE,
@@ -65,19 +63,20 @@ class CellRunner:
     traffic backends; this drives them (replicas ready → iperf3 + clients → samples and a scaler
     decision every period → stop → records)."""
 
-    def __init__(self, cell: Cell, rep: int, celldir: CellDir, base_dir: Path, view: LiveView,
+    def __init__(self, plan: CellPlan, rep: int, celldir: CellDir, view: LiveView,
                  profile: Profile | None = None):
-        self.cell, self.rep, self.dir, self.base_dir, self.view = cell, rep, celldir, base_dir, view
+        self.plan, self.rep, self.dir, self.view = plan, rep, celldir, view
+        self.cell, self.base_dir = plan.cell, plan.base_dir
         self.profile = profile or LocalProfile()
-        self.scn = cell.scenario
-        self.scale = ScenarioClock(self.scn.time_scale)  # scenario and wall time, the cell's
+        self.scn = plan.scenario
+        self.scale = plan.clock  # scenario and wall time, the cell's
         self.problems: list[str] = []
         self.failures: list[str] = []  # the problems that fail the cell (`fail`)
         self.behind: dict[str, str] = {}  # per service, why its figures are the machine's
         self._meter: HostMeter | None = None  # the host's steal and waits, each wall second
         self._profiles: dict[str, Any] = {}  # the services' profiles, read as the cell starts
         self.info: dict[str, Any] = {
-            "slug": cell.slug, "label": cell.label, "params": cell.params, "rep": rep,
+            "slug": self.cell.slug, "label": self.cell.label, "params": self.cell.params, "rep": rep,
             "services": [s.name for s in self.scn.services], "time_scale": self.scn.time_scale,
             "replica_work": self.scn.replica_work,
             "duration_s": self.scn.duration_s, "warmup_s": self.scn.warmup_s, "slo_ms": SLO_MS,
@@ -119,7 +118,7 @@ class CellRunner:
     def profiles(self) -> dict[str, Any]:
         """The services' profiles (capacity, units, timing), recorded in the cell's info."""
         scn = self.scn
-        profiles = scenario_profiles(scn, self.base_dir)
+        profiles = dict(self.plan.profiles)
         self.info["profiles"] = {s.name: profiles[s.name].model_dump(mode="json", exclude={"sources"})
                                  for s in scn.services}
         # the reports judge SLO violations by the thresholds the scaler and balancer use
@@ -280,8 +279,7 @@ class CellRunner:
         changed = None  # the scenario's `profiles:` changes reach the clients as a file of their own
         if scn.profiles:
             changed = self.dir.path / "profiles.yaml"
-            profiles = scenario_profiles(scn, self.base_dir)
-            write_profiles(changed, {s.name: profiles[s.name] for s in scn.services})
+            write_profiles(changed, {s.name: self.plan.profiles[s.name] for s in scn.services})
         for i, c in enumerate(scn.clients):
             load = replace(load_job(scn, c, i, self.rep, self.base_dir), start_gate=gate)
             if changed is not None:
@@ -310,7 +308,7 @@ class CellRunner:
         # event loop, where the local balancer runs; after the clients had started, the first
         # requests of a DRL cell waited 3-14 s for it (docs/table-5.4.md)
         profiles = self._profiles
-        policies = self._policies(profiles)
+        policies = self._policies()
         # what this process holds by now (imports, torch and sb3 in a DRL cell, the cluster, the
         # policies) lives through the cell: kept out of the collector's full passes. With three
         # PPO models loaded one pass took 180-200 ms over 350,000 objects, and stalled this loop,
@@ -392,19 +390,10 @@ class CellRunner:
             gc.unfreeze()
         return self.info.get("measure_started")
 
-    def _policies(self, profiles: dict[str, Any]) -> dict[str, Any]:
-        """One policy per service (`testbed.scaler.factory`); the cell records the model file of
-        each inss/ddpg actor."""
-        scn = self.scn
-        source = (str(self.base_dir / scn.service_profiles) if scn.service_profiles
-                  else PACKAGED_PROFILES)
-        built = build_policies(
-            [PolicyChoice(s.name, s.policy, self.base_dir / s.model if s.model else None,
-                          s.policy_args)
-             for s in scn.services], profiles,
-            total_units=scn.total_units, seed=scn.seed + self.rep,
-            pipelines=[Pipeline(tuple(p.services), p.sla_ms) for p in scn.pipelines],
-            profile_source=source, base_dir=self.base_dir)
+    def _policies(self) -> dict[str, Any]:
+        """One policy per service, from the plan's resolved entries; the cell records the model
+        file of each inss/ddpg actor."""
+        built = self.plan.policies(self.rep)
         for kind, path in built.models.items():
             self.info.setdefault("models", {})[kind] = path
         return built.policies

@@ -32,6 +32,7 @@ from testbed.net.cmd import require_root
 from testbed.paths import RUNS_DIR, new_run_dir
 from testbed.scenario.backends import LocalProfile, Profile
 from testbed.scenario.cell import CellRunner, SimCellRunner
+from testbed.scenario.cellplan import RunCompiler
 from testbed.scenario.live import LiveView
 from testbed.scenario.load import LoadedScenario
 from testbed.scenario.matrix import Cell, expand
@@ -155,6 +156,9 @@ class ScenarioRun:
         self.scenario = effective(loaded, self.options)
         check_options(self.scenario.engine, self.options.jobs, self.options.dask)
         self.cells = expand(self.scenario, loaded.testbed)
+        # compiled once: each cell's clock, profiles and resolved policies (testbed.scenario.cellplan)
+        plans = RunCompiler(loaded.base_dir).plans(self.cells)
+        self.plans = {c.index: p for c, p in zip(self.cells, plans, strict=True)}
         if self.scenario.engine == "testbed" and self.options.profile == "local":
             require_root("a testbed scenario")
             if self.scenario.metrics == "prometheus":
@@ -223,7 +227,7 @@ class ScenarioRun:
                 if self.scenario.engine == "sim":
                     problems += SimCellRunner(cell, rep, celldir, self.loaded.base_dir, view).run()
                 else:
-                    problems += CellRunner(cell, rep, celldir, self.loaded.base_dir, view,
+                    problems += CellRunner(self.plans[cell.index], rep, celldir, view,
                                            self.profile).run()
             except KeyboardInterrupt:
                 self.interrupted = True

@@ -22,7 +22,7 @@ from typing import Any
 from testbed.load.trace import Trace
 from testbed.profiles import load_profiles
 from testbed.scaler.fa2 import Pipeline
-from testbed.scaler.registry import make_policy
+from testbed.scaler.factory import make_policy
 from testbed.scenario.matrix import Cell
 from testbed.scenario.profiles import scenario_profiles
 from testbed.scenario.rundir import CellDir

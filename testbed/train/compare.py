@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.cluster.base import ServiceTarget
@@ -26,8 +26,9 @@ from testbed.load.trace import Trace
 from testbed.profiles import PACKAGED_PROFILES, ServiceProfile, load_profiles
 from testbed.profiles.paper import PAPER_TABLES, REWARD_ALPHA, REWARD_BETA, SERVICES
 from testbed.scaler.fa2 import Pipeline
+from testbed.scaler.factory import PolicyChoice, build_policies
 from testbed.scaler.loop import ScalerLoop
-from testbed.scaler.registry import BuildArgs, entries, resolve
+from testbed.scaler.registry import PolicyEntry, entries, resolve
 from testbed.sim.gpu import UNIT_PCT, GpuSimCluster
 from testbed.train.evaluate import default_ratio, test_day_traces
 from testbed.train.oracle import share_bound
@@ -71,34 +72,33 @@ def comparison_policies(
     pipelines: Sequence[Pipeline] = (),
     profile_source: str = PACKAGED_PROFILES,
     plan_chain: bool = True,
+    entry: PolicyEntry | None = None,
 ) -> dict:
     """Policy `name` (registered, or module:Class imported from the working directory) for every
     compared service: one object shared by all of them for a policy that plans shares (a trained
     one from `models/<name>.zip`), one per service otherwise (a trained one from
     `models/<service>.zip`). A scenario's cell, which chooses a policy per service, uses
     `testbed.scaler.factory.build_policies`. `plan_chain=False`: fa2 plans every service alone
-    under its own SLO, pipelines or not."""
-    entry = resolve(name, source="--policies", field="policies", base_dir=Path.cwd())
-    args = BuildArgs(total_units=total_units, seed=seed, profiles=profiles,
-                     pipelines=pipelines if plan_chain else (), profile_source=profile_source)
-    if entry.plan is not None:
-        if entry.needs_model:
-            path = (models / f"{name}.zip") if models else None
-            if path is None or not path.exists():
-                raise ConfigError([ConfigProblem(
-                    str(path or f"models/{name}.zip"), None, "",
-                    f"no {name} model here; train one with `testbed train --policy {name}`")])
-            args = replace(args, model=path)
-        planned = entry.plan(list(services), args)
-        return {s: planned[s] for s in services}
-    assert entry.build is not None
-    if not entry.needs_model:
-        return {s: entry.build(s, args) for s in services}
-    files = {s: (models / f"{s}.zip") if models else None for s in services}
-    missing = [str(f) for f in files.values() if f is None or not f.exists()]
-    if missing:
-        raise ConfigError([ConfigProblem(m, None, "", f"no {name} model here") for m in missing])
-    return {s: entry.build(s, replace(args, model=files[s])) for s in services}
+    under its own SLO, pipelines or not. `entry`: `name` already resolved (once per command)."""
+    entry = entry or resolve(name, source="--policies", field="policies", base_dir=Path.cwd())
+    models_of: dict[str, Path | None] = dict.fromkeys(services)
+    if entry.needs_model and entry.plan is not None:
+        path = (models / f"{name}.zip") if models else None
+        if path is None or not path.exists():
+            raise ConfigError([ConfigProblem(
+                str(path or f"models/{name}.zip"), None, "",
+                f"no {name} model here; train one with `testbed train --policy {name}`")])
+        models_of = dict.fromkeys(services, path)
+    elif entry.needs_model:
+        models_of = {s: (models / f"{s}.zip") if models else None for s in services}
+        missing = [str(f) for f in models_of.values() if f is None or not f.exists()]
+        if missing:
+            raise ConfigError([ConfigProblem(m, None, "", f"no {name} model here") for m in missing])
+    built = build_policies([PolicyChoice(s, name, models_of[s]) for s in services], profiles,
+                           total_units=total_units, seed=seed,
+                           pipelines=pipelines if plan_chain else (),
+                           profile_source=profile_source, entries={name: entry})
+    return built.policies
 
 
 def run_policy(
@@ -341,7 +341,9 @@ def prepare_comparison(
     source = str(profiles_path) if profiles_path else PACKAGED_PROFILES
     profiles = dict(profiles) if profiles is not None else load_profiles(profiles_path)
     services = list(services)
-    planners = [n for n in names if resolve(n, base_dir=Path.cwd()).sets_shares]
+    resolved = {n: resolve(n, source="--policies", field="policies", base_dir=Path.cwd())
+                for n in names}  # each name once for the command
+    planners = [n for n in names if resolved[n].sets_shares]
     check_gpu_curves(profiles, profiles_path, planners, services)
     traces = (test_day_traces(traces, services) if isinstance(traces, Path)
               else {s: traces[s] for s in services})
@@ -351,7 +353,8 @@ def prepare_comparison(
         for name in names:
             built[key, name] = comparison_policies(name, services, profiles, total_units=units,
                                               models=models, seed=seed, pipelines=pipelines,
-                                              profile_source=source, plan_chain=plan_chain)
+                                              profile_source=source, plan_chain=plan_chain,
+                                              entry=resolved[name])
     return Comparison(names, tables, services, profiles, traces, built, list(pipelines), plan_chain,
                       layout_gpus, initial, scale, seed, interference, max_steps, trace_label)
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from testbed.load.trace import load_trace
 from testbed.profiles import load_profiles
-from testbed.scaler.registry import make_policy
+from testbed.scaler.factory import make_policy
 from testbed.train.evaluate import evaluate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

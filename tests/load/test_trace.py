@@ -165,7 +165,7 @@ def test_a_day_gives_the_same_figures_as_5_minute_or_1_second_lines():
     """The issue's floor: rule v2's SLO violations within 0.01 (and its instances within 0.02).
     The squeezed 5-minute lines read 0.0109 and 1.28 instances against 0.0005 and 1.00."""
     from testbed.profiles import load_profiles
-    from testbed.scaler.registry import make_policy
+    from testbed.scaler.factory import make_policy
     from testbed.train.evaluate import evaluate
 
     profiles = {"xrpose": load_profiles(Path(__file__).parents[2] / "examples" / "xr" /

@@ -6,8 +6,8 @@ import pytest
 from testbed.errors import ConfigError
 from testbed.metrics.window import WindowMetrics
 from testbed.scaler.actions import action_mask
+from testbed.scaler.factory import make_policy
 from testbed.scaler.policies import HpaPolicy, RandomPolicy, RuleV1, RuleV2
-from testbed.scaler.registry import make_policy
 from testbed.scaler.state import StateBuilder, latest
 
 

@@ -18,8 +18,9 @@ from testbed.errors import ConfigError
 from testbed.profiles import ServiceProfile, default_profiles, paper
 from testbed.profiles.parts import RuleThresholds
 from testbed.scaler import registry
+from testbed.scaler.factory import make_policy
 from testbed.scaler.policies import RuleV1, RuleV2
-from testbed.scaler.registry import make_policy, register_policy, unregister_policy
+from testbed.scaler.registry import register_policy, unregister_policy
 
 MYPOL = '''\
 SEEN = []  # (service, queue_length) of every window observed, in order
@@ -217,8 +218,8 @@ def test_a_users_policy_has_one_label_the_reference_it_was_named_by():
     own `name` says (the example's is "queue"), in results and in the decision log."""
     from pathlib import Path
 
+    from testbed.scaler.factory import make_policy
     from testbed.scaler.policies import policy_name
-    from testbed.scaler.registry import make_policy
 
     examples = Path(__file__).resolve().parents[2] / "examples"
     policy = make_policy("policies.queue_policy:QueuePolicy", "imgcls", total_units=8,

@@ -155,6 +155,7 @@ def test_only_the_measured_windows_requests_are_judged_behind_schedule(tmp_path)
     from rich.console import Console
 
     from testbed.scenario.cell import CellRunner
+    from testbed.scenario.cellplan import compile_cell
     from testbed.scenario.live import LiveView
     from testbed.scenario.load import parse_scenario
     from testbed.scenario.matrix import expand
@@ -165,7 +166,8 @@ def test_only_the_measured_windows_requests_are_judged_behind_schedule(tmp_path)
     (cell,) = expand(loaded.scenario, loaded.testbed)
 
     def judged(late_from: float, late_to: float) -> int:
-        runner = CellRunner(cell, 0, CellDir.create(tmp_path / f"{late_from}", cell.slug, 0), tmp_path,
+        runner = CellRunner(compile_cell(cell, tmp_path), 0,
+                            CellDir.create(tmp_path / f"{late_from}", cell.slug, 0),
                             LiveView(Console(file=None), [cell], 1, enabled=False))
         runner.info["measure_started"] = 101.0  # the load began at 100; 10 s of warm-up at 10x
         records = [{**_record(i), "scheduled": 100.0 + i / 10,

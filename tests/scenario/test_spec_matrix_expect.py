@@ -212,14 +212,15 @@ def test_the_runner_builds_one_actor_for_the_services_it_was_trained_for(tmp_pat
 
     from testbed.scaler.share import SharePolicy
     from testbed.scenario.cell import CellRunner
+    from testbed.scenario.cellplan import compile_cell
     from testbed.scenario.live import LiveView
     from testbed.scenario.rundir import CellDir
 
     loaded = load(SHARE.replace("policy: inss", "policy: ddpg"), tmp_path)
     (cell,) = expand(loaded.scenario, loaded.testbed)
-    runner = CellRunner(cell, 0, CellDir.create(tmp_path, cell.slug, 0), tmp_path,
+    runner = CellRunner(compile_cell(cell, tmp_path), 0, CellDir.create(tmp_path, cell.slug, 0),
                         LiveView(Console(file=None), [cell], 1, enabled=False))
-    policies = runner._policies(runner.profiles())
+    policies = runner._policies()
     assert list(policies) == ["tts", "chatbot", "imgcls"]
     (actor,) = {id(p): p for p in policies.values()}.values()
     assert isinstance(actor, SharePolicy) and actor.name == "ddpg"
@@ -233,6 +234,7 @@ def test_the_cell_judges_slo_by_the_scenarios_own_profiles(tmp_path: Path):
     from rich.console import Console
 
     from testbed.scenario.cell import CellRunner
+    from testbed.scenario.cellplan import compile_cell
     from testbed.scenario.live import LiveView
     from testbed.scenario.rundir import CellDir
 
@@ -240,7 +242,7 @@ def test_the_cell_judges_slo_by_the_scenarios_own_profiles(tmp_path: Path):
     loaded = load("name: s\nduration_s: 30\nservice_profiles: p.yaml\n"
                   "services:\n  - {name: imgcls}\n", tmp_path)
     (cell,) = expand(loaded.scenario, loaded.testbed)
-    runner = CellRunner(cell, 0, CellDir.create(tmp_path, cell.slug, 0), tmp_path,
+    runner = CellRunner(compile_cell(cell, tmp_path), 0, CellDir.create(tmp_path, cell.slug, 0),
                         LiveView(Console(file=None), [cell], 1, enabled=False))
     assert runner.info["slo_ms"]["imgcls"] == 500.0  # before the profiles are read
     runner.profiles()

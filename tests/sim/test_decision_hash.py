@@ -13,7 +13,7 @@ import pytest
 
 from testbed.profiles import default_profiles
 from testbed.profiles.paper import TABLE_5_1, TABLE_5_2, TOTAL_UNITS
-from testbed.scaler.registry import make_policy
+from testbed.scaler.factory import make_policy
 from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS, SimCluster
 from testbed.sim.passes import COMPILED_ENV
 from testbed.traces import packaged_traces

@@ -9,8 +9,8 @@ from testbed.errors import ConfigError, StateError
 from testbed.load.trace import Trace
 from testbed.profiles import ServiceProfile, default_profiles
 from testbed.profiles.paper import SERVICES
+from testbed.scaler.factory import make_policy
 from testbed.scaler.loop import ScalerLoop
-from testbed.scaler.registry import make_policy
 from testbed.sim.cluster import SimCluster, SimOptions
 from testbed.sim.gpu import GpuSimCluster
 

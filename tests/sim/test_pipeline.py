@@ -9,8 +9,8 @@ from testbed.errors import ConfigError
 from testbed.load.trace import Trace
 from testbed.profiles import default_profiles
 from testbed.scaler.fa2 import Pipeline
+from testbed.scaler.factory import make_policy
 from testbed.scaler.loop import ScalerLoop
-from testbed.scaler.registry import make_policy
 from testbed.sim.gpu import GpuSimCluster
 
 PROFILES = default_profiles()

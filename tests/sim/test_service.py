@@ -313,7 +313,7 @@ def test_the_runs_latency_percentiles_count_each_served_request_once_and_change_
     them moves no figure."""
     from testbed.metrics.histogram import RELATIVE_ERROR, LatencyHistogram
     from testbed.profiles import default_profiles
-    from testbed.scaler.registry import make_policy
+    from testbed.scaler.factory import make_policy
     from testbed.train.evaluate import evaluate
 
     seen: list[np.ndarray] = []
