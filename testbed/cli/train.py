@@ -26,6 +26,7 @@ from testbed.errors import ConfigError, ConfigProblem
 from testbed.paths import RUNS_DIR
 from testbed.profiles import paper
 from testbed.train.options import ORDER, TrainOptions, command_line, default, opt
+from testbed.train.trainers import trainer
 
 if TYPE_CHECKING:
     from testbed.load.trace import Trace
@@ -108,16 +109,13 @@ def _train(o: TrainOptions) -> None:
     checks.trace_units(o.trace_time_unit, o.trace_rate_unit)
     train_tr, val_tr = _training_days(traces_folder(o.traces), o.trace, o.val_trace,
                                       units=_units(o.trace_time_unit, o.trace_rate_unit))
-    if o.policy in ("ddpg", "inss"):
+    chosen = trainer(o.policy)
+    if chosen.scope == "paper":
         show_traces([*train_tr, *val_tr], console)
-        _train_share(o.policy, train_tr, val_tr, o.out, steps=o.steps or 12_000, seed=o.seed,
-                     gpus=o.gpus, load_scales=o.load_scales,
+        _train_share(o.policy, train_tr, val_tr, o.out, steps=o.steps or chosen.default_steps,
+                     seed=o.seed, gpus=o.gpus, load_scales=o.load_scales,
                      profiles={s: known[s] for s in paper.TABLE_5_1.ratios})
         return
-    if o.policy != "ppo":
-        raise ConfigError(
-            [ConfigProblem("--policy", None, "policy", f"unknown policy {o.policy!r}; use ppo, ddpg or inss")]
-        )
     # numpy and the trainer: only once the arguments are checked
     from testbed.train.ppo import TrainConfig
 

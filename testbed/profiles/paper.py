@@ -93,6 +93,16 @@ class PaperResult:
     reward: float
 
 
+# the paper's names of the policies it compares, by the harness's: its "DRL" agent is the
+# registry's Maskable PPO (`ppo`)
+PAPER_POLICY = {"rule_v2": "rule_v2", "ppo": "drl"}
+
+
+def harness_policy(paper_name: str) -> str:
+    """The registry's name of the policy the paper calls `paper_name` ("drl" -> "ppo")."""
+    return {v: k for k, v in PAPER_POLICY.items()}.get(paper_name, paper_name)
+
+
 @dataclass(frozen=True)
 class PaperTable:
     """One results table: the setup it was run under and its figures per policy and service."""

@@ -14,6 +14,7 @@ from testbed.profiles.paper import (
     FIG_5_7_5_8_SOURCE,
     FIG_5_7_5_8_VALUES,
     FIG_FLOWS,
+    PAPER_POLICY,
     PAPER_TABLES,
     SLICING_SETUP,
     TABLE_5_4,
@@ -251,7 +252,7 @@ def _paper_tables(rows: list[dict[str, Any]]) -> Section | None:
         if not mine:
             continue
         out = []
-        for policy, paper_name in (("rule_v2", "rule_v2"), ("ppo", "drl")):
+        for policy, paper_name in PAPER_POLICY.items():
             for service, ref in table.results.get(paper_name, {}).items():
                 ours = [r for r in mine if r["service"] == service and r.get("policy") == policy]
                 if not ours:

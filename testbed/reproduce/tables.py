@@ -13,7 +13,7 @@ from testbed.judge.outcome import FAIL, NOT_RUN, PASS, Outcome
 from testbed.judge.verdict import run_verdict
 from testbed.load.trace import load_trace
 from testbed.profiles import default_profiles
-from testbed.profiles.paper import PAPER_TABLES, SERVICES, TABLE_5_4
+from testbed.profiles.paper import PAPER_POLICY, PAPER_TABLES, SERVICES, TABLE_5_4
 from testbed.reproduce.artefacts import model_files, trace_files
 from testbed.scaler.factory import make_policy
 from testbed.train.evaluate import evaluate
@@ -115,7 +115,7 @@ class TableResult:
 def _paper_cell(key: str, policy: str, service: str) -> dict[str, float]:
     if key == "5.4":
         return dict(TABLE_5_4[service][policy])
-    r = PAPER_TABLES[key].results["drl" if policy == "ppo" else "rule_v2"][service]
+    r = PAPER_TABLES[key].results[PAPER_POLICY[policy]][service]
     return {"slo_violation_rate": r.slo_violation_rate, "instances": r.instances,
             "proc_time_s": r.proc_time_s, "reward": r.reward}
 

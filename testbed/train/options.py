@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import ConfigError, ConfigProblem
+from testbed.train.trainers import TRAINERS, choices_help
 
 RESEARCH = "Research options (also by name in a --config file)"  # --help's panel of them
 
@@ -162,8 +163,7 @@ class TrainOptions(PpoOptions):
     service: str | None = option(
         None, "A registered service or one of --profiles (ppo; ddpg and inss take the paper's "
         "three).", argument=True)
-    policy: str = option("ppo", "ppo (Maskable PPO), ddpg (sb3 DDPG) or inss (sb3 TD3).",
-                         choices=("ppo", "ddpg", "inss"))
+    policy: str = option("ppo", choices_help(), choices=tuple(TRAINERS))
     traces: Path | None = option(
         None, "Trace directory with train/, val/ and test/ (DURATION COUNT files). Default: the "
         "paper's traces, shipped with testbed (testbed/traces).", path=True,

@@ -30,8 +30,7 @@ from testbed.scaler.share import META_MEMBER, ShareMapper, ShareMeta
 from testbed.scaler.target import cluster_view
 from testbed.sim.gpu import UNIT_PCT, GpuSimCluster
 from testbed.train.command import rerunnable_command
-
-ALGORITHMS = {"ddpg": "DDPG", "inss": "TD3"}
+from testbed.train.trainers import TRAINERS
 
 
 class ShareEnv(gym.Env):
@@ -165,7 +164,7 @@ def train_share(
         services=list(profiles),
         gpus=gpus,
         ratios=dict(ratios),
-        algorithm=ALGORITHMS[kind],
+        algorithm=TRAINERS[kind].algorithm,
         command=rerunnable_command(command) if command else command,
         seed=seed,
         steps=0,
