@@ -27,6 +27,7 @@ from testbed.profiles.paper import DEFAULT_RATIOS, SERVICES
 from testbed.scaler.ppo import MaskablePpoPolicy
 from testbed.traces import PACKAGE, traces_folder
 from testbed.train.ppo import validation_reward
+from testbed.train.wrappers import Research
 
 
 def main() -> None:
@@ -50,8 +51,8 @@ def main() -> None:
             for kind, pool in (("pool", True), ("own", False)):
                 row[f"{kind}@{load:g}"] = round(
                     validation_reward(
-                        model, args.service, val, ratio * load, 8, args.episodes, loads=[1.0],
-                        shared=True, partners=partners, pool_reward=pool,
+                        model, args.service, val, ratio * load, 8, args.episodes,
+                        Research(loads=(1.0,), shared=True, partners=partners, pool_reward=pool),
                     ),
                     1,
                 )

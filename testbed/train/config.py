@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from testbed.errors import ConfigError, ConfigProblem
 from testbed.profiles import paper
@@ -11,6 +12,8 @@ from testbed.train.options import PpoOptions
 
 if TYPE_CHECKING:
     from testbed.profiles import ServiceProfile
+    from testbed.scaler.policies import Policy
+    from testbed.train.wrappers import Research
 
 
 @dataclass(kw_only=True)
@@ -77,6 +80,32 @@ class TrainConfig(PpoOptions):
         """The request ratio the agent's own service trains at (`ratio`, or the default: the
         paper's for its three services, 1 for another)."""
         return paper.DEFAULT_RATIOS.get(self.service, 1.0) if self.ratio is None else self.ratio
+
+    def research(self, partners: Mapping[str, Policy] | None,
+                 purpose: Literal["train", "validate", "release", "hold"] = "train") -> Research:
+        """The wrappers this run's environments are made in, one home for how its research
+        options map to them: training draws each episode's pool size from `train_scales`, its
+        load from `loads` and the local testbed's clients in a share `like_testbed`, in the
+        shared pool with `partners`, the pool's reward with `pool_reward`, randomised free units;
+        validation scores `scales`' extremes, each load and (with `like_testbed`) the testbed's
+        clients in every episode, the pool's reward with `validate_pool` too; `release_below`
+        teaches over `scales` and `hold_largest`'s fitted copy trains as training does, neither
+        with the pool's reward nor randomised free units."""
+        from testbed.sim.cluster import TESTBED_OPTIONS
+        from testbed.train.wrappers import Research
+
+        draws = {"scales": tuple(self.train_scales or ()), "loads": tuple(self.loads or ()),
+                 "mixed": TESTBED_OPTIONS, "mixed_share": self.like_testbed}
+        pool = {"shared": self.shared, "partners": partners}
+        if purpose == "validate":
+            return Research(**{**draws, "scales": tuple(self.scales or ()),
+                               "mixed_share": 1.0 if self.like_testbed > 0 else 0.0},
+                            **pool, pool_reward=self.pool_reward or self.validate_pool)
+        if purpose == "release":
+            return Research(scales=tuple(self.scales or ()), loads=draws["loads"], **pool)
+        if purpose == "hold":
+            return Research(**draws, **pool)
+        return Research(**draws, **pool, pool_reward=self.pool_reward, random_free_units=True)
 
     @property
     def train_scales(self) -> list[int] | None:

@@ -36,12 +36,14 @@ def draw_episode(
     *,
     scales: Sequence[int] | None = None,
     loads: Sequence[float] | None = None,
-    like_testbed: float = 0.0,
+    mixed: SimOptions = TESTBED_OPTIONS,
+    mixed_share: float = 0.0,
 ) -> Episode:
     """One episode drawn from `rng`: a trace of `traces`, a pool size of `scales` (`base_units`
     without), a load multiplier of `loads` where the pool is `base_units` (1 otherwise), the
-    simulator's seed, and the local testbed's clients and balancer in a share `like_testbed` of
-    episodes (testbed.sim.cluster.TESTBED_OPTIONS; the published simulator's otherwise).
+    simulator's seed, and the simulator options `mixed` (the local testbed's clients and balancer
+    by default: testbed.sim.cluster.TESTBED_OPTIONS) in a share `mixed_share` of episodes (the
+    published simulator's in the others).
 
     The draws come in a fixed order (trace, pool size, load, seed, clients), each only where its
     option is set, so an option left out changes no other draw."""
@@ -54,9 +56,8 @@ def draw_episode(
         load = float(loads[int(rng.integers(len(loads)))])
     seed = int(rng.integers(2**31))
     options = DEFAULT_OPTIONS
-    if like_testbed:  # no draw at 0: runs without it keep their random streams
-        testbed = like_testbed >= 1 or rng.random() < like_testbed
-        options = TESTBED_OPTIONS if testbed else DEFAULT_OPTIONS
+    if mixed_share:  # no draw at 0: runs without it keep their random streams
+        options = mixed if mixed_share >= 1 or rng.random() < mixed_share else DEFAULT_OPTIONS
     return Episode(trace, units, load, seed, options)
 
 

@@ -4,7 +4,7 @@ model, written as sb3's zip plus the `testbed.json` member that testbed.scaler.p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,7 @@ from testbed.train.model_file import (
 )
 from testbed.train.options import PpoOptions
 from testbed.train.validation import episode_periods, episodes_reward, validation_reward
-from testbed.train.wrappers import EpisodeDraws, PoolReward, RandomFreeUnits, SharedPool
+from testbed.train.wrappers import Research
 
 if TYPE_CHECKING:
     from stable_baselines3.common.callbacks import BaseCallback
@@ -82,9 +82,7 @@ def train(
     resume_from, resumed = _resume_point(config)
     partners = load_partners(config.partners, config.service)
     torch.set_num_threads(1)
-    env = research_env(config, train_traces, partners, scales=config.train_scales,
-                       like_testbed=config.like_testbed, pool_reward=config.pool_reward,
-                       random_free_units=True)
+    env = research_env(config, train_traces, config.research(partners))
     for wrap in wrappers:
         env = wrap(env)
     model = _new_model(env, config)
@@ -117,31 +115,10 @@ def train(
     return validation.meta
 
 
-def research_env(
-    config: TrainConfig,
-    traces: Sequence[Trace],
-    partners: Mapping[str, Policy],
-    *,
-    scales: Sequence[int] | None,
-    like_testbed: float = 0.0,
-    pool_reward: bool = False,
-    random_free_units: bool = False,
-) -> gym.Env:
-    """`config`'s service on `traces` (ScalingEnv) in the wrappers of its research options: each
-    episode's pool size from `scales`, its load from `config.loads` and the testbed's clients in a
-    share `like_testbed` (EpisodeDraws), the shared pool with `partners` (SharedPool), the pool's
-    reward with `pool_reward` (PoolReward), randomised free units with `random_free_units`."""
-    env: gym.Env = ScalingEnv(config.service, traces, config.service_ratio,
-                              total_units=config.total_units, profile=config.profile)
-    if scales or config.loads or like_testbed:
-        env = EpisodeDraws(env, scales=scales, loads=config.loads, like_testbed=like_testbed)
-    if config.shared:
-        env = SharedPool(env, partners)
-    if pool_reward:
-        env = PoolReward(env)
-    if random_free_units:
-        env = RandomFreeUnits(env)
-    return env
+def research_env(config: TrainConfig, traces: Sequence[Trace], research: Research) -> gym.Env:
+    """`config`'s service on `traces` (ScalingEnv) in `research`'s wrappers (TrainConfig.research)."""
+    return research.wrap(ScalingEnv(config.service, traces, config.service_ratio,
+                                    total_units=config.total_units, profile=config.profile))
 
 
 def _require_tensorboard(tensorboard: str | None) -> None:
@@ -220,7 +197,7 @@ def _release_idle(  # type: ignore[no-untyped-def]
 ) -> dict:
     """`release_below`: teach the starting agent to scale down at a light load; what it learnt."""
 
-    teach_env = research_env(config, train_traces, partners, scales=config.scales)
+    teach_env = research_env(config, train_traces, config.research(partners, "release"))
     return asdict(distill_release(model, teach_env, config.release_below, seed=config.seed))
 
 
@@ -237,8 +214,7 @@ def _hold_largest(  # type: ignore[no-untyped-def]
                    total_units=largest, profile=config.profile),
         seed=config.seed,
     )
-    own_env = research_env(config, train_traces, partners, scales=config.train_scales,
-                           like_testbed=config.like_testbed)
+    own_env = research_env(config, train_traces, config.research(partners, "hold"))
     return {"held": held, "own_env": own_env, "fitted": _new_model(env, config), "seed": config.seed}
 
 
@@ -293,13 +269,11 @@ def _callbacks(
         after.append(StopAt(c.stop_at))
     after.append(EarlyStopping(c.patience, c.min_validations))
 
+    research = c.research(partners, "validate")
+
     def score(model) -> float:  # type: ignore[no-untyped-def]
-        return validation_reward(
-            model, c.service, val_traces, c.service_ratio, c.total_units, c.val_episodes,
-            scales=c.scales, loads=c.loads, shared=c.shared,
-            pool_reward=c.pool_reward or c.validate_pool, partners=partners,
-            like_testbed=c.like_testbed > 0, profile=c.profile,
-        )
+        return validation_reward(model, c.service, val_traces, c.service_ratio, c.total_units,
+                                 c.val_episodes, research, profile=c.profile)
 
     kind, extra = (Validation, {}) if held is None else (HoldLargest, held)
     validation = kind(score, out, meta, every=c.validate_every, curve=curve,

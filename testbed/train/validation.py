@@ -3,16 +3,15 @@ day, over the setups a training run validates (pool sizes, loads, shared pool, t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import gymnasium as gym
 import numpy as np
 
 from testbed.load.trace import Trace
 from testbed.profiles import ServiceProfile
-from testbed.scaler.policies import Policy
 from testbed.train.env import ScalingEnv, action_masks
-from testbed.train.wrappers import EpisodeDraws, PoolReward, SharedPool
+from testbed.train.wrappers import Research
 
 
 def validation_reward(
@@ -22,56 +21,31 @@ def validation_reward(
     ratio: float,
     total_units: int,
     episodes: int,
+    research: Research | None = None,
     *,
-    scales: Sequence[int] | None = None,
-    loads: Sequence[float] | None = None,
-    shared: bool = False,
-    pool_reward: bool = False,
-    partners: Mapping[str, Policy] | None = None,
-    like_testbed: bool = False,
     profile: ServiceProfile | None = None,
 ) -> float:
-    """Mean total episode reward of the deterministic agent (no free-unit randomisation).
-
-    With `scales`, the mean over the smallest and the largest pool size, `episodes` each (the
-    ratio scaled with the units as in training). With `loads`, each load multiplier counts as a
-    setup of its own at `total_units` (the largest scale stays at load 1); with `shared`, the
-    `total_units` setups run the three services sharing the pool as Tables 5.1-5.2 do (SharedPool),
-    the agent's own reward counted (the pool's, the three services', with `pool_reward`), the
-    other services deciding with `partners` where given (rule v2 otherwise). With `like_testbed`,
-    one more setup: `total_units` at load 1 with the clients and balancer of the local testbed
-    (EpisodeDraws' `like_testbed`), shared the same way. `profile`: the service's profile in use
-    (default the registry's)."""
-    if scales or loads or like_testbed:
-        setups = [(total_units, load, False) for load in (loads or [1.0])]
-        if like_testbed:
-            setups.append((total_units, 1.0, True))
-        if scales and max(scales) != total_units:
-            setups.append((max(scales), 1.0, False))
-        return float(
-            np.mean(
-                [
-                    episodes_reward(
-                        model, service, traces, ratio * load * u / total_units, u, episodes,
-                        shared=shared and u == total_units, pool_reward=pool_reward,
-                        partners=partners, testbed=testbed, profile=profile,
-                    )
-                    for u, load, testbed in setups
-                ]
-            )
-        )
-    return episodes_reward(
-        model, service, traces, ratio, total_units, episodes, shared=shared,
-        pool_reward=pool_reward, partners=partners, testbed=False, profile=profile,
-    )
+    """Mean total episode reward of the deterministic agent (no free-unit randomisation), over
+    the setups `research` validates (Research.validation_setups: its loads, the largest of its
+    scales, its `mixed` options; shared as it trains), the ratio scaled with each setup's pool
+    and load, `episodes` each. `profile`: the service's profile in use (default the registry's)."""
+    research = research or Research()
+    setups = research.validation_setups(total_units)
+    if not (research.scales or research.loads or research.mixed_share):  # `ratio` as given
+        return episodes_reward(model, service, traces, ratio, total_units, episodes, setups[0][2],
+                               profile=profile)
+    return float(np.mean([
+        episodes_reward(model, service, traces, ratio * load * units / total_units, units, episodes,
+                        wrappers, profile=profile)
+        for units, load, wrappers in setups]))
 
 
 def episodes_reward(
-    model, service, traces, ratio, total_units, episodes, *, shared, pool_reward, partners, testbed,
-    profile: ServiceProfile | None = None,
+    model, service: str, traces: Sequence[Trace], ratio: float, total_units: int, episodes: int,
+    research: Research, *, profile: ServiceProfile | None = None,
 ) -> float:
-    env = validation_env(service, traces, ratio, total_units, shared=shared, pool_reward=pool_reward,
-                         partners=partners, testbed=testbed, profile=profile)
+    """Mean total reward of `episodes` deterministic episodes of one setup (`validation_env`)."""
+    env = validation_env(service, traces, ratio, total_units, research, profile=profile)
     totals = []
     for ep in range(episodes):
         obs, _ = env.reset(seed=10_000 + ep)
@@ -90,25 +64,14 @@ def validation_env(
     traces: Sequence[Trace],
     ratio: float,
     total_units: int,
+    research: Research,
     *,
-    shared: bool = False,
-    pool_reward: bool = False,
-    partners: Mapping[str, Policy] | None = None,
-    testbed: bool = False,
     profile: ServiceProfile | None = None,
 ) -> gym.Env:
     """One validation setup's environment: `service` (with `profile`) on `traces` at `ratio` in a
-    pool of `total_units`, the real free units seen; `shared` with `partners` (SharedPool), the
-    pool's reward with `pool_reward` (PoolReward), every episode with the local testbed's clients
-    with `testbed` (EpisodeDraws)."""
-    env: gym.Env = ScalingEnv(service, traces, ratio, total_units=total_units, profile=profile)
-    if testbed:
-        env = EpisodeDraws(env, like_testbed=1.0)
-    if shared:
-        env = SharedPool(env, partners)
-    if pool_reward:
-        env = PoolReward(env)
-    return env
+    pool of `total_units`, the real free units seen, in `research`'s wrappers."""
+    return research.wrap(ScalingEnv(service, traces, ratio, total_units=total_units,
+                                    profile=profile))
 
 
 def episode_periods(service: str, trace: Trace, ratio: float, total_units: int,

@@ -10,13 +10,14 @@ Options a caller passes to `reset` win over the wrappers'.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from testbed.scaler.policies import Policy
-from testbed.sim.cluster import SimCluster
+from testbed.sim.cluster import TESTBED_OPTIONS, SimCluster, SimOptions
 from testbed.train.env import ScalingEnv, action_masks
 from testbed.train.episode import Episode, Neighbours, draw_episode, shared_cluster
 
@@ -48,11 +49,12 @@ class EpisodeDraws(ResetOption):
     per unit stays the one of the env's ratio at its `total_units`, an instance's price 1/units
     changes; the observation's unit-cost metric tells the agent its pool), a multiplier of the
     ratio from `loads` where the pool is the env's `total_units` (Table 5.2 doubles Table 5.1's
-    ratios), and, in a share `like_testbed` of episodes, the local testbed's clients and balancer
-    (testbed.sim.cluster.TESTBED_OPTIONS: each second's requests from its start, utilization over
-    ready replicas), so that an agent does not learn the published simulator's utilization samples,
-    which always catch the request that arrived just before them, as the only reading there is
-    (docs/notes/table-5.4-runs.md). Wraps `env`; the draw is testbed.train.episode.draw_episode."""
+    ratios), and, in a share `mixed_share` of episodes, the simulator options `mixed` (by default
+    the local testbed's clients and balancer, testbed.sim.cluster.TESTBED_OPTIONS: each second's
+    requests from its start, utilization over ready replicas), so that an agent does not learn the
+    published simulator's utilization samples, which always catch the request that arrived just
+    before them, as the only reading there is (docs/notes/table-5.4-runs.md). Wraps `env`; the
+    draw is testbed.train.episode.draw_episode."""
 
     def __init__(
         self,
@@ -60,17 +62,18 @@ class EpisodeDraws(ResetOption):
         *,
         scales: Sequence[int] | None = None,
         loads: Sequence[float] | None = None,
-        like_testbed: float = 0.0,
+        mixed: SimOptions = TESTBED_OPTIONS,
+        mixed_share: float = 0.0,
     ):
         super().__init__(env, "draw", self.draw)
         self.scales = list(scales) if scales else None
         self.loads = list(loads) if loads else None
-        self.like_testbed = like_testbed
+        self.mixed, self.mixed_share = mixed, mixed_share
 
     def draw(self, rng: np.random.Generator, env: ScalingEnv) -> Episode:
         """An episode of `env` drawn from `rng` with this wrapper's options."""
         return draw_episode(rng, env.traces, env.base_units, scales=self.scales, loads=self.loads,
-                            like_testbed=self.like_testbed)
+                            mixed=self.mixed, mixed_share=self.mixed_share)
 
 
 class SharedPool(ResetOption):
@@ -125,3 +128,50 @@ class RandomFreeUnits(ResetOption):
         if rng.random() < self.share:
             return int(rng.integers(0, free + 1))
         return free
+
+
+@dataclass(frozen=True)
+class Research:
+    """A PPO run's research options as the wrappers they put around a ScalingEnv (`wrap`), in
+    this order: what each episode draws (pool size from `scales`, load from `loads`, the simulator
+    options `mixed` in a share `mixed_share` of episodes: EpisodeDraws), the shared pool with
+    `partners` (SharedPool), the pool's reward (PoolReward), randomised free units
+    (RandomFreeUnits). One value, made from a run's options once (TrainConfig.research), that
+    training, validation and the tools beside them wrap their environments in."""
+
+    scales: tuple[int, ...] = ()
+    loads: tuple[float, ...] = ()
+    mixed: SimOptions = TESTBED_OPTIONS
+    mixed_share: float = 0.0
+    shared: bool = False
+    partners: Mapping[str, Policy] | None = None
+    pool_reward: bool = False
+    random_free_units: bool = False
+
+    def wrap(self, env: gym.Env) -> gym.Env:
+        """`env` in this value's wrappers."""
+        if self.scales or self.loads or self.mixed_share:
+            env = EpisodeDraws(env, scales=self.scales, loads=self.loads, mixed=self.mixed,
+                               mixed_share=self.mixed_share)
+        if self.shared:
+            env = SharedPool(env, self.partners)
+        if self.pool_reward:
+            env = PoolReward(env)
+        if self.random_free_units:
+            env = RandomFreeUnits(env)
+        return env
+
+    def validation_setups(self, total_units: int) -> list[tuple[int, float, Research]]:
+        """The setups a validation scores, each (pool size, load, its wrappers), every episode
+        deterministic: each of `loads` (1 without) at `total_units`, shared there as training
+        is; with `mixed_share`, one more at load 1 with `mixed` in every episode; with `scales`,
+        the largest pool size at load 1 on its own (the smallest is `total_units`)."""
+        at_base = Research(shared=self.shared, partners=self.partners, pool_reward=self.pool_reward)
+        if not (self.scales or self.loads or self.mixed_share):
+            return [(total_units, 1.0, at_base)]
+        setups = [(total_units, load, at_base) for load in (self.loads or (1.0,))]
+        if self.mixed_share:
+            setups.append((total_units, 1.0, replace(at_base, mixed=self.mixed, mixed_share=1.0)))
+        if self.scales and max(self.scales) != total_units:
+            setups.append((max(self.scales), 1.0, replace(at_base, shared=False)))
+        return setups

@@ -6,7 +6,7 @@ gym = pytest.importorskip("gymnasium", reason="the Gymnasium env needs the drl e
 
 from testbed.load.trace import Trace  # noqa: E402
 from testbed.train.env import ScalingEnv  # noqa: E402
-from testbed.train.wrappers import EpisodeDraws, PoolReward, RandomFreeUnits, SharedPool  # noqa: E402
+from testbed.train.wrappers import EpisodeDraws, PoolReward, RandomFreeUnits, Research, SharedPool  # noqa: E402
 
 
 def test_check_env_and_mask():
@@ -257,8 +257,8 @@ def test_init_from_is_the_validation_to_beat(tmp_path):
     kw = {"val_episodes": 1, "validate_every": 64, "ppo_params": {"n_steps": 64, "batch_size": 64}}
     train("chatbot", tr, tr, tmp_path / "a.zip", steps=64, **kw)
     start = validation_reward(
-        MaskablePpoPolicy.load(tmp_path / "a.zip").model, "chatbot", tr, 0.15, 8, 1, loads=[1, 2],
-        shared=True,
+        MaskablePpoPolicy.load(tmp_path / "a.zip").model, "chatbot", tr, 0.15, 8, 1,
+        Research(loads=(1, 2), shared=True),
     )
     meta = train("chatbot", tr, tr, tmp_path / "b.zip", steps=192, learning_rate=0.0,
                  init_from=tmp_path / "a.zip", loads=[1, 2], shared=True, **kw)
@@ -279,8 +279,9 @@ def test_validate_pool_scores_the_pool_and_checkpoints_keep_every_validation(tmp
     kw = {"val_episodes": 1, "validate_every": 64, "ppo_params": {"n_steps": 64, "batch_size": 64}}
     train("chatbot", tr, tr, tmp_path / "a.zip", steps=64, **kw)
     model = MaskablePpoPolicy.load(tmp_path / "a.zip").model
-    own = validation_reward(model, "chatbot", tr, 0.15, 8, 1, loads=[1], shared=True)
-    pool = validation_reward(model, "chatbot", tr, 0.15, 8, 1, loads=[1], shared=True, pool_reward=True)
+    own = validation_reward(model, "chatbot", tr, 0.15, 8, 1, Research(loads=(1,), shared=True))
+    pool = validation_reward(model, "chatbot", tr, 0.15, 8, 1,
+                             Research(loads=(1,), shared=True, pool_reward=True))
     assert pool < own  # the two others' rewards are negative too
     meta = train("chatbot", tr, tr, tmp_path / "b.zip", steps=128, learning_rate=0.0,
                  init_from=tmp_path / "a.zip", loads=[1], shared=True, validate_pool=True,
@@ -346,7 +347,7 @@ def test_like_testbed_draws_the_testbed_clients_per_episode():
     from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS
 
     trace = Trace("flat", np.ones(600), np.full(600, 8.0))  # 4 requests a second at ratio 0.5
-    env = EpisodeDraws(ScalingEnv("chatbot", [trace], 0.5), like_testbed=0.5)
+    env = EpisodeDraws(ScalingEnv("chatbot", [trace], 0.5), mixed_share=0.5)
     seen = set()
     for seed in range(16):
         env.reset(seed=seed)
@@ -358,7 +359,7 @@ def test_like_testbed_draws_the_testbed_clients_per_episode():
             assert first == pytest.approx([0.25, 0.5, 0.75, 1.0])
     assert seen == {DEFAULT_OPTIONS, TESTBED_OPTIONS}
     plain = ScalingEnv("chatbot", [trace], 0.5)
-    zero = EpisodeDraws(ScalingEnv("chatbot", [trace], 0.5), like_testbed=0)
+    zero = EpisodeDraws(ScalingEnv("chatbot", [trace], 0.5), mixed_share=0)
     for a, b in ((plain.reset(seed=3)[0], zero.reset(seed=3)[0]), (plain.step(3)[0], zero.step(3)[0])):
         assert np.array_equal(a, b)
 
@@ -376,12 +377,10 @@ def test_like_testbed_validation_adds_the_testbed_setup(tmp_path):
     meta = train("chatbot", tr, tr, tmp_path / "a.zip", steps=64, ratio=0.6, like_testbed=0.5, **kw)
     assert meta.like_testbed == 0.5
     model = MaskablePpoPolicy.load(tmp_path / "a.zip").model
-    usual = _episodes_reward(model, "chatbot", tr, 0.6, 8, 1, shared=False, pool_reward=False,
-                             partners=None, testbed=False)
-    testbed = _episodes_reward(model, "chatbot", tr, 0.6, 8, 1, shared=False, pool_reward=False,
-                               partners=None, testbed=True)
+    usual = _episodes_reward(model, "chatbot", tr, 0.6, 8, 1, Research())
+    testbed = _episodes_reward(model, "chatbot", tr, 0.6, 8, 1, Research(mixed_share=1.0))
     assert usual != testbed
-    both = validation_reward(model, "chatbot", tr, 0.6, 8, 1, like_testbed=True)
+    both = validation_reward(model, "chatbot", tr, 0.6, 8, 1, Research(mixed_share=1.0))
     assert both == pytest.approx((usual + testbed) / 2)
     assert meta.validations[-1][1] == pytest.approx(both)
     with pytest.raises(ConfigError, match="--like-testbed"):
