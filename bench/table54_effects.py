@@ -105,7 +105,6 @@ class Row:
     profiles: Callable[[Profiles], Profiles] = lambda p: p
     rule: type = RuleV2
     terminating: bool = False
-    needs: list[str] = field(default_factory=list)  # the rows it adds to, for the record
 
 
 DRAFAS = with_measure(TESTBED_OPTIONS, "drafas")
@@ -121,24 +120,35 @@ def compose(*fs: Callable[[Profiles], Profiles]) -> Callable[[Profiles], Profile
 
 
 PHYSICS_ALL = compose(with_rate_limit, with_probe_startup, with_ollama_queue)
-ALL = replace(DRAFAS, balancing="random", interference=True, rounding="floor")
+CLUSTER = {"balancing": "random", "interference": True, "rounding": "floor"}
+ALL = replace(DRAFAS, **CLUSTER)  # measure: drafas, and every cluster and client effect
+FIXED = replace(DRAFAS.measurement, phase_drift=0.0)
+
+
+def paper_model(label: str, options: SimOptions = ALL, profiles=PHYSICS_ALL, rule=RuleV1) -> Row:
+    """The paper's testbed as its code describes it (`all-rule-v1`), or it with one effect taken
+    back: the DRAFAS measurement, every cluster and client effect, rule v1 (drl.py:225)."""
+    return Row(label, options, profiles, rule=rule, terminating=True)
+
+
 ROWS = {
     "published": Row("the published simulator (Table 5.1's setup)", DEFAULT_OPTIONS,
                      lambda p: default_profiles()),
     "second": Row("utilization sampled on the client's second (compare_sim today)", TESTBED_OPTIONS),
     "today": Row("today's testbed model", TODAY),
-    # the paper's way of measuring, one part at a time, then together
-    "scraped": Row("+ utilization: each sidecar's gauge at its 1 s scrape", replace(
+    # the paper's way of measuring, one part at a time, then together (measure: drafas)
+    "scraped": Row("+ each sidecar's gauge at its own 1 s scrape phase", replace(
         TODAY, measurement=Measurement(utilization="scraped"))),
+    "drift": Row("+ the same, its phase drifting 1 ms/s against the client", replace(
+        TODAY, measurement=Measurement(utilization="scraped", phase_drift=1e-3))),
     "running": Row("+ utilization divided by Running pods (starting ones too)",
                    replace(TODAY, util_counts_starting=True)),
     "scrape-window": Row("+ SLO, latency, rate by increase() between scrapes", replace(
         TODAY, measurement=Measurement(utilization="integral", slo_window="scrape"))),
     "terminating": Row("+ deleted TTS pod counted one step more (30 s grace)", TODAY,
                        terminating=True),
-    "drafas": Row("measure: drafas (scraped gauge, Running pods, increase())", DRAFAS),
-    "drafas-drift": Row("measure: drafas, scrape phase drifting 1 ms/s", replace(
-        DRAFAS, measurement=replace(DRAFAS.measurement, phase_drift=1e-3))),
+    "drafas": Row("measure: drafas (all four above)", DRAFAS),
+    "drafas-fixed": Row("measure: drafas, each pod's phase fixed", replace(DRAFAS, measurement=FIXED)),
     "drafas-jitter": Row("measure: drafas, each scrape at a random instant of its second", replace(
         DRAFAS, measurement=replace(DRAFAS.measurement, scrape_jitter=1.0))),
     # how the paper's cluster and client were, one at a time (on today's model)
@@ -150,24 +160,28 @@ ROWS = {
     "ollama-queue": Row("+ chatbot queue of 5 (OLLAMA_MAX_QUEUE)", TODAY, with_ollama_queue),
     "floor": Row("+ client truncates each second's count", replace(TODAY, rounding="floor")),
     "rule-v1": Row("+ the threshold policy is rule v1 (drl.py:225)", TODAY, rule=RuleV1),
-    # the measurement with what moved
+    # the measurement with the effects that moved
     "drafas-random": Row("drafas + random balancing", replace(DRAFAS, balancing="random")),
     "drafas-interference": Row("drafas + MPS interference", replace(DRAFAS, interference=True)),
     "drafas-both": Row("drafas + random balancing + interference",
                        replace(DRAFAS, balancing="random", interference=True)),
-    "all": Row("drafas + every cluster and client effect (not rule v1)", ALL, PHYSICS_ALL,
-               terminating=True),
-    "all-jitter": Row("the same, each scrape at a random instant of its second", replace(
-        ALL, measurement=replace(DRAFAS.measurement, scrape_jitter=1.0)), PHYSICS_ALL,
-        terminating=True),
-    "all-rule-v1": Row("the same as all, with rule v1 as the threshold policy", ALL, PHYSICS_ALL,
-                       rule=RuleV1, terminating=True),
-    "all-drift": Row("all, the scrape phase drifting 1 ms/s", replace(
-        ALL, measurement=replace(DRAFAS.measurement, phase_drift=1e-3)), PHYSICS_ALL,
-        terminating=True),
-    "all-drift-rule-v1": Row("all, drifting 1 ms/s, rule v1 as the threshold policy", replace(
-        ALL, measurement=replace(DRAFAS.measurement, phase_drift=1e-3)), PHYSICS_ALL,
-        rule=RuleV1, terminating=True),
+    "all": paper_model("drafas + every cluster and client effect, rule v2", rule=RuleV2),
+    "all-rule-v1": paper_model("the same with rule v1 (the paper's testbed as its code says)"),
+    # all-rule-v1 with one effect taken back at a time
+    "less-measure": paper_model("all-rule-v1 read the harness's way (integral)", replace(
+        ALL, measurement=TODAY.measurement, util_counts_starting=False)),
+    "less-drift": paper_model("all-rule-v1, each pod's phase fixed", replace(ALL, measurement=FIXED)),
+    "less-random": paper_model("all-rule-v1, round-robin", replace(ALL, balancing="round-robin")),
+    "less-interference": paper_model("all-rule-v1, no interference", replace(ALL, interference=False)),
+    "less-rate-limit": paper_model("all-rule-v1, no rate limit",
+                                   profiles=compose(with_probe_startup, with_ollama_queue)),
+    "less-floor": paper_model("all-rule-v1, counts carried", replace(ALL, rounding="carry")),
+    "less-probe": paper_model("all-rule-v1, start-up exactly Table 4.4's",
+                              profiles=compose(with_rate_limit, with_ollama_queue)),
+    "less-queue": paper_model("all-rule-v1, chatbot queue of 11",
+                              profiles=compose(with_rate_limit, with_probe_startup)),
+    "less-jitter": paper_model("all-rule-v1, each scrape at a random instant of its second", replace(
+        ALL, measurement=replace(DRAFAS.measurement, scrape_jitter=1.0))),
 }
 
 

@@ -98,7 +98,7 @@ def test_harness_leaves_the_options_and_drafas_reads_as_the_drafas_testbed():
     drafas = with_measure(TESTBED_OPTIONS, "drafas")
     assert drafas.measurement == MEASURES["drafas"].measurement
     assert drafas.measurement.utilization == "scraped" and drafas.measurement.slo_window == "scrape"
-    assert drafas.measurement.counts_starting is True
+    assert drafas.measurement.counts_starting is True and drafas.measurement.phase_drift == 1e-3
     with pytest.raises(ValueError, match="unknown way of measuring 'x'; known: harness, drafas"):
         with_measure(DEFAULT_OPTIONS, "x")
 
