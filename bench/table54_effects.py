@@ -3,17 +3,19 @@
 test day (prints figures; not a test).
 
 The three services share 8 units; the clients replay the test day shifted 0/8/16 h at ratios
-0.15/0.4/0.15 (Table 5.4's setup: testbed.profiles.paper); rule v2 and the shipped DRL agents
-(models/) decide every 30 s. Each row is a model of a testbed, run for SEEDS seeds (request sizes,
-scrape phases, random choices): per service and policy the mean reward (sd over seeds), SLO
-violation rate and instances, and DRL minus rule v2, beside the paper's Table 5.4 and our local
-testbed's whole day (docs/table-5.4.md, 2026-11-29).
+0.15/0.4/0.15 (Table 5.4's setup: testbed.profiles.paper); a threshold policy (rule v2, or rule v1
+where the row says so) and the shipped DRL agents (models/) decide every 30 s. Each row is a model
+of a testbed, run for SEEDS seeds (request sizes, scrape phases, random choices): per service and
+policy the mean reward (sd over seeds), SLO violation rate, instances and mean latency, and DRL
+minus the rule, beside the paper's Table 5.4 and our local testbed's whole day (docs/table-5.4.md,
+2026-11-29).
 
 "today" is the local testbed as the simulator models it: its client (counts carried, each
 second's requests from its start), its replicas (no rate limit, fixed start-up) and its balancer
 (utilization integrated over the replicas in rotation: `Measurement(utilization="integral")`).
-Every other row adds to it the effects it names (docs/table-5.4.md, "Candidate effects", has each
-one's source in tu-nv/drafas).
+Every other row adds to it the effects it names; `all-rule-v1` is the paper's testbed as its code
+describes it, and each `less-` row is that with one effect taken back (docs/table-5.4.md,
+"Candidate effects", has each one's source in tu-nv/drafas).
 
     PYTHONPATH=. python3 bench/table54_effects.py [--seeds 5] [--rows today,drafas,...] [--models DIR]
 """
@@ -149,6 +151,12 @@ ROWS = {
                        terminating=True),
     "drafas": Row("measure: drafas (all four above)", DRAFAS),
     "drafas-fixed": Row("measure: drafas, each pod's phase fixed", replace(DRAFAS, measurement=FIXED)),
+    "drafas-drift-0.3": Row("measure: drafas, the phase drifting 0.3 ms/s", replace(
+        DRAFAS, measurement=replace(FIXED, phase_drift=3e-4))),
+    "drafas-drift-3": Row("measure: drafas, the phase drifting 3 ms/s", replace(
+        DRAFAS, measurement=replace(FIXED, phase_drift=3e-3))),
+    "drafas-drift-10": Row("measure: drafas, the phase drifting 10 ms/s", replace(
+        DRAFAS, measurement=replace(FIXED, phase_drift=1e-2))),
     "drafas-jitter": Row("measure: drafas, each scrape at a random instant of its second", replace(
         DRAFAS, measurement=replace(DRAFAS.measurement, scrape_jitter=1.0))),
     # how the paper's cluster and client were, one at a time (on today's model)
@@ -161,6 +169,15 @@ ROWS = {
     "floor": Row("+ client truncates each second's count", replace(TODAY, rounding="floor")),
     "rule-v1": Row("+ the threshold policy is rule v1 (drl.py:225)", TODAY, rule=RuleV1),
     # the measurement with the effects that moved
+    "drafas-rule-v1": Row("drafas + rule v1 (the two that the code states alone)", DRAFAS,
+                          rule=RuleV1),
+    "drafas-fixed-rule-v1": Row("the same, each pod's phase fixed", replace(
+        DRAFAS, measurement=FIXED), rule=RuleV1),
+    "drafas-half-rule-v1": Row("the same, the phase drifting 0.5 ms/s (an idle client's loop)",
+                               replace(DRAFAS, measurement=replace(FIXED, phase_drift=5e-4)),
+                               rule=RuleV1),
+    "drafas-jitter-rule-v1": Row("the same, each scrape at a random instant of its second", replace(
+        DRAFAS, measurement=replace(DRAFAS.measurement, scrape_jitter=1.0)), rule=RuleV1),
     "drafas-random": Row("drafas + random balancing", replace(DRAFAS, balancing="random")),
     "drafas-interference": Row("drafas + MPS interference", replace(DRAFAS, interference=True)),
     "drafas-both": Row("drafas + random balancing + interference",
@@ -246,8 +263,8 @@ def main() -> int:
     started = time.time()
     print(f"Table 5.4's setup over the whole test day, {args.seeds} seeds; reward mean (sd), "
           "SLO violation rate, instances; DRL - rule v2\n")
-    print("| model | service | rule v2 reward (sd) | SLO | inst | latency s | DRL reward (sd) | SLO | "
-          "inst | latency s | DRL - rule v2 |")
+    print("| model | service | rule reward (sd) | SLO | inst | latency s | DRL reward (sd) | SLO | "
+          "inst | latency s | DRL - rule |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for service in SERVICES:
         paper, local = TABLE_5_4[service], LOCAL_DAY[service]
