@@ -14,6 +14,7 @@ from testbed.cli import TracesOpt, app, checks, console
 from testbed.cli.sim_inputs import (
     RATE_LIMIT_HELP,
     ChosenTraces,
+    MeasureOpt,
     ProfilesOpt,
     TraceOpt,
     TraceRateUnitOpt,
@@ -27,6 +28,7 @@ from testbed.cli.sim_inputs import (
     model_for,
     note_left_out,
     parse_pipeline,
+    sim_options,
     sim_profiles,
 )
 from testbed.errors import ConfigError, ConfigProblem
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from testbed.profiles import ServiceProfile
     from testbed.profiles.paper import PaperResult
     from testbed.reproduce.tables import Cell
+    from testbed.sim.cluster import SimOptions
     from testbed.train.compare import PolicyResult
     from testbed.train.evaluate import ServiceResult
     from testbed.train.oracle import OracleResult
@@ -72,6 +75,7 @@ def sim_eval(
     ),
     seed: int = typer.Option(0, help="Simulation seed."),
     rate_limit: str = typer.Option("profile", help=RATE_LIMIT_HELP),
+    measure: str = MeasureOpt,
     with_oracle: bool = typer.Option(
         True, "--oracle/--no-oracle", help="Also compute the oracle bound (one static run per count)."
     ),
@@ -81,6 +85,7 @@ def sim_eval(
     and the oracle bound's reward with the policy's gap to it (policy minus oracle).
 
     Example: testbed sim eval --policy rule_v2 --service all --json
+    Example: testbed sim eval --policy ppo --measure drafas
     Example: testbed sim eval --service mysvc --profiles mysvc.yaml --trace day.txt
     """
     # numpy, the simulator and the policies: loaded only when this command runs (fast CLI start)
@@ -97,6 +102,7 @@ def sim_eval(
     if not 1 <= units <= 100_000:
         raise checks.bad("--units", f"must be 1-100000, got {units}")
     profiles = sim_profiles(rate_limit, chosen, known)
+    options = sim_options(measure)
     tr = chosen_traces(trace, traces, chosen, trace_time_unit, trace_rate_unit)
     ratios = {s: ratio if ratio is not None else default_ratio(s) * load for s in chosen}
     _bound_requests(tr.traces, ratios)
@@ -109,31 +115,34 @@ def sim_eval(
                            profiles=profiles, base_dir=Path.cwd())
             for s in chosen
         }
-    results = evaluate(policies, tr.traces, ratios, total_units=units, seed=seed, profiles=profiles)
+    results = evaluate(policies, tr.traces, ratios, total_units=units, seed=seed, profiles=profiles,
+                       options=options)
     bounds: dict[str, OracleResult] = {}
     if with_oracle:
         with console.status("oracle bound: one static run per instance count"):
             bounds = shared_pool_oracles(profiles, tr.traces, ratios, total_units=units, seed=seed)
-    _print_eval(policy, units, ratios, results, bounds, as_json, tr)
+    _print_eval(policy, units, ratios, results, bounds, as_json, tr, measure)
 
 
 def _print_eval(
     policy: str, units: int, ratios: dict[str, float], results: dict[str, ServiceResult],
-    bounds: dict[str, OracleResult], as_json: bool, traces: ChosenTraces,
+    bounds: dict[str, OracleResult], as_json: bool, traces: ChosenTraces, measure: str,
 ) -> None:
-    """`sim eval`'s results: one JSON object per service (with its trace's name), or one table
-    with the bound's gap, titled with the traces it ran on."""
+    """`sim eval`'s results: one JSON object per service (with its trace's name and how it was
+    measured), or one table with the bound's gap, titled with the traces it ran on and, read
+    another way than the harness's, that way."""
     if as_json:
         for s, r in results.items():
-            row = {**r.as_json(), "trace": traces.traces[s].name}
+            row = {**r.as_json(), "trace": traces.traces[s].name, "measure": measure}
             if s in bounds:
                 row["oracle_reward"] = bounds[s].reward
                 row["gap"] = r.reward - bounds[s].reward
             typer.echo(json.dumps(row))
         return
     shared = f"shared by {len(results)} services" if len(results) > 1 else ""
+    read = "" if measure == "harness" else f", measure: {measure}"
     table = Table(title=f"{policy} on the simulator ({units} units{', ' if shared else ''}{shared}), "
-                        f"on {traces.label()}")
+                        f"on {traces.label()}{read}")
     cols = ["service", "ratio", "SLO violation", "instances", "proc time (s)", "reward"]
     cols += ["oracle reward", "gap"] if bounds else []
     for col in [*cols, "steps/s"]:
@@ -187,6 +196,7 @@ def sim_tables(
     table: list[str] = typer.Option(["5.1", "5.2", "5.3"], help="Which tables (repeatable)."),
     seed: int = typer.Option(0, help="Simulation seed."),
     rate_limit: str = typer.Option("profile", help=RATE_LIMIT_HELP),
+    measure: str = MeasureOpt,
     with_oracle: bool = typer.Option(
         False, "--oracle/--no-oracle", help="Add the oracle bound and each policy's gap (slow at 128 units)."
     ),
@@ -215,11 +225,13 @@ def sim_tables(
     note_left_out(registry, services, profiles_path)
     tr = chosen_traces(trace, traces, services, trace_time_unit, trace_rate_unit)
     profiles = sim_profiles(rate_limit, services, registry)
+    options = sim_options(measure)
     runs: dict[str, dict] = {"rule_v2": {s: RuleV2.for_service(s, profiles) for s in services}}
     if drl:
         runs = {"drl": drl_policies(models, services), **runs}
     setup = _TableSetup(tr, profiles, seed=seed, with_oracle=with_oracle, as_json=as_json,
-                        paper=tr.paper and services == list(paper.SERVICES))
+                        paper=tr.paper and services == list(paper.SERVICES), options=options,
+                        measure=measure)
     verdicts = [_sim_table(key, runs, setup) for key in table]
     # the tables' worst, by the one rule's exit codes (testbed.judge.verdict)
     code = EXIT_CODES[worst(v for v in verdicts if v is not None)]
@@ -237,6 +249,8 @@ class _TableSetup:
     with_oracle: bool
     as_json: bool
     paper: bool  # the paper's three on the test day: judged beside the paper
+    options: SimOptions | None = None  # the simulator's options, read the --measure way
+    measure: str = "harness"
 
 
 def _sim_table(key: str, runs: dict[str, dict], setup: _TableSetup) -> str | None:
@@ -252,6 +266,8 @@ def _sim_table(key: str, runs: dict[str, dict], setup: _TableSetup) -> str | Non
     ratios = {s: spec.ratios.get(s, default_ratio(s)) for s in services}
     traces, profiles, seed = setup.traces.traces, setup.profiles, setup.seed
     title = spec.name if setup.paper else f"{setup.traces.label()} ({spec.name}'s units and ratios)"
+    if setup.measure != "harness":
+        title += f", measure: {setup.measure}"
     judged: list[Cell] = []
     bounds: dict[str, OracleResult] = {}
     if setup.with_oracle:
@@ -263,8 +279,8 @@ def _sim_table(key: str, runs: dict[str, dict], setup: _TableSetup) -> str | Non
     for name, policies in runs.items():
         with console.status(f"{title}: {name}"):
             ours = evaluate(
-                policies, traces, ratios, total_units=spec.total_units, seed=seed, profiles=profiles
-            )
+                policies, traces, ratios, total_units=spec.total_units, seed=seed, profiles=profiles,
+                **({"options": setup.options} if setup.options is not None else {}))
         for s in services:
             if not setup.paper:
                 if setup.as_json:

@@ -172,6 +172,25 @@ RATE_LIMIT_HELP = (
 )
 
 
+MeasureOpt = typer.Option(
+    "harness", "--measure",
+    help="How each period is read: harness (the simulator's own reading, as Tables 5.1-5.3 are "
+    "made) or drafas (as the DRAFAS testbed's Prometheus read its sidecars and pods: "
+    "docs/table-5.4.md, 'Candidate effects'); the names are testbed.sim.measure.MEASURES.")
+
+
+def sim_options(measure: str) -> Any:
+    """The simulator's options read the way `--measure` names (one line for an unknown name)."""
+    from testbed.sim.cluster import DEFAULT_OPTIONS, with_measure  # numpy: not for `--help`
+    from testbed.sim.measure import MEASURES
+
+    if measure not in MEASURES:
+        raise ConfigError([ConfigProblem("--measure", None, "measure",
+                                         f"unknown way of measuring {measure!r}; known: "
+                                         f"{', '.join(MEASURES)}")])
+    return with_measure(DEFAULT_OPTIONS, measure)
+
+
 def sim_profiles(rate_limit: str, services: list[str],
                  known: Mapping[str, ServiceProfile] | None = None) -> dict[str, ServiceProfile]:
     """The chosen services' profiles from `known` (the profiles in use; default the registry's)."""

@@ -22,6 +22,7 @@ from testbed.profiles import default_profiles
 from testbed.report.document import Section, TableData
 from testbed.scenario.matrix import expand
 from testbed.scenario.spec import Scenario
+from testbed.sim.measure import DEFAULT_MEASURE, MEASURES
 
 PER_CELL = "per\u00a0cell"  # one word to a browser: a narrow column does not split it
 # a table of the section: (caption, column titles, its rows for one cell's scenario and testbed;
@@ -38,7 +39,8 @@ def what_was_run(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> Secti
     models = any(x.get("model") for _, s, _ in resolved for x in s.get("services") or [])
     sec = Section("What was run")
     tables: list[tuple[str, list[str], Rows]] = [
-        ("", ["engine", "resource units", "scaler period s", "seconds per cell"], _setup)]
+        ("", ["engine", "resource units", "scaler period s", "seconds per cell", "measured"],
+         _setup)]
     if not sim:
         off = any(not (t.get("link") or {}).get("slicing", True) for _, _, t in resolved)
         tables += [
@@ -95,7 +97,14 @@ def _setup(scn: dict[str, Any], tb: dict[str, Any], _: dict[str, Any]) -> list[l
     engine = ("the simulator (no network: no slices, link or UEs)" if scn.get("engine") == "sim"
               else "the testbed")
     return [[engine, _n(scn.get("total_units")), _n(scn.get("scaler_period_s")),
-             _n(scn.get("duration_s"))]]
+             _n(scn.get("duration_s")), _measured(scn)]]
+
+
+def _measured(scn: dict[str, Any]) -> str:
+    """How the run read its periods (its `measure:`)."""
+    name = scn.get("measure") or DEFAULT_MEASURE
+    way = MEASURES.get(name)
+    return way.title if way is not None else str(name)
 
 
 def _profiles(manifest: dict[str, Any], cells: list[dict[str, Any]]

@@ -37,6 +37,7 @@ class CellPlan:
 
     @property
     def scenario(self) -> Scenario:
+        """The cell's scenario (its matrix values applied)."""
         return self.cell.scenario
 
     def policies(self, rep: int) -> BuiltPolicies:
@@ -90,5 +91,7 @@ class RunCompiler:
 
 
 def compile_cell(cell: Cell, base_dir: Path) -> CellPlan:
-    """One cell's plan on its own (a worker process's)."""
+    """One cell's plan on its own (a worker process's).
+
+    cell: the matrix cell; base_dir: the scenario's folder."""
     return RunCompiler(base_dir).plan(cell)

@@ -13,6 +13,7 @@ from testbed.load.records import schedule_lag_ms
 from testbed.load.stats import percentile
 from testbed.profiles import default_profiles
 from testbed.scenario.rundir import read_jsonl
+from testbed.sim.measure import DEFAULT_MEASURE
 
 # the packaged profiles' thresholds (services.yaml, Table 4.4): the ones the scaler and the balancer
 # read unless a scenario brings its own profiles
@@ -303,7 +304,7 @@ def sim_rows(cell_dir: Path, info: dict[str, Any], base: dict[str, Any]) -> list
                      "mean_latency_ms": r["proc_time"] * 1000.0, "reward": r["reward"],
                      **{k: r.get(k) for k in ("p50_latency_ms", "p95_latency_ms", "p99_latency_ms")},
                      "steps_per_second": r.get("steps_per_second"), "requests": None,
-                     "errors": None})
+                     "errors": None, "measure": info.get("measure", DEFAULT_MEASURE)})
     chains = cell_dir / "chains.json"
     for c in json.loads(chains.read_text()) if chains.exists() else []:
         rows.append({**base, "pipeline": c["pipeline"], "engine": "sim", "sla_ms": c["sla_ms"],

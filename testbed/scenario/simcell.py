@@ -27,7 +27,7 @@ from testbed.scenario.matrix import Cell
 from testbed.scenario.profiles import scenario_profiles
 from testbed.scenario.rundir import CellDir
 from testbed.scenario.spec import Scenario, read_trace, trace_dir
-from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS
+from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS, with_measure
 from testbed.sim.gpu import GpuSimCluster
 from testbed.train.evaluate import evaluate
 
@@ -127,7 +127,7 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
                                     options=s.policy_args)
                 for s in services}
     steps = max(1, int(scn.duration_s // scn.scaler_period_s))
-    options = TESTBED_OPTIONS if like_testbed else DEFAULT_OPTIONS
+    options = with_measure(TESTBED_OPTIONS if like_testbed else DEFAULT_OPTIONS, scn.measure)
     cluster = _routed_cluster(scn, profiles, traces, ratios, seed) if routed else None
     results = evaluate(policies, traces, ratios, total_units=scn.total_units, seed=seed,
                        max_steps=steps, profiles=profiles, options=options, cluster=cluster,
@@ -165,7 +165,8 @@ def simulate_cell(cell: Cell, rep: int, base_dir: Path,
             "engine": "sim", "services": [s.name for s in scn.services],
             "total_units": scn.total_units, "duration_s": scn.duration_s,
             "ratios": {c.service: c.ratio for c in scn.clients},
-            "policies": {s.name: s.policy for s in scn.services}, "started": time.time()}
+            "policies": {s.name: s.policy for s in scn.services}, "measure": scn.measure,
+            "started": time.time()}
     chains: list[dict] = []
     files: dict[str, Any] = {"sim.json": run_sim_cell(scn, base_dir, seed=scn.seed + rep,
                                                       chains=chains, inputs=inputs)}

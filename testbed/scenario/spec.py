@@ -17,6 +17,7 @@ from testbed.profiles.registry import known_services
 from testbed.scaler import registry
 from testbed.scaler.ppo import read_manifest
 from testbed.scaler.share import read_share_meta
+from testbed.sim.measure import DEFAULT_MEASURE, MEASURES
 from testbed.traces import PACKAGE, packaged_traces
 
 # a service's name as profile files key it (checked against the registry and the scenario's file)
@@ -186,6 +187,17 @@ class Scenario(Strict):
     # it exports (the lab's queries, and the comparison of both sources per cell); the lab always
     # reads its Prometheus
     metrics: Literal["in-process", "prometheus"] = "in-process"
+    # how each scaler period is read (testbed.sim.measure.MEASURES): "harness", the engine's own
+    # way; "drafas", as the DRAFAS testbed's Prometheus read its Envoy sidecars and pods (the
+    # simulator engine; docs/table-5.4.md, "Candidate effects")
+    measure: str = DEFAULT_MEASURE
+
+    @field_validator("measure")
+    @classmethod
+    def _known_measure(cls, value: str) -> str:
+        if value not in MEASURES:
+            raise ValueError(f"unknown way of measuring {value!r}; known: {', '.join(MEASURES)}")
+        return value
 
     def service(self, name: str) -> ServiceSpec:
         """The ServiceSpec called `name` (StopIteration if none is)."""
@@ -262,6 +274,7 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
                 problems.append((("services", i, "name"), f"unknown service {s.name!r}: "
                                  f"{known_services(known, scn.service_profiles)}"))
     problems += _check_warmup(scn)
+    problems += _check_measure(scn)
     groups = {g.name for g in testbed.ue_groups}
     slices = {s.name for s in testbed.slices}
     traces = trace_dir(scn, base_dir)
@@ -282,6 +295,22 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
                              f"no slice {x.slice!r} (slices: {', '.join(sorted(slices))})"))
     problems += [(("testbed", *p), m) for p, m in check_testbed(testbed)]
     return problems
+
+
+def _check_measure(scn: Scenario) -> list[tuple[tuple, str]]:
+    """A way of measuring other than the harness's runs where it is built: the simulator engine's
+    DRAFAS simulator (not the GPU simulator a routed pipeline needs)."""
+    if scn.measure == DEFAULT_MEASURE:
+        return []
+    if scn.engine != "sim":
+        return [(("measure",), f"measure: {scn.measure} is built for the simulator engine "
+                               "(`engine: sim`); the local profile and the lab read their metrics "
+                               f"the harness's way in this version (measure: {DEFAULT_MEASURE})")]
+    if scn.pipelines:
+        return [(("measure",), f"measure: {scn.measure} reads the DRAFAS simulator's periods; a "
+                               "routed pipeline runs on the GPU simulator, which reads them the "
+                               f"harness's way (measure: {DEFAULT_MEASURE})")]
+    return []
 
 
 def _check_warmup(scn: Scenario) -> list[tuple[tuple, str]]:

@@ -18,6 +18,7 @@ import numpy as np
 from testbed.metrics.histogram import LatencyHistogram
 from testbed.metrics.window import WindowMetrics, latency_percentiles
 from testbed.profiles import ServiceProfile
+from testbed.sim.measure import Measurement, Period, ScrapeCounter, integral_utilization, scraped_utilization
 from testbed.sim.passes import compiled_passes
 from testbed.sim.queueing import serve_exact, serve_fast, waiting_at_ends
 from testbed.sim.windows import rate_limit_admit as rate_limit_admit  # re-exported for its importers
@@ -26,6 +27,7 @@ from testbed.sim.windows import round_robin_admit, window_of
 MAX_CHUNK_STEPS = 128
 RESTART_CHUNK_STEPS = 32  # after a scaling action: serving ahead costs less than another chunk
 SLO_COUNTING = ("completion", "arrival")
+BALANCING = ("round-robin", "random")
 
 
 def draw_proc_times(profile: ServiceProfile, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -63,6 +65,10 @@ class SimInstance:
     ready_at: float
     pending: list[float] = field(default_factory=list)  # finish times of its latest requests
     removed_at: float | None = None
+    created_at: float = 0.0  # when it was asked for (a measurement's scrapes start there)
+    scrape_phase: float = 0.0  # s after each whole second Prometheus scrapes it (a Measurement)
+    stretch: float = 1.0  # its processing times' factor this period (SimCluster's interference)
+    gpu: int = 0  # the GPU it runs on (SimCluster's interference)
 
     @property
     def draining(self) -> bool:
@@ -158,11 +164,18 @@ class SimService:
         util_counts_starting: bool = True,
         slo_counting: str = "completion",
         util_sample_phase: float = 0.0,
+        measurement: Measurement | None = None,
+        balancing: str = "round-robin",
+        stretched: bool = False,
     ):
         if slo_counting not in SLO_COUNTING:
             raise ValueError(f"slo_counting {slo_counting!r}; known: {', '.join(SLO_COUNTING)}")
+        if balancing not in BALANCING:
+            raise ValueError(f"balancing {balancing!r}; known: {', '.join(BALANCING)}")
         self.profile = profile
         self.units = profile.units  # read on every decision: a field, not two lookups
+        if measurement is not None and measurement.counts_starting is not None:
+            util_counts_starting = measurement.counts_starting
         self.util_counts_starting = util_counts_starting
         self.slo_counting = slo_counting
         self.util_sample_phase = util_sample_phase
@@ -181,6 +194,28 @@ class SimService:
         self.measure_queue = True  # windows carry queue_length (SimBackend.measure_queue)
         # every served request's latency, counted as its window is used (None: not kept)
         self.latencies: LatencyHistogram | None = None
+        # a testbed's effects (a measurement, random balancing, stretched processing times) are
+        # read and applied one period at a time, on the numpy kernels; their draws come from a
+        # stream split after the start-up one, so the request sizes and start-ups stay the same
+        self.measurement = measurement
+        self.balancing = balancing
+        self.stretched = stretched
+        self._scrapes: ScrapeCounter | None = None
+        if measurement is not None or balancing != "round-robin" or stretched:
+            self._passes, self._max_steps = None, 1
+            self._effects_rng = np.random.default_rng(rng.integers(2**63))
+            if measurement is not None and measurement.slo_window == "scrape":
+                self._scrapes = ScrapeCounter(profile.slo_ms / 1000.0, measurement.phase_drift)
+            self._balance_u = (self._effects_rng.random(len(arrivals)) if balancing == "random"
+                               else None)
+            for inst in self.instances:
+                inst.scrape_phase = self._phase()
+
+    def _phase(self) -> float:
+        """A new replica's scrape phase: uniform in [0, 1) s (Prometheus spreads its targets)."""
+        if self.measurement is None or not self.measurement.scrapes:
+            return 0.0
+        return float(self._effects_rng.random())
 
     # -- replica bookkeeping ---------------------------------------------------------------------
     def desired(self) -> int:
@@ -208,7 +243,10 @@ class SimService:
         self._rewind(now)
         active = [i for i in self.instances if not i.draining]
         for _ in range(replicas - len(active)):
-            self.instances.append(SimInstance(ready_at=now + self.startup_delay()))
+            inst = SimInstance(ready_at=now + self.startup_delay(), created_at=now)
+            if self.measurement is not None:
+                inst.scrape_phase = self._phase()
+            self.instances.append(inst)
         for inst in reversed(active[replicas:] if replicas < len(active) else []):
             last = max(inst.pending, default=now)
             inst.removed_at = now if inst.ready_at > now else max(now, last)
@@ -302,6 +340,8 @@ class SimService:
         cuts = np.searchsorted(a, bounds, side="left") if changes else (0, n)
         subs = []
         tokens: dict[int, tuple[int, int]] = {}  # instance -> (latest rate-limit window, admitted)
+        self._chunk_i0 = i0
+        self._random_used = [np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)]
         for b in range(len(bounds) - 1):
             j0, j1 = int(cuts[b]), int(cuts[b + 1])
             targets = [k for k in active if self.instances[k].ready_at <= bounds[b]]
@@ -350,6 +390,9 @@ class SimService:
         instances into the chunk's `finish` and `owner` (or, when they are the whole chunk and all
         admitted, returns the kernels' arrays as those)."""
         m = len(targets)
+        if self.balancing == "random" or self.stretched:
+            return self._serve_effects(a, s, j0, j1, targets=targets, rr=rr, tokens=tokens,
+                                       pend=pend, finish=finish, owner=owner)
         # round-robin: arrival j goes to slot (rr + j) % m, i.e. instance targets[slot]; both
         # sequences are their period repeated, cheaper to tile than to compute
         reps = (rr + j1 - j0 + m - 1) // m
@@ -376,6 +419,39 @@ class SimService:
         owner[j0:j1] = who
         return finish, owner
 
+    def _serve_effects(self, a, s, j0, j1, *, targets, rr, tokens, pend, finish, owner):
+        """`_serve_numpy` with a testbed's effects: each arrival to a replica drawn at random
+        (kube-proxy's choice per connection) instead of round-robin, and each processing time
+        times its replica's `stretch`."""
+        m = len(targets)
+        chosen = np.asarray(targets, dtype=np.int64)
+        if self._balance_u is None:
+            slot = (rr + np.arange(j1 - j0)) % m
+        else:
+            u = self._balance_u[self._chunk_i0 + j0:self._chunk_i0 + j1]
+            slot = np.minimum((u * m).astype(np.int64), m - 1)
+        who = chosen[slot]
+        sub_s = s[j0:j1]
+        if self.stretched:
+            sub_s = sub_s * np.array([inst.stretch for inst in self.instances])[who]
+        if self.profile.rate_limit is None:
+            adm = np.ones(j1 - j0, dtype=bool)
+        elif self._balance_u is None:
+            limit, window = self.profile.rate_limit
+            adm = round_robin_admit(a[j0:j1], targets, rr, limit, window, tokens)
+        else:
+            limit, window = self.profile.rate_limit
+            adm = rate_limit_admit(a[j0:j1], who, limit, window, self._random_used)
+        if self._exact:
+            f = serve_exact(a[j0:j1][adm], sub_s[adm], slot[adm], pend, self.profile.capacity,
+                            self.profile.queue_limit)
+        else:
+            f = serve_fast(a[j0:j1][adm], sub_s[adm], slot[adm], pend, self.profile.queue_limit)
+        sub_finish = finish[j0:j1]
+        sub_finish[adm] = f
+        owner[j0:j1] = who
+        return finish, owner
+
     def _outcomes(
         self,
         t0: float,
@@ -388,6 +464,14 @@ class SimService:
     ) -> _Outcomes:
         if self._passes is not None:
             return self._outcomes_compiled(t0, step, steps, a, finish, owner, start_pending)
+        if self.measurement is not None:
+            return self._outcomes_measured(t0, step, steps, a, finish, owner, start_pending)
+        *columns, util = self._listed_columns(t0, step, steps, a, finish, owner, start_pending)
+        return self._listed(t0, step, steps, tuple(columns), util)
+
+    def _listed_columns(self, t0, step, steps, a, finish, owner, start_pending) -> tuple:
+        """A chunk's per-window arrivals, served, dropped, slow, summed latency and utilization,
+        as the simulator reads them (numpy)."""
         ok = finish == finish  # not NaN (dropped)
         everything = bool(ok.all())
         a_ok, f_ok = (a, finish) if everything else (a[ok], finish[ok])
@@ -413,7 +497,28 @@ class SimService:
         proc_sum = np.bincount(w_ok, weights=latency, minlength=steps)[:steps]
         util = self._utilization(t0, step, steps, a_ok, f_ok, owner if everything else owner[ok],
                                  start_pending)
-        return self._listed(t0, step, steps, (arrivals, served, dropped, slow, proc_sum), util)
+        return arrivals, served, dropped, slow, proc_sum, util
+
+    def _outcomes_measured(self, t0, step, steps, a, finish, owner, start_pending) -> _Outcomes:
+        """One period's outcome as `self.measurement` reads it (see testbed.sim.measure): the
+        simulator's own counts, with the utilization and, with SLO window "scrape", the counts
+        replaced by the testbed's reading."""
+        assert steps == 1, "a measurement reads one period at a time"
+        measured = self.measurement
+        own = self._listed_columns(t0, step, steps, a, finish, owner, start_pending)
+        columns, util = list(own[:5]), own[5]
+        period = Period(t0, t0 + step, a, finish, owner, start_pending, self.instances,
+                        self.profile.capacity, self.util_counts_starting, self._effects_rng)
+        if measured.utilization == "integral":
+            util = np.array([integral_utilization(period)])
+        elif measured.utilization == "scraped":
+            util = np.array([scraped_utilization(period, measured.phase_drift,
+                                                 measured.scrape_jitter)])
+        if self._scrapes is not None:
+            c = self._scrapes.count(period)
+            columns = [np.array([x]) for x in (c.requests, c.served, c.refused, c.slow)] + [
+                np.array([c.latency_sum_s])]
+        return self._listed(t0, step, steps, tuple(columns), util)
 
     def _listed(self, t0, step, steps, columns, util) -> _Outcomes:
         """A chunk's per-window arrays (`columns`: arrivals, served, dropped, slow, summed latency)

@@ -91,6 +91,8 @@ class TrainConfig(PpoOptions):
         clients in every episode, the pool's reward with `validate_pool` too; `release_below`
         teaches over `scales` and `hold_largest`'s fitted copy trains as training does, neither
         with the pool's reward nor randomised free units."""
+        # gymnasium and the simulator only once a run makes its environments: the CLI checks a
+        # TrainConfig before anything heavy is imported
         from testbed.sim.cluster import TESTBED_OPTIONS
         from testbed.train.wrappers import Research
 

@@ -33,6 +33,21 @@ def test_sim_eval_rejects_an_unknown_rate_limit(tmp_path, capsys):
     assert "--rate-limit" in capsys.readouterr().err
 
 
+def test_sim_eval_measures_the_way_it_is_told_and_says_so(tmp_path, capsys):
+    trace = tmp_path / "steps.txt"  # imgcls from 2 to 14 requests a second and back: it scales
+    trace.write_text("".join(f"1 {5 + 30 * ((k // 300) % 2)}\n" for k in range(3600)))
+    rows = {}
+    for measure in ("harness", "drafas"):
+        assert main(["sim", "eval", "--service", "imgcls", "--trace", str(trace), "--no-oracle",
+                     "--json", "--measure", measure]) == 0
+        (rows[measure],) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows["harness"]["measure"] == "harness" and rows["drafas"]["measure"] == "drafas"
+    assert rows["harness"]["reward"] != rows["drafas"]["reward"]
+    assert main(["sim", "eval", "--trace", str(trace), "--measure", "prometheus"]) == 2
+    assert "--measure: measure: unknown way of measuring 'prometheus'; known: harness, drafas" in (
+        capsys.readouterr().err)
+
+
 def test_sim_eval_rejects_the_old_author_switch_by_name(tmp_path, capsys):
     trace = tmp_path / "flat.txt"
     trace.write_text("1 10\n" * 60)
