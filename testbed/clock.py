@@ -27,6 +27,11 @@ class ScenarioClock:
         """The clock a cell ran at, from its cell.json (`time_scale`; real time where absent)."""
         return cls(float(info.get("time_scale") or 1.0))
 
+    def whole_ms_second(self) -> ScenarioClock:
+        """The nearest clock whose scenario second lasts a whole number of wall milliseconds
+        (16 -> 1000/62): what a Prometheus scrape interval, in whole ms, can keep in step with."""
+        return ScenarioClock(1000.0 / max(round(1000.0 / self.scale), 1))
+
     @property
     def real_time(self) -> bool:
         """Scenario time is wall time."""

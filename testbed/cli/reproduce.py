@@ -40,6 +40,15 @@ def reproduce_cmd(
         "measures it); auto: the highest this machine holds now, measured by a probe at the "
         "window's busiest second (up to 32). A segment that falls behind runs again, with the "
         "rest, one step lower.")] = "1",
+    t54_measure: Annotated[str, typer.Option(
+        help="How Table 5.4's scaler and reward read each period: drafas, as the dissertation's "
+        "testbed did (its Prometheus: sidecar in-flight at each scrape over Running pods, "
+        "increase() of the counters; docs/table-5.4.md), or harness, the harness's own "
+        "integrated reading.")] = "drafas",
+    t54_rule: Annotated[str, typer.Option(
+        help="The policy in the paper's rule-based column: rule_v2, the dissertation's "
+        "(Section 4.4.2), or rule_v1, what its published testbed code runs (tu-nv/drafas "
+        "drl/drl.py:225).")] = "rule_v2",
     no_progress: Annotated[bool, typer.Option("--no-progress", "--quiet", help="Plain lines instead of the "
                                               "live view.")] = False,
     resume: Annotated[Path | None, typer.Option(
@@ -76,10 +85,15 @@ def reproduce_cmd(
             raise typer.BadParameter("--t54-time-scale must be a number or auto") from None
         if not 0 < t54_time_scale <= 1000:  # type: ignore[operator]
             raise typer.BadParameter("--t54-time-scale must be in (0, 1000]")
+    if t54_measure not in ("harness", "drafas"):
+        raise typer.BadParameter("--t54-measure must be drafas or harness")
+    if t54_rule not in ("rule_v1", "rule_v2"):
+        raise typer.BadParameter("--t54-rule must be rule_v1 or rule_v2")
     start_s = None if t54_start is None else _clock(t54_start)
     shaping = dict(quick=quick, rule_only=rule_only, t54_duration_s=t54_duration,
                    t54_repetitions=t54_repetitions, t54_start_s=start_s,
-                   t54_time_scale=t54_time_scale, traces_dir=traces, models_dir=models)
+                   t54_time_scale=t54_time_scale, t54_measure=t54_measure, t54_rule=t54_rule,
+                   traces_dir=traces, models_dir=models)
     if resume is not None:
         from testbed.reproduce.run import resumed
 
@@ -133,11 +147,12 @@ def reproduce_cmd(
 
 # the options that shape a run, as given when none is (--resume takes the run's own)
 _DEFAULTS = {"quick": False, "rule_only": False, "t54_duration_s": None, "t54_repetitions": None,
-             "t54_start_s": None, "t54_time_scale": 1.0, "traces_dir": None,
-             "models_dir": Path("models")}
+             "t54_start_s": None, "t54_time_scale": 1.0, "t54_measure": "drafas",
+             "t54_rule": "rule_v2", "traces_dir": None, "models_dir": Path("models")}
 _FLAGS = {"quick": "--quick", "rule_only": "--rule-only", "t54_duration_s": "--t54-duration",
           "t54_repetitions": "--t54-repetitions", "t54_start_s": "--t54-start",
-          "t54_time_scale": "--t54-time-scale", "traces_dir": "--traces", "models_dir": "--models"}
+          "t54_time_scale": "--t54-time-scale", "t54_measure": "--t54-measure",
+          "t54_rule": "--t54-rule", "traces_dir": "--traces", "models_dir": "--models"}
 
 
 def _clock(text: str) -> int:

@@ -187,6 +187,18 @@ class KubernetesCluster:
         dep = self._call("read", self._deployment(service), self.apps.read_namespaced_deployment_status)
         return int((dep.status and dep.status.ready_replicas) or 0)
 
+    def running_pods(self, service: str) -> int:
+        """The pods of `service`'s Deployment in phase Running, starting ones (readiness not
+        passed) and deleted ones not yet gone included: the DRAFAS testbed's instance count
+        (tu-nv/drafas drl/env.py:129-133)."""
+        dep = self._call("read", self._deployment(service), self.apps.read_namespaced_deployment)
+        labels = (dep.spec.selector.match_labels or {}) if dep.spec and dep.spec.selector else {}
+        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        pods = self._list(f"list pods of {service}", self.core.list_namespaced_pod,
+                          namespace=self.namespace, label_selector=selector,
+                          field_selector="status.phase=Running")
+        return len(pods.items)
+
     def scale(self, service: str, replicas: int) -> None:
         """Set the Deployment's replica count; refuses a scale-up the free units cannot hold."""
         if replicas < 0:

@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.metrics.prometheus import _le
+from testbed.metrics.promql import le_regex
 from testbed.profiles import load_profiles
 
 SHIPPED = Path(__file__).with_name("grafana") / "testbed-dashboard.json"
@@ -54,7 +54,7 @@ def panels() -> list[Panel]:
     by_svc = "destination_service_name"
     within = " or ".join(
         f'rate(istio_request_duration_milliseconds_bucket{{{_REQ},{by_svc}="{name}",'
-        f'response_code=~"2..",le=~"{_le(slo)}"}}[{WINDOW}])' for name, slo in slos.items())
+        f'response_code=~"2..",le=~"{le_regex(slo)}"}}[{WINDOW}])' for name, slo in slos.items())
     count = f"sum by ({by_svc}) (rate(istio_request_duration_milliseconds_count{{{_REQ}}}[{WINDOW}]))"
     return [
         Panel("Throughput per slice", "Mbit/s", (Target(

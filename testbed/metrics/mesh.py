@@ -7,6 +7,9 @@ for whatever stands where Istio's sidecar stands (the local load balancer, the l
   buckets plus one at each service's SLO threshold;
 - `envoy_cluster_upstream_rq_active{cluster_name="inbound|<port>||", namespace, pod, app}`: the
   requests in flight to one replica;
+- `envoy_http_downstream_rq_active{http_conn_manager_prefix="inbound_0.0.0.0_<port>", namespace,
+  pod, app}`: the same requests as the sidecar's inbound listener counts them, the gauge the
+  DRAFAS testbed read its utilization from (`measure: drafas`, tu-nv/drafas drl/env.py:157);
 - `testbed_replica_busy_seconds_total{namespace, pod, app}`: the integral over time of
   min(in_flight, capacity) / capacity, so its increase over a scrape interval divided by the
   interval is that replica's utilization there without sampling the in-flight gauge (a
@@ -32,6 +35,7 @@ from testbed.metrics.meter import BUSY, BusyMeter
 REQUESTS = "istio_requests_total"
 DURATION_MS = "istio_request_duration_milliseconds"
 IN_FLIGHT = "envoy_cluster_upstream_rq_active"
+DOWNSTREAM_IN_FLIGHT = "envoy_http_downstream_rq_active"
 
 # Istio's default buckets of istio_request_duration_milliseconds (ms)
 ISTIO_BUCKETS_MS = (0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
@@ -111,12 +115,18 @@ class _ReplicaCollector(Collector):
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         active = GaugeMetricFamily(IN_FLIGHT, "Requests in flight to one replica",
                                    labels=["cluster_name", "namespace", "pod", "app"])
+        downstream = GaugeMetricFamily(DOWNSTREAM_IN_FLIGHT, "Requests in flight at one replica's "
+                                       "inbound listener", labels=["http_conn_manager_prefix",
+                                                                   "namespace", "pod", "app"])
         busy = CounterMetricFamily(BUSY.removesuffix("_total"), "Seconds of min(in_flight, "
                                    "capacity)/capacity of one replica", labels=["namespace", "pod", "app"])
         for workload, pod, meter in self.mesh.replicas():
             active.add_metric([f"inbound|{workload.port}||", workload.namespace, pod, workload.service],
                               meter.in_flight)
+            downstream.add_metric([f"inbound_0.0.0.0_{workload.port}", workload.namespace, pod,
+                                   workload.service], meter.in_flight)
             if self.mesh.is_ready(workload.service, pod):
                 busy.add_metric([workload.namespace, pod, workload.service], meter.busy_seconds())
         yield active
+        yield downstream
         yield busy

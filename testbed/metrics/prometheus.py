@@ -41,40 +41,15 @@ from dataclasses import dataclass
 
 from testbed.clock import REAL_TIME, ScenarioClock
 from testbed.errors import MissingRequirement, StateError
+from testbed.metrics.drafas import DrafasQueries, drafas_window
+from testbed.metrics.mesh import DOWNSTREAM_IN_FLIGHT
+from testbed.metrics.promql import PromService, duration, le_regex
 from testbed.metrics.window import WindowMetrics
 
 Fetch = Callable[[str, float], bytes]  # (url, timeout_s) -> body
-
-
-@dataclass(frozen=True)
-class PromService:
-    """How one service appears in the lab's metrics.
-
-    `slo_ms` must be one of the boundaries of the duration histogram; `capacity` is the number of
-    requests one replica processes in parallel (the dissertation's `capacity`).
-    """
-
-    name: str
-    slo_ms: float
-    capacity: int = 1
-    namespace: str = "drafas"
-    app: str | None = None  # pod label `app`; defaults to the service name
-
-    def __post_init__(self) -> None:
-        if self.capacity < 1:
-            raise ValueError(f"{self.name}: capacity must be at least 1, got {self.capacity}")
-        if self.slo_ms <= 0:
-            raise ValueError(f"{self.name}: slo_ms must be positive, got {self.slo_ms}")
-
-
-def _le(value: float) -> str:
-    """A regex for a bucket's `le` label: Envoy writes "1000", Prometheus 3 normalises to "1000.0"."""
-    text = f"{value:g}" if value != int(value) else str(int(value))
-    return text.replace(".", "\\\\.") + "(\\\\.0)?"
-
-
-def _dur(seconds: float) -> str:
-    return f"{max(round(seconds * 1000), 1)}ms"
+# how a window is read: the harness's (this module's docstring), or the DRAFAS testbed's
+# (testbed.metrics.drafas): a scenario's `measure:` names one
+READINGS = ("harness", "drafas")
 
 
 LOOKBACK = "1h"  # how far before a window a series' last value is looked for
@@ -125,10 +100,10 @@ def _utilization(selector: str, w: float, step_s: float) -> str:
     range of `w` they would cover up to a whole step before the window (Prometheus 2 takes a
     step on the range's start, 3 does not). The range is half a step shorter, so the covered
     span starts within half a step of the window's start on either version."""
-    step = _dur(step_s)
-    now = _bridged(selector, _dur(GRACE_STEPS * step_s))
+    step = duration(step_s)
+    now = _bridged(selector, duration(GRACE_STEPS * step_s))
     delta = f"(({now} - last_over_time({selector}[{LOOKBACK}] offset {step})) or {now})"
-    span = _dur(max(w - step_s / 2, step_s))
+    span = duration(max(w - step_s / 2, step_s))
     return f"avg_over_time((sum({delta}) / count({now}) / {step_s:g})[{span}:{step}])"
 
 
@@ -153,19 +128,19 @@ class WindowQueries:
 
     @classmethod
     def build(cls, svc: PromService, seconds: float, step_s: float = 1.0) -> WindowQueries:
-        w = _dur(seconds)
+        w = duration(seconds)
         req = (f'reporter="destination",destination_workload_namespace="{svc.namespace}",'
                f'destination_service_name="{svc.name}"')
         pod = f'namespace="{svc.namespace}",app="{svc.app or svc.name}"'
         active = f'envoy_cluster_upstream_rq_active{{{pod},cluster_name=~"inbound\\\\|.*"}}'
         ok = f'{req},response_code=~"2.."'
-        grace = _dur(GRACE_STEPS * step_s)
+        grace = duration(GRACE_STEPS * step_s)
         active_now = _bridged(active, grace)
         return cls(
             completed=_increase(f"istio_requests_total{{{req}}}", w),
             failed=_increase(f'istio_requests_total{{{req},response_code!~"2.."}}', w),
             within_slo=_increase(f'istio_request_duration_milliseconds_bucket{{{ok},'
-                                 f'le=~"{_le(svc.slo_ms)}"}}', w),
+                                 f'le=~"{le_regex(svc.slo_ms)}"}}', w),
             latency_sum_ms=_increase(f"istio_request_duration_milliseconds_sum{{{req}}}", w),
             latency_count=_increase(f"istio_request_duration_milliseconds_count{{{req}}}", w),
             utilization=_utilization(f"testbed_replica_busy_seconds_total{{{pod}}}", seconds,
@@ -182,9 +157,14 @@ class WindowQueries:
         return list(self.__dict__.items())
 
 
-def series_checks(svc: PromService) -> list[tuple[str, str]]:
-    """(selector, what exports it) of the series a window cannot do without."""
+def series_checks(svc: PromService, reading: str = "harness") -> list[tuple[str, str]]:
+    """(selector, what exports it) of the series a window read the `reading` way cannot do
+    without."""
     pod = f'namespace="{svc.namespace}",app="{svc.app or svc.name}"'
+    if reading == "drafas":
+        return [(f"{DOWNSTREAM_IN_FLIGHT}{{{pod}}}",
+                 "are its pods running with the Istio sidecar, scraped, and does the mesh's "
+                 "proxyStatsMatcher include downstream_rq_active (playbooks/roles/istio)?")]
     return [(f"envoy_cluster_upstream_rq_active{{{pod}}}",
              "are its pods running with the Istio sidecar, and scraped?"),
             (f"testbed_replica_busy_seconds_total{{{pod}}}",
@@ -244,11 +224,18 @@ class PrometheusMetrics:
 
     def __init__(self, base_url: str, services: Iterable[PromService], *, timeout_s: float = 10.0,
                  fetch: Fetch = _urllib_fetch, now: Callable[[], float] = time.time,
-                 clock: ScenarioClock = REAL_TIME, step_s: float = 1.0):
+                 clock: ScenarioClock = REAL_TIME, step_s: float = 1.0,
+                 reading: str = "harness", running: Callable[[str], int] | None = None):
         """`clock`: the run's time scale (the local profile's runs; the lab's is real time):
         windows are asked for in scenario seconds and answered in them, latencies too, while
         Prometheus and the exporters live in wall time (`now`). `step_s`: the scrape interval
-        (wall)."""
+        (wall). `reading`: how a window is read, READINGS (a scenario's `measure:`); "drafas"
+        takes the pods in phase Running of a service from `running`."""
+        if reading not in READINGS:
+            raise ValueError(f"unknown reading {reading!r}; known: {', '.join(READINGS)}")
+        if reading == "drafas" and running is None:
+            raise ValueError("the drafas reading counts Running pods: give `running`")
+        self.reading, self.running = reading, running
         self.base_url = base_url.rstrip("/")
         self._services = {s.name: s for s in services}
         self.timeout_s = timeout_s
@@ -273,19 +260,22 @@ class PrometheusMetrics:
         in-flight gauge (the mesh's proxy) and busy seconds (the busy meter); one line naming
         the first that is missing, before a run starts."""
         for svc in self._services.values():
-            for series, who in series_checks(svc):
+            for series, who in series_checks(svc, self.reading):
                 if not self.query(f"count({series})"):
                     raise StateError(
                         f"Prometheus at {self.base_url} has no {series.split('{')[0]} series "
                         f"for {svc.name} (namespace {svc.namespace}): {who}")
 
-    def for_services(self, names: Iterable[str]) -> PrometheusMetrics:
-        """The same Prometheus for a subset of the services (a cell's), counting from now."""
+    def for_services(self, names: Iterable[str], *, reading: str = "harness",
+                     running: Callable[[str], int] | None = None) -> PrometheusMetrics:
+        """The same Prometheus for a subset of the services (a cell's), counting from now, read
+        the way `reading` names (its Running pods from `running`, as the constructor's)."""
         keep = set(names)
         return PrometheusMetrics(self.base_url, [s for s in self._services.values()
                                                  if s.name in keep],
                                  timeout_s=self.timeout_s, fetch=self._fetch, now=self._now,
-                                 clock=self.clock, step_s=self.step_s)
+                                 clock=self.clock, step_s=self.step_s, reading=reading,
+                                 running=running)
 
     # --- MetricsSource ------------------------------------------------------------------------
 
@@ -301,7 +291,8 @@ class PrometheusMetrics:
     def totals(self, service: str) -> tuple[int, int]:
         """(arrivals, SLO violations) since `started`: one window over that span."""
         at = self._now()
-        w = self.window(service, self.clock.scenario(max(at - self.started, 1.0)), end=at)
+        w = self._harness_window(self._service(service),
+                                 self.clock.scenario(max(at - self.started, 1.0)), at)
         return w.arrivals, w.violations
 
     def query(self, promql: str, at: float | None = None) -> float | None:
@@ -310,15 +301,29 @@ class PrometheusMetrics:
         url = f"{self.base_url}/api/v1/query?{urllib.parse.urlencode(params)}"
         return parse_response(self._fetch(url, self.timeout_s), promql)
 
-    def window(self, service: str, seconds: float, *, end: float | None = None) -> WindowMetrics:
-        """The window of `seconds` (scenario time) ending at `end` (default now), all queries at
-        the same instant."""
+    def _service(self, service: str) -> PromService:
         try:
-            svc = self._services[service]
+            return self._services[service]
         except KeyError:
             raise StateError(f"no metrics configured for service {service!r} "
                              f"(known: {', '.join(self._services)})") from None
+
+    def window(self, service: str, seconds: float, *, end: float | None = None) -> WindowMetrics:
+        """The window of `seconds` (scenario time) ending at `end` (default now), all queries at
+        the same instant, read the way `reading` names."""
+        svc = self._service(service)
         at = self._now() if end is None else end
+        if self.reading == "drafas":
+            assert self.running is not None
+            q = DrafasQueries.build(svc, self.clock.wall(seconds), self.step_s)
+            return drafas_window(service, seconds, {k: self.query(p, at) for k, p in q.items()},
+                                 pods=self.running(service), capacity=svc.capacity,
+                                 clock=self.clock)
+        return self._harness_window(svc, seconds, at)
+
+    def _harness_window(self, svc: PromService, seconds: float, at: float) -> WindowMetrics:
+        """The harness's reading (the module docstring's)."""
+        service = svc.name
         wall = self.clock.wall(seconds)
         q = WindowQueries.build(svc, wall, self.step_s)
         v = {name: self.query(promql, at) for name, promql in q.items()}

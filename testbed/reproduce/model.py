@@ -27,6 +27,12 @@ class Options:
     # Table 5.4's time scale: above 1 the replicas sleep their profile's time (replica_work:
     # sleep); "auto": the highest the machine holds now (testbed.scenario.pace.choose_time_scale)
     t54_time_scale: float | str = 1.0
+    # how Table 5.4's scaler and reward read each period (testbed.sim.measure.MEASURES): the
+    # DRAFAS testbed's Prometheus by default, "harness" the harness's own reading
+    t54_measure: str = "drafas"
+    # the policy in the paper's rule-based column: rule_v2 (the dissertation's, Section 4.4.2) or
+    # rule_v1 (what its published testbed code runs, tu-nv/drafas drl/drl.py:225)
+    t54_rule: str = "rule_v2"
     progress: Callable[[str], None] = print
     show_runs: bool = True  # live view of scenario runs
 

@@ -35,6 +35,7 @@ from testbed.reproduce.tables import (
     sim_table,
     testbed_table,
 )
+from testbed.sim.measure import MEASURES
 
 # the scenarios reproduce runs, shipped as package data (links to the repository's scenarios/)
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
@@ -111,7 +112,7 @@ def _resume(partial: Path, options: Options) -> dict[str, Verdict]:
     key = {"quick": options.quick, "rule_only": options.rule_only, "seed": options.seed,
            "traces": str(options.traces_dir), "models": str(options.models_dir),
            "t54": [options.t54_duration_s, options.t54_repetitions, options.t54_start_s,
-                   options.t54_time_scale]}
+                   options.t54_time_scale, options.t54_measure, options.t54_rule]}
     stamp = partial / "options.json"
     if partial.exists():
         if not stamp.is_file() or json.loads(stamp.read_text()) != key:
@@ -134,12 +135,13 @@ def resumed(run_dir: Path) -> tuple[Path, dict[str, Any]]:
     if not stamp.is_file():
         raise StateError(f"{run_dir}: no interrupted reproduce to resume ({stamp} is missing)")
     key = json.loads(stamp.read_text())
-    duration, reps, start, ts = key["t54"]
+    duration, reps, start, ts, *how = key["t54"]  # a run before 2026-12-02: the harness's way
+    measure, rule = how or ("harness", "rule_v2")
     return partial.with_name(partial.name.removesuffix(".partial")), {
         "quick": key["quick"], "rule_only": key["rule_only"], "seed": key["seed"],
         "traces_dir": Path(key["traces"]), "models_dir": Path(key["models"]),
         "t54_duration_s": duration, "t54_repetitions": reps, "t54_start_s": start,
-        "t54_time_scale": ts}
+        "t54_time_scale": ts, "t54_measure": measure, "t54_rule": rule}
 
 
 def _jsonable(result: ReproResult) -> dict[str, Any]:
@@ -266,20 +268,23 @@ def _table54(a: Artefact, partial: Path, options: Options) -> Verdict:
         ts = _auto_time_scale(path, data, start, duration, warmup, options)
     if ts != 1:  # the JPEG decoding cannot keep up at a time scale on a small machine
         data.update(time_scale=ts, replica_work="sleep")
-    data.update(repetitions=reps, matrix={"policy": ["rule_v2"] if options.rule_only else ["ppo", "rule_v2"]},
-                expect=[], markers=[])
+    rule = options.t54_rule
+    data.update(repetitions=reps, matrix={"policy": [rule] if options.rule_only else ["ppo", rule]},
+                expect=[], markers=[], measure=options.t54_measure)
     window = (f"{duration:g} s of the test day from {start // 3600:02d}:{start % 3600 // 60:02d}, "
               f"{reps} repetition(s)"
               + (f", after a {warmup:g} s warm-up (not measured)" if warmup else "")
               + (f", at time scale {ts:g} (replicas sleeping their profile's time)"
-                 if ts != 1 else ""))
+                 if ts != 1 else "")
+              + f", read {MEASURES[options.t54_measure].title}"
+              + (f", the rule-based column run by {rule}" if rule != "rule_v2" else ""))
     options.progress(f"Table 5.4: {window}")
     # a checkpoint per segment of the window (the whole day: 24 one-hour runs), kept in partial
     run_dirs, rows = run_segments(
         data, start_s=start, duration_s=duration, warmup_s=warmup, partial=partial,
         progress=options.progress,
         run=lambda seg: _run(path, partial, options, text=yaml.safe_dump(seg, sort_keys=False)))
-    table = testbed_table(rows, window=window, duration_s=duration, repetitions=reps)
+    table = testbed_table(rows, window=window, duration_s=duration, repetitions=reps, rule=rule)
     if len(run_dirs) > 1:
         table.notes.append(f"run in {len(run_dirs)} segments of {T54_SEGMENT_S} s, each after a "
                            f"{SEGMENT_WARMUP_S} s warm-up replaying the trace before it: "

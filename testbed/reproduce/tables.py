@@ -193,12 +193,13 @@ def _judged_sim_cell(key: str, policy: str, service: str, ours: dict[str, float 
     return Cell(service, policy, ours, paper, passed=not why, why="; ".join(why))
 
 
-def _ordering(table: TableResult, decided_by: str = "") -> None:
+def _ordering(table: TableResult, decided_by: str = "", rule: str = "rule_v2") -> None:
     """Where the paper's DRL beat its rule by more than 5 %, ours should not be worse (a check;
-    `decided_by`: this run is too small to decide it)."""
+    `decided_by`: this run is too small to decide it; `rule`: our policy in the paper's rule
+    column)."""
     for s in SERVICES:
         d = next((c for c in table.cells if c.service == s and c.policy == "ppo"), None)
-        r = next((c for c in table.cells if c.service == s and c.policy == "rule_v2"), None)
+        r = next((c for c in table.cells if c.service == s and c.policy == rule), None)
         if d is None or r is None or d.ours["reward"] is None or r.ours["reward"] is None:
             continue
         gain = (d.paper["reward"] - r.paper["reward"]) / abs(r.paper["reward"])
@@ -206,18 +207,21 @@ def _ordering(table: TableResult, decided_by: str = "") -> None:
             continue
         margin = 2 * max(d.sd.get("reward") or 0.0, r.sd.get("reward") or 0.0)
         ok = d.ours["reward"] >= r.ours["reward"] - margin
-        table.checks.append(Check(f"{s}: DRL reward >= rule v2 (paper: {gain:+.1%})", ok,
+        label = rule.replace("_", " ")
+        table.checks.append(Check(f"{s}: DRL reward >= {label} (paper: {gain:+.1%})", ok,
                                   f"{d.ours['reward']:.4f} vs {r.ours['reward']:.4f}"
                                   + (f" (2 sd = {margin:.4f})" if margin else ""), decided_by))
 
 
 def testbed_table(rows: list[dict[str, Any]], *, window: str, duration_s: float,
-                  repetitions: int) -> TableResult:
+                  repetitions: int, rule: str = "rule_v2") -> TableResult:
     """Table 5.4 from a testbed run's result rows (matrix `policy`, any repetitions), judged as far
-    as a window of `duration_s` seconds run `repetitions` times can decide."""
+    as a window of `duration_s` seconds run `repetitions` times can decide; `rule` is the policy
+    judged against the paper's rule-based column (rule_v2, the dissertation's; rule_v1, the one
+    its published testbed code runs, tu-nv/drafas drl/drl.py:225)."""
     cells = []
     for s in SERVICES:
-        for policy in ("ppo", "rule_v2"):
+        for policy in ("ppo", rule):
             mine = [r for r in rows if r.get("service") == s and r.get("policy") == policy
                     and r.get("engine") != "sim"]
             if not mine:
@@ -232,7 +236,7 @@ def testbed_table(rows: list[dict[str, Any]], *, window: str, duration_s: float,
                     vals = [v / 1000 for v in vals]
                 ours[m] = statistics.fmean(vals) if vals else None
                 sd[m] = statistics.stdev(vals) if len(vals) > 1 else None
-            paper = _paper_cell("5.4", policy, s)
+            paper = _paper_cell("5.4", "ppo" if policy == "ppo" else "rule_v2", s)
             cell = Cell(s, policy, ours, paper, sd, runs=len(mine))
             why = []
             for m, floor in (("reward", TB_REWARD_ABS), ("slo_violation_rate", TB_SLO_ABS)):
@@ -254,7 +258,7 @@ def testbed_table(rows: list[dict[str, Any]], *, window: str, duration_s: float,
         order = (f"a window of at least {T54_DECIDES_ORDER_S} s, {T54_DECIDES_ORDER_REPS} "
                  f"repetitions (`testbed reproduce table5.4`); this run: {duration_s:g} s, "
                  f"{repetitions} repetition(s)")
-    _ordering(table, order)
+    _ordering(table, order, rule)
     return table
 
 

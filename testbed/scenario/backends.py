@@ -35,6 +35,7 @@ from testbed.net.state import prometheus_dir, state_dir
 from testbed.profiles import ServiceProfile
 from testbed.scenario.matrix import Cell
 from testbed.scenario.rundir import CellDir
+from testbed.sim.measure import DEFAULT_MEASURE
 
 if TYPE_CHECKING:
     from testbed.scenario.live import LiveView
@@ -166,6 +167,14 @@ class Profile(Protocol):
         ...
 
 
+def scrape_drift_ms(clock: ScenarioClock, interval: str) -> float:
+    """How far Prometheus's scrapes drift against the scenario's seconds, in ms per scenario
+    second: its interval is whole wall milliseconds (`interval`, e.g. "62ms"), so at a time
+    scale whose second is not (62.5 ms at 16) each scrape falls that much early."""
+    scrape_scn_s = clock.scenario(float(interval.removesuffix("ms")) / 1000.0)
+    return round(1000.0 * abs(1.0 - scrape_scn_s), 3)
+
+
 def record_agreement(outcome: CellOutcome, checks: list[Agreement],
                      print_line: Callable[[str], None]) -> None:
     """The cell's comparison of its two metrics sources, per service: kept in its outcome's info
@@ -257,7 +266,7 @@ class LocalProfile:
                 clock=Clock(), probe=cluster.probe, client_start_s=CLIENT_START_S,
                 processes=lambda: local_groups(cluster, traffic))
             try:
-                if scn.metrics == "prometheus":
+                if scn.metrics == "prometheus" or scn.measure != DEFAULT_MEASURE:
                     await self._with_prometheus(job, outcome, tb, cluster, backends, main)
                 else:
                     await main(backends)
@@ -268,7 +277,9 @@ class LocalProfile:
                                backends: CellBackends, main: CellMain) -> None:
         """The cell reads a Prometheus server of its own (inside the data-network namespace, where
         `down` finds it after a crash) scraping the balancer's mesh series, as the lab reads its
-        mesh; at the end both sources' counts of the measured span are compared."""
+        mesh; at the end both sources' counts of the measured span are compared. With a way of
+        measuring other than the harness's (`measure: drafas`) the scaler reads its windows that
+        way, its Running pods from the cluster, and the comparison reads the harness's way."""
 
         scn = job.scn
         scale = ScenarioClock(scn.time_scale)
@@ -285,9 +296,18 @@ class LocalProfile:
                                        job.profiles[s.name].capacity, MESH_NAMESPACE)
                            for s in scn.services],
                 clock=scale, step_s=scrape_s)
-            started = await main(replace(backends, metrics=metrics, poll_s=scrape_s))
-            if started is None:
-                return
+            scaler = metrics
+            if scn.measure != DEFAULT_MEASURE:
+                scaler = metrics.for_services([s.name for s in scn.services], reading=scn.measure,
+                                              running=lambda s: len(cluster.replicas(s)))
+                outcome.info["prometheus"]["measure"] = scn.measure
+                # the scrapes against the clients' seconds: the clients' own drift and any the
+                # whole-ms interval adds (none at a time scale the cell plan chose)
+                outcome.info["prometheus"]["drift_ms_per_s"] = round(
+                    scrape_drift_ms(scale, prom.interval) + 1000.0 * scn.client_drift, 3)
+            started = await main(replace(backends, metrics=scaler, poll_s=scrape_s))
+            if started is None or scn.metrics != "prometheus":
+                return  # the sources compared where the scenario asks for Prometheus's metrics
             await asyncio.sleep(3 * scrape_s)  # the last counts scraped
             # both sides from a little before the first request (nothing came earlier) to now
             span = scale.scenario(time.time() - started + 2.0)

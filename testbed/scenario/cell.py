@@ -437,6 +437,10 @@ def load_job(scn: Scenario, client: ClientSpec, index: int, rep: int, base_dir: 
 
     scn: the cell's scenario; client: its entry; base_dir: the scenario's folder."""
     scale = ScenarioClock(scn.time_scale)
+    # the clients' clock: the run's, or, read the DRAFAS way, slower by its client's drift (the
+    # author's client sleeps each trace line's second and never reads a clock: its seconds slide
+    # against Prometheus's scrapes, testbed.sim.measure.MEASURES)
+    clients = ScenarioClock(scale.scale / (1.0 + scn.client_drift))
     warm = scn.warmup_s
     seconds = scn.duration_s + warm
     seed = scn.seed + 1000 * rep + index
@@ -451,11 +455,11 @@ def load_job(scn: Scenario, client: ClientSpec, index: int, rep: int, base_dir: 
                        ratio=client.ratio,
                        shift_hours=client.shift_hours,
                        start_s=client.start_s - warm,  # the warm-up replays the trace before the window
-                       duration_s=seconds, speedup=scale.scale)
+                       duration_s=seconds, speedup=clients.scale)
     assert client.rate is not None  # a client has a trace or a rate (checked at load)
     return LoadJob(service=client.service, timeout_s=scale.wall(client.timeout_s), seed=seed,
                    max_error_rate=1.0, new_connections=fresh, profiles=profiles,
-                   rate=scale.wall_rate(client.rate), duration_s=scale.wall(seconds))
+                   rate=clients.wall_rate(client.rate), duration_s=clients.wall(seconds))
 
 
 def after_warmup(scn: Scenario, samples: list[dict[str, Any]]) -> Scenario:

@@ -6,7 +6,7 @@ clock")."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from testbed.scaler.registry import PolicyEntry, resolve
 from testbed.scenario.matrix import Cell
 from testbed.scenario.profiles import profile_file, scenario_profiles
 from testbed.scenario.spec import Scenario
+from testbed.sim.measure import DEFAULT_MEASURE
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,15 @@ class RunCompiler:
         return self._entries[name]
 
     def plan(self, cell: Cell) -> CellPlan:
-        """The plan of one cell."""
+        """The plan of one cell. A testbed cell read the DRAFAS way runs at the nearest time scale
+        whose second is whole wall milliseconds (`ScenarioClock.whole_ms_second`): its Prometheus
+        scrapes once a scenario second, in whole ms, and would otherwise drift against it."""
         scn = cell.scenario
+        if scn.engine == "testbed" and scn.measure != DEFAULT_MEASURE:
+            held = ScenarioClock(scn.time_scale).whole_ms_second().scale
+            if held != scn.time_scale:
+                scn = scn.model_copy(update={"time_scale": held})
+                cell = replace(cell, scenario=scn)
         own = profile_file(scn, self.base_dir)
         if own not in self._files:
             self._files[own] = load_profiles(own)

@@ -133,7 +133,10 @@ class LabProfile:
             s.apply_shaping(job.cell.testbed)
             s.scale_for_cell(replicas)
             assert s.metrics is not None and s.cluster is not None
-            metrics = s.metrics.for_services(replicas)
+            metrics = s.metrics.for_services(replicas, reading=job.scn.measure,
+                                             running=s.cluster.running_pods)
+            if job.scn.measure != "harness":
+                metrics.check_series()
             asyncio.run(main(CellBackends(
                 cluster=s.cluster, metrics=metrics, traffic=traffic,
                 wait_ready=lambda timeout_s: s.wait_ready(replicas, timeout_s),

@@ -188,8 +188,9 @@ class Scenario(Strict):
     # reads its Prometheus
     metrics: Literal["in-process", "prometheus"] = "in-process"
     # how each scaler period is read (testbed.sim.measure.MEASURES): "harness", the engine's own
-    # way; "drafas", as the DRAFAS testbed's Prometheus read its Envoy sidecars and pods (the
-    # simulator engine; docs/table-5.4.md, "Candidate effects")
+    # way; "drafas", as the DRAFAS testbed's Prometheus read its Envoy sidecars and pods: in the
+    # simulator, and on the local profile and the lab from Prometheus (testbed.metrics.drafas;
+    # the local cell starts its own, as with `metrics: prometheus`; docs/table-5.4.md)
     measure: str = DEFAULT_MEASURE
 
     @field_validator("measure")
@@ -198,6 +199,15 @@ class Scenario(Strict):
         if value not in MEASURES:
             raise ValueError(f"unknown way of measuring {value!r}; known: {', '.join(MEASURES)}")
         return value
+
+    @property
+    def client_drift(self) -> float:
+        """Seconds per second the clients' schedule runs slower than the scenario's clock: the way
+        of measuring's client drift on the testbed engine (`measure: drafas`: 1 ms/s), else 0."""
+        measurement = MEASURES[self.measure].measurement
+        if self.engine != "testbed" or measurement is None:
+            return 0.0
+        return measurement.phase_drift
 
     def service(self, name: str) -> ServiceSpec:
         """The ServiceSpec called `name` (StopIteration if none is)."""
@@ -298,15 +308,9 @@ def check_scenario(scn: Scenario, testbed: TestbedSpec, base_dir: Path) -> list[
 
 
 def _check_measure(scn: Scenario) -> list[tuple[tuple, str]]:
-    """A way of measuring other than the harness's runs where it is built: the simulator engine's
-    DRAFAS simulator (not the GPU simulator a routed pipeline needs)."""
-    if scn.measure == DEFAULT_MEASURE:
-        return []
-    if scn.engine != "sim":
-        return [(("measure",), f"measure: {scn.measure} is built for the simulator engine "
-                               "(`engine: sim`); the local profile and the lab read their metrics "
-                               f"the harness's way in this version (measure: {DEFAULT_MEASURE})")]
-    if scn.pipelines:
+    """A way of measuring other than the harness's reads the DRAFAS simulator's periods, not the
+    GPU simulator's a routed pipeline needs; the testbed engine reads it from Prometheus."""
+    if scn.measure != DEFAULT_MEASURE and scn.pipelines:
         return [(("measure",), f"measure: {scn.measure} reads the DRAFAS simulator's periods; a "
                                "routed pipeline runs on the GPU simulator, which reads them the "
                                f"harness's way (measure: {DEFAULT_MEASURE})")]

@@ -86,6 +86,7 @@ class FakeCoreApi:
         self.node_units = node_units
         self.pod_units = pod_units
         self.field_selectors: list[str | None] = []
+        self.running: dict[str, int] = {}  # label selector -> pods in phase Running
 
     def list_node(self) -> client.V1NodeList:
         items = []
@@ -100,6 +101,14 @@ class FakeCoreApi:
     def list_pod_for_all_namespaces(self, field_selector: str | None = None) -> client.V1PodList:
         self.field_selectors.append(field_selector)
         return client.V1PodList(items=[client.V1Pod(spec=_pod_spec([str(u)])) for u in self.pod_units])
+
+    def list_namespaced_pod(self, namespace: str, label_selector: str = "",
+                            field_selector: str = "") -> client.V1PodList:
+        """`running` pods per label selector, as the API server filters them by phase."""
+        self.pod_queries = [*getattr(self, "pod_queries", []), (namespace, label_selector,
+                                                                 field_selector)]
+        n = self.running.get(label_selector, 0) if field_selector == "status.phase=Running" else 0
+        return client.V1PodList(items=[client.V1Pod() for _ in range(n)])
 
     def read_namespaced_service(self, name: str, namespace: str) -> client.V1Service:
         return client.V1Service(metadata=client.V1ObjectMeta(name=name, namespace=namespace),
@@ -358,3 +367,14 @@ def test_a_unit_outside_0_to_100_percent_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"unit_pct: must be in \(0, 100\], got 0"):
         KubernetesCluster([KubeService("tts")], "drafas", apps_api=FakeAppsApi({}),
                           core_api=FakeCoreApi({}, []), unit_pct=0.0)
+
+
+def test_running_pods_are_the_deployments_pods_in_phase_running() -> None:
+    """The DRAFAS reading's instance count: the pods its Deployment selects, filtered to phase
+    Running by the API server (a starting pod is Running before it is ready)."""
+    apps = FakeAppsApi({"chatbot-ollama": (2, 1, 1), "resnet": (1, 1, 1), "tts": (1, 1, 1)})
+    core = FakeCoreApi({"n": "8"}, [])
+    core.running = {"app=chatbot-ollama": 3}
+    cluster = _cluster(apps, core)
+    assert cluster.running_pods("chatbot") == 3 and cluster.ready_replicas("chatbot") == 1
+    assert core.pod_queries == [("drafas", "app=chatbot-ollama", "status.phase=Running")]

@@ -112,6 +112,9 @@ class FixtureLab:
             value = replicas  # count(...): one series per replica, whichever series it reads
         elif names == {"envoy_cluster_upstream_rq_active"}:
             value = self.prom["in_flight"]  # sum(...): in flight
+        elif names == {"envoy_http_downstream_rq_active"}:
+            # measure: drafas, sum(avg_over_time(clamp_max(...)[w:step])): the sampled in flight
+            value = self.prom["in_flight"]
         elif names == {"testbed_replica_busy_seconds_total"}:
             # avg_over_time((busy per step / replicas / step)[w:step]): the utilization itself
             value = self.prom["utilization"]

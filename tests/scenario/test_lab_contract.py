@@ -319,3 +319,23 @@ def test_scenario_run_with_block_left_by_an_exception_closes_its_profile_once(tm
     assert profile.closes == 1 and run.problems == ["cleanup: unit tb-run-x did not stop"]
     run.close()
     assert profile.closes == 1 and run.problems == ["cleanup: unit tb-run-x did not stop"]
+
+
+def test_a_lab_cell_read_the_drafas_way_counts_running_pods_and_samples_the_sidecars(tmp_path: Path):
+    """measure: drafas on the lab: the scaler's utilization is the sidecars' sampled in-flight
+    (3, capacity 4) over the Deployment's pods in phase Running, listed from the API server by its
+    selector, and the cell says how it measured."""
+    scn, inv = _files(tmp_path)
+    scn.write_text(SCENARIO + "measure: drafas\n")
+    with FixtureLab(replicas=2) as lab:
+        result = run_scenario(load_scenario(scn), RunOptions(
+            out_root=tmp_path, profile="lab", progress=False,
+            profile_factory=_lab_factory(inv, FakeHosts(), lab.url, lab.url)))
+        listed = [q for m, path, q in lab.requests if path == "/api/v1/namespaces/drafas/pods"]
+    assert result.problems == []
+    decisions = [json.loads(x) for x in (_cell(result.run_dir) / "decisions.jsonl").read_text().splitlines()]
+    first = decisions[0]
+    assert first["utilization"] == pytest.approx(3 / 4 / first["replicas_before"])
+    assert listed and listed[0]["fieldSelector"] == ["status.phase=Running"]
+    assert listed[0]["labelSelector"] == ["app=imgcls"]  # the fixture Deployment's selector
+    assert json.loads((result.run_dir / "manifest.json").read_text())["scenario"]["measure"] == "drafas"

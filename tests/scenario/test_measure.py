@@ -37,11 +37,28 @@ def test_an_unknown_way_of_measuring_is_one_error_with_its_line():
                         "harness, drafas"]
 
 
-def test_drafas_is_refused_where_it_is_not_built_yet():
-    testbed = SIM.replace("engine: sim\n", "").replace("ratio: 0.4,", "ratio: 0.4, ue_group: ai,")
-    problems = _problems(testbed + "measure: drafas\n")
-    assert len(problems) == 1 and problems[0].startswith("scn.yaml:8: measure: measure: drafas is "
-                                                         "built for the simulator engine")
+def test_drafas_on_the_testbed_engine_runs_on_a_whole_millisecond_second_and_drifting_clients():
+    """The testbed engine reads `measure: drafas` from Prometheus: its cell runs at the nearest
+    time scale whose second Prometheus can scrape in whole ms (16 -> 1000/62), and its clients'
+    schedule is 1 ms/s slower (the author's client's drift); the harness's way keeps both."""
+    from testbed.scenario.cell import load_job
+    from testbed.scenario.cellplan import RunCompiler
+    from testbed.scenario.matrix import expand
+
+    testbed = (SIM.replace("engine: sim\n", "time_scale: 16\n")
+               .replace("ratio: 0.4,", "ratio: 0.4, ue_group: ai,"))
+    for text, scale, speedup in ((testbed, 16.0, 16.0),
+                                 (testbed + "measure: drafas\n", 1000 / 62, 1000 / 62 / 1.001)):
+        loaded = parse_scenario(text, "scn.yaml", Path.cwd())
+        (plan,) = RunCompiler(Path.cwd()).plans(expand(loaded.scenario, loaded.testbed))
+        assert plan.clock.scale == pytest.approx(scale, rel=1e-12)
+        job = load_job(plan.scenario, plan.scenario.clients[0], 0, 0, Path.cwd())
+        assert job.speedup == pytest.approx(speedup, rel=1e-12)
+
+
+def test_drafas_is_refused_for_a_routed_pipeline():
+    piped = SIM + "pipelines:\n  - {services: [imgcls, imgcls], sla_ms: 900}\nmeasure: drafas\n"
+    assert any("a routed pipeline runs on the GPU simulator" in p for p in _problems(piped))
 
 
 def test_drafas_reads_the_cell_another_way_than_the_harness():
@@ -63,3 +80,42 @@ def test_the_run_records_and_reports_how_it_measured(tmp_path):
     assert {r["measure"] for r in result.rows if "service" in r} == {"drafas"}
     md, _ = write_report(result.run_dir)
     assert "measure: drafas (the DRAFAS testbed's Prometheus" in md.read_text()
+
+
+@pytest.mark.needs_root
+@pytest.mark.timed
+def test_a_local_cell_read_the_drafas_way_scrapes_in_step_and_says_so(tmp_path):
+    """The local profile's `measure: drafas`: the cell starts its Prometheus though the scenario
+    reads in process, runs at 1000/62 (its second scraped in whole ms), its clients 1 ms/s slower,
+    and its scaler reads the sidecar gauge each scrape, near the balancer's integral on average."""
+    import shutil
+
+    if shutil.which("prometheus") is None:
+        pytest.skip("no prometheus server on PATH (scripts/setup installs it)")
+    from testbed.scenario.load import load_scenario
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "scenarios" / "metrics-prometheus-ci.yaml").read_text()
+    text = (text.replace("metrics: prometheus\n", "measure: drafas\n")
+            .replace("time_scale: 1\n", "time_scale: 16\nreplica_work: sleep\n")
+            .replace("duration_s: 20\n", "duration_s: 120\n")
+            .replace("service_profiles: profiles/", f"service_profiles: {root}/scenarios/profiles/"))
+    scn = tmp_path / "drafas.yaml"
+    scn.write_text(text)
+    result = run_scenario(load_scenario(scn), RunOptions(out_root=tmp_path / "runs", progress=False))
+    (cell,) = result.run_dir.glob("cells/*/rep-0")
+    info = json.loads((cell / "cell.json").read_text())
+    assert info["status"] == "ok" and not info["problems"], info["problems"]
+    assert info["time_scale"] == pytest.approx(1000 / 62)
+    assert info["prometheus"]["measure"] == "drafas"
+    assert info["prometheus"]["scrape_interval"] == "62ms"
+    assert info["prometheus"]["drift_ms_per_s"] == pytest.approx(1.0, abs=0.01)
+    decisions = [json.loads(x) for x in (cell / "decisions.jsonl").read_text().splitlines()]
+    samples = [json.loads(x) for x in (cell / "samples.jsonl").read_text().splitlines()]
+    assert len(decisions) >= 20
+    for service in ("imgcls", "chatbot"):
+        # the sidecar gauge sampled at the scrapes, against the balancer's integral (0.554 /
+        # 0.545 and 0.517 / 0.503 on 2026-12-02): what a scrape of in-flight reads at a time scale
+        sampled = [d["utilization"] for d in decisions if d["service"] == service]
+        integral = [x["utilization"] for x in samples if x["service"] == service]
+        assert sum(sampled) / len(sampled) == pytest.approx(sum(integral) / len(integral), abs=0.08)
