@@ -144,8 +144,11 @@ def _serve(listen: str, latest: list[str]) -> ThreadingHTTPServer:
             self.send_response(200 if self.path.startswith("/metrics") else 404)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the scraper gave up: its timeout is its interval, 62 ms at time scale 16
 
         def log_message(self, *_: object) -> None:
             pass
