@@ -35,7 +35,7 @@ ARTEFACTS: dict[str, Artefact] = {
                          "0.3/0.8/0.3", "sim-table", needs_traces=True, needs_models=True),
     "table5.3": Artefact("table5.3", "Table 5.3: DRL vs rule v2 in simulation, 128 units, ratios "
                          "2/6/2", "sim-table", needs_traces=True, needs_models=True),
-    "table5.4": Artefact("table5.4", "Table 5.4: DRL vs rule v2 on the (local) testbed",
+    "table5.4": Artefact("table5.4", "Table 5.4: DRL vs the rule-based scaler on the (local) testbed",
                          "testbed-table", needs_traces=True, needs_models=True, needs_root=True),
 }
 ALIASES = {"5.7": "fig5.7", "5.8": "fig5.8", "figure5.7": "fig5.7", "figure5.8": "fig5.8",

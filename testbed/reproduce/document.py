@@ -131,10 +131,10 @@ def _table(v: Verdict, plots: Path) -> Section:
             if ours is not None and paper:
                 diff = f"{ours - paper:+.4f} ({(ours - paper) / abs(paper):+.0%})"
             sd = c.sd.get(m)
-            rows.append([c.service, "DRL (ppo)" if c.policy == "ppo" else "rule v2",
+            rows.append([c.service, _policy_label(c.policy, "DRL (ppo)"),
                          METRIC_TITLES[m], _f(ours), _f(sd) if c.runs > 1 else "–", _f(paper),
                          diff, _cell(c.passed, t.decided_by) if m == "reward" else ""])
-        if t.oracle and c.policy == "rule_v2":
+        if t.oracle and c.policy != "ppo":
             rows.append([c.service, "oracle bound", "reward", _f(t.oracle[c.service]), "–", "–",
                          "–", ""])
     sec.tables.append(TableData(["service", "policy", "metric", "ours", "sd (runs)", "paper",
@@ -153,6 +153,11 @@ def _table(v: Verdict, plots: Path) -> Section:
     return sec
 
 
+def _policy_label(policy: str, drl: str) -> str:
+    """The tables' name for a policy: the paper's DRL, or the rule that ran ("rule v1")."""
+    return drl if policy == "ppo" else policy.replace("_", " ")
+
+
 def _reward_plot(t: table_rules.TableResult, path: Path) -> Path | None:
     if not t.cells:
         return None
@@ -166,7 +171,7 @@ def _reward_plot(t: table_rules.TableResult, path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     width = 0.8 / (2 * len(policies) + (1 if t.oracle else 0))
     k = 0
-    colors = {"ppo": "#2e7d32", "rule_v2": "#1565c0"}
+    colors = {"ppo": "#2e7d32", "rule_v2": "#1565c0", "rule_v1": "#6a1b9a"}
     for p in policies:
         for src in ("ours", "paper"):
             ys, errs = [], []
@@ -179,7 +184,7 @@ def _reward_plot(t: table_rules.TableResult, path: Path) -> Path | None:
             ax.bar(xs, ys, width, yerr=errs if any(errs) else None, capsize=3,
                    color=colors.get(p, "gray"), alpha=1.0 if src == "ours" else 0.45,
                    hatch="" if src == "ours" else "//",
-                   label=f"{'DRL' if p == 'ppo' else 'rule v2'} {src}")
+                   label=f"{_policy_label(p, 'DRL')} {src}")
             k += 1
     if t.oracle:
         xs = [i + (k + 0.5) * width - 0.4 for i in range(len(services))]
