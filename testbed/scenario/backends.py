@@ -87,6 +87,9 @@ class CellBackends:
     # the cell's process groups on this host (group -> pids: "clients", "iperf3", "runner",
     # "replicas:SERVICE"), metered each wall second (testbed.metrics.host); None: not on this host
     processes: Callable[[], dict[str, list[int]]] | None = None
+    # where the scaler reads its period when that is another way than the samples' (`measure:
+    # drafas`: Prometheus the DRAFAS way); None: `metrics`
+    scaler_metrics: MetricsSource | None = None
 
 
 def local_groups(cluster: Any, traffic: Any) -> dict[str, list[int]]:
@@ -170,7 +173,9 @@ class Profile(Protocol):
 def scrape_drift_ms(clock: ScenarioClock, interval: str) -> float:
     """How far Prometheus's scrapes drift against the scenario's seconds, in ms per scenario
     second: its interval is whole wall milliseconds (`interval`, e.g. "62ms"), so at a time
-    scale whose second is not (62.5 ms at 16) each scrape falls that much early."""
+    scale whose second is not (62.5 ms at 16) each scrape falls that much early.
+
+    clock: the cell's scenario clock; interval: the scrape interval Prometheus was given."""
     scrape_scn_s = clock.scenario(float(interval.removesuffix("ms")) / 1000.0)
     return round(1000.0 * abs(1.0 - scrape_scn_s), 3)
 
@@ -305,7 +310,12 @@ class LocalProfile:
                 # whole-ms interval adds (none at a time scale the cell plan chose)
                 outcome.info["prometheus"]["drift_ms_per_s"] = round(
                     scrape_drift_ms(scale, prom.interval) + 1000.0 * scn.client_drift, 3)
-            started = await main(replace(backends, metrics=scaler, poll_s=scrape_s))
+            reading = replace(backends, scaler_metrics=scaler)
+            if scn.metrics == "prometheus":  # the samples and the first request from it too
+                reading = replace(reading, metrics=metrics, poll_s=scrape_s)
+            # the per-second samples otherwise stay in process: at time scale 16 they would ask
+            # Prometheus a few hundred queries a wall second, which took 40 % of a core
+            started = await main(reading)
             if started is None or scn.metrics != "prometheus":
                 return  # the sources compared where the scenario asks for Prometheus's metrics
             await asyncio.sleep(3 * scrape_s)  # the last counts scraped

@@ -377,7 +377,7 @@ class CellRunner:
                     if b.probe is not None:  # what the replicas run, before the next change
                         for row in await b.probe():
                             append_jsonl(self.dir.replicas, {"t": t, **row, **mark})
-                    latest.update(await _windows(b.metrics, scn.scaler_period_s))
+                    latest.update(await _windows(b.scaler_metrics or b.metrics, scn.scaler_period_s))
                     for d in loop.decide_all():  # a shared target policy plans its services together
                         append_jsonl(self.dir.decisions, {**asdict(d), "t": t, **mark})
                 self.view.tick(now - t0)
