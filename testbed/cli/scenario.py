@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -15,6 +14,7 @@ from rich.table import Table
 from testbed.cli import app, console, err_console, show_traces
 from testbed.cli.checks import bad as checks_bad
 from testbed.cli.checks import like_field, writable_dir
+from testbed.cli.manifest import read_manifest, scenario_from_manifest
 from testbed.cli.web import WebOpt
 from testbed.errors import StateError
 from testbed.paths import RUNS_DIR
@@ -25,51 +25,6 @@ if TYPE_CHECKING:
     from testbed.scenario.lab import LabOptions
     from testbed.scenario.load import LoadedScenario
     from testbed.scenario.runner import RunOptions, RunResult
-
-MANIFEST_KEYS = ("scenario", "testbed", "source", "profile", "created", "host")
-
-
-def read_manifest(path: Path) -> dict:
-    """A run's manifest.json as a dict with the keys a report and a re-run need; anything else
-    (missing, empty, not JSON, truncated) is one StateError naming the file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StateError(f"{path}: cannot read the manifest ({getattr(exc, 'strerror', None) or exc})"
-                         ) from None
-    try:
-        manifest = json.loads(text)
-    except ValueError as exc:
-        what = "empty" if not text.strip() else f"not JSON ({exc})"
-        raise StateError(f"{path}: not a run manifest: {what}") from None
-    if not isinstance(manifest, dict):
-        raise StateError(f"{path}: not a run manifest: a JSON object is expected")
-    missing = [k for k in MANIFEST_KEYS if k not in manifest]
-    if missing:
-        raise StateError(f"{path}: not a run manifest: missing {', '.join(missing)}")
-    for key in ("scenario", "testbed", "host"):
-        if not isinstance(manifest[key], dict):
-            raise StateError(f"{path}: not a run manifest: {key} must be an object")
-    return manifest
-
-
-def _from_manifest(path: Path) -> LoadedScenario:
-    # pydantic models and the scenario layer: loaded only by the commands that read a manifest
-    from testbed.config import TestbedSpec
-    from testbed.config.secrets import unredact_scenario, unredact_testbed
-    from testbed.config.yamlfile import LocatedYaml, validate
-    from testbed.scenario.load import LoadedScenario
-    from testbed.scenario.spec import Scenario
-
-    manifest = read_manifest(path)
-    # masked secrets come back as defaults: keys derive from the default seed
-    doc = LocatedYaml(unredact_scenario(manifest["scenario"]), {}, f"{path}: scenario")
-    scn = validate(Scenario, doc)
-    testbed_doc = LocatedYaml(unredact_testbed(manifest["testbed"]), {}, f"{path}: testbed")
-    testbed = validate(TestbedSpec, testbed_doc)
-    base = Path(str(manifest.get("base_dir") or Path(str(manifest["source"])).parent))
-    return LoadedScenario(scn, testbed, doc, base)
-
 
 @app.command("run")
 def run(
@@ -220,7 +175,7 @@ def _scenario_to_run(scenario: Path | None, from_manifest: Path | None) -> Loade
     from testbed.scenario.load import load_scenario
 
     if from_manifest is not None:
-        return _from_manifest(from_manifest)
+        return scenario_from_manifest(from_manifest)
     if scenario is not None:
         return load_scenario(scenario)
     raise typer.BadParameter("give a scenario file or --from RUN_DIR/manifest.json")

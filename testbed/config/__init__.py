@@ -6,15 +6,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from testbed.config.testbed_spec import (
-        LinkSpec,
-        SliceSpec,
-        TestbedSpec,
-        UEGroupSpec,
-        check_testbed,
-        load_testbed,
-        testbed_from_yaml,
-    )
+    from testbed.config.testbed_file import check_testbed, load_testbed, testbed_from_yaml
+    from testbed.config.testbed_spec import LinkSpec, SliceSpec, TestbedSpec, UEGroupSpec
     from testbed.config.yamlfile import LocatedYaml, load_yaml_file, parse_yaml, validate
 
 __all__ = [
@@ -34,7 +27,10 @@ __all__ = [
 # each name's module, imported on first use: a submodule without models (names, secrets) loads
 # without building the specs' pydantic models (`testbed status` with nothing up)
 _HOME = {name: "testbed.config.yamlfile" if name in ("LocatedYaml", "load_yaml_file", "parse_yaml",
-                                                     "validate") else "testbed.config.testbed_spec"
+                                                     "validate")
+         else "testbed.config.testbed_file" if name in ("check_testbed", "load_testbed",
+                                                        "testbed_from_yaml")
+         else "testbed.config.testbed_spec"
          for name in __all__}
 
 

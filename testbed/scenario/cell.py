@@ -17,19 +17,17 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from testbed.clock import ScenarioClock
 from testbed.cluster.base import ClusterBackend
 from testbed.errors import TestbedError
-from testbed.load.gate import open_gate, ready_at_gate
-from testbed.load.traffic import ClientJob, IperfJob, LoadJob
+from testbed.load.traffic import ClientJob
 from testbed.metrics.host import HostMeter
 from testbed.profiles import write_profiles
 from testbed.scaler.loop import ScalerLoop
 from testbed.scenario.backends import CellBackends, CellJob, CellOutcome, LocalProfile, Profile
+from testbed.scenario.cell_traffic import iperf_jobs, load_job, open_gate_when_ready
 from testbed.scenario.cellplan import CellPlan
 from testbed.scenario.live import LiveView
 from testbed.scenario.machine import host_line, starved_services
-from testbed.scenario.matrix import Cell
 from testbed.scenario.results import (
     FELL_BEHIND,
     LATENESS_SLO_SHARE,
@@ -41,21 +39,7 @@ from testbed.scenario.results import (
     read_records,
 )
 from testbed.scenario.rundir import CellDir, append_jsonl, read_jsonl
-from testbed.scenario.simcell import run_sim_cell, simulate_cell, write_cell_files
-from testbed.scenario.spec import ClientSpec, Scenario, trace_dir
-
-
-class SimCellRunner:
-    """One repetition of one cell through the simulator (`engine: sim`)."""
-
-    def __init__(self, cell: Cell, rep: int, celldir: CellDir, base_dir: Path, view: LiveView):
-        self.cell, self.rep, self.dir, self.base_dir, self.view = cell, rep, celldir, base_dir, view
-
-    def run(self) -> list[str]:
-        """Run the cell through the simulator and write its files; returns the problems it recorded."""
-        self.view.set_phase(self.cell, self.rep, "simulating")
-        write_cell_files(self.dir, simulate_cell(self.cell, self.rep, self.base_dir))
-        return []
+from testbed.scenario.simcell import after_warmup, run_sim_cell
 
 
 class CellRunner:
@@ -243,28 +227,6 @@ class CellRunner:
             {"cell": self.cell.slug, "rep": self.rep, "services": results,
              "initial_replicas": {s.name: s.replicas for s in scn.services}}, indent=1))
 
-    def iperf_jobs(self, wall: float) -> list[IperfJob]:
-        """The cell's iperf3 cross-traffic, each lasting `wall` seconds plus one."""
-        return [IperfJob(slice=x.slice, flows=x.flows, duration_s=max(1.0, wall + 1),
-                         reverse=x.direction == "downlink",
-                         out=self.dir.iperf / f"{x.slice}-{x.direction}.json")
-                for x in self.scn.cross_traffic if x.flows > 0]
-
-    async def _open_gate(self, b: CellBackends, gate: Path, clients: int, timeout_s: float) -> float:
-        """Wait until the clients are ready at `gate` (or `timeout_s`, one problem), open it
-        `b.client_start_s` from now; return that epoch second."""
-        deadline = b.clock.monotonic() + timeout_s
-        while ready_at_gate(gate) < clients and b.clock.monotonic() < deadline:
-            if not b.traffic.clients_running():
-                break
-            await b.clock.sleep(0.01)
-        if ready_at_gate(gate) < clients:
-            self.problem(f"{clients - ready_at_gate(gate)} of {clients} clients not ready within "
-                         f"{timeout_s:g} s; the others began without them")
-        start_at = b.clock.time() + (b.client_start_s or 0.0)
-        open_gate(gate, start_at)
-        return start_at
-
     def client_jobs(self, cluster: ClusterBackend, gate: Path | None = None) -> list[ClientJob]:
         """The clients (the warm-up first, then the measured window); records in the cell's info
         how many requests each service's schedules plan and how many of each client's first
@@ -315,26 +277,9 @@ class CellRunner:
         # the balancer's, for 250-300 ms about once a cell: every request in flight timed out
         gc.collect()
         gc.freeze()
-        meter = self._meter = (HostMeter(b.processes, harness_root=os.getpid())
-                               if b.processes is not None else None)
-        if meter is not None and meter.available:
-            meter.start()
-        elif meter is not None:
-            self._meter = meter = None  # no schedstat here: nothing to meter
+        meter = self._start_meter(b)
         try:
-            for p in await traffic.start_iperf(self.iperf_jobs(wall)):
-                self.problem(p)
-            # at a time scale the clients begin one schedule together: started each when ready,
-            # their seconds apart would count time_scale times
-            gate = (self.dir.path / "start-gate"
-                    if b.client_start_s is not None and not scale.real_time else None)
-            jobs = self.client_jobs(b.cluster, gate)
-            for p in await traffic.start_clients(jobs):
-                self.problem(p)
-            start_at = None
-            if gate is not None:
-                start_at = await self._open_gate(b, gate, len(jobs), timeout_s=60)
-            period = scale.wall(scn.scaler_period_s)
+            start_at = await self._start_traffic(b, wall)
             latest: dict[str, Any] = {}
             loop = ScalerLoop(b.cluster, policies, lambda s: latest[s], clock=clock.time,
                               profiles=profiles)
@@ -347,40 +292,7 @@ class CellRunner:
             # once, as the load begins (0.4 ms): a reader of the run directory while it runs (the
             # live page) maps the records' wall times to scenario time and splits off the warm-up
             self._write_info()
-            step = scale.wall(b.sample_every_s)
-            next_sample, next_decision = t0 + step, t0 + period
-            self.view.set_phase(self.cell, self.rep,
-                                f"running ({warm:g} s warm-up first)" if warm else "running", wall)
-            while clock.monotonic() - t0 < wall + 5 and (
-                    traffic.clients_running()
-                    or _end_decision_due(clock.monotonic() - t0, next_decision - t0, wall, period)):
-                # wake at the next sample or decision (a fixed poll of 0.5/ts s made them up to
-                # half a scenario second late), and at least every 0.1 s for the view
-                await clock.sleep(max(0.0, min(next_sample, next_decision, clock.monotonic() + 0.1)
-                                      - clock.monotonic()))
-                now = clock.monotonic()
-                # rows carry t from the measured window's start (negative in the warm-up) and are
-                # marked warm-up by when they were due: a decision due at the warm-up's end
-                # rewards a period of the warm-up
-                t = scale.scenario(now - t0) - warm
-                if now >= next_sample:
-                    mark = _warmup_mark(scale.scenario(next_sample - t0), warm)
-                    next_sample += step
-                    await self._sample(b, now - t0, t, mark)
-                    # off the loop, where the balancer runs: /proc is read for tens of processes
-                    if meter is not None and meter.due() and (second := await asyncio.to_thread(
-                            meter.sample, b.processes())):
-                        append_jsonl(self.dir.host, {**second.as_json(), "t_s": t, **mark})
-                if now >= next_decision:
-                    mark = _warmup_mark(scale.scenario(next_decision - t0), warm)
-                    next_decision += period
-                    if b.probe is not None:  # what the replicas run, before the next change
-                        for row in await b.probe():
-                            append_jsonl(self.dir.replicas, {"t": t, **row, **mark})
-                    latest.update(await _windows(b.scaler_metrics or b.metrics, scn.scaler_period_s))
-                    for d in loop.decide_all():  # a shared target policy plans its services together
-                        append_jsonl(self.dir.decisions, {**asdict(d), "t": t, **mark})
-                self.view.tick(now - t0)
+            await self._measure(b, t0, wall, loop, latest)
         finally:
             self.info["measured_s"] = scn.duration_s
             if meter is not None:
@@ -389,6 +301,83 @@ class CellRunner:
                 self.problem(p)
             gc.unfreeze()
         return self.info.get("measure_started")
+
+    def _start_meter(self, b: CellBackends) -> HostMeter | None:
+        """The host's meter of the cell's processes, started (None where there is nothing to meter)."""
+        meter = self._meter = (HostMeter(b.processes, harness_root=os.getpid())
+                               if b.processes is not None else None)
+        if meter is not None and meter.available:
+            meter.start()
+        elif meter is not None:
+            self._meter = meter = None  # no schedstat here: nothing to meter
+        return meter
+
+    async def _start_traffic(self, b: CellBackends, wall: float) -> float | None:
+        """The iperf3 flows and the clients, started; returns the epoch second the clients begin
+        their schedules together, None where each begins when it is ready."""
+        traffic = b.traffic
+        for p in await traffic.start_iperf(iperf_jobs(self.scn, self.dir.iperf, wall)):
+            self.problem(p)
+        # at a time scale the clients begin one schedule together: started each when ready,
+        # their seconds apart would count time_scale times
+        gate = (self.dir.path / "start-gate"
+                if b.client_start_s is not None and not self.scale.real_time else None)
+        jobs = self.client_jobs(b.cluster, gate)
+        for p in await traffic.start_clients(jobs):
+            self.problem(p)
+        start_at = None
+        if gate is not None:
+            start_at = await open_gate_when_ready(b, gate, len(jobs), timeout_s=60, problem=self.problem)
+        return start_at
+
+    async def _measure(self, b: CellBackends, t0: float, wall: float, loop: ScalerLoop,
+                       latest: dict[str, Any]) -> None:
+        """From `t0` (the load's start, on the backends' monotonic clock): a sample every sample
+        interval and a decision of `loop` every scaler period (its windows into `latest`), until
+        the clients are done and the window's last decision is made, `wall` seconds on."""
+        scn, scale, clock, traffic, meter = self.scn, self.scale, b.clock, b.traffic, self._meter
+        warm = scn.warmup_s
+        period = scale.wall(scn.scaler_period_s)
+        step = scale.wall(b.sample_every_s)
+        next_sample, next_decision = t0 + step, t0 + period
+        self.view.set_phase(self.cell, self.rep,
+                            f"running ({warm:g} s warm-up first)" if warm else "running", wall)
+        while clock.monotonic() - t0 < wall + 5 and (
+                traffic.clients_running()
+                or _end_decision_due(clock.monotonic() - t0, next_decision - t0, wall, period)):
+            # wake at the next sample or decision (a fixed poll of 0.5/ts s made them up to
+            # half a scenario second late), and at least every 0.1 s for the view
+            await clock.sleep(max(0.0, min(next_sample, next_decision, clock.monotonic() + 0.1)
+                                  - clock.monotonic()))
+            now = clock.monotonic()
+            # rows carry t from the measured window's start (negative in the warm-up) and are
+            # marked warm-up by when they were due: a decision due at the warm-up's end
+            # rewards a period of the warm-up
+            t = scale.scenario(now - t0) - warm
+            if now >= next_sample:
+                mark = _warmup_mark(scale.scenario(next_sample - t0), warm)
+                next_sample += step
+                await self._sample(b, now - t0, t, mark)
+                # off the loop, where the balancer runs: /proc is read for tens of processes
+                if meter is not None and meter.due() and (second := await asyncio.to_thread(
+                        meter.sample, b.processes())):
+                    append_jsonl(self.dir.host, {**second.as_json(), "t_s": t, **mark})
+            if now >= next_decision:
+                mark = _warmup_mark(scale.scenario(next_decision - t0), warm)
+                next_decision += period
+                await self._decide(b, loop, latest, t, mark)
+            self.view.tick(now - t0)
+
+    async def _decide(self, b: CellBackends, loop: ScalerLoop, latest: dict[str, Any], t: float,
+                      mark: dict[str, bool]) -> None:
+        """One scaler period's end: what the replicas run, the period's windows into `latest`,
+        and `loop`'s decisions, each row at `t` (scenario seconds) with its warm-up `mark`."""
+        if b.probe is not None:  # what the replicas run, before the next change
+            for row in await b.probe():
+                append_jsonl(self.dir.replicas, {"t": t, **row, **mark})
+        latest.update(await _windows(b.scaler_metrics or b.metrics, self.scn.scaler_period_s))
+        for d in loop.decide_all():  # a shared target policy plans its services together
+            append_jsonl(self.dir.decisions, {**asdict(d), "t": t, **mark})
 
     def _policies(self) -> dict[str, Any]:
         """One policy per service, from the plan's resolved entries; the cell records the model
@@ -429,50 +418,6 @@ class CellRunner:
                 "mean_latency_ms": w.mean_latency_ms if w else None})
             rows.append((s.name, w, ready, desired))
         self.view.update(rows, elapsed)
-
-
-def load_job(scn: Scenario, client: ClientSpec, index: int, rep: int, base_dir: Path) -> LoadJob:
-    """What client `index` of the scenario sends in repetition `rep`, in wall seconds: its
-    trace or rate over the warm-up and then the measured window, time-scaled.
-
-    scn: the cell's scenario; client: its entry; base_dir: the scenario's folder."""
-    scale = ScenarioClock(scn.time_scale)
-    # the clients' clock: the run's, or, read the DRAFAS way, slower by its client's drift (the
-    # author's client sleeps each trace line's second and never reads a clock: its seconds slide
-    # against Prometheus's scrapes, testbed.sim.measure.MEASURES)
-    clients = ScenarioClock(scale.scale / (1.0 + scn.client_drift))
-    warm = scn.warmup_s
-    seconds = scn.duration_s + warm
-    seed = scn.seed + 1000 * rep + index
-    # errors are the service's, judged by the expectations: the client never fails on them
-    fresh = client.connections == "per-request"
-    profiles = (base_dir / scn.service_profiles).resolve() if scn.service_profiles else None
-    if client.trace:
-        return LoadJob(service=client.service, timeout_s=scale.wall(client.timeout_s), seed=seed,
-                       max_error_rate=1.0, new_connections=fresh, profiles=profiles,
-                       trace=trace_dir(scn, base_dir) / client.trace,
-                       trace_time_unit=scn.trace_units.time, trace_rate_unit=scn.trace_units.rate,
-                       ratio=client.ratio,
-                       shift_hours=client.shift_hours,
-                       start_s=client.start_s - warm,  # the warm-up replays the trace before the window
-                       duration_s=seconds, speedup=clients.scale)
-    assert client.rate is not None  # a client has a trace or a rate (checked at load)
-    return LoadJob(service=client.service, timeout_s=scale.wall(client.timeout_s), seed=seed,
-                   max_error_rate=1.0, new_connections=fresh, profiles=profiles,
-                   rate=clients.wall_rate(client.rate), duration_s=clients.wall(seconds))
-
-
-def after_warmup(scn: Scenario, samples: list[dict[str, Any]]) -> Scenario:
-    """The scenario with each service's initial replicas set to those the cell's warm-up left
-    (its last warm-up sample's desired replicas, which hold the units); unchanged without one.
-
-    scn: the cell's scenario; samples: the warm-up's samples."""
-    left = {s["service"]: s["desired"] for s in samples if s.get("warmup")}
-    if not scn.warmup_s or not left:
-        return scn
-    services = [s.model_copy(update={"replicas": max(1, int(left.get(s.name, s.replicas)))})
-                for s in scn.services]
-    return scn.model_copy(update={"services": services})
 
 
 def _end_decision_due(elapsed: float, next_due: float, wall: float, period: float) -> bool:

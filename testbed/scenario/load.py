@@ -13,16 +13,10 @@ from testbed.profiles import load_profiles
 from testbed.scenario.expect_checks import check_expectations, check_selectors_match
 from testbed.scenario.matrix import check_matrix, expand
 from testbed.scenario.plan import check_power
+from testbed.scenario.policy_checks import check_policies, check_share_models
 from testbed.scenario.profiles import scenario_profiles
-from testbed.scenario.spec import (
-    Scenario,
-    check_policies,
-    check_scenario,
-    check_share_models,
-    read_trace,
-    resolve_testbed,
-    trace_dir,
-)
+from testbed.scenario.spec import Scenario, read_trace, resolve_testbed, trace_dir
+from testbed.scenario.spec_checks import check_scenario
 
 
 class LoadedScenario:

@@ -31,14 +31,14 @@ from testbed.metrics.server import find_prometheus
 from testbed.net.cmd import require_root
 from testbed.paths import RUNS_DIR, new_run_dir
 from testbed.scenario.backends import LocalProfile, Profile
-from testbed.scenario.cell import CellRunner, SimCellRunner
+from testbed.scenario.cell import CellRunner
 from testbed.scenario.cellplan import RunCompiler
 from testbed.scenario.live import LiveView
 from testbed.scenario.load import LoadedScenario
 from testbed.scenario.matrix import Cell, expand
 from testbed.scenario.results import RECORD, run_rows
 from testbed.scenario.rundir import CellDir, write_manifest
-from testbed.scenario.simcell import write_cell_files
+from testbed.scenario.simcell import SimCellRunner, write_cell_files
 from testbed.scenario.spec import Scenario
 from testbed.scenario.sweep import (
     check_options,

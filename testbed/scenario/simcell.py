@@ -23,6 +23,7 @@ from testbed.load.trace import Trace
 from testbed.profiles import load_profiles
 from testbed.scaler.fa2 import Pipeline
 from testbed.scaler.factory import make_policy
+from testbed.scenario.live import LiveView
 from testbed.scenario.matrix import Cell
 from testbed.scenario.profiles import scenario_profiles
 from testbed.scenario.rundir import CellDir
@@ -183,3 +184,29 @@ def write_cell_files(celldir: CellDir, files: dict[str, Any]) -> None:
 
     for name in sorted(files, key=lambda n: n == "cell.json"):
         (celldir.path / name).write_text(json.dumps(files[name], indent=1))
+
+
+def after_warmup(scn: Scenario, samples: list[dict[str, Any]]) -> Scenario:
+    """The scenario with each service's initial replicas set to those the cell's warm-up left
+    (its last warm-up sample's desired replicas, which hold the units); unchanged without one.
+
+    scn: the cell's scenario; samples: the warm-up's samples."""
+    left = {s["service"]: s["desired"] for s in samples if s.get("warmup")}
+    if not scn.warmup_s or not left:
+        return scn
+    services = [s.model_copy(update={"replicas": max(1, int(left.get(s.name, s.replicas)))})
+                for s in scn.services]
+    return scn.model_copy(update={"services": services})
+
+
+class SimCellRunner:
+    """One repetition of one cell through the simulator (`engine: sim`)."""
+
+    def __init__(self, cell: Cell, rep: int, celldir: CellDir, base_dir: Path, view: LiveView):
+        self.cell, self.rep, self.dir, self.base_dir, self.view = cell, rep, celldir, base_dir, view
+
+    def run(self) -> list[str]:
+        """Run the cell through the simulator and write its files; returns the problems it recorded."""
+        self.view.set_phase(self.cell, self.rep, "simulating")
+        write_cell_files(self.dir, simulate_cell(self.cell, self.rep, self.base_dir))
+        return []

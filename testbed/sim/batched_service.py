@@ -34,8 +34,9 @@ from testbed.errors import StateError
 from testbed.metrics.window import WindowMetrics, latency_percentiles
 from testbed.profiles import ServiceProfile
 from testbed.profiles.paper import UNIT_PCT
+from testbed.sim.draws import draw_proc_times, draw_startup, startup_rng
 from testbed.sim.queueing import serve_exact, serve_fast
-from testbed.sim.service import SLO_COUNTING, draw_proc_times, draw_startup, startup_rng
+from testbed.sim.service import SLO_COUNTING
 from testbed.sim.windows import rate_limit_admit, window_of
 
 BATCH_WAIT_OF_SLO = 0.25  # a batch closes after its first request waited this fraction of the SLO

@@ -15,6 +15,7 @@ from testbed.profiles.paper import STEP_SECONDS, TOTAL_UNITS, UNIT_PCT
 from testbed.sim.backend import SimBackend
 from testbed.sim.measure import MEASURES, Measurement
 from testbed.sim.service import SimService, StepOutcome
+from testbed.sim.service_options import TestbedEffects, WindowReading
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class SimOptions:
     """
 
     rounding: str = "floor"  # testbed.load.trace.scaled_counts
-    util_counts_starting: bool = True  # SimService._utilization
+    util_counts_starting: bool = True  # testbed.sim.window_stats.mean_utilization
     spacing: str = "ms"  # testbed.load.trace.arrival_times
     slo_counting: str = "completion"  # SimService
     util_sample_phase: float = 0.0  # s after each whole second the monitor samples (SimService)
@@ -95,12 +96,9 @@ class SimCluster(SimBackend[SimService, StepOutcome]):
                 arrivals,
                 np.random.default_rng(child),
                 exact=exact,
-                util_counts_starting=options.util_counts_starting,
-                slo_counting=options.slo_counting,
-                util_sample_phase=options.util_sample_phase,
-                measurement=options.measurement,
-                balancing=options.balancing,
-                stretched=options.interference,
+                reading=WindowReading(options.util_counts_starting, options.slo_counting,
+                                      options.util_sample_phase),
+                effects=TestbedEffects(options.measurement, options.balancing, options.interference),
             )
             self._end = min(self._end, traces[name].seconds)
         used = sum(s.units_in_use(self.now) for s in self.sims.values())

@@ -10,17 +10,18 @@ next chunk starts small again; chunk length doubles while the policy keeps the c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import ceil
-from typing import NamedTuple
 
 import numpy as np
 
 from testbed.metrics.histogram import LatencyHistogram
-from testbed.metrics.window import WindowMetrics, latency_percentiles
 from testbed.profiles import ServiceProfile
-from testbed.sim.measure import Measurement, Period, ScrapeCounter, integral_utilization, scraped_utilization
+from testbed.sim.chunk import Chunk, ChunkOutcomes, StepOutcome, SubChunk
+from testbed.sim.draws import draw_proc_times, draw_startup, startup_rng
+from testbed.sim.measure import Period, ScrapeCounter, integral_utilization, scraped_utilization
 from testbed.sim.passes import compiled_passes
 from testbed.sim.queueing import serve_exact, serve_fast, waiting_at_ends
+from testbed.sim.service_options import TestbedEffects, WindowReading
+from testbed.sim.window_stats import busy_samples, mean_utilization, ready_by_window, served_percentiles
 from testbed.sim.windows import rate_limit_admit as rate_limit_admit  # re-exported for its importers
 from testbed.sim.windows import round_robin_admit, window_of
 
@@ -30,32 +31,9 @@ SLO_COUNTING = ("completion", "arrival")
 BALANCING = ("round-robin", "random")
 
 
-def draw_proc_times(profile: ServiceProfile, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Processing times (s) of `n` requests: whole milliseconds, uniform over the range inclusive,
-    when the range's ends are whole (the published simulator's `random.randint`), else uniform."""
-    lo, hi = profile.proc_time_ms
-    if float(lo).is_integer() and float(hi).is_integer():
-        return rng.integers(int(lo), int(hi) + 1, n) / 1000.0
-    return rng.uniform(lo / 1000.0, hi / 1000.0, n)
-
-
 def _tiled(values, reps: int) -> np.ndarray:
     """`values` repeated `reps` times end to end (np.tile's result, without its Python wrapper)."""
     return np.repeat(np.asarray(values)[None], reps, axis=0).ravel()
-
-
-def startup_rng(rng: np.random.Generator) -> np.random.Generator:
-    """The start-up delays' own stream, split from the service's after its processing times."""
-    return np.random.default_rng(rng.integers(2**63))
-
-
-def draw_startup(profile: ServiceProfile, rng: np.random.Generator) -> float:
-    """Seconds from scale-up to ready: startup_ms, or a whole number of seconds drawn uniformly
-    from [startup, startup_max] (the published simulator: `random.randint(startup_s, 30)`)."""
-    if profile.startup_max_ms is None or profile.startup_max_ms <= profile.startup_ms:
-        return profile.startup_ms / 1000.0
-    lo, hi = int(profile.startup_ms // 1000), int(profile.startup_max_ms // 1000)
-    return float(rng.integers(lo, hi + 1))
 
 
 @dataclass
@@ -75,69 +53,6 @@ class SimInstance:
         return self.removed_at is not None
 
 
-class StepOutcome(NamedTuple):
-    """What the service did in one window, plus the sums the evaluator aggregates exactly (a
-    named tuple: one is built per service and step, at a third of a frozen dataclass's cost)."""
-
-    window: WindowMetrics
-    served: int  # requests counted as served in the window (see SimService's slo_counting)
-    dropped: int  # requests dropped on arrival in the window (full queue or rate limit)
-    proc_time_sum_s: float  # summed latency of the served ones
-
-
-class _Outcomes:
-    """Per-window counts of a chunk; a window's StepOutcome is built when it is asked for (a
-    scaling action drops the rest of the chunk)."""
-
-    def __init__(self, name, step, cols):
-        """`cols`: per window, arrivals, served, dropped, slow, summed latency, utilization and
-        ready instances."""
-        self.name, self.step = name, step
-        self.cols = cols
-        self.n = len(cols[0])  # windows; read on every step, a method call dearer than the field
-        self.queue: list[int | None] = [None] * self.n  # waiting at each end (None: not measured)
-        self.percentiles: list[dict] | None = None  # p50/p95/p99 per window (None: not measured)
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, w: int) -> StepOutcome:
-        arrivals, served, dropped, slow, proc_sum, util, ready = self.cols
-        n, acc, drop, ps = arrivals[w], served[w], dropped[w], proc_sum[w]
-        window = WindowMetrics.fast(
-            service=self.name,
-            seconds=self.step,
-            arrivals=n,
-            completed=acc + drop,
-            violations=drop + slow[w],
-            utilization=util[w],
-            instances=ready[w],
-            mean_latency_ms=1000.0 * ps / acc if acc else None,
-            queue_length=self.queue[w],
-            dropped=drop,
-        )
-        if self.percentiles is not None:
-            window.__dict__.update(self.percentiles[w])  # the fast window's fields, as fast() fills them
-        return StepOutcome(window, acc, drop, ps)
-
-
-@dataclass
-class _Chunk:
-    """Results of serving [t0, t0 + len(outcomes)·step) with no scaling in between."""
-
-    t0: float
-    step: float
-    i0: int  # first arrival index
-    arrivals: np.ndarray
-    finish: np.ndarray  # NaN = dropped
-    owner: np.ndarray  # index into SimService.instances at chunk time, -1 = no ready instance
-    start_pending: list[list[float]]
-    subs: list[tuple[float, int, int, int]]  # (from time, first request, rr at start, targets)
-    outcomes: _Outcomes
-    done_in: tuple[np.ndarray, np.ndarray]  # (finish, latency) of earlier requests not yet counted
-    used: int = 0
-
-
 class SimService:
     """Serves a fixed, pre-drawn arrival stream; `advance` moves it through one window.
 
@@ -147,7 +62,7 @@ class SimService:
     published simulator's `random.randint`), otherwise uniform. Start-up delays come from a
     stream of their own.
 
-    `slo_counting`: "completion" (default, as the published simulator, simpy_env.py:146, :163-170)
+    `reading.slo_counting`: "completion" (default, as the published simulator, simpy_env.py:146, :163-170)
     counts a request in the window it finishes in, a dropped one in the window it arrived in,
     and the rate is (late + dropped) / (finished + dropped); "arrival" counts every request in
     the window it arrived in, over arrivals.
@@ -161,13 +76,12 @@ class SimService:
         *,
         exact: bool = False,
         max_chunk_steps: int = MAX_CHUNK_STEPS,
-        util_counts_starting: bool = True,
-        slo_counting: str = "completion",
-        util_sample_phase: float = 0.0,
-        measurement: Measurement | None = None,
-        balancing: str = "round-robin",
-        stretched: bool = False,
+        reading: WindowReading = WindowReading(),
+        effects: TestbedEffects = TestbedEffects(),
     ):
+        util_counts_starting, slo_counting = reading.util_counts_starting, reading.slo_counting
+        util_sample_phase = reading.util_sample_phase
+        measurement, balancing, stretched = effects.measurement, effects.balancing, effects.stretched
         if slo_counting not in SLO_COUNTING:
             raise ValueError(f"slo_counting {slo_counting!r}; known: {', '.join(SLO_COUNTING)}")
         if balancing not in BALANCING:
@@ -189,7 +103,7 @@ class SimService:
         self._rr = 0
         self._exact = exact or profile.capacity != 1
         self._passes = compiled_passes(profile, self._exact, arrivals)  # None: the numpy kernels
-        self._chunk: _Chunk | None = None
+        self._chunk: Chunk | None = None
         self._next_steps, self._max_steps = 1, max_chunk_steps
         self.measure_queue = True  # windows carry queue_length (SimBackend.measure_queue)
         # every served request's latency, counted as its window is used (None: not kept)
@@ -277,7 +191,7 @@ class SimService:
         chunk.used += 1
         return out
 
-    def _count_latencies(self, chunk: _Chunk, k: int) -> None:
+    def _count_latencies(self, chunk: Chunk, k: int) -> None:
         """The latencies of the served requests that arrived in window `k` of `chunk`: final once
         the window is used (a rewind re-serves only what arrives after it)."""
         lo, hi = np.searchsorted(chunk.arrivals, [chunk.t0 + k * chunk.step,
@@ -320,7 +234,7 @@ class SimService:
                 self._rr = (rr + upto - j0) % m if m else rr
                 break
 
-    def _serve_chunk(self, t0: float, step: float, steps: int) -> _Chunk:
+    def _serve_chunk(self, t0: float, step: float, steps: int) -> Chunk:
         self._forget(t0)
         t_end = t0 + steps * step
         i0 = self._cursor
@@ -355,8 +269,8 @@ class SimService:
                 self._passes.serve(pend, a[j0:j1], s[j0:j1], targets, rr, tokens, finish[j0:j1],
                                    owner[j0:j1])
             else:
-                finish, owner = self._serve_numpy(a, s, j0, j1, targets=targets, rr=rr, tokens=tokens,
-                                                  pend=pend, finish=finish, owner=owner)
+                finish, owner = self._serve_numpy(a, s, SubChunk(j0, j1, targets, rr, tokens, pend),
+                                                  finish=finish, owner=owner)
             for k, p in zip(targets, pend, strict=True):
                 self.instances[k].pending = p
         done_in = self._done
@@ -364,35 +278,18 @@ class SimService:
         if self.measure_queue:  # a pass over the chunk's requests: only for a policy that reads it
             outcomes.queue = waiting_at_ends(t0, step, steps, a, finish, owner, start_pending,
                                              self.profile.capacity)
-            outcomes.percentiles = self._percentiles(t0, step, steps, a, finish, done_in)
-        return _Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes, done_in)
+            outcomes.percentiles = served_percentiles(t0, step, steps, a, finish, done_in,
+                                                      completion=self.slo_counting == "completion")
+        return Chunk(t0, step, i0, a, finish, owner, start_pending, subs, outcomes, done_in)
 
-    def _percentiles(self, t0, step, steps, a, finish, done_in) -> list[dict]:
-        """Each window's latency percentiles over the requests it counts as served (as
-        `_outcomes` counts them: by completion, with those carried in from the chunk before, or
-        by arrival)."""
-        ok = finish == finish
-        if self.slo_counting == "completion":
-            f_all = np.concatenate((done_in[0], finish[ok]))
-            latency = np.concatenate((done_in[1], finish[ok] - a[ok]))
-            w = window_of(f_all, t0, step)
-        else:
-            w = np.minimum(window_of(a[ok], t0, step), steps - 1)
-            latency = finish[ok] - a[ok]
-        keep = w < steps
-        order = np.lexsort((latency[keep], w[keep]))
-        w, latency = w[keep][order], 1000.0 * latency[keep][order]
-        edges = np.searchsorted(w, np.arange(steps + 1))
-        return [latency_percentiles(latency[edges[i]:edges[i + 1]]) for i in range(steps)]
-
-    def _serve_numpy(self, a, s, j0, j1, *, targets, rr, tokens, pend, finish, owner):
-        """Arrivals [j0, j1) of a chunk through the numpy kernels: writes their finish times and
+    def _serve_numpy(self, a, s, sub: SubChunk, *, finish, owner):
+        """The arrivals of `sub` through the numpy kernels: writes their finish times and
         instances into the chunk's `finish` and `owner` (or, when they are the whole chunk and all
         admitted, returns the kernels' arrays as those)."""
+        j0, j1, targets, rr, tokens, pend = sub.j0, sub.j1, sub.targets, sub.rr, sub.tokens, sub.pend
         m = len(targets)
         if self.balancing == "random" or self.stretched:
-            return self._serve_effects(a, s, j0, j1, targets=targets, rr=rr, tokens=tokens,
-                                       pend=pend, finish=finish, owner=owner)
+            return self._serve_effects(a, s, sub, finish=finish, owner=owner)
         # round-robin: arrival j goes to slot (rr + j) % m, i.e. instance targets[slot]; both
         # sequences are their period repeated, cheaper to tile than to compute
         reps = (rr + j1 - j0 + m - 1) // m
@@ -419,10 +316,11 @@ class SimService:
         owner[j0:j1] = who
         return finish, owner
 
-    def _serve_effects(self, a, s, j0, j1, *, targets, rr, tokens, pend, finish, owner):
+    def _serve_effects(self, a, s, sub: SubChunk, *, finish, owner):
         """`_serve_numpy` with a testbed's effects: each arrival to a replica drawn at random
         (kube-proxy's choice per connection) instead of round-robin, and each processing time
         times its replica's `stretch`."""
+        j0, j1, targets, rr, tokens, pend = sub.j0, sub.j1, sub.targets, sub.rr, sub.tokens, sub.pend
         m = len(targets)
         chosen = np.asarray(targets, dtype=np.int64)
         if self._balance_u is None:
@@ -461,7 +359,7 @@ class SimService:
         finish: np.ndarray,
         owner: np.ndarray,
         start_pending: list[list[float]],
-    ) -> _Outcomes:
+    ) -> ChunkOutcomes:
         if self._passes is not None:
             return self._outcomes_compiled(t0, step, steps, a, finish, owner, start_pending)
         if self.measurement is not None:
@@ -495,11 +393,12 @@ class SimService:
         served = np.bincount(w_ok, minlength=steps)[:steps]
         slow = np.bincount(w_ok[latency > slo], minlength=steps)[:steps]
         proc_sum = np.bincount(w_ok, weights=latency, minlength=steps)[:steps]
-        util = self._utilization(t0, step, steps, a_ok, f_ok, owner if everything else owner[ok],
-                                 start_pending)
-        return arrivals, served, dropped, slow, proc_sum, util
+        busy = busy_samples(a_ok, f_ok, owner if everything else owner[ok], start_pending,
+                            instances=len(self.instances), origin=t0 + self.util_sample_phase - 1e-6,
+                            samples=steps * round(step), capacity=self.profile.capacity)
+        return arrivals, served, dropped, slow, proc_sum, self._utilization_of(busy, t0, step, steps)
 
-    def _outcomes_measured(self, t0, step, steps, a, finish, owner, start_pending) -> _Outcomes:
+    def _outcomes_measured(self, t0, step, steps, a, finish, owner, start_pending) -> ChunkOutcomes:
         """One period's outcome as `self.measurement` reads it (see testbed.sim.measure): the
         simulator's own counts, with the utilization and, with SLO window "scrape", the counts
         replaced by the testbed's reading."""
@@ -520,13 +419,13 @@ class SimService:
                 np.array([c.latency_sum_s])]
         return self._listed(t0, step, steps, tuple(columns), util)
 
-    def _listed(self, t0, step, steps, columns, util) -> _Outcomes:
+    def _listed(self, t0, step, steps, columns, util) -> ChunkOutcomes:
         """A chunk's per-window arrays (`columns`: arrivals, served, dropped, slow, summed latency)
-        as the `_Outcomes` a step reads (lists: Python numbers)."""
-        return _Outcomes(self.profile.name, step, (*(c.tolist() for c in columns), util.tolist(),
-                                                   self._ready_by_window(t0, step, steps)))
+        as the `ChunkOutcomes` a step reads (lists: Python numbers)."""
+        return ChunkOutcomes(self.profile.name, step, (*(c.tolist() for c in columns), util.tolist(),
+                                                       ready_by_window(self.instances, t0, step, steps)))
 
-    def _outcomes_compiled(self, t0, step, steps, a, finish, owner, start_pending) -> _Outcomes:
+    def _outcomes_compiled(self, t0, step, steps, a, finish, owner, start_pending) -> ChunkOutcomes:
         """`_outcomes` through the compiled passes, which count up to the busy samples."""
         completion = self.slo_counting == "completion"
         counted = [not inst.draining for inst in self.instances] if self.util_counts_starting else []
@@ -539,100 +438,8 @@ class SimService:
         util = self._utilization_of(busy, t0, step, steps, summed=self.util_counts_starting)
         return self._listed(t0, step, steps, columns, util)
 
-    def _ready_by_window(self, t0: float, step: float, steps: int) -> list[int]:
-        """Instances (not draining) ready at the end of each window."""
-        ready_at = [inst.ready_at for inst in self.instances if not inst.draining]
-        if all(r <= t0 + step for r in ready_at):  # all ready by the first window's end
-            return [len(ready_at)] * steps
-        ends = t0 + step * np.arange(1, steps + 1)
-        ready = np.zeros(steps, dtype=np.int64)
-        for r in ready_at:
-            ready += ends >= r
-        return ready.tolist()
-
-    def _utilization(
-        self,
-        t0: float,
-        step: float,
-        steps: int,
-        a_ok: np.ndarray,
-        f_ok: np.ndarray,
-        mine: np.ndarray,
-        start_pending: list[list[float]],
-    ) -> np.ndarray:
-        """Per window: mean over per-second samples of the service's instance utilization, sum of
-        min(in_flight, capacity) / capacity over instances divided by the instance count.
-
-        Samples at t0, t0 + 1 s, ... as the published simulator's monitor (simpy_env.py:75-83,
-        a tick every 1000 ms from time 0): a request arriving at the very sample instant is not
-        yet in, one finishing at it still is (its monitor tick comes first in SimPy's order).
-        `util_sample_phase` moves the samples later within each second (0.5: mid-second, as this
-        simulator did before; the published client's gaps then put an arrival on many samples).
-
-        With `util_counts_starting` (default) the count is every instance holding units and not
-        draining, starting ones included (they serve nothing, so they pull the mean down), as in
-        the dissertation's own simulator (`sum(count) / (num_inst * capacity)`, num_inst counting
-        instances still starting) and its testbed query (sum over pods / running pods). Without
-        it, only ready instances count and draining ones count until they are gone."""
-        per_window = round(step)
-        n_samples = steps * per_window
-        cap = self.profile.capacity
-        m = len(self.instances)
-        # In flight at sample j: arrived at or before it and not finished by it. A time x counts
-        # from the first sample at or after it, index ceil(x - first sample); times are whole
-        # milliseconds, 1e-6 s off any sample, so the ceiling never sits on a rounding edge.
-        # One bincount per kind over (instance, sample) then a running sum replaces a search
-        # per instance. `a_ok`, `f_ok`, `mine`: arrival, finish and instance of the served requests.
-        origin = t0 + self.util_sample_phase - 1e-6
-        enter = np.ceil(a_ok - origin).astype(np.int64)
-        leave = np.minimum(np.ceil(f_ok - origin).astype(np.int64), n_samples)
-        width = n_samples + 1
-        if m > 1:  # one row of samples per instance
-            row = mine * width
-            enter += row
-            leave += row
-        delta = np.bincount(enter, minlength=m * width)
-        delta -= np.bincount(leave, minlength=m * width)
-        for k, held in enumerate(start_pending):  # a few requests: Python, not a dozen numpy calls
-            if held:
-                delta[k * width] += len(held)  # in flight from the first sample of its row
-                for f in held:  # until the first sample at or after its finish (in the row)
-                    gone = ceil(f - origin)
-                    delta[k * width + (0 if gone < 0 else n_samples if gone > n_samples else gone)] -= 1
-        in_flight = np.cumsum(delta.reshape(m, width)[:, :n_samples], axis=1)
-        busy = np.minimum(in_flight, cap) / cap if cap != 1 else np.minimum(in_flight, 1)
-        return self._utilization_of(busy, t0, step, steps)
-
-    def _utilization_of(
-        self, busy: np.ndarray, t0: float, step: float, steps: int, summed: bool = False
-    ) -> np.ndarray:
-        """Per window, the mean utilization of the busy samples (instance by sample, each the
-        fraction of its capacity in use; `summed`: one row, already summed over the instances
-        that count): see `_utilization`."""
-        per_window = round(step)
-        n_samples = steps * per_window
-        if self.util_counts_starting:
-            # the same instances count at every sample: sum their rows, divide by their number
-            # (leaving out rows of zeros changes no bit of the running sum over instances)
-            alive = [k for k, inst in enumerate(self.instances) if not inst.draining]
-            if not alive:
-                return np.zeros(steps)
-            if summed:
-                total = busy[0]
-            else:
-                total = busy.sum(axis=0) if len(alive) == len(busy) else busy[alive].sum(axis=0)
-            frac = (total / len(alive)).reshape(steps, per_window)
-            return frac.sum(axis=1) / per_window
-        samples = t0 + self.util_sample_phase + np.arange(n_samples, dtype=np.float64) - 1e-6
-        ready_at = np.array([inst.ready_at for inst in self.instances])[:, None]
-        removed = np.array([np.inf if inst.removed_at is None else inst.removed_at
-                            for inst in self.instances])[:, None]
-        alive = (samples + 2e-6 >= ready_at) & (samples < removed)
-        total = np.where(alive, busy, 0.0).sum(axis=0)
-        present = alive.sum(axis=0)
-        total = total.reshape(steps, per_window)
-        present = present.reshape(steps, per_window)
-        seen = present > 0
-        frac = np.divide(total, present, out=np.zeros_like(total), where=seen)
-        counted = seen.sum(axis=1)
-        return np.divide(frac.sum(axis=1), counted, out=np.zeros(steps), where=counted > 0)
+    def _utilization_of(self, busy: np.ndarray, t0: float, step: float, steps: int,
+                        summed: bool = False) -> np.ndarray:
+        """Per window, the mean utilization of the `busy` samples (testbed.sim.window_stats)."""
+        return mean_utilization(busy, self.instances, t0, step, steps, sample_phase=self.util_sample_phase,
+                                counts_starting=self.util_counts_starting, summed=summed)

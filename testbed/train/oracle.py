@@ -30,6 +30,7 @@ from testbed.profiles.paper import (
 from testbed.scaler.actions import ACTIONS, action_mask, next_cooldown
 from testbed.sim.cluster import DEFAULT_OPTIONS, SimOptions
 from testbed.sim.service import SimService
+from testbed.sim.service_options import WindowReading
 
 
 @dataclass(frozen=True)
@@ -66,9 +67,8 @@ def static_slo_table(
             prof,
             arrivals,
             np.random.default_rng(seed),
-            util_counts_starting=options.util_counts_starting,
-            slo_counting=options.slo_counting,
-            util_sample_phase=options.util_sample_phase,
+            reading=WindowReading(options.util_counts_starting, options.slo_counting,
+                                  options.util_sample_phase),
         )
         col = np.empty(total)
         for t in range(total):

@@ -1,5 +1,6 @@
 """What a cell's fold keeps per time bin and so far: each service's answers, latencies, time in
-flight and replicas per bin, its running tally, and each slice's or UE group's rate and drops."""
+flight and replicas per bin, its running tally, and each slice's or UE group's rate and drops, and
+the series the live page draws from them."""
 
 from __future__ import annotations
 
@@ -53,6 +54,19 @@ class ServiceBins:
             self.p99[i] = percentile(values, 0.99)
         self.dirty.clear()
 
+    def series(self, start: int, n: int, w: float) -> dict[str, list]:
+        """The live page's series of bins [start, n), each `w` scenario seconds wide."""
+        rng = range(start, n)
+        return {
+            "rate": [self.completed[i] / w for i in rng],
+            "errors": [self.errors[i] / w for i in rng],
+            "viol": [100.0 * self.violations[i] / self.completed[i] if self.completed[i] else None
+                     for i in rng],
+            "p50": [_r(self.p50[i]) for i in rng], "p95": [_r(self.p95[i]) for i in rng],
+            "p99": [_r(self.p99[i]) for i in rng],
+            "ready": self.ready[start:n], "desired": self.desired[start:n],
+            "inflight": [round(self.busy_s[i] / w, 3) for i in rng]}
+
 
 @dataclass
 class Tally:
@@ -80,3 +94,15 @@ class LinkBins:
             self.rate_sum.append(0.0)
             self.rate_n.append(0)
             self.drops.append(0)
+
+    def series(self, start: int, n: int, wall_s: float) -> dict[str, list]:
+        """The live page's series of bins [start, n), each `wall_s` wall seconds wide."""
+        rng = range(start, n)
+        return {
+            "mbit": [round(self.rate_sum[i] / self.rate_n[i], 3) if self.rate_n[i] else None
+                     for i in rng],
+            "drops": [round(self.drops[i] / wall_s, 3) for i in rng]}
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 2)

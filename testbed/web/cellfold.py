@@ -14,47 +14,23 @@ rows are `cell_rows`' own (what results.json records).
 from __future__ import annotations
 
 import math
-import re
 import time
 from array import array
 from pathlib import Path
 from typing import Any
 
 from testbed.clock import REAL_TIME, ScenarioClock
-from testbed.config.secrets import REDACTED
 from testbed.load.records import schedule_lag_ms
-from testbed.load.stats import percentile
-from testbed.scenario.matrix import fmt_value
-from testbed.scenario.results import SLO_MS, cell_rows, late_beyond_bound
+from testbed.scenario.results import SLO_MS, cell_rows
 from testbed.web.bins import MAX_BINS, LinkBins, ServiceBins, Tally, bin_width
+from testbed.web.labels import cell_key, masked_label
 from testbed.web.tail import JsonlTail, read_json
+from testbed.web.tally import tally_rows
 
 ENDED = ("ok", "failed", "interrupted", "planned")  # a cell.json status once the cell is over
 SERIES = ("rate", "errors", "viol", "p50", "p95", "p99", "ready", "desired", "inflight")
 TALLY_EVERY_S = 1.0  # a live tally's percentiles: at most this often (more while they cost more)
 FEED_BUDGET_S = 0.25  # per poll and cell: the rest of a long file waits for the next poll
-
-
-# matrix keys whose values are secrets (a subscriber key, a database address with its password):
-# masked on the page, as the manifest masks them in the scenario
-SECRET_KEY = re.compile(r"(^|\.)(key_seed|k|opc|mongo_uri)$", re.I)
-
-
-def masked_label(params: dict[str, Any]) -> str:
-    """A cell's matrix parameters as its label writes them (`slicing=on, iperf_flows=40`, or
-    "base"), the values of secret keys masked.
-
-    params: the cell's parameters (key -> value)."""
-    return ", ".join(f"{k}={REDACTED if SECRET_KEY.search(k) else fmt_value(v)}"
-                     for k, v in params.items()) or "base"
-
-
-def cell_key(slug: str, rep: int) -> str:
-    """The page's name of a cell repetition: its index and repetition, not its slug (which
-    writes the parameters' values).
-
-    slug: the cell's directory name; rep: its repetition."""
-    return f"{slug.split('-', 1)[0]}/{rep}"
 
 
 class CellFold:
@@ -365,20 +341,7 @@ class CellFold:
         if not self._tally_dirty or time.monotonic() - self._tally_at < self._tally_every:
             return
         began = time.monotonic()
-        view = {}
-        for service, t in self.tally.items():
-            n = t.requests
-            late = (late_beyond_bound(list(t.lags_ms), slo_ms=self.slo_ms(service))
-                    if not self.clock.real_time else None)
-            view[service] = {
-                "service": service, "requests": n, "errors": t.errors, "violations": t.violations,
-                "slo_violation_rate": t.violations / n if n else None,
-                "mean_latency_ms": t.latency_sum_ms / len(t.ok_ms) if t.ok_ms else None,
-                "p50_latency_ms": percentile(t.ok_ms, 0.5),
-                "p99_latency_ms": percentile(t.ok_ms, 0.99),
-                "p99_lateness_ms": percentile(t.lags_ms, 0.99),
-                "mean_replicas": t.ready_sum / t.samples if t.samples else None,
-                "behind_ms": late}
+        view = tally_rows(self.tally, self.clock, self.slo_ms)
         self._tally_view = view
         self._tally_at = time.monotonic()
         self._tally_every = max(TALLY_EVERY_S, 10 * (self._tally_at - began))
@@ -399,29 +362,15 @@ class CellFold:
         return {s: v["behind_ms"] for s, v in self._tally_view.items() if v.get("behind_ms")}
 
     def _series(self, start: int, net_start: int) -> dict[str, Any]:
-        w = self.width
         out: dict[str, Any] = {}
         for name, b in self.services.items():
             b.grow(self.n)
-            rng = range(start, self.n)
-            out[name] = {
-                "rate": [b.completed[i] / w for i in rng],
-                "errors": [b.errors[i] / w for i in rng],
-                "viol": [100.0 * b.violations[i] / b.completed[i] if b.completed[i] else None
-                         for i in rng],
-                "p50": [_r(b.p50[i]) for i in rng], "p95": [_r(b.p95[i]) for i in rng],
-                "p99": [_r(b.p99[i]) for i in rng],
-                "ready": b.ready[start:self.n], "desired": b.desired[start:self.n],
-                "inflight": [round(b.busy_s[i] / w, 3) for i in rng]}
+            out[name] = b.series(start, self.n, self.width)
         links: dict[str, Any] = {}
         wall_s = self.clock.wall(self.net_width)
-        rng = range(net_start, self.net_n)
         for key, link in self.links.items():
             link.grow(self.net_n)
-            links[key] = {
-                "mbit": [round(link.rate_sum[i] / link.rate_n[i], 3) if link.rate_n[i] else None
-                         for i in rng],
-                "drops": [round(link.drops[i] / wall_s, 3) for i in rng]}
+            links[key] = link.series(net_start, self.net_n, wall_s)
         return {"services": out, "links": links, "net_from": net_start}
 
     def head(self) -> dict[str, Any]:
@@ -483,6 +432,3 @@ class CellFold:
         self._changed = False
         return out
 
-
-def _r(v: float | None) -> float | None:
-    return None if v is None else round(v, 2)

@@ -17,7 +17,8 @@ from testbed.judge.verdict import run_verdict
 from testbed.scenario.matrix import expand
 from testbed.scenario.results import LATENESS_SLO_SHARE, RECORD
 from testbed.scenario.spec import Scenario
-from testbed.web.cellfold import CellFold, cell_key, masked_label
+from testbed.web.cellfold import CellFold
+from testbed.web.labels import cell_key, masked_label
 from testbed.web.tail import read_json
 
 QUIET_S = 60.0  # wall seconds without a new line before an unfinished run is called quiet

@@ -8,8 +8,10 @@ import pytest
 
 from testbed.load.trace import Trace, arrival_times
 from testbed.profiles import ServiceProfile, default_profiles
+from testbed.sim.chunk import SubChunk
 from testbed.sim.passes import COMPILED_ENV, compiled_kernels
 from testbed.sim.service import SimService
+from testbed.sim.service_options import WindowReading
 
 pytest.importorskip("numba", reason="the simulator's compiled passes need the fast extra (numba)")
 
@@ -53,7 +55,7 @@ def test_a_sub_chunk_is_served_as_the_numpy_kernels_serve_it(seed, monkeypatch):
     numpy_pending = [list(held[k]) for k in targets]
     numpy_tokens = dict(tokens)
     finish, owner = _service(profile, monkeypatch, compiled=False)._serve_numpy(
-        a, s, 0, n, targets=targets, rr=rr, tokens=numpy_tokens, pend=numpy_pending,
+        a, s, SubChunk(0, n, targets, rr, numpy_tokens, numpy_pending),
         finish=np.full(n, np.nan), owner=np.full(n, -1, dtype=np.int64))
 
     passes = _service(profile, monkeypatch, compiled=True)._passes
@@ -97,8 +99,8 @@ def _step_and_scale(profile, monkeypatch, compiled: bool, seed: int, **options):
 @pytest.mark.parametrize("service", ["chatbot", "imgcls", "tts"])
 @pytest.mark.parametrize("options", [
     {},
-    {"util_counts_starting": False},
-    {"slo_counting": "arrival", "util_sample_phase": 0.5},
+    {"reading": WindowReading(util_counts_starting=False)},
+    {"reading": WindowReading(slo_counting="arrival", util_sample_phase=0.5)},
     {"max_chunk_steps": 1},
 ])
 def test_a_service_stepped_and_scaled_is_the_same_on_both_paths(service, options, monkeypatch):

@@ -11,6 +11,7 @@ from testbed.scaler.loop import ScalerLoop
 from testbed.sim.cluster import SimCluster, SimOptions
 from testbed.sim.queueing import serve_exact, serve_fast
 from testbed.sim.service import SimService, rate_limit_admit, round_robin_admit
+from testbed.sim.service_options import WindowReading
 
 PROFILES = default_profiles()
 
@@ -274,8 +275,8 @@ def test_utilization_matches_its_definition_sample_by_sample(counts_starting, ph
     rng = np.random.default_rng(7)
     prof = profile(900.0, queue=5)
     arrivals = np.sort(rng.integers(0, 90_000, 120)) / 1000.0  # whole milliseconds, 3 windows
-    svc = SimService(prof, arrivals, rng, util_counts_starting=counts_starting,
-                     util_sample_phase=phase)
+    svc = SimService(prof, arrivals, rng, reading=WindowReading(util_counts_starting=counts_starting,
+                                                                util_sample_phase=phase))
     svc.instances[0].pending = [0.4, 1.2]
     svc.scale(3, 0.0)  # two more, starting: ready after the start-up delay
     svc.instances[1].ready_at, svc.instances[2].ready_at = 20.0, 45.5
