@@ -25,7 +25,7 @@ from testbed.profiles import default_profiles
 from testbed.profiles.paper import PAPER_TABLES, SERVICES
 from testbed.scaler.policies import RuleV2
 from testbed.traces import PACKAGE, traces_folder
-from testbed.train.evaluate import evaluate, test_day_traces
+from testbed.train.evaluate import EvalRun, evaluate, test_day_traces
 from testbed.train.oracle import best_schedule, static_slo_table
 
 
@@ -64,7 +64,8 @@ def main() -> None:
                 held[d.service].append(d.replicas_before * profiles[d.service].units)
 
             res = evaluate(
-                policies, traces, t.ratios, total_units=t.total_units, seed=args.seed, on_decision=record
+                policies, traces, t.ratios, total_units=t.total_units, seed=args.seed,
+                run=EvalRun(on_decision=record),
             )
             for s in SERVICES:
                 others = sum(np.asarray(held[o]) for o in SERVICES if o != s)

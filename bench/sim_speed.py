@@ -28,7 +28,7 @@ from testbed.profiles.paper import DEFAULT_RATIOS, TABLE_5_1, TABLE_5_2
 from testbed.scaler.policies import RandomPolicy, RuleV2, StaticPolicy
 from testbed.sim.passes import COMPILED_ENV, compiled_kernels
 from testbed.traces import PACKAGE, traces_folder
-from testbed.train.evaluate import evaluate, test_day_traces
+from testbed.train.evaluate import EvalRun, evaluate, test_day_traces
 
 FLOOR = 100.0  # issue 27: ours >= 100x the published simulator per step, on every service
 # per-step speed is that of long work, where the default install takes the compiled passes (after
@@ -59,7 +59,7 @@ def alone(traces, steps: int) -> None:
                         {service: policy},
                         {service: traces[service]},
                         {service: DEFAULT_RATIOS[service] * load},
-                        max_steps=steps,
+                        run=EvalRun(max_steps=steps),
                     )[service]
                     best = r if best is None or r.steps_per_second > best.steps_per_second else best
                 print(
@@ -74,7 +74,7 @@ def _ours(policies, traces, ratios, steps: int, runs: int = 5) -> tuple[float, f
     enough that a single scheduler hiccup on a shared machine would decide it."""
     wall, cpu = [], []
     for _ in range(runs):
-        r = next(iter(evaluate(policies, traces, ratios, max_steps=steps).values()))
+        r = next(iter(evaluate(policies, traces, ratios, run=EvalRun(max_steps=steps)).values()))
         wall.append(r.steps_per_second)
         cpu.append(r.steps_per_cpu_second)
     return statistics.median(wall), statistics.median(cpu)
@@ -138,7 +138,7 @@ def main() -> None:
     print(passes())
     alone(traces, args.steps)
     all_policies = {s: RuleV2.for_service(s) for s in traces}
-    r = evaluate(all_policies, traces, DEFAULT_RATIOS, max_steps=args.steps)
+    r = evaluate(all_policies, traces, DEFAULT_RATIOS, run=EvalRun(max_steps=args.steps))
     print(
         f"all three sharing 8 units, rule_v2: {next(iter(r.values())).steps_per_second:,.0f} steps/s "
         "(each step advances and decides for three services)"

@@ -46,7 +46,7 @@ from testbed.scaler.policies import RuleV1, RuleV2  # noqa: E402
 from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS, SimOptions, with_measure  # noqa: E402
 from testbed.sim.measure import Measurement  # noqa: E402
 from testbed.traces import PACKAGE, traces_folder  # noqa: E402
-from testbed.train.evaluate import evaluate, test_day_traces  # noqa: E402
+from testbed.train.evaluate import EvalRun, evaluate, test_day_traces  # noqa: E402
 
 # Our local testbed's whole day, both policies (docs/table-5.4.md, "The whole day, both policies",
 # 2026-11-29, dc00e3c): service -> policy -> (reward, SLO violation rate, instances)
@@ -233,7 +233,8 @@ def run_row(row: Row, traces, agents, seeds: int) -> dict[tuple[str, str], Cell]
                                       and TERMINATING_S[d.service] >= STEP_SECONDS else 0)
 
             res = evaluate(make(), traces, DEFAULT_RATIOS, seed=seed, profiles=profiles,
-                           options=row.options, on_decision=note if row.terminating else None)
+                           options=row.options,
+                           run=EvalRun(on_decision=note if row.terminating else None))
             for s, r in res.items():
                 more = extra[s] / max(r.steps, 1)
                 reward = r.reward - REWARD_BETA * more / TOTAL_UNITS

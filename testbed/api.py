@@ -137,6 +137,7 @@ def evaluate(policy: Any, service: str | ServiceProfile, trace: Any, *, ratio: f
     """
     # the simulator (numpy, and numba where installed): only when a policy is evaluated
     from testbed.load.trace import Trace, load_trace
+    from testbed.train.evaluate import EvalRun
     from testbed.train.evaluate import evaluate as simulate
 
     known = load_profiles(profiles)
@@ -149,5 +150,5 @@ def evaluate(policy: Any, service: str | ServiceProfile, trace: Any, *, ratio: f
                              options=policy_args)
     trace = trace if isinstance(trace, Trace) else load_trace(trace)
     results = simulate({service: policy}, {service: trace}, {service: ratio}, total_units=total_units,
-                       seed=seed, profiles=known, max_steps=max_steps)
+                       seed=seed, profiles=known, run=EvalRun(max_steps=max_steps))
     return results[service]

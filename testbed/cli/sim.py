@@ -288,6 +288,8 @@ def sim_compare(
     from testbed.scaler.fa2 import Pipeline
     from testbed.train.compare import (
         TABLE_GPUS,
+        LoadChoice,
+        RunSettings,
         policy_names,
         prepare_comparison,
         report_note,
@@ -309,11 +311,11 @@ def sim_compare(
     pipes = [parse_pipeline(pipeline, Pipeline, services)] if pipeline else []
     tr = chosen_traces(trace, traces, services, trace_time_unit, trace_rate_unit)
     comparison = prepare_comparison(  # everything is checked before anything runs
-        names, load, tr.traces, models=models, services=services,
-        trace_label="" if tr.paper else tr.label(), profiles=known,
-        profiles_path=profiles, pipelines=pipes,
-        plan_chain=plan_chain, layout_gpus=layout_gpus, initial=initial, scale=scale, seed=seed,
-        interference=interference, max_steps=steps)
+        names, LoadChoice(tables=tuple(load), scale=scale, layout_gpus=layout_gpus,
+                          trace_label="" if tr.paper else tr.label()),
+        tr.traces, models=models, services=services, profiles=known, profiles_path=profiles,
+        settings=RunSettings(seed=seed, interference=interference, max_steps=steps, initial=initial,
+                             pipelines=tuple(pipes), plan_chain=plan_chain))
     started = _time.perf_counter()
     rows = run_comparison(comparison, stage=console.status,
                           on_result=lambda name, r: _print_compare_run(name, r, as_json))

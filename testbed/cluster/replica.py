@@ -22,6 +22,7 @@ import random
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
@@ -36,6 +37,29 @@ from testbed.timer import PreciseWake
 TOKEN_ENV = "TESTBED_REPLICA_TOKEN"  # the cluster's token for /_config
 
 
+@dataclass(frozen=True)
+class HandlerWork:
+    """What a replica's handler does for a request besides spending the profile's time."""
+
+    use_espeak: bool = True  # tts synthesises with espeak where it is installed
+    sleep_only: bool = False  # the handler skips its work; the profile's time is still spent
+
+
+@dataclass(frozen=True)
+class GpuPlacement:
+    """A replica's place on its emulated GPU: batch size and MPS share (issue 15; either needs
+    the profile's gpu curve) and 1 + InSS's interference term for its neighbours there (the
+    cluster computes it from the placement: every processing time is multiplied by it)."""
+
+    batch: int = 1
+    share_pct: float | None = None
+    stretch: float = 1.0
+
+
+ALONE = GpuPlacement()
+FULL_WORK = HandlerWork()
+
+
 class EmulatedReplica:
     """Admission (capacity + queue limit), timing and readiness of one replica."""
 
@@ -46,20 +70,17 @@ class EmulatedReplica:
         *,
         clock: ScenarioClock = REAL_TIME,
         seed: int | None = None,
-        use_espeak: bool = True,
-        sleep_only: bool = False,
+        work: HandlerWork = FULL_WORK,
         launched_at: float | None = None,
-        batch: int = 1,
-        share_pct: float | None = None,
-        stretch: float = 1.0,
+        gpu: GpuPlacement = ALONE,
         admin_token: str | None = None,
     ):
         self.service = service
         self.handler = handler_for(profile, service)  # what a request to this service does
         self.profile = profile
         self.clock = clock  # the run's time scale: every profile time is spent on its wall
-        self.use_espeak = use_espeak
-        self.sleep_only = sleep_only  # the handler skips its work; the profile's time is still spent
+        self.use_espeak = work.use_espeak
+        self.sleep_only = work.sleep_only
         self.rng = random.Random(seed)
         # The replica keeps its queue's schedule as an ideal one would: each slot's moment of
         # freedom (monotonic s, a heap). A request starts when it arrived or when the earliest
@@ -69,10 +90,8 @@ class EmulatedReplica:
         # count 16 times. Only work that outlasts its drawn time (real work) moves the schedule.
         self._free_at = [0.0] * profile.capacity
         self._batch_free_at = 0.0
-        # its busy slot-seconds on that schedule: the requests (or batches) finished, and the
-        # (start, end) of those in process, by key
-        self._busy_done = 0.0
-        self._busy_open: dict[object, tuple[float, float]] = {}
+        self._busy_done = 0.0  # busy slot-seconds on that schedule of the requests (batches) done
+        self._busy_open: dict[object, tuple[float, float]] = {}  # (start, end) in process, by key
         self.late_s = 0.0  # how late the replica's own last wake came (s): the machine's lag
         # a wake at the drawn time to the microsecond, where asyncio's sleep overruns by up to a
         # millisecond (testbed.timer): at time scale 16 that millisecond is 16 of the profile's
@@ -89,19 +108,15 @@ class EmulatedReplica:
         self._slots = asyncio.Semaphore(profile.capacity)
         self._idle = asyncio.Event()
         self._idle.set()
-        # MPS share and batch size (issue 15): with a gpu curve and either set, requests queue for
-        # a batcher that closes a batch on size or after a quarter of the SLO and takes the curve's
-        # time; otherwise the DRAFAS path above (capacity slots, batch 1) serves them unchanged.
-        if (batch != 1 or share_pct is not None) and profile.gpu is None:
+        # with a gpu curve and a batch or share set, requests queue for a batcher that closes a
+        # batch on size or after a quarter of the SLO and takes the curve's time; otherwise the
+        # DRAFAS path above (capacity slots, batch 1) serves them unchanged.
+        self._batched = gpu.batch != 1 or gpu.share_pct is not None
+        if self._batched and profile.gpu is None:
             raise ValueError(f"{service}: batch/share need the profile's gpu curve")
-        self.batch = batch
-        self.share_pct = share_pct
-        self._batched = batch != 1 or share_pct is not None
-        # 1 + InSS's interference term for the neighbours on this replica's emulated GPU (the
-        # cluster computes it from the placement): every processing time is multiplied by it
-        if not (math.isfinite(stretch) and stretch >= 1.0):
-            raise ValueError(f"stretch must be a finite number >= 1, got {stretch}")
-        self.stretch = stretch
+        if not (math.isfinite(gpu.stretch) and gpu.stretch >= 1.0):
+            raise ValueError(f"stretch must be a finite number >= 1, got {gpu.stretch}")
+        self.batch, self.share_pct, self.stretch = gpu.batch, gpu.share_pct, gpu.stretch
         self._admin = f"Bearer {admin_token}".encode() if admin_token else None
         self._queue: list[tuple[float, asyncio.Future, object]] = []
         self._kick = asyncio.Event()
@@ -415,12 +430,9 @@ def main(argv: list[str] | None = None) -> int:
             profile,
             clock=ScenarioClock(args.time_scale),
             seed=args.seed,
-            use_espeak=not args.no_espeak,
-            sleep_only=args.sleep_only,
+            work=HandlerWork(use_espeak=not args.no_espeak, sleep_only=args.sleep_only),
             launched_at=args.launched_at,
-            batch=args.batch,
-            share_pct=args.share,
-            stretch=args.stretch,
+            gpu=GpuPlacement(batch=args.batch, share_pct=args.share, stretch=args.stretch),
             admin_token=os.environ.get(TOKEN_ENV) or None,
         )
         await serve(

@@ -122,69 +122,76 @@ def parse(text: str) -> Check:
         raise ExpectSyntaxError(f"a check is at most {MAX_CHECK_CHARS} characters, this one has "
                                 f"{len(text)}")
     body, clauses = _split_clauses(text)
-    tokens = _tokenize(body)
-    pos = 0
-    depth = 0
+    parser = _Parser(text, _tokenize(body))
+    left = parser.expr()
+    nxt = parser.peek()
+    if not nxt or nxt[1] not in COMPARISONS:
+        raise ExpectSyntaxError(f"a check needs one comparison (<, <=, >, >=, ==, !=, ~=): {text!r}")
+    op = parser.take()[1]
+    right = parser.expr()
+    if parser.peek() is not None:
+        raise ExpectSyntaxError(f"unexpected {parser.peek()[1]!r} after the comparison in {text!r}")
+    return _with_clauses(Check(text, left, op, right), clauses)
 
-    def peek() -> tuple[str, str] | None:
-        return tokens[pos] if pos < len(tokens) else None
 
-    def take() -> tuple[str, str]:
-        nonlocal pos
-        if pos >= len(tokens):
-            raise ExpectSyntaxError(f"unexpected end of check: {text!r}")
-        pos += 1
-        return tokens[pos - 1]
+class _Parser:
+    """Recursive descent over a check's tokens: expr = product (+|- product)*, product = atom
+    (*|/ atom)*, atom = number | name[selectors] | ( expr ) | - atom; nested at most MAX_NESTING."""
 
-    def nested(parse_inner: Any) -> Any:
-        nonlocal depth
-        depth += 1
-        if depth > MAX_NESTING:
-            raise ExpectSyntaxError(f"nested deeper than {MAX_NESTING} levels in {text[:60]!r}...")
+    def __init__(self, text: str, tokens: list[tuple[str, str]]) -> None:
+        self.text = text  # the whole check, for the errors
+        self.tokens = tokens
+        self.pos = 0
+        self.depth = 0
+
+    def peek(self) -> tuple[str, str] | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def take(self) -> tuple[str, str]:
+        if self.pos >= len(self.tokens):
+            raise ExpectSyntaxError(f"unexpected end of check: {self.text!r}")
+        self.pos += 1
+        return self.tokens[self.pos - 1]
+
+    def nested(self, parse_inner: Any) -> Any:
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise ExpectSyntaxError(f"nested deeper than {MAX_NESTING} levels in {self.text[:60]!r}...")
         try:
             return parse_inner()
         finally:
-            depth -= 1
+            self.depth -= 1
 
-    def atom() -> Any:
-        kind, val = take()
+    def atom(self) -> Any:
+        text = self.text
+        kind, val = self.take()
         if kind == "num":
             return float(val)
         if kind == "op" and val == "(":
-            node = nested(expr)
-            if take() != ("op", ")"):
+            node = self.nested(self.expr)
+            if self.take() != ("op", ")"):
                 raise ExpectSyntaxError(f"missing ')' in {text!r}")
             return node
         if kind == "op" and val == "-":
-            return ("neg", nested(atom))
+            return ("neg", self.nested(self.atom))
         if kind == "name":
             sels: tuple[tuple[str, str], ...] = ()
-            if peek() and peek()[0] == "sel":
-                sels = _selectors(take()[1], text)
+            if self.peek() and self.peek()[0] == "sel":
+                sels = _selectors(self.take()[1], text)
             return Term(val, sels)
         raise ExpectSyntaxError(f"unexpected {val!r} in {text!r}")
 
-    def product() -> Any:
-        node = atom()
-        while peek() in (("op", "*"), ("op", "/")):
-            node = (take()[1], node, atom())
+    def product(self) -> Any:
+        node = self.atom()
+        while self.peek() in (("op", "*"), ("op", "/")):
+            node = (self.take()[1], node, self.atom())
         return node
 
-    def expr() -> Any:
-        node = product()
-        while peek() in (("op", "+"), ("op", "-")):
-            node = (take()[1], node, product())
+    def expr(self) -> Any:
+        node = self.product()
+        while self.peek() in (("op", "+"), ("op", "-")):
+            node = (self.take()[1], node, self.product())
         return node
-
-    left = expr()
-    nxt = peek()
-    if not nxt or nxt[1] not in COMPARISONS:
-        raise ExpectSyntaxError(f"a check needs one comparison (<, <=, >, >=, ==, !=, ~=): {text!r}")
-    op = take()[1]
-    right = expr()
-    if peek() is not None:
-        raise ExpectSyntaxError(f"unexpected {peek()[1]!r} after the comparison in {text!r}")
-    return _with_clauses(Check(text, left, op, right), clauses)
 
 
 def _split_clauses(text: str) -> tuple[str, dict[str, str]]:

@@ -28,6 +28,7 @@ import csv
 import io
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -152,7 +153,20 @@ def parse_csv_trace(text: str, source: str = "<trace>", *, time_unit: str | None
     tcol, vcol = when[0], how_many[0]
     data = rows[1:]
     stamped = tcol.role == "time" and bool(data) and _is_timestamp(_cell(data[0][1], tcol))
-    t_unit = 1.0 if stamped else tcol.unit_s
+    t_unit = 1.0 if stamped else _time_unit(tcol, time_unit, problem)
+    r_unit = _rate_unit(vcol, rate_unit, problem) if vcol.role == "rate" else None
+    times, values, lines = _read_rows(data, source, tcol, vcol, stamped)
+    if not times:
+        raise problem("", "trace has a header and no rows")
+    durations = _durations(np.asarray(times) * t_unit, tcol, lines, problem)
+    v = np.asarray(values)
+    counts = v * durations / r_unit if r_unit is not None else v
+    return durations, counts
+
+
+def _time_unit(tcol: Column, time_unit: str | None, problem: Callable[..., ConfigError]) -> float:
+    """Seconds per unit of the time (or interval) column: its header's, else the caller's."""
+    t_unit = tcol.unit_s
     if t_unit is None and time_unit:
         t_unit = caller_unit(time_unit, "time")
     if t_unit is None:
@@ -160,20 +174,26 @@ def parse_csv_trace(text: str, source: str = "<trace>", *, time_unit: str | None
                       f"{tcol.name}_s, {tcol.name}_min, {tcol.name}_h (or `{tcol.name} [min]`), "
                       "or give the time unit (a scenario's `trace_units: {time: min}`, a "
                       "command's --trace-time-unit min)")
-    r_unit = None
-    if vcol.role == "rate":
-        r_unit = vcol.unit_s
-        if r_unit is None and rate_unit:
-            r_unit = caller_unit(rate_unit, "rate")
-        if r_unit is None:
-            raise problem(vcol.name, f"the rate column {vcol.name!r} states no unit: name it "
-                          "rate_per_s, rate_per_min, rate_rps (or `rate [req/min]`), or give the "
-                          "rate unit (a scenario's `trace_units: {rate: per_min}`, a command's "
-                          "--trace-rate-unit per_min)")
-    times, values, lines = _read_rows(data, source, tcol, vcol, stamped)
-    if not times:
-        raise problem("", "trace has a header and no rows")
-    t = np.asarray(times) * t_unit
+    return t_unit
+
+
+def _rate_unit(vcol: Column, rate_unit: str | None, problem: Callable[..., ConfigError]) -> float:
+    """Seconds per unit of the rate column's time: its header's, else the caller's."""
+    r_unit = vcol.unit_s
+    if r_unit is None and rate_unit:
+        r_unit = caller_unit(rate_unit, "rate")
+    if r_unit is None:
+        raise problem(vcol.name, f"the rate column {vcol.name!r} states no unit: name it "
+                      "rate_per_s, rate_per_min, rate_rps (or `rate [req/min]`), or give the "
+                      "rate unit (a scenario's `trace_units: {rate: per_min}`, a command's "
+                      "--trace-rate-unit per_min)")
+    return r_unit
+
+
+def _durations(t: np.ndarray, tcol: Column, lines: list[int],
+               problem: Callable[..., ConfigError]) -> np.ndarray:
+    """Each row's length in seconds: an interval column's own, or a time column's gaps (the last
+    row as long as the one before), checked to increase without a missing row."""
     if tcol.role == "interval":
         durations = t
         bad = np.flatnonzero(durations <= 0)
@@ -195,9 +215,7 @@ def parse_csv_trace(text: str, source: str = "<trace>", *, time_unit: str | None
                           f"{_seconds(durations[k])} after the one before: a missing row? write it "
                           "(0 if it had no requests), or give an interval column for rows of "
                           "other lengths", lines[k + 1])
-    v = np.asarray(values)
-    counts = v * durations / r_unit if r_unit is not None else v
-    return durations, counts
+    return durations
 
 
 def _cell(raw: str, col: Column) -> str:

@@ -225,15 +225,7 @@ class ServiceBalancer:
                 answer = _json_answer(503, {"error": f"no ready replica of {self.service}"}, head)
                 break
             tried.add(b.replica)
-            b.in_flight += 1
-            self._busy_changed()
-            gauge = b.gauge or self.metrics.in_flight.labels(self.service, b.replica)
-            b.gauge = gauge  # the labelled child, looked up once per replica
-            gauge.inc()
-            meter = (self.mesh.replica(self.workload, b.replica, self.profile.capacity)
-                     if self.mesh is not None else None)
-            if meter is not None:
-                meter.started()
+            gauge, meter = self._sent_to(b)
             try:
                 up, data = await self._pool.exchange(b.url, method, target, headers, body,
                                                      self.upstream_timeout_s)
@@ -265,15 +257,37 @@ class ServiceBalancer:
                     served_by = b.replica
                 self._forget_if_idle(b)
         latency_ms = (time.monotonic() - start) * 1000.0
+        lost = client_gone()
+        if lost:
+            self._lost("while waiting for the response")
+        self._answered(status, reason, served_by, latency_ms, (upload_ms, server_ms))
+        return None if lost else answer
+
+    def _sent_to(self, b: Backend) -> tuple[Any, Any]:
+        """A request now in flight at replica `b`: its count and gauge up, the mesh's meter (if
+        any) started; returns the gauge and the meter (None without a mesh)."""
+        b.in_flight += 1
+        self._busy_changed()
+        gauge = b.gauge or self.metrics.in_flight.labels(self.service, b.replica)
+        b.gauge = gauge  # the labelled child, looked up once per replica
+        gauge.inc()
+        meter = (self.mesh.replica(self.workload, b.replica, self.profile.capacity)
+                 if self.mesh is not None else None)
+        if meter is not None:
+            meter.started()
+        return gauge, meter
+
+    def _answered(self, status: int, reason: str, served_by: str, latency_ms: float,
+                  parts_ms: tuple[float, float | None]) -> None:
+        """One answered request in the window, the metrics and the mesh: `latency_ms` since its
+        head arrived, `parts_ms` its upload's and the replica's own (None: not reported)."""
+        upload_ms, server_ms = parts_ms
         if self.clock.compresses(latency_ms, server_ms):
             # the window's latency as the client records it (ScenarioClock.scenario_ms_of): the
             # replica's time compressed, the rest (network, balancer) at its real duration; here
             # in wall time against the compressed SLO, so the rest counts divided by the scale
             latency_ms = self.clock.compressed(latency_ms, server_ms)  # type: ignore[arg-type]
             upload_ms = self.clock.wall(upload_ms)  # the network's part, as the rest
-        lost = client_gone()
-        if lost:
-            self._lost("while waiting for the response")
         violated = self.collector.completion(latency_ms, ok=status < 400, dropped=status == 503,
                                              upload_ms=upload_ms)
         if violated:
@@ -282,7 +296,6 @@ class ServiceBalancer:
         self.metrics.duration.labels(self.service).observe(latency_ms / 1000.0)
         if self.mesh is not None:
             self.mesh.finished(self.workload, served_by, status, latency_ms)
-        return None if lost else answer
 
     def _lost(self, when: str) -> None:
         """A client connection closed `when` (while sending, while waiting): counted, one line."""

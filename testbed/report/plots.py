@@ -179,24 +179,7 @@ def timeseries(cell_dir: Path, out: Path, name: str, title: str | None = None) -
                              gridspec_kw={"height_ratios": [1, 1, 1.4, 1]})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for k, (service, rows) in enumerate(sorted(by_service.items())):
-        color = colors[k % len(colors)]
-        t = [r["t"] for r in rows]
-        # offset the step lines a little so services with equal counts stay visible
-        axes[0].step(t, [r["ready"] + 0.04 * (k - 1) for r in rows], where="post", label=service,
-                     color=color)
-        rate_t, rate = _rates(rows)
-        axes[1].plot(rate_t, rate, label=service, linewidth=0.9, color=color)
-        b = buckets.get(service)
-        if b is None:
-            continue
-        axes[2].plot(b["t"], b["p50"], color=color, linewidth=1.2, marker=".", markersize=3,
-                     label=f"{service} p50")
-        axes[2].plot(b["t"], b["p99"], color=color, linewidth=0.9, linestyle="--",
-                     label=f"{service} p99")
-        if b["slo_ms"]:
-            axes[2].axhline(b["slo_ms"], color=color, linewidth=0.8, linestyle=":", alpha=0.8)
-        axes[3].step(b["t"], [100 * v for v in b["violation_rate"]], where="mid", color=color,
-                     label=service)
+        _plot_service(axes, k, service, rows, buckets.get(service), colors[k % len(colors)])
     axes[0].set_ylabel("ready replicas")
     # whole replicas on the axis: the small offsets above must not read as 0.96 replicas
     counts = [r["ready"] for r in samples]
@@ -217,6 +200,42 @@ def timeseries(cell_dir: Path, out: Path, name: str, title: str | None = None) -
     worst = max((v for b in buckets.values() for v in b["violation_rate"]), default=0.0)
     axes[3].set_ylim(*violation_ylim(worst))
     _note_if_all_zero(axes[3], [v for b in buckets.values() for v in b["violation_rate"]])
+    _shade_warmup(axes, cell_dir)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, ncol=2 if ax is axes[2] else 1, loc="upper left")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    path = _save(fig, out / f"timeseries-{name}.png")
+    return path
+
+
+def _plot_service(axes: Any, k: int, service: str, rows: list[dict[str, Any]],
+                  bucket: dict[str, Any] | None, color: str) -> None:
+    """Service `service` (the k-th) on the four panels: its ready replicas and request rate from
+    its samples, and where the request records give them (`bucket`), its latency and violations."""
+    t = [r["t"] for r in rows]
+    # offset the step lines a little so services with equal counts stay visible
+    axes[0].step(t, [r["ready"] + 0.04 * (k - 1) for r in rows], where="post", label=service,
+                 color=color)
+    rate_t, rate = _rates(rows)
+    axes[1].plot(rate_t, rate, label=service, linewidth=0.9, color=color)
+    b = bucket
+    if b is None:
+        return
+    axes[2].plot(b["t"], b["p50"], color=color, linewidth=1.2, marker=".", markersize=3,
+                 label=f"{service} p50")
+    axes[2].plot(b["t"], b["p99"], color=color, linewidth=0.9, linestyle="--",
+                 label=f"{service} p99")
+    if b["slo_ms"]:
+        axes[2].axhline(b["slo_ms"], color=color, linewidth=0.8, linestyle=":", alpha=0.8)
+    axes[3].step(b["t"], [100 * v for v in b["violation_rate"]], where="mid", color=color,
+                 label=service)
+
+
+def _shade_warmup(axes: Any, cell_dir: Path) -> None:
+    """The cell's warm-up shaded on every panel (where it had one), and the time axis's label."""
     info = json.loads((cell_dir / "cell.json").read_text()) if (cell_dir / "cell.json").exists() \
         else {}
     if info.get("warmup_s"):
@@ -226,14 +245,6 @@ def timeseries(cell_dir: Path, out: Path, name: str, title: str | None = None) -
                            "warm-up, not in the results)")
     else:
         axes[3].set_xlabel("scenario time (s), from the first request")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, ncol=2 if ax is axes[2] else 1, loc="upper left")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    path = _save(fig, out / f"timeseries-{name}.png")
-    return path
 
 
 def violation_ylim(worst: float) -> tuple[float, float]:

@@ -42,24 +42,7 @@ def what_was_run(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> Secti
         ("", ["engine", "resource units", "scaler period s", "seconds per cell", "measured"],
          _setup)]
     if not sim:
-        off = any(not (t.get("link") or {}).get("slicing", True) for _, _, t in resolved)
-        tables += [
-            ("Link (the bottleneck between the UPF and the data network)" + (
-                "; with slicing off every packet shares one class: the slices' guarantees and "
-                "ceilings do not apply" if off else ""),
-             ["link", "capacity Mbit/s", "uplink Mbit/s", "downlink Mbit/s", "slicing",
-              "delay ms", "queues"], _link),
-            ("Slices", ["slice", "S-NSSAI (sst/sd)", "DNN", "subnet", "guaranteed Mbit/s",
-                        "ceiling Mbit/s"], _slices),
-            ("UE groups: the QoS each UE of the group has (an AMBR below the link, or a 5QI other "
-             "than 9, is enforced by a leaf of the UE's own in its slice's class)",
-             ["UE group", "slice", "UEs", "AMBR up Mbit/s", "AMBR down Mbit/s", "5QI (priority)"],
-             _ue_groups),
-        ]
-        if any((t.get("link") or {}).get("conditions") for _, _, t in resolved):
-            tables.append(("Link conditions in force: each trace's steps (scenario seconds from "
-                           "the cell's start; a blank keeps the value before)",
-                           ["applies to", "trace", "steps"], _conditions))
+        tables += _network_tables(resolved)
     tables += [
         ("Services: the scenario's replicas and policy, the profile's numbers (per replica)",
          ["service", "policy", *(["model"] if models else []), "replicas", "units", "capacity",
@@ -91,6 +74,31 @@ def what_was_run(manifest: dict[str, Any], cells: list[dict[str, Any]]) -> Secti
              for i, (label, _, _) in enumerate(resolved)],
             "What the matrix changes, per cell"))
     return sec
+
+
+def _network_tables(resolved: list[tuple[str, dict[str, Any], dict[str, Any]]],
+                    ) -> list[tuple[str, list[str], Rows]]:
+    """The testbed's tables of its network: the link, the slices, the UE groups and (where a cell
+    has them) the link's conditions."""
+    off = any(not (t.get("link") or {}).get("slicing", True) for _, _, t in resolved)
+    tables: list[tuple[str, list[str], Rows]] = [
+        ("Link (the bottleneck between the UPF and the data network)" + (
+            "; with slicing off every packet shares one class: the slices' guarantees and "
+            "ceilings do not apply" if off else ""),
+         ["link", "capacity Mbit/s", "uplink Mbit/s", "downlink Mbit/s", "slicing",
+          "delay ms", "queues"], _link),
+        ("Slices", ["slice", "S-NSSAI (sst/sd)", "DNN", "subnet", "guaranteed Mbit/s",
+                    "ceiling Mbit/s"], _slices),
+        ("UE groups: the QoS each UE of the group has (an AMBR below the link, or a 5QI other "
+         "than 9, is enforced by a leaf of the UE's own in its slice's class)",
+         ["UE group", "slice", "UEs", "AMBR up Mbit/s", "AMBR down Mbit/s", "5QI (priority)"],
+         _ue_groups),
+    ]
+    if any((t.get("link") or {}).get("conditions") for _, _, t in resolved):
+        tables.append(("Link conditions in force: each trace's steps (scenario seconds from "
+                       "the cell's start; a blank keeps the value before)",
+                       ["applies to", "trace", "steps"], _conditions))
+    return tables
 
 
 def _setup(scn: dict[str, Any], tb: dict[str, Any], _: dict[str, Any]) -> list[list[str]]:

@@ -78,34 +78,16 @@ def run_segments(data: dict[str, Any], *, start_s: int, duration_s: float, warmu
         if doc is not None and not behind:
             progress(f"{name}: resumed from {saved}")
         else:
-            seg = {**data, "clients": [{**c, "start_s": at} for c in data["clients"]],
-                   "duration_s": length, "time_scale": scale,
-                   "warmup_s": warmup_s if i == 0 else min(SEGMENT_WARMUP_S, at)}
+            seg = _segment_data(data, at, length, scale,
+                                warmup_s if i == 0 else min(SEGMENT_WARMUP_S, at))
             if behind:
                 progress(f"{name}: kept, but its clients fell behind ({_late(behind)}); running "
                          f"it again at time scale {scale:g}")
             elif len(parts) > 1:
                 progress(f"{name}: {length:g} s from {_clock(at)}")
-            again = bool(behind)  # a kept one behind had its try at this scale
-            while True:
-                run_dir, rows = run(seg)
-                behind = behind_cells(partial / run_dir)
-                if not behind:
-                    break
-                why = f"{_late(behind)}{_host(partial / run_dir)}"
-                lower = next((c for c in candidates(scale) if c < scale), None)
-                if lower is not None:
-                    progress(f"{name}: the machine fell behind at time scale {scale:g} ({why}); "
-                             f"running it, and the segments after it, at time scale {lower:g}")
-                    scale = lower
-                    lowered.write_text(json.dumps({"time_scale": scale, "from_segment": i}))
-                    seg = {**seg, "time_scale": scale}
-                elif not again:  # at the lowest scale: once more, as a timed test is re-run
-                    progress(f"{name}: the machine fell behind at time scale {scale:g} ({why}); "
-                             "running it once more")
-                    again = True
-                else:
-                    break
+            run_dir, rows, behind, scale = _run_held(
+                seg, run, partial, again=bool(behind),  # a kept one behind had its try at this scale
+                report=lambda line, name=name: progress(f"{name}: {line}"), lowered=lowered, index=i)
             if behind:
                 saved.unlink(missing_ok=True)
                 raise MachineBehind(
@@ -113,14 +95,55 @@ def run_segments(data: dict[str, Any], *, start_s: int, duration_s: float, warmu
                     f"({_late(behind)}, over a tenth of the SLO): nothing is kept for it; resume "
                     f"on a quieter machine (bench/time_scale.py measures which time scale it holds)")
             doc = {"start_s": at, "duration_s": length, "run_dir": str(run_dir), "rows": rows}
-            tmp = saved.with_suffix(".tmp")
-            tmp.write_text(json.dumps(doc, default=str))
-            tmp.replace(saved)  # whole or absent: a resume never reads half a segment
+            _keep(saved, doc)
         run_dirs.append(doc["run_dir"])
         per_segment.append((doc["duration_s"], doc["rows"]))
     if len(per_segment) == 1:
         return run_dirs, per_segment[0][1]
     return run_dirs, combine_rows(per_segment)
+
+
+def _run_held(seg: dict[str, Any], run: RunSegment, partial: Path, *, again: bool,
+              report: Callable[[str], None], lowered: Path,
+              index: int) -> tuple[Path, list[dict[str, Any]], dict[str, dict[str, float]], float]:
+    """Run segment `index` (its scenario `seg`) until its clients hold their schedule: behind, at
+    the next lower time scale (kept in `lowered` for the segments after it and a resume), at the
+    lowest once more unless `again` (it had that try). Returns its run directory, rows, the cells
+    still behind (none: it held) and the time scale it ran at."""
+    scale = seg["time_scale"]
+    while True:
+        run_dir, rows = run(seg)
+        behind = behind_cells(partial / run_dir)
+        if not behind:
+            break
+        why = f"{_late(behind)}{_host(partial / run_dir)}"
+        lower = next((c for c in candidates(scale) if c < scale), None)
+        if lower is not None:
+            report(f"the machine fell behind at time scale {scale:g} ({why}); "
+                   f"running it, and the segments after it, at time scale {lower:g}")
+            scale = lower
+            lowered.write_text(json.dumps({"time_scale": scale, "from_segment": index}))
+            seg = {**seg, "time_scale": scale}
+        elif not again:  # at the lowest scale: once more, as a timed test is re-run
+            report(f"the machine fell behind at time scale {scale:g} ({why}); running it once more")
+            again = True
+        else:
+            break
+    return run_dir, rows, behind, scale
+
+
+def _segment_data(data: dict[str, Any], at: int, length: float, scale: float,
+                  warmup_s: float) -> dict[str, Any]:
+    """The scenario `data` as one segment's run: its clients from `at`, for `length` seconds."""
+    return {**data, "clients": [{**c, "start_s": at} for c in data["clients"]],
+            "duration_s": length, "time_scale": scale, "warmup_s": warmup_s}
+
+
+def _keep(saved: Path, doc: dict[str, Any]) -> None:
+    """A finished segment's document written whole or not at all: a resume never reads half."""
+    tmp = saved.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, default=str))
+    tmp.replace(saved)
 
 
 def _host(run_dir: Path) -> str:

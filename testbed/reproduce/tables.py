@@ -16,7 +16,7 @@ from testbed.profiles import default_profiles
 from testbed.profiles.paper import PAPER_POLICY, PAPER_TABLES, SERVICES, TABLE_5_4
 from testbed.reproduce.artefacts import model_files, trace_files
 from testbed.scaler.factory import make_policy
-from testbed.train.evaluate import evaluate
+from testbed.train.evaluate import EvalRun, evaluate
 from testbed.train.oracle import shared_pool_oracles
 
 # Tolerances (stated in every report): issue 11's fidelity floors for the simulator. Table 5.1's
@@ -138,7 +138,7 @@ def sim_table(key: str, *, traces_dir: Path, models_dir: Path | None, seed: int 
                               model=str(models[s]) if policy == "ppo" else None)
                for s in SERVICES}
         res = evaluate(pol, traces, spec.ratios, total_units=spec.total_units, seed=seed,
-                       profiles=profiles, max_steps=max_steps)
+                       profiles=profiles, run=EvalRun(max_steps=max_steps))
         for s in SERVICES:
             r = res[s]
             ours = {"slo_violation_rate": r.slo_violation_rate, "instances": r.instances,

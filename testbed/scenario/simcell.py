@@ -30,7 +30,7 @@ from testbed.scenario.rundir import CellDir
 from testbed.scenario.spec import Scenario, read_trace, trace_dir
 from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS, with_measure
 from testbed.sim.gpu import GpuSimCluster
-from testbed.train.evaluate import evaluate
+from testbed.train.evaluate import EvalRun, evaluate
 
 
 def cell_inputs(scns: Scenario | Iterable[Scenario], base_dir: Path) -> dict[str, Any]:
@@ -131,8 +131,8 @@ def run_sim_cell(scn: Scenario, base_dir: Path, seed: int,
     options = with_measure(TESTBED_OPTIONS if like_testbed else DEFAULT_OPTIONS, scn.measure)
     cluster = _routed_cluster(scn, profiles, traces, ratios, seed) if routed else None
     results = evaluate(policies, traces, ratios, total_units=scn.total_units, seed=seed,
-                       max_steps=steps, profiles=profiles, options=options, cluster=cluster,
-                       latency_percentiles=True)
+                       profiles=profiles, options=options,
+                       run=EvalRun(max_steps=steps, cluster=cluster, latency_percentiles=True))
     if cluster is not None and chains is not None:
         seconds = max(1, min(steps, int(cluster.now // cluster.step_seconds))) * cluster.step_seconds
         chains += [{**c, "on_time_rps": c["on_time"] / seconds} for c in cluster.chain_results()]

@@ -78,6 +78,20 @@ class GpuStepOutcome:
 
 
 
+@dataclass(frozen=True)
+class _Batches:
+    """One period's closed batches: where each starts among the requests, its size, when it was
+    ready, when it finished (NaN: dropped) and on which instance (-1: none), and what every
+    instance held as the period began."""
+
+    starts: np.ndarray
+    sizes: np.ndarray
+    ready_t: np.ndarray
+    finish: np.ndarray
+    owner: np.ndarray
+    start_pending: list[list[float]]
+
+
 class BatchedService:
     """A service's central queue and its instances on GPUs (see the module docstring).
 
@@ -171,20 +185,11 @@ class BatchedService:
         self._carry = req[carry_from:]
         nb = len(starts)
         sizes = np.diff(np.append(starts, carry_from)) if nb else np.empty(0, dtype=np.int64)
-        if nb:
-            draw_mean = np.add.reduceat(self.proc_s[req[:carry_from]], starts) / sizes
-            nominal = self._batch_factors(sizes)  # a batch's time over one request's, at 25 %
-            base = draw_mean * nominal
-        else:
-            draw_mean = nominal = base = np.empty(0)
+        draw_mean, nominal, base = self._batch_times(req[:carry_from], starts, sizes)
         finish = np.full(nb, np.nan)
         owner = np.full(nb, -1, dtype=np.int64)
         start_pending = [list(inst.pending) for inst in self.instances]
-        changes = sorted(
-            {x for inst in self.instances for x in (inst.ready_at, inst.accept_until) if t0 < x < t1}
-        )
-        bounds = [t0, *changes, t1]
-        cuts = np.searchsorted(ready_t, bounds, side="left") if changes else np.array([0, nb])
+        bounds, cuts = self._spans(t0, t1, ready_t)
         waiting = max(1, math.ceil(self.profile.queue_limit / self.batch))  # batches that may wait
         limited = self.profile.rate_limit is not None
         tokens: list[np.ndarray] = [np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)]
@@ -192,11 +197,7 @@ class BatchedService:
             j0, j1 = int(cuts[k]), int(cuts[k + 1])
             if j1 == j0:
                 continue
-            at = bounds[k]
-            targets = [
-                n for n, inst in enumerate(self.instances)
-                if inst.ready_at <= at + EPS and inst.accept_until > at + EPS
-            ]
+            targets = self._accepting(bounds[k])
             if not targets:
                 continue  # no ready instance: these batches are dropped
             m = len(targets)
@@ -229,8 +230,34 @@ class BatchedService:
             ids = req[:carry_from]
             self.closed = (ids if self.origin is None else self.origin[ids],
                            np.repeat(finish, sizes) if nb else np.empty(0))
-        return self._outcome(t0, t1, new, a[:carry_from], starts=starts, sizes=sizes,
-                             ready_t=ready_t, finish=finish, owner=owner, start_pending=start_pending)
+        return self._outcome(t0, t1, new, a[:carry_from],
+                             _Batches(starts, sizes, ready_t, finish, owner, start_pending))
+
+    def _batch_times(self, req: np.ndarray, starts: np.ndarray,
+                     sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per closed batch of requests `req`: the mean of its draws, its time over one request's
+        at 25 % (the batch factor), and their product."""
+        if not len(starts):
+            empty = np.empty(0)
+            return empty, empty, empty
+        draw_mean = np.add.reduceat(self.proc_s[req], starts) / sizes
+        nominal = self._batch_factors(sizes)
+        return draw_mean, nominal, draw_mean * nominal
+
+    def _spans(self, t0: float, t1: float, ready_t: np.ndarray) -> tuple[list[float], np.ndarray]:
+        """The period cut where an instance becomes ready or stops accepting, and the index of
+        the first batch ready at or after each cut (`ready_t` sorted)."""
+        changes = sorted(
+            {x for inst in self.instances for x in (inst.ready_at, inst.accept_until) if t0 < x < t1}
+        )
+        bounds = [t0, *changes, t1]
+        cuts = np.searchsorted(ready_t, bounds, side="left") if changes else np.array([0, len(ready_t)])
+        return bounds, cuts
+
+    def _accepting(self, at: float) -> list[int]:
+        """The instances ready and accepting at `at`."""
+        return [n for n, inst in enumerate(self.instances)
+                if inst.ready_at <= at + EPS and inst.accept_until > at + EPS]
 
     def _admit(self, closes: np.ndarray, who: np.ndarray, nominal: np.ndarray,
                tokens: list[np.ndarray]) -> np.ndarray:
@@ -291,11 +318,15 @@ class BatchedService:
             i = e
         return np.asarray(starts, dtype=np.int64), np.asarray(closes), i
 
-    def _outcome(self, t0, t1, new, a, *, starts, sizes, ready_t, finish, owner, start_pending):
-        """The period's figures. With `slo_counting` "completion" (default, as SimService and the
-        published simulator) a served request counts in the period it finishes in, a dropped one
-        in the period its batch closed in; with "arrival" every request counts in the period its
-        batch closed in."""
+    def _outcome(self, t0: float, t1: float, new: int, a: np.ndarray,
+                 batches: _Batches) -> GpuStepOutcome:
+        """The period's figures (`a`: the arrivals of its closed batches). With `slo_counting`
+        "completion" (default, as SimService and the published simulator) a served request counts
+        in the period it finishes in, a dropped one in the period its batch closed in; with
+        "arrival" every request counts in the period its batch closed in."""
+        starts, sizes, ready_t, finish, owner, start_pending = (
+            batches.starts, batches.sizes, batches.ready_t, batches.finish, batches.owner,
+            batches.start_pending)
         nb = len(starts)
         req_finish = np.repeat(finish, sizes) if nb else np.empty(0)
         ok = ~np.isnan(req_finish)

@@ -221,6 +221,16 @@ def _kept(pending_row, p, recent, ring, q, new_row):
 
 
 @_jit
+def _deal(owner, targets, rr, n):
+    """The round robin's deal: arrival j to instance targets[(rr + j) % m], written to `owner`."""
+    m = len(targets)
+    slot = rr
+    for j in range(n):
+        owner[j] = targets[slot]
+        slot = slot + 1 if slot + 1 < m else 0
+
+
+@_jit
 def serve_round_robin(chunk, slots, rules):
     """One sub-chunk of `SimService._serve_chunk`: arrival j (sorted) goes to slot (rr + j) % m,
     instance targets[slot] (written to `owner`); the rate limit (`windows.round_robin_admit`,
@@ -245,10 +255,7 @@ def serve_round_robin(chunk, slots, rules):
         admitted = _admit(a, slots, ok, last_window, last_count, m, rate_limit, rate_window)
     seen = np.zeros(m, dtype=np.bool_)
     seen[: min(n, m)] = True
-    slot = rr
-    for j in range(n):
-        owner[j] = targets[slot]
-        slot = slot + 1 if slot + 1 < m else 0
+    _deal(owner, targets, rr, n)
     new_pending = np.empty((m, max(limit, pending.shape[1])))
     new_len = pending_len.copy()
     changed = np.zeros(m, dtype=np.bool_)
@@ -316,6 +323,14 @@ def _count_earlier(done, served, slow, proc_sum, later, frame):
 
 
 @_jit
+def _enter_exit(delta, row, entry, exit_, n_samples):
+    """A served request in its instance's row of samples: +1 where it enters, -1 where it
+    leaves (the last sample at most); `entry`, `exit_`: seconds from the samples' origin."""
+    delta[row + np.int64(math.ceil(entry))] += 1
+    delta[row + min(np.int64(math.ceil(exit_)), n_samples)] -= 1
+
+
+@_jit
 def _count_requests(chunk, counts, proc_sum, later, delta, frame, n_done, n_later):
     """This chunk's requests: per window (`counts` rows: arrivals, drops, served, late) and their
     summed latency, each served request's entry and exit in `delta` (its instance's row of
@@ -369,9 +384,7 @@ def _count_requests(chunk, counts, proc_sum, later, delta, frame, n_done, n_late
             if latency > slo:
                 n_slow += 1
             latency_sum += latency
-        row = owner[i] * width if m > 1 else 0
-        delta[row + np.int64(math.ceil(t - origin))] += 1
-        delta[row + min(np.int64(math.ceil(f - origin)), n_samples)] -= 1
+        _enter_exit(delta, owner[i] * width if m > 1 else 0, t - origin, f - origin, n_samples)
     if wa >= 0:
         arrivals[wa if wa < steps - 1 else steps - 1] += arrived
     if cur >= 0:

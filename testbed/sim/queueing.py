@@ -89,15 +89,7 @@ def serve_fast(
     if m == 1:  # one instance: no grouping, the single-instance walk is the whole job
         finish, pending[0] = _serve_one_with_drops(a, s, pending[0], 1 + queue_limit)
         return finish
-    if rr is None:
-        order = group_order(slot, m)
-        counts = np.bincount(slot, minlength=m)
-        seg = slot[order]
-    else:  # slot k holds arrivals (k - rr) % m, then every m-th
-        runs = [range((k - rr) % m, n, m) for k in range(m)]
-        order = np.concatenate([np.arange(r.start, n, m) for r in runs])
-        counts = np.array([len(r) for r in runs])
-        seg = np.repeat(np.arange(m), counts)
+    order, counts, seg = _by_slot(slot, n, m, rr)
     starts = np.cumsum(counts) - counts
     a_o = a[order]
     s_o = s[order]
@@ -122,24 +114,10 @@ def serve_fast(
     f_o += s_o
     f_o += t0
 
-    # Drop check: request i of an instance is dropped when the (limit)-th previous request in that
-    # instance's system (pending first, then this batch) has not finished by a_i. Within the batch
-    # that request is i - limit when it is the same instance's (seg equal); queues seldom fill, so
-    # the shifted comparison runs over all requests and the instance check over its few hits.
     limit = 1 + queue_limit
-    late = np.flatnonzero(f_o[:-limit] > a_o[limit:]) + limit if n > limit else np.empty(0, np.int64)
-    if len(late):
-        late = late[seg[late] == seg[late - limit]]
-    full = set(seg[late].tolist()) if len(late) else set()
     spans = [(k, at, at + c)  # each instance's run in the sorted order
              for k, (at, c) in enumerate(zip(starts.tolist(), counts.tolist(), strict=True)) if c]
-    for k, at, end in spans:
-        p = pending[k]
-        lo, hi = max(0, limit - len(p)), min(end - at, limit)
-        if lo < hi and k not in full:  # the first requests look back into what the instance held
-            held, head = p[len(p) + lo - limit : len(p) + hi - limit], a_o[at + lo : at + hi].tolist()
-            if any(f > t for f, t in zip(held, head, strict=True)):
-                full.add(k)
+    full = _filling(f_o, a_o, seg, spans, pending, limit)
     finish = np.empty(n)
     for k, at, end in spans:
         if k in full:
@@ -148,6 +126,46 @@ def serve_fast(
             pending[k] = (pending[k] + f_o[max(at, end - limit) : end].tolist())[-limit:]
     finish[order] = f_o
     return finish
+
+
+def _by_slot(
+    slot: np.ndarray | None, n: int, m: int, rr: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The arrivals in slot order: the indices that order them, each slot's count, and the slot of
+    each in that order (`serve_fast`'s `rr`: the order known without a sort)."""
+    if rr is None:
+        order = group_order(slot, m)
+        return order, np.bincount(slot, minlength=m), slot[order]
+    # slot k holds arrivals (k - rr) % m, then every m-th
+    runs = [range((k - rr) % m, n, m) for k in range(m)]
+    order = np.concatenate([np.arange(r.start, n, m) for r in runs])
+    counts = np.array([len(r) for r in runs])
+    return order, counts, np.repeat(np.arange(m), counts)
+
+
+def _filling(
+    f_o: np.ndarray, a_o: np.ndarray, seg: np.ndarray, spans: list[tuple[int, int, int]],
+    pending: list[list[float]], limit: int,
+) -> set[int]:
+    """The instances whose queue fills in this batch, from the finish times without drops.
+
+    Request i of an instance is dropped when the (limit)-th previous request in that instance's
+    system (pending first, then this batch) has not finished by a_i. Within the batch that request
+    is i - limit when it is the same instance's (seg equal); queues seldom fill, so the shifted
+    comparison runs over all requests and the instance check over its few hits."""
+    n = len(f_o)
+    late = np.flatnonzero(f_o[:-limit] > a_o[limit:]) + limit if n > limit else np.empty(0, np.int64)
+    if len(late):
+        late = late[seg[late] == seg[late - limit]]
+    full = set(seg[late].tolist()) if len(late) else set()
+    for k, at, end in spans:
+        p = pending[k]
+        lo, hi = max(0, limit - len(p)), min(end - at, limit)
+        if lo < hi and k not in full:  # the first requests look back into what the instance held
+            held, head = p[len(p) + lo - limit : len(p) + hi - limit], a_o[at + lo : at + hi].tolist()
+            if any(f > t for f, t in zip(held, head, strict=True)):
+                full.add(k)
+    return full
 
 
 def _serve_one_with_drops(

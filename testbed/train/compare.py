@@ -36,6 +36,41 @@ from testbed.train.oracle import share_bound
 TABLE_GPUS = {"5.1": 2, "5.2": 2, "5.3": 32}  # table -> GPUs (8, 8 and 128 units of 25 %)
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """What every run of one comparison shares, whatever the table or the policy."""
+
+    seed: int = 0
+    interference: bool = True
+    max_steps: int | None = None
+    initial: Mapping[str, ServiceTarget] | None = None  # the layout's targets to start from
+    pipelines: tuple[Pipeline, ...] = ()  # routed by the simulator
+    plan_chain: bool = True  # False: fa2 plans every service alone under its own SLO
+
+
+DEFAULT_SETTINGS = RunSettings()
+
+
+@dataclass(frozen=True)
+class TableLoad:
+    """One run's load: its label in the report, the GPUs shared and each service's ratio."""
+
+    label: str
+    gpus: int
+    ratios: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class LoadChoice:
+    """The loads a comparison runs at: the tables', times `scale`, on the layout's GPUs in place of
+    each table's where given; `trace_label` names the user's traces (empty: the paper's test day)."""
+
+    tables: tuple[str, ...]
+    scale: float = 1.0
+    layout_gpus: int | None = None
+    trace_label: str = ""
+
+
 @dataclass
 class PolicyResult:
     """One policy at one load: the comparison's row, and the share held at every step."""
@@ -68,18 +103,16 @@ def comparison_policies(
     *,
     total_units: int,
     models: Path | None,
-    seed: int = 0,
-    pipelines: Sequence[Pipeline] = (),
+    settings: RunSettings = DEFAULT_SETTINGS,
     profile_source: str = PACKAGED_PROFILES,
-    plan_chain: bool = True,
     entry: PolicyEntry | None = None,
 ) -> dict:
     """Policy `name` (registered, or module:Class imported from the working directory) for every
     compared service: one object shared by all of them for a policy that plans shares (a trained
     one from `models/<name>.zip`), one per service otherwise (a trained one from
     `models/<service>.zip`). A scenario's cell, which chooses a policy per service, uses
-    `testbed.scaler.factory.build_policies`. `plan_chain=False`: fa2 plans every service alone
-    under its own SLO, pipelines or not. `entry`: `name` already resolved (once per command)."""
+    `testbed.scaler.factory.build_policies`. `settings`: the seed, and the pipelines fa2 plans
+    (unless `plan_chain` is off). `entry`: `name` already resolved (once per command)."""
     entry = entry or resolve(name, source="--policies", field="policies", base_dir=Path.cwd())
     models_of: dict[str, Path | None] = dict.fromkeys(services)
     if entry.needs_model and entry.plan is not None:
@@ -95,8 +128,8 @@ def comparison_policies(
         if missing:
             raise ConfigError([ConfigProblem(m, None, "", f"no {name} model here") for m in missing])
     built = build_policies([PolicyChoice(s, name, models_of[s]) for s in services], profiles,
-                           total_units=total_units, seed=seed,
-                           pipelines=pipelines if plan_chain else (),
+                           total_units=total_units, seed=settings.seed,
+                           pipelines=settings.pipelines if settings.plan_chain else (),
                            profile_source=profile_source, entries={name: entry})
     return built.policies
 
@@ -106,36 +139,31 @@ def run_policy(
     policies: Mapping,
     profiles: Mapping[str, ServiceProfile],
     traces: Mapping[str, Trace],
-    ratios: Mapping[str, float],
+    load: TableLoad,
     *,
-    gpus: int,
-    load: str = "",
-    seed: int = 0,
-    interference: bool = True,
-    max_steps: int | None = None,
+    settings: RunSettings = DEFAULT_SETTINGS,
     bounds: Mapping[str, float] | None = None,
-    initial: Mapping[str, ServiceTarget] | None = None,
     progress: Callable[[int, int], None] | None = None,
-    pipelines: Sequence[Pipeline] = (),
 ) -> PolicyResult:
-    """Run one policy over the traces; `pipelines` are routed (a later stage ignores its trace)."""
+    """Run one policy over the traces at `load`; `settings.pipelines` are routed (a later stage
+    ignores its trace)."""
     services = list(policies)
     cluster = GpuSimCluster(
         {s: profiles[s] for s in services},
         {s: traces[s] for s in services if s in traces},
-        {s: ratios[s] for s in services if s in ratios},
-        gpus=gpus,
-        seed=seed,
-        interference=interference,
-        initial=initial,
-        chains=pipelines,
+        {s: load.ratios[s] for s in services if s in load.ratios},
+        gpus=load.gpus,
+        seed=settings.seed,
+        interference=settings.interference,
+        initial=settings.initial,
+        chains=settings.pipelines,
     )
     total_units = cluster.total_units()
     loop = ScalerLoop(cluster, policies, cluster.latest_window, clock=lambda: cluster.now,
                       profiles=profiles)
     total_steps = int(min(traces[s].seconds for s in services if s in traces) // cluster.step_seconds)
-    if max_steps is not None:
-        total_steps = min(total_steps, max_steps)
+    if settings.max_steps is not None:
+        total_steps = min(total_steps, settings.max_steps)
     tally = _Tally(services, total_units)
     started = time.perf_counter()
     steps = 0
@@ -145,7 +173,7 @@ def run_policy(
         steps += 1
         if progress is not None and steps % 96 == 0:
             progress(steps, total_steps)
-    return tally.result(name, load, steps, cluster, bounds, started)
+    return tally.result(name, load.label, steps, cluster, bounds, started)
 
 
 @dataclass
@@ -283,61 +311,49 @@ class Comparison:
     """Every run of one `sim compare`, built and checked before the first one starts."""
 
     names: list[str]  # the policies, in the order they run at each table
-    tables: list[str]  # the tables whose loads they run at
+    loads: LoadChoice  # the tables whose loads they run at
     services: list[str]  # the services compared, sharing the GPUs
     profiles: dict[str, ServiceProfile]
     traces: dict[str, Trace]
     policies: dict[tuple[str, str], dict]  # (table, policy name) -> its policy object per service
-    pipelines: list[Pipeline]
-    plan_chain: bool
-    layout_gpus: int | None  # the layout's GPUs in place of each table's
-    initial: Mapping[str, ServiceTarget] | None
-    scale: float
-    seed: int
-    interference: bool
-    max_steps: int | None
-    trace_label: str = ""  # the user's traces' file names; empty: the paper's test day
+    settings: RunSettings
 
     def gpus(self, table: str) -> int:
-        return self.layout_gpus or TABLE_GPUS[table]
+        return self.loads.layout_gpus or TABLE_GPUS[table]
 
     def label(self, table: str) -> str:
         """A run's load: the table's (the paper's), or the user's traces at the table's load."""
-        scaled = f" x{self.scale:g}" if self.scale != 1 else ""
-        if self.trace_label:
-            return f"{self.trace_label} at Table {table}'s load{scaled}"
+        scale = self.loads.scale
+        scaled = f" x{scale:g}" if scale != 1 else ""
+        if self.loads.trace_label:
+            return f"{self.loads.trace_label} at Table {table}'s load{scaled}"
         return f"Table {table}{scaled}"
 
     def ratios(self, table: str) -> dict[str, float]:
         """Each compared service's request ratio at `table`'s load (a service the table does not
         list: its trace's counts as they are), times `scale`."""
         given = PAPER_TABLES[table].ratios
-        return {s: given.get(s, default_ratio(s)) * self.scale for s in self.services}
+        return {s: given.get(s, default_ratio(s)) * self.loads.scale for s in self.services}
+
+    def load(self, table: str) -> TableLoad:
+        return TableLoad(self.label(table), self.gpus(table), self.ratios(table))
 
 
 def prepare_comparison(
     names: list[str],
-    tables: list[str],
+    loads: LoadChoice,
     traces: Mapping[str, Trace] | Path,
     *,
     models: Path,
     services: Sequence[str] = SERVICES,
-    trace_label: str = "",
     profiles: Mapping[str, ServiceProfile] | None = None,
     profiles_path: Path | None = None,
-    pipelines: Sequence[Pipeline] = (),
-    plan_chain: bool = True,
-    layout_gpus: int | None = None,
-    initial: Mapping[str, ServiceTarget] | None = None,
-    scale: float = 1.0,
-    seed: int = 0,
-    interference: bool = True,
-    max_steps: int | None = None,
+    settings: RunSettings = DEFAULT_SETTINGS,
 ) -> Comparison:
     """Load the profiles (unless given: those of `profiles_path` over the registry's) and the
-    traces (a folder: its test day; or each service's own, named by `trace_label`) and build every
-    policy at every table's units for `services`, so a bad profile or a missing model stops the
-    command before anything runs."""
+    traces (a folder: its test day; or each service's own, named by `loads.trace_label`) and build
+    every policy at every table's units for `services`, so a bad profile or a missing model stops
+    the command before anything runs."""
     source = str(profiles_path) if profiles_path else PACKAGED_PROFILES
     profiles = dict(profiles) if profiles is not None else load_profiles(profiles_path)
     services = list(services)
@@ -348,15 +364,13 @@ def prepare_comparison(
     traces = (test_day_traces(traces, services) if isinstance(traces, Path)
               else {s: traces[s] for s in services})
     built = {}
-    for key in tables:
-        units = (layout_gpus or TABLE_GPUS[key]) * 4
+    for key in loads.tables:
+        units = (loads.layout_gpus or TABLE_GPUS[key]) * 4
         for name in names:
             built[key, name] = comparison_policies(name, services, profiles, total_units=units,
-                                              models=models, seed=seed, pipelines=pipelines,
-                                              profile_source=source, plan_chain=plan_chain,
-                                              entry=resolved[name])
-    return Comparison(names, tables, services, profiles, traces, built, list(pipelines), plan_chain,
-                      layout_gpus, initial, scale, seed, interference, max_steps, trace_label)
+                                                   models=models, settings=settings,
+                                                   profile_source=source, entry=resolved[name])
+    return Comparison(names, loads, services, profiles, traces, built, settings)
 
 
 def run_comparison(
@@ -368,22 +382,19 @@ def run_comparison(
     """Every policy at every table's load, the share bound first: the report's rows (with the
     share series). `stage(what)` wraps each step (a status line); `on_result(name, result)` gets
     each run as it ends."""
-    c = comparison
-    services = c.services
+    c, settings = comparison, comparison.settings
     rows = []
-    for key in c.tables:
-        ratios = c.ratios(key)
-        label = c.label(key)
-        with stage(f"{label}: share bound"):
-            bounds = bounds_for(c.profiles, c.traces, ratios, gpus=c.gpus(key), max_steps=c.max_steps,
-                                seed=c.seed, services=services, pipelines=c.pipelines)
+    for key in c.loads.tables:
+        load = c.load(key)
+        with stage(f"{load.label}: share bound"):
+            bounds = bounds_for(c.profiles, c.traces, load.ratios, gpus=load.gpus,
+                                max_steps=settings.max_steps, seed=settings.seed,
+                                services=c.services, pipelines=settings.pipelines)
         for name in c.names:
-            with stage(f"{label}: {name}"):
-                result = run_policy(name, c.policies[key, name], c.profiles, c.traces, ratios,
-                                    gpus=c.gpus(key), load=label, seed=c.seed,
-                                    interference=c.interference, max_steps=c.max_steps,
-                                    bounds=bounds, initial=c.initial, pipelines=c.pipelines)
-            if name == "fa2" and c.pipelines and not c.plan_chain:
+            with stage(f"{load.label}: {name}"):
+                result = run_policy(name, c.policies[key, name], c.profiles, c.traces, load,
+                                    settings=settings, bounds=bounds)
+            if name == "fa2" and settings.pipelines and not settings.plan_chain:
                 result.policy = "fa2 (per service)"
             rows.append(result.as_json(with_series=True))
             if on_result is not None:
@@ -393,14 +404,15 @@ def run_comparison(
 
 def report_note(comparison: Comparison, seconds: float, runs: int) -> str:
     """The report's line on how the runs were made."""
-    c = comparison
-    note = (f"{'Traces ' + c.trace_label if c.trace_label else 'Test day'}, services "
-            f"{', '.join(c.services)}, seed {c.seed}, interference "
-            f"{'on' if c.interference else 'off'}; {seconds:.0f} s for {runs} runs.")
-    if c.pipelines:
+    c, settings, trace_label = comparison, comparison.settings, comparison.loads.trace_label
+    note = (f"{'Traces ' + trace_label if trace_label else 'Test day'}, services "
+            f"{', '.join(c.services)}, seed {settings.seed}, interference "
+            f"{'on' if settings.interference else 'off'}; {seconds:.0f} s for {runs} runs.")
+    if settings.pipelines:
         note += (" Routed: " + "; ".join(f"{' -> '.join(p.services)} under {p.sla_ms:g} ms"
-                                         for p in c.pipelines)
-                 + (" (fa2 plans the chain)" if c.plan_chain else " (fa2 plans each service alone)")
+                                         for p in settings.pipelines)
+                 + (" (fa2 plans the chain)" if settings.plan_chain
+                    else " (fa2 plans each service alone)")
                  + "; a later stage takes no arrivals from its own trace.")
     return note
 

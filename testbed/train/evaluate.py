@@ -56,6 +56,26 @@ def test_day_traces(traces_dir: str | Path, services: list[str] | None = None) -
     return out
 
 
+@dataclass(frozen=True)
+class EvalRun:
+    """How far an evaluation runs, on what, and what it reports as it goes (the simulator's own
+    choices are `SimOptions`).
+
+    `cluster`: a simulator built by the caller (e.g. a `GpuSimCluster` routing a pipeline) instead
+    of the DRAFAS simulator; it serves the policies' services, the traces only bound the steps.
+    `latency_percentiles`: also every served request's p50/p95/p99 (a histogram per service).
+    """
+
+    max_steps: int | None = None
+    on_decision: Callable[[Decision], None] | None = None
+    progress: Callable[[int, int], None] | None = None
+    cluster: Any = None
+    latency_percentiles: bool = False
+
+
+DEFAULT_RUN = EvalRun()
+
+
 def evaluate(
     policies: Mapping[str, Policy],
     traces: Mapping[str, Trace],
@@ -64,24 +84,18 @@ def evaluate(
     total_units: int = TOTAL_UNITS,
     seed: int = 0,
     profiles: Mapping[str, ServiceProfile] | None = None,
-    max_steps: int | None = None,
-    on_decision: Callable[[Decision], None] | None = None,
-    progress: Callable[[int, int], None] | None = None,
     options: SimOptions = DEFAULT_OPTIONS,
-    cluster: Any = None,
-    latency_percentiles: bool = False,
+    run: EvalRun = DEFAULT_RUN,
 ) -> dict[str, ServiceResult]:
-    """All `policies`' services share one cluster of `total_units`, as in Section 5.1.
-
-    `cluster`: a simulator built by the caller (e.g. a `GpuSimCluster` routing a pipeline) instead
-    of the DRAFAS simulator; it serves `policies`' services, `traces` only bound the steps.
-    `latency_percentiles`: also every served request's p50/p95/p99 (a histogram per service).
+    """All `policies`' services share one cluster of `total_units`, as in Section 5.1 (`run`: how
+    far, on a simulator of the caller's, with what reported as it goes).
 
     Like the dissertation's evaluation (its EvalStats), SLO violation rate, instances and
     processing time are means over periods of the per-period values (processing time over the
     periods that served a request), and the reward is Eq. 3.2's mean per period.
     """
     chosen = {s: (profiles or default_profiles())[s] for s in policies}
+    cluster = run.cluster
     if cluster is None:
         cluster = SimCluster(
             chosen,
@@ -93,41 +107,14 @@ def evaluate(
         )
     loop = ScalerLoop(cluster, policies, cluster.latest_window, clock=lambda: cluster.now,
                       profiles=chosen)
-    histograms: dict[str, LatencyHistogram] = {}
-    if latency_percentiles:
-        for s in chosen:
-            sim = getattr(cluster, "sims", {}).get(s)
-            if sim is not None and hasattr(sim, "latencies"):
-                sim.latencies = histograms[s] = LatencyHistogram()
+    histograms = _latency_histograms(cluster, chosen) if run.latency_percentiles else {}
     if hasattr(cluster, "measure_queue"):
         cluster.measure_queue(loop.observes)  # the queue's pass only for a policy that reads it
-    sums = {s: [0.0, 0.0, 0.0, 0.0, 0] for s in chosen}  # slo, instances, reward, proc, periods
     total_steps = int(min(t.seconds for t in traces.values()) // cluster.step_seconds)
-    if max_steps is not None:
-        total_steps = min(total_steps, max_steps)
+    if run.max_steps is not None:
+        total_steps = min(total_steps, run.max_steps)
     started, cpu_started = time.perf_counter(), time.process_time()
-    steps = 0
-    # looked up once: the loop runs ~3,000 times; the period's outcomes are read from last_outcome,
-    # so a simulator that can skip building the windows' dict (SimCluster.simulate) does
-    advance, decide = getattr(cluster, "simulate", cluster.advance), loop.decide
-    while steps < total_steps and not cluster.done:
-        advance()
-        outcomes = cluster.last_outcome
-        for service in chosen:
-            d = decide(service)
-            out = outcomes[service]
-            acc = sums[service]
-            acc[0] += d.slo_violation_rate
-            acc[1] += d.replicas_before
-            acc[2] += d.reward
-            if out.served:
-                acc[3] += out.proc_time_sum_s / out.served
-                acc[4] += 1
-            if on_decision is not None:
-                on_decision(d)
-        steps += 1
-        if progress is not None and steps % 96 == 0:
-            progress(steps, total_steps)
+    steps, sums = _run_steps(cluster, loop, list(chosen), total_steps, run)
     elapsed = max(time.perf_counter() - started, 1e-9)
     cpu = max(time.process_time() - cpu_started, 1e-9)
     n = max(steps, 1)
@@ -146,3 +133,45 @@ def evaluate(
         )
         for s, acc in sums.items()
     }
+
+
+def _latency_histograms(cluster: Any, chosen: Mapping[str, ServiceProfile]) -> dict[str, LatencyHistogram]:
+    """A histogram fed every served request, per service whose simulator keeps latencies."""
+    histograms: dict[str, LatencyHistogram] = {}
+    for s in chosen:
+        sim = getattr(cluster, "sims", {}).get(s)
+        if sim is not None and hasattr(sim, "latencies"):
+            sim.latencies = histograms[s] = LatencyHistogram()
+    return histograms
+
+
+def _run_steps(
+    cluster: Any, loop: ScalerLoop, services: list[str], total_steps: int, run: EvalRun
+) -> tuple[int, dict[str, list[float]]]:
+    """The control loop over the steps: how many ran, and per service the sums of SLO violation
+    rate, instances, reward and processing time, and the periods that served a request."""
+    sums: dict[str, list[float]] = {s: [0.0, 0.0, 0.0, 0.0, 0] for s in services}
+    on_decision, progress = run.on_decision, run.progress
+    steps = 0
+    # looked up once: the loop runs ~3,000 times; the period's outcomes are read from last_outcome,
+    # so a simulator that can skip building the windows' dict (SimCluster.simulate) does
+    advance, decide = getattr(cluster, "simulate", cluster.advance), loop.decide
+    while steps < total_steps and not cluster.done:
+        advance()
+        outcomes = cluster.last_outcome
+        for service in services:
+            d = decide(service)
+            out = outcomes[service]
+            acc = sums[service]
+            acc[0] += d.slo_violation_rate
+            acc[1] += d.replicas_before
+            acc[2] += d.reward
+            if out.served:
+                acc[3] += out.proc_time_sum_s / out.served
+                acc[4] += 1
+            if on_decision is not None:
+                on_decision(d)
+        steps += 1
+        if progress is not None and steps % 96 == 0:
+            progress(steps, total_steps)
+    return steps, sums

@@ -113,16 +113,7 @@ def best_schedule(
     best = np.full((cap, n_cool), neg)
     best[initial - 1, 0] = gain[0, initial - 1]
     back = np.zeros((steps, cap, n_cool, 2), dtype=np.int16)  # predecessor (n-1, c)
-    moves = []  # (from n-1, from c, to n-1, to c), the same at every step
-    for n in counts.tolist():
-        for c in range(n_cool):
-            mask = action_mask(n, (cap - n) * units_per_instance, units_per_instance, c)
-            for i, delta in enumerate(ACTIONS):
-                if mask[i]:
-                    moves.append((n - 1, c, n - 1 + delta, next_cooldown(c, delta)))
-    src_n, src_c, dst_n, dst_c = (np.array(col) for col in zip(*moves, strict=True))
-    order = np.lexsort((dst_c, dst_n))  # group the moves by destination state
-    src_n, src_c, dst_n, dst_c = src_n[order], src_c[order], dst_n[order], dst_c[order]
+    src_n, src_c, dst_n, dst_c = _moves(cap, n_cool, units_per_instance)
     dst = dst_n * n_cool + dst_c
     starts = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]])
     sizes = np.diff(np.r_[starts, len(dst)])
@@ -139,17 +130,52 @@ def best_schedule(
         back[t, ..., 0] = -1
         back[t, t_n, t_c, 0] = src_n[first]
         back[t, t_n, t_c, 1] = src_c[first]
+    total, path = _best_path(best, back)
+    schedule = tuple(k + 1 for k in path)
+    rates = slo[np.arange(steps), np.asarray(path)]
+    return OracleResult(total / steps, float(rates.mean()), float(np.mean(schedule)), schedule)
+
+
+def _moves(cap: int, n_cool: int, units_per_instance: int) -> tuple[np.ndarray, ...]:
+    """Every move the mask allows, (from n-1, from c, to n-1, to c) as four columns, the same at
+    every step, grouped by destination state."""
+    moves = []
+    for n in range(1, cap + 1):
+        for c in range(n_cool):
+            mask = action_mask(n, (cap - n) * units_per_instance, units_per_instance, c)
+            for i, delta in enumerate(ACTIONS):
+                if mask[i]:
+                    moves.append((n - 1, c, n - 1 + delta, next_cooldown(c, delta)))
+    src_n, src_c, dst_n, dst_c = (np.array(col) for col in zip(*moves, strict=True))
+    order = np.lexsort((dst_c, dst_n))
+    return src_n[order], src_c[order], dst_n[order], dst_c[order]
+
+
+def _best_path(best: np.ndarray, back: np.ndarray) -> tuple[float, list[int]]:
+    """The best final state's total and the instance counts (n - 1) that led to it, step by step
+    (followed back through the predecessors in `back`)."""
     n_last, c_last = np.unravel_index(int(np.argmax(best)), best.shape)
     total = float(best[n_last, c_last])
     path = [int(n_last)]
     n, c = int(n_last), int(c_last)
-    for t in range(steps - 1, 0, -1):
+    for t in range(len(back) - 1, 0, -1):
         n, c = int(back[t, n, c, 0]), int(back[t, n, c, 1])
         path.append(n)
     path.reverse()
-    schedule = tuple(k + 1 for k in path)
-    rates = slo[np.arange(steps), np.asarray(path)]
-    return OracleResult(total / steps, float(rates.mean()), float(np.mean(schedule)), schedule)
+    return total, path
+
+
+@dataclass(frozen=True)
+class InstanceCaps:
+    """The most instances an oracle's schedule may hold: in all (None: every unit of the pool;
+    with services sharing the pool, the units the others cannot take from it, a relaxation, so
+    still a bound) and per step (`best_schedule`'s caps; None: no step's own)."""
+
+    most: int | None = None
+    per_step: np.ndarray | None = None
+
+
+NO_CAPS = InstanceCaps()
 
 
 def oracle(
@@ -158,19 +184,15 @@ def oracle(
     ratio: float,
     *,
     total_units: int = TOTAL_UNITS,
-    max_instances: int | None = None,
     seed: int = 0,
     steps: int | None = None,
     options: SimOptions = DEFAULT_OPTIONS,
-    caps: np.ndarray | None = None,
+    limit: InstanceCaps = NO_CAPS,
 ) -> OracleResult:
-    """The oracle bound for one service on `trace` (see the module docstring for what it ignores).
-
-    `max_instances` defaults to every unit of the pool; with services sharing the pool, pass the
-    units the others cannot take from it (a relaxation, so still a bound). `caps`: per step, the
-    most instances the service may hold (best_schedule)."""
+    """The oracle bound for one service on `trace` (see the module docstring for what it ignores),
+    its instances held within `limit`."""
     per = profile.units
-    cap = total_units // per if max_instances is None else max_instances
+    cap = total_units // per if limit.most is None else limit.most
     slo = static_slo_table(profile, trace, ratio, cap, seed=seed, steps=steps, options=options)
     return best_schedule(
         slo,
@@ -178,7 +200,7 @@ def oracle(
         units_per_instance=per,
         max_instances=cap,
         initial=profile.initial_replicas,
-        caps=caps,
+        caps=limit.per_step,
     )
 
 
@@ -202,7 +224,7 @@ def shared_pool_oracles(
             traces[name],
             ratios[name],
             total_units=total_units,
-            max_instances=cap,
+            limit=InstanceCaps(most=cap),
             seed=seed,
             options=options,
         )
@@ -219,19 +241,30 @@ class ShareBound:
     best_rate_per_pct: float  # requests one % of a GPU serves per second at best, for 1 s draws
 
 
+@dataclass(frozen=True)
+class BoundTerms:
+    """What a share bound is counted in: Eq. 3.2's weights, the share unit (% of a GPU), the
+    step and how a trace's counts become arrival times; the paper's unless given."""
+
+    alpha: float = REWARD_ALPHA
+    beta: float = REWARD_BETA
+    unit_pct: float = 25.0
+    step_seconds: float = STEP_SECONDS
+    rounding: str = "floor"
+
+
+PAPER_TERMS = BoundTerms()
+
+
 def share_bound(
     profile: ServiceProfile,
     trace: Trace,
     ratio: float,
     *,
     total_units: int,
-    unit_pct: float = 25.0,
-    step_seconds: float = STEP_SECONDS,
     steps: int | None = None,
-    alpha: float = REWARD_ALPHA,
-    beta: float = REWARD_BETA,
-    rounding: str = "floor",
     proc_s: np.ndarray | None = None,
+    terms: BoundTerms = PAPER_TERMS,
 ) -> ShareBound:
     """A fluid relaxation, so every relaxation makes it larger: the share is divisible and costs
     only while the step needs it (no startup, no cooldown, no whole instances); no interference,
@@ -247,19 +280,12 @@ def share_bound(
     this per request; without it every request takes the fastest draw (looser). The best S per
     step is the smallest share serving its m smallest requests for some m (or the floor, serving
     none); the bound is the mean of the per-step optima."""
-    g = profile.gpu
+    unit_pct, step_seconds = terms.unit_pct, terms.step_seconds
     slo_s = profile.slo_ms / 1000.0
     fastest = profile.proc_time_ms[0] / 1000.0
-    best, smallest = 0.0, 100.0  # requests per (% x s) of draw time, and the smallest useful share
     shares = np.arange(0.5, 100.0001, 0.5)
-    for b in range(1, (g.max_batch if g else 1) + 1):
-        for s in shares if g else [unit_pct]:
-            factor = g.factor(b, s) if g else 1.0
-            if fastest * factor > slo_s:
-                continue
-            smallest = min(smallest, s)
-            best = max(best, b / factor / s)
-    arrivals = arrival_times(trace, ratio, rounding)
+    best, smallest = _best_rate(profile, shares, unit_pct)
+    arrivals = arrival_times(trace, ratio, terms.rounding)
     total = int(trace.seconds // step_seconds) if steps is None else steps
     draws = np.full(len(arrivals), fastest) if proc_s is None else np.asarray(proc_s, dtype=float)
     if len(draws) != len(arrivals):
@@ -270,26 +296,57 @@ def share_bound(
     order = np.lexsort((draws, step_of))  # by step, the smallest draws first
     step_of, draws = step_of[order], draws[order]
     counts = np.bincount(step_of, minlength=total).astype(float)
-    cost = beta / (unit_pct * total_units)  # reward per % of share
-    window = step_seconds + slo_s
+    cost = terms.beta / (unit_pct * total_units)  # reward per % of share
     floor_pct = shares[0]
     # serving none: the smallest share any policy can hold, every request of the step late
-    rewards = -(alpha * (counts > 0) + cost * floor_pct)
+    rewards = -(terms.alpha * (counts > 0) + cost * floor_pct)
     share = np.full(total, floor_pct)
     if len(draws) and best > 0:
-        starts = np.flatnonzero(np.r_[True, step_of[1:] != step_of[:-1]])
-        sizes = np.diff(np.r_[starts, len(step_of)])
-        rank = np.arange(len(step_of)) - np.repeat(starts, sizes) + 1  # requests on time, m
-        work = np.cumsum(draws)
-        work -= np.repeat(work[starts] - draws[starts], sizes)  # sum of the m smallest draws
-        need = np.maximum(work / (best * window), smallest)  # share serving those m
-        a_t = counts[step_of]
-        r = -(alpha * (a_t - rank) / a_t + cost * need)
-        top = np.maximum.reduceat(r, starts)
-        steps_with = step_of[starts]
-        better = top > rewards[steps_with]
-        at = np.flatnonzero(r == np.repeat(top, sizes))
-        first = at[np.unique(step_of[at], return_index=True)[1]]
-        rewards[steps_with[better]] = top[better]
-        share[steps_with[better]] = need[first][better]
+        _serve_smallest_first(step_of, draws, counts, (best * (step_seconds + slo_s), smallest),
+                              (terms.alpha, cost), (rewards, share))
     return ShareBound(float(rewards.mean()), float(share.mean() / unit_pct), best)
+
+
+def _best_rate(profile: ServiceProfile, shares: np.ndarray, unit_pct: float) -> tuple[float, float]:
+    """Requests per (% x s) of draw time at the best batch size and share whose lone batch of
+    the fastest draws meets the SLO, and the smallest share that does (100 where none)."""
+    g = profile.gpu
+    slo_s = profile.slo_ms / 1000.0
+    fastest = profile.proc_time_ms[0] / 1000.0
+    best, smallest = 0.0, 100.0
+    for b in range(1, (g.max_batch if g else 1) + 1):
+        for s in shares if g else [unit_pct]:
+            factor = g.factor(b, s) if g else 1.0
+            if fastest * factor > slo_s:
+                continue
+            smallest = min(smallest, s)
+            best = max(best, b / factor / s)
+    return best, smallest
+
+
+def _serve_smallest_first(
+    step_of: np.ndarray, draws: np.ndarray, counts: np.ndarray, capacity: tuple[float, float],
+    weights: tuple[float, float], into: tuple[np.ndarray, np.ndarray],
+) -> None:
+    """Per step, the best m of serving its m smallest draws on time, where that beats serving
+    none: its reward and share written over `into` (rewards, share). `capacity`: the work one %
+    of share does in a step's window, and the smallest useful share; `weights`: alpha, and the
+    reward's cost per % of share."""
+    per_pct, smallest = capacity
+    alpha, cost = weights
+    rewards, share = into
+    starts = np.flatnonzero(np.r_[True, step_of[1:] != step_of[:-1]])
+    sizes = np.diff(np.r_[starts, len(step_of)])
+    rank = np.arange(len(step_of)) - np.repeat(starts, sizes) + 1  # requests on time, m
+    work = np.cumsum(draws)
+    work -= np.repeat(work[starts] - draws[starts], sizes)  # sum of the m smallest draws
+    need = np.maximum(work / per_pct, smallest)  # share serving those m
+    a_t = counts[step_of]
+    r = -(alpha * (a_t - rank) / a_t + cost * need)
+    top = np.maximum.reduceat(r, starts)
+    steps_with = step_of[starts]
+    better = top > rewards[steps_with]
+    at = np.flatnonzero(r == np.repeat(top, sizes))
+    first = at[np.unique(step_of[at], return_index=True)[1]]
+    rewards[steps_with[better]] = top[better]
+    share[steps_with[better]] = need[first][better]

@@ -85,14 +85,7 @@ def train(
     env = research_env(config, train_traces, config.research(partners))
     for wrap in wrappers:
         env = wrap(env)
-    model = _new_model(env, config)
-    if resume_from is not None:
-        from sb3_contrib import MaskablePPO
-
-        model = MaskablePPO.load(str(resume_from), env=env, device="cpu",
-                                 tensorboard_log=config.tensorboard)
-    elif config.init_from:
-        _load_weights(model, config.init_from)
+    model = _starting_model(env, config, resume_from)
     distilled = None
     if config.release_below is not None and resumed is None:
         distilled = _release_idle(model, config, train_traces, partners)
@@ -113,6 +106,20 @@ def train(
         reset_num_timesteps=resumed is None,  # resumed: the step count and the decay go on
     )
     return validation.meta
+
+
+def _starting_model(env: gym.Env, config: TrainConfig, resume_from: Path | None) -> Any:
+    """The model training starts from: a checkpoint's to resume, else a new one (with the
+    weights of `config.init_from` where given)."""
+    model = _new_model(env, config)
+    if resume_from is not None:
+        from sb3_contrib import MaskablePPO
+
+        return MaskablePPO.load(str(resume_from), env=env, device="cpu",
+                                tensorboard_log=config.tensorboard)
+    if config.init_from:
+        _load_weights(model, config.init_from)
+    return model
 
 
 def research_env(config: TrainConfig, traces: Sequence[Trace], research: Research) -> gym.Env:

@@ -62,14 +62,8 @@ def tune(
         import optuna
     except ImportError:
         raise MissingRequirement("tuning needs optuna: pip install 'testbed[drl]'") from None
-    if rule not in ("v1", "v2"):
-        raise ConfigError([ConfigProblem("<tune>", None, "rule", f"unknown rule {rule!r}; use v1 or v2")])
     profile = profile or default_profiles()[service]
-    cls, space, start = (
-        (RuleV1, paper.RULE_V1_SEARCH, profile.rule.v1())
-        if rule == "v1"
-        else (RuleV2, paper.RULE_V2_SEARCH, profile.rule.v2())
-    )
+    cls, space, start = _rule_search(rule, profile)
     ratio = default_ratio(service) if ratio is None else ratio
 
     def score(params: dict[str, float]) -> float:
@@ -88,14 +82,8 @@ def tune(
             progress(trial.number + 1, value)
         return value
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     name = study_name or f"tune-{service}-rule_{rule}"
-    backend = open_storage(storage)
-    study = optuna.create_study(direction="maximize", storage=backend, study_name=name,
-                                load_if_exists=True)
-    done = _finished(study)
-    # a worker joining a study samples from its own seed, or it would repeat the first's trials
-    study.sampler = optuna.samplers.TPESampler(seed=seed + done)
+    study, done = _joined_study(optuna, storage, name, seed)
     if done < trials:
         study.optimize(objective, n_trials=trials - done, callbacks=[
             optuna.study.MaxTrialsCallback(trials, states=(optuna.trial.TrialState.COMPLETE,))])
@@ -110,6 +98,28 @@ def tune(
         storage or "",
         name,
     )
+
+
+def _rule_search(rule: str, profile: ServiceProfile) -> tuple[type, dict, dict[str, float]]:
+    """Rule `v1` or `v2`: its policy class, its search space (Tables 4.7/4.8) and the profile's
+    thresholds the search starts from."""
+    if rule not in ("v1", "v2"):
+        raise ConfigError([ConfigProblem("<tune>", None, "rule", f"unknown rule {rule!r}; use v1 or v2")])
+    if rule == "v1":
+        return RuleV1, paper.RULE_V1_SEARCH, profile.rule.v1()
+    return RuleV2, paper.RULE_V2_SEARCH, profile.rule.v2()
+
+
+def _joined_study(optuna, storage: str | None, name: str, seed: int):  # type: ignore[no-untyped-def]
+    """The study `name` in `storage` (made, or joined where it exists) and how many trials it has
+    finished, its sampler seeded for this worker."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", storage=open_storage(storage), study_name=name,
+                                load_if_exists=True)
+    done = _finished(study)
+    # a worker joining a study samples from its own seed, or it would repeat the first's trials
+    study.sampler = optuna.samplers.TPESampler(seed=seed + done)
+    return study, done
 
 
 def open_storage(storage: str | None):  # type: ignore[no-untyped-def]

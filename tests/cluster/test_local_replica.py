@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from testbed.clock import ScenarioClock
-from testbed.cluster.replica import EmulatedReplica
+from testbed.cluster.replica import EmulatedReplica, GpuPlacement, HandlerWork
 from testbed.load.api import build_request, check_response
 from testbed.load.content import ContentSet
 from testbed.profiles import ServiceProfile
@@ -54,7 +54,7 @@ def answers(**replica_options) -> dict[str, tuple[int, bytes, str | None]]:
 
 
 def test_each_service_speaks_its_api_with_valid_answers():
-    out = {k: v[:2] for k, v in answers(clock=ScenarioClock(100), use_espeak=False).items()}
+    out = {k: v[:2] for k, v in answers(clock=ScenarioClock(100), work=HandlerWork(use_espeak=False)).items()}
     for service, (status, body) in out.items():
         assert status == 200, (service, body[:200])
         check_response(service, body)
@@ -157,7 +157,8 @@ def test_malformed_multipart_and_missing_content_type_get_400(monkeypatch):
     async def main():
         from aiohttp import web
 
-        rep = EmulatedReplica("imgcls", FAST, clock=ScenarioClock(100), seed=1, use_espeak=False)
+        rep = EmulatedReplica("imgcls", FAST, clock=ScenarioClock(100), seed=1,
+                              work=HandlerWork(use_espeak=False))
         runner = rep.runner()
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -195,7 +196,7 @@ def test_a_replica_with_a_batch_size_serves_requests_together_and_takes_the_curv
 
     async def main(batch, share):
         content = ContentSet(seed=1, n_images=1)
-        replica = EmulatedReplica("chatbot", prof, seed=1, batch=batch, share_pct=share,
+        replica = EmulatedReplica("chatbot", prof, seed=1, gpu=GpuPlacement(batch=batch, share_pct=share),
                                   admin_token="t0ken")
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             base = str(server.make_url("")).rstrip("/")
@@ -239,7 +240,8 @@ def test_the_interference_stretch_lengthens_processing_and_arrives_by_token_guar
 
     async def main(share):
         content = ContentSet(seed=1, n_images=1)
-        replica = EmulatedReplica("chatbot", prof, clock=ScenarioClock(1), seed=1, share_pct=share,
+        replica = EmulatedReplica("chatbot", prof, clock=ScenarioClock(1), seed=1,
+                                  gpu=GpuPlacement(share_pct=share),
                                   admin_token="s3cret")
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             base = str(server.make_url("")).rstrip("/")
@@ -290,10 +292,10 @@ def test_a_sleeping_replica_answers_each_api_in_its_shape_without_the_work(monke
     monkeypatch.setattr(payload, "synthesize_wav", refuse)
     monkeypatch.setattr(payload, "generated_wav", refuse)
 
-    out = answers(clock=ScenarioClock(10), sleep_only=True)
+    out = answers(clock=ScenarioClock(10), work=HandlerWork(sleep_only=True))
 
     async def not_an_image():
-        replica = EmulatedReplica("imgcls", FAST, clock=ScenarioClock(10), sleep_only=True)
+        replica = EmulatedReplica("imgcls", FAST, clock=ScenarioClock(10), work=HandlerWork(sleep_only=True))
         form = aiohttp.FormData()
         form.add_field("files", b"not a jpeg", filename="x.jpg", content_type="image/jpeg")
         async with serve(replica) as server, aiohttp.ClientSession() as s, \
@@ -332,7 +334,8 @@ def test_processing_times_keep_the_profiles_mean_at_a_time_scale():
 
     async def main():
         content = ContentSet(seed=1, n_images=4)
-        replica = EmulatedReplica("imgcls", profile, clock=ScenarioClock(scale), seed=seed, sleep_only=True)
+        replica = EmulatedReplica("imgcls", profile, clock=ScenarioClock(scale), seed=seed,
+                                  work=HandlerWork(sleep_only=True))
         times, walls, waited = [], [], []
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             base = str(server.make_url("")).rstrip("/")
@@ -384,7 +387,8 @@ def test_a_queue_keeps_its_ideal_schedule_at_a_time_scale():
 
     async def main():
         content = ContentSet(seed=1, n_images=1)
-        replica = EmulatedReplica("imgcls", profile, clock=ScenarioClock(scale), seed=seed, sleep_only=True)
+        replica = EmulatedReplica("imgcls", profile, clock=ScenarioClock(scale), seed=seed,
+                                  work=HandlerWork(sleep_only=True))
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             base = str(server.make_url("")).rstrip("/")
             reqs = [build_request("imgcls", content) for _ in range(n)]
@@ -433,7 +437,7 @@ def test_imgcls_reads_its_form_without_aiohttps_multipart_parser(monkeypatch):
     jpegs = [b"\xff\xd8" + bytes(range(256)) * 40 + b"\r\n--", b"\xff\xd8\r\n\r\nend"]
 
     async def main():
-        replica = EmulatedReplica("imgcls", FAST, clock=ScenarioClock(100), sleep_only=True)
+        replica = EmulatedReplica("imgcls", FAST, clock=ScenarioClock(100), work=HandlerWork(sleep_only=True))
         form = aiohttp.FormData()
         form.add_field("note", b"\x89PNG not a file", filename="n.png", content_type="image/png")
         for i, data in enumerate(jpegs):
@@ -465,7 +469,8 @@ def test_a_replica_reports_its_busy_seconds_on_its_schedule():
 
     async def main():
         content = ContentSet(seed=1, n_images=1)
-        replica = EmulatedReplica("imgcls", profile, clock=ScenarioClock(scale), seed=seed, sleep_only=True)
+        replica = EmulatedReplica("imgcls", profile, clock=ScenarioClock(scale), seed=seed,
+                                  work=HandlerWork(sleep_only=True))
         busy = []
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             base = str(server.make_url("")).rstrip("/")
@@ -495,7 +500,8 @@ def test_at_a_time_scale_a_request_arrives_on_the_schedule_its_client_was_due():
 
     async def main():
         content = ContentSet(seed=1, n_images=1)
-        replica = EmulatedReplica("imgcls", profile, clock=ScenarioClock(scale), seed=seed, sleep_only=True)
+        replica = EmulatedReplica("imgcls", profile, clock=ScenarioClock(scale), seed=seed,
+                                  work=HandlerWork(sleep_only=True))
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             base = str(server.make_url("")).rstrip("/")
             now = time.time()

@@ -17,7 +17,7 @@ from testbed.scaler.factory import make_policy
 from testbed.sim.cluster import DEFAULT_OPTIONS, TESTBED_OPTIONS, SimCluster
 from testbed.sim.passes import COMPILED_ENV
 from testbed.traces import packaged_traces
-from testbed.train.evaluate import evaluate
+from testbed.train.evaluate import EvalRun, evaluate
 from testbed.train.evaluate import test_day_traces as day_traces  # not collected as a test
 
 TRACES = packaged_traces()
@@ -61,7 +61,8 @@ def _records(traces, table, services, policy_name, options):
         lines.append(f"(WindowMetrics({pinned}, mean_proc_time_ms={w.mean_latency_ms!r}), "
                      f"{out.served!r}, {out.dropped!r}, {out.proc_time_sum_s!r})")
 
-    results = evaluate(policies, traces, table.ratios, on_decision=record, options=options, cluster=cluster)
+    results = evaluate(policies, traces, table.ratios, options=options,
+                       run=EvalRun(on_decision=record, cluster=cluster))
     for r in results.values():
         lines.append(repr((r.service, r.policy, r.steps, r.slo_violation_rate, r.instances,
                            r.proc_time, r.reward)))

@@ -315,7 +315,7 @@ def test_the_runs_latency_percentiles_count_each_served_request_once_and_change_
     from testbed.metrics.histogram import RELATIVE_ERROR, LatencyHistogram
     from testbed.profiles import default_profiles
     from testbed.scaler.factory import make_policy
-    from testbed.train.evaluate import evaluate
+    from testbed.train.evaluate import EvalRun, evaluate
 
     seen: list[np.ndarray] = []
 
@@ -335,7 +335,7 @@ def test_the_runs_latency_percentiles_count_each_served_request_once_and_change_
             ev.LatencyHistogram, original = Keeping, ev.LatencyHistogram
         try:
             runs.append(evaluate(pol, {"imgcls": trace}, {"imgcls": 1.0}, total_units=8,
-                                 profiles=profiles, latency_percentiles=keep)["imgcls"])
+                                 profiles=profiles, run=EvalRun(latency_percentiles=keep))["imgcls"])
         finally:
             if keep:
                 ev.LatencyHistogram = original

@@ -178,7 +178,7 @@ def test_shared_episode_is_the_tables_run_with_rule_v2(monkeypatch, service):
     import testbed.train.episode as episode_mod
     from testbed.profiles.paper import DEFAULT_RATIOS, TEST_SHIFT_HOURS
     from testbed.scaler.policies import RuleV2
-    from testbed.train.evaluate import evaluate
+    from testbed.train.evaluate import EvalRun, evaluate
 
     real = episode_mod.SimCluster
     monkeypatch.setattr(episode_mod, "SimCluster", lambda *a, **k: real(*a, **{**k, "seed": 0}))
@@ -210,7 +210,7 @@ def test_shared_episode_is_the_tables_run_with_rule_v2(monkeypatch, service):
         {s: day.window(h) for s, h in TEST_SHIFT_HOURS.items()},
         {s: 2 * DEFAULT_RATIOS[s] for s in TEST_SHIFT_HOURS},
         seed=0,
-        on_decision=log,
+        run=EvalRun(on_decision=log),
     )
     # the env's step k ends after the neighbours that decide before the agent at period k+1
     order = list(TEST_SHIFT_HOURS)

@@ -104,7 +104,7 @@ def test_oracle_is_at_least_any_static_count():
 
 def test_the_share_bound_on_the_drawn_request_sizes_is_tighter_and_no_policy_beats_it():
     from testbed.profiles import default_profiles, paper
-    from testbed.train.compare import bounds_for, comparison_policies, run_policy
+    from testbed.train.compare import TableLoad, bounds_for, comparison_policies, run_policy
     from testbed.train.oracle import share_bound
 
     profiles = default_profiles()
@@ -118,6 +118,6 @@ def test_the_share_bound_on_the_drawn_request_sizes_is_tighter_and_no_policy_bea
         assert bounds[s] < share_bound(profiles[s], day, ratios[s], total_units=8).reward
     for name in ("fa2", "gslice", "rule_v2"):
         pols = comparison_policies(name, services, profiles, total_units=8, models=None)
-        r = run_policy(name, pols, profiles, traces, ratios, gpus=2, bounds=bounds)
+        r = run_policy(name, pols, profiles, traces, TableLoad("", 2, ratios), bounds=bounds)
         for s, v in r.per_service.items():
             assert v["reward"] <= v["bound"], (name, s)
