@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -22,11 +22,20 @@ from testbed.metrics.window import WindowMetrics
 from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
 
 
+@dataclass(frozen=True)
+class BalancerAddress:
+    """Where a `LoadBalancer` listens (`host`) and the address it gives out for its ports
+    (`advertise_host`; None: `host`, or 127.0.0.1 where that is every interface)."""
+
+    host: str = "127.0.0.1"
+    advertise_host: str | None = None
+
+
 class LoadBalancer:
     """All services' balancers plus the metrics endpoint. `async with LoadBalancer(...) as lb:`.
 
-    Ports: `ports[service]` (0 = any free port) and `metrics_port`; see `endpoint()` and
-    `metrics_url` for where they ended up.
+    Ports: `ports[service]` (0 = any free port) and `metrics_port`, on `address`; see
+    `endpoint()` and `metrics_url` for where they ended up.
     """
 
     def __init__(
@@ -34,18 +43,19 @@ class LoadBalancer:
         profiles: dict[str, ServiceProfile],
         services: list[str] | None = None,
         *,
-        host: str = "127.0.0.1",
+        address: BalancerAddress = BalancerAddress(),
         ports: dict[str, int] | None = None,
         metrics_port: int = 0,
         sample_interval_s: float = 1.0,
         upstream_timeout_s: float = 60.0,
-        advertise_host: str | None = None,
         clock: ScenarioClock = REAL_TIME,
     ):
         names = services or list(profiles)
         self.clock = clock
+        host = address.host
         self.host = host
-        self.advertise_host = advertise_host or ("127.0.0.1" if host in ("0.0.0.0", "") else host)
+        self.advertise_host = (address.advertise_host
+                               or ("127.0.0.1" if host in ("0.0.0.0", "") else host))
         self.sample_interval_s = sample_interval_s
         self.metrics = BalancerMetrics([profiles[s].slo_ms / 1000.0 for s in names])
         # the lab mesh's series, read by `--metrics prometheus`; latencies are wall time, so the

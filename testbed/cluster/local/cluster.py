@@ -23,7 +23,7 @@ from testbed.cluster.local.replicas import ReplicaProcess, ReplicaTable
 from testbed.cluster.local.rotation import BalancerRotation
 from testbed.cluster.local.supervisor import GpuSharing, ReplicaSupervisor, SupervisorHooks
 from testbed.errors import ConfigError, ConfigProblem, StateError
-from testbed.metrics.balancer import LoadBalancer
+from testbed.metrics.balancer import BalancerAddress, LoadBalancer
 from testbed.metrics.window import WindowMetrics
 
 __all__ = ["ClusterEvent", "LocalCluster", "ReplicaProcess"]  # ClusterEvent's old import path
@@ -55,11 +55,10 @@ class LocalCluster:
         self.lb = LoadBalancer(
             self.profiles,
             names,
-            host=config.host,
+            address=BalancerAddress(config.host, config.advertise_host),
             ports=config.ports,
             metrics_port=config.metrics_port,
             sample_interval_s=self.clock.wall(1.0),
-            advertise_host=config.advertise_host,
             clock=self.clock,
         )
         token = secrets.token_urlsafe(32)  # replicas' /_config; in their environment only
