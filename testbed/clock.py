@@ -2,12 +2,14 @@
 scale compresses in a request's latency (the emulated replica's own time only). Every part that
 times a local run (the cell, the balancer, the Prometheus reader, the replicas, the conditions
 replay, the results) converts through a `ScenarioClock` and multiplies by nothing itself
-(DESIGN.md, "Pace and the clock")."""
+(DESIGN.md, "Pace and the clock"). `PollClock` is the other clock a blocking poll needs: where it
+reads the time and how it waits, which check mode swaps for a virtual one."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,3 +79,15 @@ class ScenarioClock:
 
 
 REAL_TIME = ScenarioClock(1.0)  # scenario time is wall time (the default of every part)
+
+
+@dataclass(frozen=True)
+class PollClock:
+    """A blocking poll's time (`monotonic`, seconds that never go back) and its wait (`sleep`):
+    wall time, or check mode's virtual clock, whose sleeps advance it (testbed.lab.plan)."""
+
+    monotonic: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+WALL_TIME = PollClock()  # time.monotonic and time.sleep

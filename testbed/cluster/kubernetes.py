@@ -13,11 +13,11 @@ MPS control daemon gives each client (docs/lab.md, "GPU shares").
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from testbed.clock import WALL_TIME, PollClock
 from testbed.cluster.base import ServiceTarget
 from testbed.errors import ConfigError, ConfigProblem, MissingRequirement, StateError
 from testbed.profiles.paper import UNIT_PCT
@@ -108,18 +108,27 @@ def pod_units(pod_spec: Any, resource: str = GPU_RESOURCE) -> int:
     return round(max(containers, init))
 
 
+@dataclass(frozen=True)
+class KubeApis:
+    """The two Kubernetes API clients a cluster calls: Deployments (`apps`, AppsV1Api) and
+    pods, Services and nodes (`core`, CoreV1Api); check mode's one stand-in can be both."""
+
+    apps: Any
+    core: Any
+
+
 class KubernetesCluster:
     """Replicas of named services as Deployments in one namespace (implements `ClusterBackend`)."""
 
-    def __init__(self, services: Iterable[KubeService], namespace: str, *, apps_api: Any,
-                 core_api: Any, resource: str = GPU_RESOURCE,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, max_units: int | None = None,
-                 node_address: str | None = None, unit_pct: float = UNIT_PCT):
-        """`max_units` caps `total_units` (a scenario's pool on a bigger cluster);
-        `node_address` makes `endpoint` answer `http://<node_address>:<nodePort>` for NodePort
-        Services, the address clients outside the cluster (the lab's UEs) reach; `unit_pct` is
-        100 / the device plugin's MPS replicas per GPU."""
+    def __init__(self, services: Iterable[KubeService], namespace: str, *, apis: KubeApis,
+                 resource: str = GPU_RESOURCE, clock: PollClock = WALL_TIME,
+                 max_units: int | None = None, node_address: str | None = None,
+                 unit_pct: float = UNIT_PCT):
+        """`apis`: the clients it calls; `clock`: what `wait_ready` polls on; `max_units` caps
+        `total_units` (a scenario's pool on a bigger cluster); `node_address` makes `endpoint`
+        answer `http://<node_address>:<nodePort>` for NodePort Services, the address clients
+        outside the cluster (the lab's UEs) reach; `unit_pct` is 100 / the device plugin's MPS
+        replicas per GPU."""
         self._services = {s.name: s for s in services}
         if not self._services:
             raise ConfigError([ConfigProblem("<kubernetes cluster>", None, "services",
@@ -136,15 +145,14 @@ class KubernetesCluster:
                                              f"must be in (0, 100], got {unit_pct:g}")])
         self.unit_pct = unit_pct
         self.namespace = namespace
-        self.apps = apps_api
-        self.core = core_api
+        self.apps = apis.apps
+        self.core = apis.core
         self.resource = resource
         self._clock = clock
-        self._sleep = sleep
         self.max_units = max_units
         self.node_address = node_address
         self._units: dict[str, int] = {}  # units per pod that `configure` set (always POD_UNITS)
-        config = getattr(getattr(apps_api, "api_client", None), "configuration", None)
+        config = getattr(getattr(apis.apps, "api_client", None), "configuration", None)
         self.api_host = getattr(config, "host", None) or "the Kubernetes API server"
 
     @classmethod
@@ -170,7 +178,7 @@ class KubernetesCluster:
             raise MissingRequirement(
                 f"no Kubernetes configuration ({exc}); set KUBECONFIG or pass --kubeconfig"
             ) from None
-        return cls(services, namespace, apps_api=client.AppsV1Api(), core_api=client.CoreV1Api(),
+        return cls(services, namespace, apis=KubeApis(client.AppsV1Api(), client.CoreV1Api()),
                    resource=resource, **options)
 
     # --- ClusterBackend ---------------------------------------------------------------------
@@ -332,18 +340,18 @@ class KubernetesCluster:
                    poll_s: float = 2.0) -> int:
         """Block until `replicas` (default: the desired count) are ready; StateError on timeout."""
         want = self.desired_replicas(service) if replicas is None else replicas
-        deadline = self._clock() + timeout_s
+        deadline = self._clock.monotonic() + timeout_s
         while True:
             ready = self.ready_replicas(service)
             if ready >= want:
                 return ready
-            if self._clock() >= deadline:
+            if self._clock.monotonic() >= deadline:
                 raise StateError(
                     f"{service}: {ready}/{want} replicas ready after {timeout_s:g} s in namespace "
                     f"{self.namespace!r} (kubectl -n {self.namespace} describe deployment "
                     f"{self._deployment(service)})"
                 )
-            self._sleep(poll_s)
+            self._clock.sleep(poll_s)
 
     def gpu_nodes(self) -> dict[str, int]:
         """Allocatable units per node, for nodes that have any (MPS partitions on the lab)."""

@@ -21,7 +21,8 @@ from pathlib import Path
 from types import SimpleNamespace as NS
 from typing import TYPE_CHECKING, Any
 
-from testbed.cluster.kubernetes import KubernetesCluster, KubeService
+from testbed.clock import PollClock
+from testbed.cluster.kubernetes import KubeApis, KubernetesCluster, KubeService
 from testbed.config import TestbedSpec
 from testbed.lab.hosts import CommandResult
 from testbed.metrics.prometheus import PrometheusMetrics, PromService
@@ -259,17 +260,16 @@ class PlanBackends:
 
     def __init__(self, log: ActionLog, vt: VirtualTime, spec: TestbedSpec, replicas: dict[str, int]):
         self.log, self.vt, self.spec, self.replicas = log, vt, spec, replicas
-        self.clock, self.sleep = vt.monotonic, vt.advance
+        self.clock = PollClock(vt.monotonic, vt.advance)
 
     def hosts(self, reach: Reach) -> PlanHosts:
         return PlanHosts(self.log, self.spec)
 
     def cluster(self, reach: Reach, services: list[KubeService]) -> KubernetesCluster:
         kube = PlanKube(self.log, dict(self.replicas), reach.max_units or 0)
-        return KubernetesCluster(services, reach.namespace, apps_api=kube, core_api=kube,
+        return KubernetesCluster(services, reach.namespace, apis=KubeApis(kube, kube),
                                  max_units=reach.max_units, node_address=reach.node_address,
-                                 clock=self.vt.monotonic, sleep=self.vt.advance,
-                                 unit_pct=reach.unit_pct)
+                                 clock=self.clock, unit_pct=reach.unit_pct)
 
     def metrics(self, reach: Reach, services: list[PromService]) -> PrometheusMetrics:
         return PrometheusMetrics(reach.prometheus, services, fetch=plan_fetch(self.log),

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from testbed.clock import WALL_TIME, PollClock
 from testbed.cluster.kubernetes import (
     DEFAULT_NAMESPACE,
     MPS_REPLICAS,
@@ -31,7 +32,7 @@ from testbed.errors import MissingRequirement, StateError
 from testbed.lab.hosts import AnsibleHosts, HostRunner
 from testbed.lab.inventory import LabInventory
 from testbed.lab.shaping_script import shaping_script
-from testbed.lab.traffic import LabTraffic, UeSession, discover_sessions
+from testbed.lab.traffic import LabTraffic, RunCell, UeSession, discover_sessions
 from testbed.metrics.prometheus import PrometheusMetrics, PromService
 from testbed.net.iperf import BASE_PORT
 from testbed.paths import RUNS_DIR
@@ -84,8 +85,7 @@ class RealBackends:
     """The lab itself: commands through Ansible, the Kubernetes API, Prometheus over HTTP, real
     time. `testbed.lab.plan.PlanBackends` is check mode's stand-in; a session swaps only this."""
 
-    clock: Callable[[], float] | None = None  # None: time.monotonic
-    sleep: Callable[[float], None] | None = None  # None: time.sleep
+    clock: PollClock = WALL_TIME  # what the cell's traffic polls its clients on
 
     def hosts(self, reach: Reach) -> HostRunner:
         return AnsibleHosts(reach.inventory.path, reach.run_dir)
@@ -118,7 +118,7 @@ class LabSession:
         self.hosts: HostRunner | None = None
         self.cluster: KubernetesCluster | None = None
         self.metrics: PrometheusMetrics | None = None
-        self._clock, self._sleep = self.backends.clock, self.backends.sleep
+        self._clock = self.backends.clock
         self.sessions: list[UeSession] = []
         self.iperf_servers: list[tuple[str, int]] = []
         self._original: dict[str, int] = {}
@@ -232,13 +232,8 @@ class LabSession:
 
     def traffic(self, cell: str) -> LabTraffic:
         assert self.hosts is not None
-        kw: dict[str, Any] = {}
-        if self._clock is not None:
-            kw["clock"] = self._clock
-        if self._sleep is not None:
-            kw["sleep"] = self._sleep
         t = LabTraffic(self.hosts, self.sessions, self.iperf_servers,
-                       {g.name: g.slice for g in self.spec.ue_groups}, run_id=self.run_id,
-                       cell=cell, **kw)
+                       {g.name: g.slice for g in self.spec.ue_groups},
+                       cell=RunCell(self.run_id, cell), clock=self._clock)
         self._traffic.append(t)
         return t

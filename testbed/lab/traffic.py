@@ -14,12 +14,12 @@ run started, also after a failure, and is safe to call twice; leaving a `with` b
 from __future__ import annotations
 
 import ipaddress
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from testbed.clock import WALL_TIME, PollClock
 from testbed.config import TestbedSpec
 from testbed.errors import StateError
 from testbed.lab.hosts import HostFailed, HostRunner
@@ -77,25 +77,32 @@ def discover_sessions(hosts: HostRunner, ue_hosts: Sequence[str], spec: TestbedS
     return sessions
 
 
+@dataclass(frozen=True)
+class RunCell:
+    """Which run's cell a `LabTraffic` drives: its files and systemd units on the hosts are
+    named from both."""
+
+    run_id: str
+    cell: str
+
+
 class LabTraffic:
     """Clients and iperf3 of one cell on the lab's UE hosts."""
 
     def __init__(self, hosts: HostRunner, sessions: Sequence[UeSession],
                  iperf_servers: Sequence[tuple[str, int]], group_slices: dict[str, str], *,
-                 run_id: str, cell: str,
-                 load_command: Sequence[str] = REMOTE_LOAD, poll_s: float = 15.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+                 cell: RunCell, load_command: Sequence[str] = REMOTE_LOAD, poll_s: float = 15.0,
+                 clock: PollClock = WALL_TIME):
         self.hosts = hosts
         self.sessions = list(sessions)
         self.iperf_servers = list(iperf_servers)
         self.group_slices = dict(group_slices)
-        self.run_id = run_id
-        self.remote = f"{REMOTE_ROOT}/{run_id}/{cell}"
-        self.prefix = f"tb-run-{run_id}-{cell}".replace("/", "-")
+        self.run_id = cell.run_id
+        self.remote = f"{REMOTE_ROOT}/{cell.run_id}/{cell.cell}"
+        self.prefix = f"tb-run-{cell.run_id}-{cell.cell}".replace("/", "-")
         self.load_command = tuple(load_command)
         self.poll_s = poll_s
-        self._clock, self._sleep = clock, sleep
+        self._clock = clock
         self._clients: list[tuple[str, str, ClientJob]] = []  # (host, unit, job)
         self._iperf: list[tuple[str, str, IperfJob]] = []
         self._prepared: set[str] = set()
@@ -163,7 +170,7 @@ class LabTraffic:
                            f"{ue.tun} {ue.address}")
             self._clients.append((ue.host, unit, job))
         self._running = bool(self._clients)
-        self._checked = self._clock()
+        self._checked = self._clock.monotonic()
         return []
 
     def _client_session(self, job: ClientJob) -> UeSession:
@@ -195,8 +202,8 @@ class LabTraffic:
         return self._copied[key]
 
     def clients_running(self) -> bool:
-        if self._running and self._clock() - self._checked >= self.poll_s:
-            self._checked = self._clock()
+        if self._running and self._clock.monotonic() - self._checked >= self.poll_s:
+            self._checked = self._clock.monotonic()
             self._running = any(self._active(host, [u for h, u, _ in self._clients if h == host])
                                 for host in {h for h, _, _ in self._clients})
         return self._running
@@ -215,11 +222,11 @@ class LabTraffic:
             units = [u for h, u, _ in self._clients if h == host]
             problems += self._try(host, ["systemctl", "stop", *units], "stop the clients")
         # iperf3 runs for the cell's duration + 1 s; give it 30 s more, as the local profile does
-        deadline = self._clock() + 30
+        deadline = self._clock.monotonic() + 30
         for host in {h for h, _, _ in self._iperf}:
             units = [u for h, u, _ in self._iperf if h == host]
-            while self._clock() < deadline and self._active(host, units):
-                self._sleep(1.0)
+            while self._clock.monotonic() < deadline and self._active(host, units):
+                self._clock.sleep(1.0)
             problems += self._try(host, ["systemctl", "stop", *units], "stop iperf3")
         for host, _, job in self._clients:
             problems += self._fetch(host, job.out.name, job.out, f"client {job.index}'s records")

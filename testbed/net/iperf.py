@@ -101,16 +101,27 @@ def pick_ue(topology: Topology, slice_name: str, index: int = 0) -> UE:
     return ues[index % len(ues)]
 
 
+@dataclass(frozen=True)
+class IperfFlows:
+    """What an iperf3 client runs: `flows` parallel streams (-P) for `duration` seconds (-t), the
+    first `omit` of them left out of its report (-O), downlink where `reverse` (-R)."""
+
+    flows: int
+    duration: float
+    reverse: bool
+    omit: int
+
+
 class IperfSession:
     """One iperf3 server (DN) and client (UE) pair running a timed test."""
 
     _reserved: ClassVar[set[int]] = set()
 
-    def __init__(self, topology: Topology, ue: UE, port: int, *, flows: int, duration: float,
-                 reverse: bool, omit: int, server: subprocess.Popen[bytes],
-                 client: subprocess.Popen[str]):
+    def __init__(self, topology: Topology, ue: UE, port: int, *, flows: IperfFlows,
+                 server: subprocess.Popen[bytes], client: subprocess.Popen[str]):
         self.topology, self.ue, self.port = topology, ue, port
-        self.flows, self.duration, self.reverse, self.omit = flows, duration, reverse, omit
+        self.flows, self.duration = flows.flows, flows.duration
+        self.reverse, self.omit = flows.reverse, flows.omit
         self._server, self._client = server, client
 
     def pids(self) -> list[int]:
@@ -147,7 +158,7 @@ class IperfSession:
             server.wait()
             cls._reserved.discard(port)
             raise
-        return cls(topology, ue, port, flows=flows, duration=duration, reverse=reverse, omit=omit,
+        return cls(topology, ue, port, flows=IperfFlows(flows, duration, reverse, omit),
                    server=server, client=client)
 
     def wait(self, timeout: float | None = None) -> IperfResult:

@@ -25,10 +25,10 @@ from testbed.cluster.base import ClusterBackend
 from testbed.cluster.local import LocalCluster, LocalClusterConfig
 from testbed.load.traffic import TrafficBackend
 from testbed.metrics.agreement import Agreement, compare
-from testbed.metrics.balancer import MESH_NAMESPACE
 from testbed.metrics.dashboard import answers as dashboard_answers
 from testbed.metrics.prometheus import PrometheusMetrics, PromService
 from testbed.metrics.server import PrometheusServer
+from testbed.metrics.service_balancer import MESH_NAMESPACE
 from testbed.metrics.source import BalancerMetrics, MetricsSource
 from testbed.net.netns import NetnsLoop
 from testbed.net.state import prometheus_dir, state_dir

@@ -9,8 +9,10 @@ import pytest
 client = pytest.importorskip("kubernetes.client", reason="the lab extra (kubernetes) is not installed")
 ApiException = pytest.importorskip("kubernetes.client.rest").ApiException
 
+from testbed.clock import PollClock  # noqa: E402
 from testbed.cluster import ClusterBackend  # noqa: E402
 from testbed.cluster.kubernetes import (  # noqa: E402
+    KubeApis,
     KubernetesCluster,
     KubeService,
     parse_quantity,
@@ -118,7 +120,7 @@ class FakeCoreApi:
 def _cluster(apps: FakeAppsApi, core: FakeCoreApi, **kw: object) -> KubernetesCluster:
     services = [KubeService("chatbot", deployment="chatbot-ollama"), KubeService("resnet"),
                 KubeService("tts", units_per_replica=1, endpoint="http://10.0.0.5:31080/")]
-    return KubernetesCluster(services, "drafas", apps_api=apps, core_api=core, **kw)  # type: ignore[arg-type]
+    return KubernetesCluster(services, "drafas", apis=KubeApis(apps, core), **kw)  # type: ignore[arg-type]
 
 
 def test_quantities() -> None:
@@ -180,7 +182,7 @@ def test_ready_replicas_and_wait_ready_timeout() -> None:
         now[0] += s
         apps.state["chatbot-ollama"][1] = min(apps.state["chatbot-ollama"][1] + 1, 2)
 
-    cluster = _cluster(apps, core, clock=lambda: now[0], sleep=sleep)
+    cluster = _cluster(apps, core, clock=PollClock(lambda: now[0], sleep))
     assert cluster.ready_replicas("resnet") == 0  # status.readyReplicas absent means 0
     assert cluster.wait_ready("chatbot", 2, timeout_s=10, poll_s=1) == 2
     with pytest.raises(StateError, match=r"chatbot: 2/3 replicas ready after 10 s"):
@@ -330,7 +332,7 @@ def test_configure_applies_what_fits_and_reports_free_share_per_gpu() -> None:
 def test_more_than_one_unit_per_pod_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"tts.units_per_replica: 2 nvidia.com/gpu units per pod"):
         KubernetesCluster([KubeService("tts", units_per_replica=2)], "drafas",
-                          apps_api=FakeAppsApi({}), core_api=FakeCoreApi({}, []))
+                          apis=KubeApis(FakeAppsApi({}), FakeCoreApi({}, [])))
 
 
 def test_the_unit_is_the_gpu_operators_mps_replica() -> None:
@@ -365,8 +367,8 @@ def test_the_unit_follows_the_inventorys_mps_replicas() -> None:
 
 def test_a_unit_outside_0_to_100_percent_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"unit_pct: must be in \(0, 100\], got 0"):
-        KubernetesCluster([KubeService("tts")], "drafas", apps_api=FakeAppsApi({}),
-                          core_api=FakeCoreApi({}, []), unit_pct=0.0)
+        KubernetesCluster([KubeService("tts")], "drafas",
+                          apis=KubeApis(FakeAppsApi({}), FakeCoreApi({}, [])), unit_pct=0.0)
 
 
 def test_running_pods_are_the_deployments_pods_in_phase_running() -> None:

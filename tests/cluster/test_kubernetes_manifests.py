@@ -24,7 +24,12 @@ client = pytest.importorskip("kubernetes.client", reason="the lab extra (kuberne
 kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is not installed")
 
 from testbed.cluster.base import ServiceTarget  # noqa: E402
-from testbed.cluster.kubernetes import GPU_RESOURCE, KubernetesCluster, KubeService  # noqa: E402
+from testbed.cluster.kubernetes import (  # noqa: E402
+    GPU_RESOURCE,
+    KubeApis,
+    KubernetesCluster,
+    KubeService,
+)
 from testbed.cluster.manifest import service_manifest  # noqa: E402
 from testbed.profiles import DeploySpec, ServiceProfile, default_profiles  # noqa: E402
 
@@ -213,7 +218,7 @@ def test_every_patch_of_a_manifest_deployment_is_a_valid_object_with_one_gpu_uni
         path: str, deployment: dict) -> None:
     apps = ManifestAppsApi(deployment)
     name = deployment["metadata"]["name"]
-    cluster = KubernetesCluster([KubeService(name)], "drafas", apps_api=apps, core_api=EmptyCoreApi())
+    cluster = KubernetesCluster([KubeService(name)], "drafas", apis=KubeApis(apps, EmptyCoreApi()))
     cluster.scale(name, 2)
     for target in TARGETS:
         applied = cluster.configure(name, target)

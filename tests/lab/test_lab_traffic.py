@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from testbed.clock import PollClock
 from testbed.config import TestbedSpec
 from testbed.errors import MissingRequirement, StateError
 from testbed.lab.inventory import LabInventory
-from testbed.lab.traffic import LabTraffic, discover_sessions, parse_sessions
+from testbed.lab.traffic import LabTraffic, RunCell, discover_sessions, parse_sessions
 from testbed.load.traffic import ClientJob, IperfJob, TrafficBackend
 from tests.lab.fakes import FakeHosts
 
@@ -25,8 +26,8 @@ def _traffic(hosts: FakeHosts) -> LabTraffic:
     sessions = discover_sessions(hosts, ["ran1"], SPEC, ["ai", "be"])
     t = [0.0]
     return LabTraffic(hosts, sessions, [("192.168.20.30", 5201), ("192.168.20.30", 5202)],
-                      {"ai": "ai", "be": "be"}, run_id="R1", cell="c0-rep-0",
-                      clock=lambda: t[0], sleep=lambda s: t.__setitem__(0, t[0] + s))
+                      {"ai": "ai", "be": "be"}, cell=RunCell("R1", "c0-rep-0"),
+                      clock=PollClock(lambda: t[0], lambda s: t.__setitem__(0, t[0] + s)))
 
 
 def test_sessions_by_slice_subnet():

@@ -11,10 +11,11 @@ import aiohttp
 import pytest
 
 from testbed.clock import REAL_TIME, ScenarioClock
-from testbed.metrics.balancer import MESH_NAMESPACE, LoadBalancer
+from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.drafas import DrafasQueries, drafas_window
 from testbed.metrics.prometheus import PrometheusMetrics, PromService
 from testbed.metrics.server import PrometheusServer
+from testbed.metrics.service_balancer import MESH_NAMESPACE
 from testbed.profiles import default_profiles
 from tests.metrics.test_prometheus_server import PROFILE, _burst, replica_servers
 

@@ -15,9 +15,10 @@ from testbed.cluster.replica import EmulatedReplica
 from testbed.errors import StateError
 from testbed.load.content import ContentSet
 from testbed.metrics.agreement import UTILIZATION_ABS, compare
-from testbed.metrics.balancer import MESH_NAMESPACE, LoadBalancer
+from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.prometheus import PrometheusMetrics, PromService, WindowQueries, _increase
 from testbed.metrics.server import PrometheusServer
+from testbed.metrics.service_balancer import MESH_NAMESPACE
 from testbed.profiles import ServiceProfile, default_profiles
 from tests.metrics.test_balancer import replica_servers, send
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from testbed.net.iperf import IperfSession
+from testbed.net.iperf import IperfFlows, IperfSession
 
 PORT = 5999  # outside what a concurrent test's sessions reserve first (5201 upwards)
 
@@ -16,7 +16,7 @@ def _session() -> IperfSession:
     server = subprocess.Popen(["sleep", "60"])
     client = subprocess.Popen(["sleep", "60"], stdout=subprocess.PIPE, text=True)
     IperfSession._reserved.add(PORT)
-    return IperfSession(None, None, PORT, flows=1, duration=60, reverse=False, omit=0,  # type: ignore[arg-type]
+    return IperfSession(None, None, PORT, flows=IperfFlows(1, 60, False, 0),  # type: ignore[arg-type]
                         server=server, client=client)
 
 

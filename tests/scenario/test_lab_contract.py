@@ -18,7 +18,8 @@ pytest.importorskip("kubernetes.client", reason="the lab extra (kubernetes) is n
 
 from kubernetes import client
 
-from testbed.cluster.kubernetes import KubernetesCluster, KubeService
+from testbed.clock import PollClock
+from testbed.cluster.kubernetes import KubeApis, KubernetesCluster, KubeService
 from testbed.errors import MissingRequirement, StateError
 from testbed.lab.hosts import HostFailed
 from testbed.lab.plan import VirtualTime
@@ -76,7 +77,7 @@ def _kube(url: str) -> KubernetesCluster:
     cfg.host = url
     api = client.ApiClient(cfg)
     return KubernetesCluster([KubeService("imgcls", units_per_replica=1)], "drafas",
-                             apps_api=client.AppsV1Api(api), core_api=client.CoreV1Api(api),
+                             apis=KubeApis(client.AppsV1Api(api), client.CoreV1Api(api)),
                              max_units=6, node_address="192.168.20.20")
 
 
@@ -86,7 +87,7 @@ class FixtureBackends:
 
     def __init__(self, hosts: FakeHosts, kube_url: str, prom_url: str, vt: VirtualTime):
         self._hosts, self.kube_url, self.prom_url, self.vt = hosts, kube_url, prom_url, vt
-        self.clock, self.sleep = vt.monotonic, vt.advance
+        self.clock = PollClock(vt.monotonic, vt.advance)
 
     def hosts(self, reach) -> FakeHosts:
         return self._hosts

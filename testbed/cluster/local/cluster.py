@@ -21,9 +21,9 @@ from testbed.cluster.local.launch import ReplicaLauncher
 from testbed.cluster.local.placement import GpuPlacement
 from testbed.cluster.local.replicas import ReplicaProcess, ReplicaTable
 from testbed.cluster.local.rotation import BalancerRotation
-from testbed.cluster.local.supervisor import ReplicaSupervisor
+from testbed.cluster.local.supervisor import GpuSharing, ReplicaSupervisor, SupervisorHooks
 from testbed.errors import ConfigError, ConfigProblem, StateError
-from testbed.metrics.balancer import LoadBalancer
+from testbed.metrics.balancer import BalancerAddress, LoadBalancer
 from testbed.metrics.window import WindowMetrics
 
 __all__ = ["ClusterEvent", "LocalCluster", "ReplicaProcess"]  # ClusterEvent's old import path
@@ -55,11 +55,10 @@ class LocalCluster:
         self.lb = LoadBalancer(
             self.profiles,
             names,
-            host=config.host,
+            address=BalancerAddress(config.host, config.advertise_host),
             ports=config.ports,
             metrics_port=config.metrics_port,
             sample_interval_s=self.clock.wall(1.0),
-            advertise_host=config.advertise_host,
             clock=self.clock,
         )
         token = secrets.token_urlsafe(32)  # replicas' /_config; in their environment only
@@ -76,9 +75,10 @@ class LocalCluster:
                                          log_dir=Path(config.log_dir) if config.log_dir else None,
                                          sleep_only=config.sleep_only)
         self._supervisor = ReplicaSupervisor(
-            self._table, self._placement, self._tuner, self._rotation, self._client, self._launcher,
-            self._events, seed=config.seed, on_ready=self._retire_replaced, on_died=self._replace_dead,
-            notify=self._notify)
+            self._table, GpuSharing(self._placement, self._tuner), self._rotation, self._client,
+            self._launcher, self._events, seed=config.seed,
+            hooks=SupervisorHooks(on_ready=self._retire_replaced, on_died=self._replace_dead,
+                                  notify=self._notify))
 
     # ---- lifetime -------------------------------------------------------------------------
     async def __aenter__(self) -> LocalCluster:

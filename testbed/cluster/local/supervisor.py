@@ -9,6 +9,7 @@ import itertools
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from testbed.cluster.local.client import ReplicaClient
 from testbed.cluster.local.events import EventLog, log
@@ -23,27 +24,45 @@ READY_POLL_S = 0.01  # how often a starting replica that cannot answer yet is as
 ReplicaHook = Callable[[ReplicaProcess], None]
 
 
+@dataclass(frozen=True)
+class SupervisorHooks:
+    """What the cluster's policy hears from a `ReplicaSupervisor`: each replica that became
+    ready (`on_ready`) or died (`on_died`), and every change (`notify`)."""
+
+    on_ready: ReplicaHook
+    on_died: ReplicaHook
+    notify: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class GpuSharing:
+    """How replicas share the GPUs: which one a new replica goes on (`placement`) and how much
+    its neighbours there slow it (`tuner`)."""
+
+    placement: GpuPlacement
+    tuner: InterferenceTuner
+
+
 class ReplicaSupervisor:
     """Runs one task per replica: start its process on the GPU placement picks, poll it until
     ready (then into rotation), wait for its exit (out of rotation). The cluster's policy hears
     of each replica that became ready (`on_ready`) or died (`on_died`), and `notify` of every
     change. `async with` or `aclose` (safe twice) stops them all."""
 
-    def __init__(self, table: ReplicaTable, placement: GpuPlacement, tuner: InterferenceTuner,
-                 rotation: BalancerRotation, client: ReplicaClient, launcher: ReplicaLauncher,
-                 events: EventLog, *, seed: int, on_ready: ReplicaHook, on_died: ReplicaHook,
-                 notify: Callable[[], None]) -> None:
+    def __init__(self, table: ReplicaTable, gpus: GpuSharing, rotation: BalancerRotation,
+                 client: ReplicaClient, launcher: ReplicaLauncher, events: EventLog, *,
+                 seed: int, hooks: SupervisorHooks) -> None:
         self._table = table
-        self._placement = placement
-        self._tuner = tuner
+        self._placement = gpus.placement
+        self._tuner = gpus.tuner
         self._rotation = rotation
         self._client = client
         self._launcher = launcher
         self._events = events
         self._seed = seed
-        self._on_ready = on_ready
-        self._on_died = on_died
-        self._notify = notify
+        self._on_ready = hooks.on_ready
+        self._on_died = hooks.on_died
+        self._notify = hooks.notify
         self._counter = itertools.count(1)  # numbers replicas' names and, after, their seeds
         self._closed = False
         self._terminating: set[asyncio.Task[None]] = set()  # stopped, SIGTERM when answered
