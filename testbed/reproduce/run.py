@@ -26,7 +26,12 @@ from testbed.paths import stamped
 from testbed.profiles.paper import FIGURE_SERVICES
 from testbed.reproduce.artefacts import ARTEFACTS, Artefact, model_files, preflight
 from testbed.reproduce.model import Options, ReproResult, Verdict
-from testbed.reproduce.segments import SEGMENT_WARMUP_S, T54_SEGMENT_S, run_segments
+from testbed.reproduce.segments import (
+    SEGMENT_WARMUP_S,
+    T54_SEGMENT_S,
+    lowered_time_scale,
+    run_segments,
+)
 from testbed.reproduce.slicing import combine, judge_slicing
 from testbed.reproduce.tables import (
     T54_DECIDES_ORDER_REPS,
@@ -285,6 +290,9 @@ def _table54(a: Artefact, partial: Path, options: Options) -> Verdict:
         progress=options.progress,
         run=lambda seg: _run(path, partial, options, text=yaml.safe_dump(seg, sort_keys=False)))
     table = testbed_table(rows, window=window, duration_s=duration, repetitions=reps, rule=rule)
+    if (lowered := lowered_time_scale(partial)) is not None:
+        table.notes.append(f"the machine fell behind at time scale {ts:g}: from segment "
+                           f"{lowered[1] + 1} on the window ran at time scale {lowered[0]:g}")
     if len(run_dirs) > 1:
         table.notes.append(f"run in {len(run_dirs)} segments of {T54_SEGMENT_S} s, each after a "
                            f"{SEGMENT_WARMUP_S} s warm-up replaying the trace before it: "

@@ -51,6 +51,16 @@ def segments(start_s: int, duration_s: float, segment_s: float) -> list[tuple[in
     return out
 
 
+def lowered_time_scale(partial: Path) -> tuple[float, int] | None:
+    """The time scale a run's segments came down to after falling behind, and the first segment
+    run at it (0-based); None when none fell behind."""
+    lowered = partial / "t54" / "time-scale.json"
+    if not lowered.is_file():
+        return None
+    kept = json.loads(lowered.read_text())
+    return float(kept["time_scale"]), int(kept["from_segment"])
+
+
 def run_segments(data: dict[str, Any], *, start_s: int, duration_s: float, warmup_s: float,
                  partial: Path, run: RunSegment, progress: Callable[[str], None] = print,
                  segment_s: float | None = None) -> tuple[list[str], list[dict[str, Any]]]:

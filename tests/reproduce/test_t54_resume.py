@@ -168,8 +168,11 @@ def test_a_segment_behind_at_a_time_scale_lowers_it_for_itself_and_the_rest(
     lines: list[str] = []
     options = _options(tmp_path / "day")
     options.t54_time_scale, options.progress = 16.0, lines.append
-    repro.reproduce(select(["table5.4"]), options)
+    result = repro.reproduce(select(["table5.4"]), options)
     assert sim_runs == [48600, 49200, 49200, 49800] and scales == [16.0, 16.0, 12.0, 12.0]
+    (v,) = result.verdicts  # the table says at which scale its figures were measured
+    assert ("the machine fell behind at time scale 16: from segment 2 on the window ran at time "
+            "scale 12") in v.table.notes
     assert ("Table 5.4 segment 2/3: the machine fell behind at time scale 16 (imgcls p99 61 ms "
             "late); running it, and the segments after it, at time scale 12") in lines
     assert json.loads((tmp_path / "day" / "t54" / "time-scale.json").read_text())["time_scale"] == 12
