@@ -98,11 +98,32 @@ class ScenarioFile(pytest.File):
         return self.run
 
 
+class ScenarioItem(pytest.Item):
+    """An item of a scenario file: its own failures, the harness's and a machine behind are
+    reported as their message alone, and pytest places it at the file, by `where()`."""
+
+    own_failure: type[Exception] = Exception
+
+    def where(self) -> str:
+        raise NotImplementedError
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:
+        """The failure in `excinfo` as its message alone when it is the item's own or the
+        harness's, else pytest's traceback."""
+        if isinstance(excinfo.value, self.own_failure | TestbedError | MachineBehind):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        """Where pytest says the item is: the scenario file, and which cell or its expect."""
+        return self.path, 0, f"scenario {self.parent.name} {self.where()}"
+
+
 class ScenarioCellFailed(Exception):
     """A cell's repetition ended with a status other than ok; the message names the run directory."""
 
 
-class ScenarioCellItem(pytest.Item):
+class ScenarioCellItem(ScenarioItem):
     """One matrix cell of a scenario: `cell` is the expanded cell (its label, slug and
     parameters), `kw` pytest's item arguments (`name`, `parent`)."""
 
@@ -155,16 +176,10 @@ class ScenarioCellItem(pytest.Item):
         run.problems = [p for p in run.problems if FELL_BEHIND not in p]
         self.parent.behind = getattr(self.parent, "behind", set()) - {self.cell.label}
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:
-        """The failure in `excinfo` as its message alone when it is the cell's or the harness's,
-        else pytest's traceback."""
-        if isinstance(excinfo.value, ScenarioCellFailed | TestbedError | MachineBehind):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo)
+    own_failure = ScenarioCellFailed
 
-    def reportinfo(self) -> tuple[Path, int, str]:
-        """Where pytest says the item is: the scenario file, and which cell."""
-        return self.path, 0, f"scenario {self.parent.name} cell {self.name}"
+    def where(self) -> str:
+        return f"cell {self.name}"
 
 
 class ExpectFailed(Exception):
@@ -172,7 +187,7 @@ class ExpectFailed(Exception):
     message lists each, with its reason, and the report."""
 
 
-class ScenarioExpectItem(pytest.Item):
+class ScenarioExpectItem(ScenarioItem):
     """The scenario's `expect:` block over all its cells (pytest's `name` and `parent` as for
     any item); it also writes the run's results and report."""
 
@@ -208,13 +223,7 @@ class ScenarioExpectItem(pytest.Item):
             pytest.xfail("undecided, exploratory or allowed: " + "; ".join(
                 f"{o.text} ({o.explain()})" for o in verdict.allowed_undecided))
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:
-        """The failure in `excinfo` as its message alone when it is the checks' or the harness's,
-        else pytest's traceback."""
-        if isinstance(excinfo.value, ExpectFailed | TestbedError | MachineBehind):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo)
+    own_failure = ExpectFailed
 
-    def reportinfo(self) -> tuple[Path, int, str]:
-        """Where pytest says the item is: the scenario file, and its expect block."""
-        return self.path, 0, f"scenario {self.parent.name} expect"
+    def where(self) -> str:
+        return "expect"

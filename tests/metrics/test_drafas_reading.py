@@ -7,17 +7,12 @@ import shutil
 import time
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from testbed.clock import REAL_TIME, ScenarioClock
-from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.drafas import DrafasQueries, drafas_window
 from testbed.metrics.prometheus import PrometheusMetrics, PromService
-from testbed.metrics.server import PrometheusServer
-from testbed.metrics.service_balancer import MESH_NAMESPACE
-from testbed.profiles import default_profiles
-from tests.metrics.test_prometheus_server import PROFILE, _burst, replica_servers
+from tests.metrics.test_prometheus_server import _burst, scraped_chatbot
 
 ANSWERS = {"requests": 60.0, "within_slo": 45.0, "every": 60.0, "latency_sum_ms": 3000.0,
            "latency_count": 50.0, "in_flight": 1.5}
@@ -59,29 +54,21 @@ def test_a_real_prometheus_answers_the_drafas_window(tmp_path: Path):
     few per cent); the drafas utilization is the sampled gauge, near the integral; its instances
     are the Running pods the cluster reports (here 3: one still starting)."""
     async def main():
-        profiles = default_profiles() | {"chatbot": PROFILE}
-        async with replica_servers(PROFILE) as (_, servers), \
-                LoadBalancer(profiles, ["chatbot"], sample_interval_s=0.2) as lb, \
-                aiohttp.ClientSession() as session:
-            for i, s in enumerate(servers):
-                lb.services["chatbot"].add(f"chatbot-{i}", str(s.make_url("")))
-            target = lb.metrics_url.removeprefix("http://")
-            async with PrometheusServer(tmp_path / "prom", [target], scrape_interval_s=0.1) as prom:
-                svc = PromService("chatbot", PROFILE.slo_ms, PROFILE.capacity, MESH_NAMESPACE)
-                harness = PrometheusMetrics(prom.url, [svc], step_s=0.1)
-                drafas = harness.for_services(["chatbot"], reading="drafas", running=lambda s: 3)
-                await asyncio.sleep(1.2)
-                t0 = time.monotonic()
-                statuses = []
-                for n in [6, 2, 6, 1, 4, 6, 3]:
-                    statuses += await _burst(session, lb.endpoint("chatbot"), n)
-                    await asyncio.sleep(0.25)
-                await asyncio.sleep(0.5)
-                span = time.monotonic() - t0 + 1.0
-                at = time.time()
-                h = await asyncio.to_thread(harness.window, "chatbot", span, end=at)
-                d = await asyncio.to_thread(drafas.window, "chatbot", span, end=at)
-                return statuses, h, d
+        async with scraped_chatbot(tmp_path, 0.1) as (lb, session, prom, svc):
+            harness = PrometheusMetrics(prom.url, [svc], step_s=0.1)
+            drafas = harness.for_services(["chatbot"], reading="drafas", running=lambda s: 3)
+            await asyncio.sleep(1.2)
+            t0 = time.monotonic()
+            statuses = []
+            for n in [6, 2, 6, 1, 4, 6, 3]:
+                statuses += await _burst(session, lb.endpoint("chatbot"), n)
+                await asyncio.sleep(0.25)
+            await asyncio.sleep(0.5)
+            span = time.monotonic() - t0 + 1.0
+            at = time.time()
+            h = await asyncio.to_thread(harness.window, "chatbot", span, end=at)
+            d = await asyncio.to_thread(drafas.window, "chatbot", span, end=at)
+            return statuses, h, d
 
     statuses, h, d = asyncio.run(main())
     assert statuses == [200] * 28 and h.completed == 28

@@ -5,6 +5,8 @@ service agreeing on the same requests."""
 import asyncio
 import shutil
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
@@ -34,7 +36,12 @@ async def _burst(session: aiohttp.ClientSession, base: str, n: int) -> list[int]
     return await send(session, base, n, ContentSet())
 
 
-async def _measured(tmp: Path, bursts: list[int]):
+@asynccontextmanager
+async def scraped_chatbot(tmp: Path, scrape_s: float
+                          ) -> AsyncIterator[tuple[LoadBalancer, aiohttp.ClientSession,
+                                                   PrometheusServer, PromService]]:
+    """Two PROFILE replicas behind the balancer, a real Prometheus scraping its mesh series
+    every `scrape_s`, a client session, and the service as Prometheus names it."""
     profiles = default_profiles() | {"chatbot": PROFILE}
     async with replica_servers(PROFILE) as (_, servers), \
             LoadBalancer(profiles, ["chatbot"], sample_interval_s=0.2) as lb, \
@@ -42,27 +49,31 @@ async def _measured(tmp: Path, bursts: list[int]):
         for i, s in enumerate(servers):
             lb.services["chatbot"].add(f"chatbot-{i}", str(s.make_url("")))
         target = lb.metrics_url.removeprefix("http://")
-        async with PrometheusServer(tmp / "prom", [target], scrape_interval_s=0.2) as prom:
-            prom_metrics = PrometheusMetrics(
-                prom.url, [PromService("chatbot", PROFILE.slo_ms, PROFILE.capacity, MESH_NAMESPACE)],
-                step_s=0.2)
-            # Prometheus has scraped the idle replicas for a while before the window starts:
-            # utilization is a time mean over the window, so both must see all of it
-            await asyncio.sleep(1.2)
-            t0 = time.monotonic()
-            statuses = []
-            for n in bursts:
-                statuses += await _burst(session, lb.endpoint("chatbot"), n)
-                await asyncio.sleep(0.25)
-            await asyncio.sleep(0.6)  # the last counts scraped
-            # from before the first request: the balancer counts whole intervals that start
-            # inside the window (nothing arrived earlier, so the margin adds no requests)
-            span = time.monotonic() - t0 + 1.0
-            local = lb.window(span)["chatbot"]
-            # over the span the balancer's whole intervals cover, as a cell compares them
-            remote = await asyncio.to_thread(prom_metrics.window, "chatbot", local.seconds)
-            version = await asyncio.to_thread(prom_metrics.check)
-            return statuses, local, remote, version
+        async with PrometheusServer(tmp / "prom", [target], scrape_interval_s=scrape_s) as prom:
+            yield lb, session, prom, PromService("chatbot", PROFILE.slo_ms, PROFILE.capacity,
+                                                 MESH_NAMESPACE)
+
+
+async def _measured(tmp: Path, bursts: list[int]):
+    async with scraped_chatbot(tmp, 0.2) as (lb, session, prom, svc):
+        prom_metrics = PrometheusMetrics(prom.url, [svc], step_s=0.2)
+        # Prometheus has scraped the idle replicas for a while before the window starts:
+        # utilization is a time mean over the window, so both must see all of it
+        await asyncio.sleep(1.2)
+        t0 = time.monotonic()
+        statuses = []
+        for n in bursts:
+            statuses += await _burst(session, lb.endpoint("chatbot"), n)
+            await asyncio.sleep(0.25)
+        await asyncio.sleep(0.6)  # the last counts scraped
+        # from before the first request: the balancer counts whole intervals that start
+        # inside the window (nothing arrived earlier, so the margin adds no requests)
+        span = time.monotonic() - t0 + 1.0
+        local = lb.window(span)["chatbot"]
+        # over the span the balancer's whole intervals cover, as a cell compares them
+        remote = await asyncio.to_thread(prom_metrics.window, "chatbot", local.seconds)
+        version = await asyncio.to_thread(prom_metrics.check)
+        return statuses, local, remote, version
 
 
 @pytest.mark.slow
