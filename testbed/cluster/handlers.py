@@ -90,13 +90,13 @@ class ImgclsHandler:
     async def prepare(self, request: web.Request, replica: EmulatedReplica) -> Work | web.StreamResponse:
         # the raw Content-Type and one split of the body: aiohttp's multipart reader parses each
         # part's headers through the email package, most of a sleeping replica's CPU (docs/pace.md)
-        bad = web.json_response({"error": "expected multipart/form-data with field 'files'"}, status=400)
         boundary = form_boundary(request.headers.get("Content-Type", ""))
-        if boundary is None:
-            return bad  # also a POST without Content-Type
-        files = form_fields(await request.read(), boundary, "files")
+        # no boundary (also a POST without Content-Type), or a malformed part: the client's
+        # fault, not a 500
+        files = None if boundary is None else form_fields(await request.read(), boundary, "files")
         if files is None:
-            return bad  # a malformed part is the client's fault, not a 500
+            return web.json_response({"error": "expected multipart/form-data with field 'files'"},
+                                     status=400)
         if not files:
             return web.json_response({"error": "no 'files' in the form"}, status=400)
 

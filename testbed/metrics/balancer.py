@@ -1,8 +1,8 @@
 """The local profile's service load balancer: one listening port per service, round-robin over
 ready replicas (testbed.metrics.service_balancer), a per-replica proxy count of in-flight requests
 sampled every interval, and the metrics API (`window(seconds)` for the scaler, Prometheus text on
-/metrics). Requests are forwarded at the HTTP message level (testbed.metrics.proxy); the metrics
-API is an aiohttp app."""
+/metrics). Requests are forwarded at the HTTP message level (testbed.metrics.downstream and
+upstream); the metrics API is an aiohttp app."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from testbed.clock import REAL_TIME, ScenarioClock
+from testbed.metrics.downstream import ClientConnection
 from testbed.metrics.exposition import BalancerMetrics
 from testbed.metrics.mesh import MeshMetrics
-from testbed.metrics.proxy import MAX_HEAD, UpstreamPool, serve_connection
 from testbed.metrics.service_balancer import ServiceBalancer
+from testbed.metrics.upstream import UpstreamPool
 from testbed.metrics.window import WindowMetrics
 from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
 
@@ -96,13 +97,13 @@ class LoadBalancer:
 
     async def _listen(self, sb: ServiceBalancer, port: int) -> int:
         """Serve `sb`'s clients on `port` (0: any free one); returns the port."""
-        async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await serve_connection(reader, writer, sb.handle, idle_timeout_s=HEADER_TIMEOUT_S,
-                                   on_arrival=sb.collector.arrival, on_lost=sb._lost,
-                                   clock=time.monotonic)
+        def connection() -> ClientConnection:
+            return ClientConnection(sb.handle, idle_timeout_s=HEADER_TIMEOUT_S,
+                                    on_arrival=sb.collector.arrival, on_lost=sb._lost,
+                                    clock=time.monotonic)
 
-        server = await asyncio.start_server(connection, self.host, port, backlog=2048,
-                                            limit=MAX_HEAD)
+        server = await asyncio.get_running_loop().create_server(connection, self.host, port,
+                                                                backlog=2048)
         self._servers.append(server)
         return server.sockets[0].getsockname()[1]
 

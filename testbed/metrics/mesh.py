@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -71,6 +72,9 @@ class MeshMetrics:
                                    _REQUEST_LABELS, buckets=duration_buckets_ms(slo_ms),
                                    registry=self.registry)
         self._replicas: dict[tuple[str, str], tuple[Workload, BusyMeter]] = {}
+        # each (service, pod, code)'s labelled children, looked up once: labels() takes a lock and
+        # builds its key on every call, a tenth of the balancer's bookkeeping per request
+        self._finished: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._unready: set[tuple[str, str]] = set()  # taken out of rotation, still draining
         self.registry.register(_ReplicaCollector(self))
 
@@ -96,10 +100,15 @@ class MeshMetrics:
         return (service, pod) in self._replicas and (service, pod) not in self._unready
 
     def finished(self, workload: Workload, pod: str, code: int, duration_ms: float) -> None:
-        labels = ("destination", workload.namespace, workload.service, str(code), workload.namespace,
-                  pod, workload.service)
-        self._requests.labels(*labels).inc()
-        self._duration.labels(*labels).observe(duration_ms)
+        key = (workload.service, pod, code)
+        children = self._finished.get(key)
+        if children is None:
+            labels = ("destination", workload.namespace, workload.service, str(code),
+                      workload.namespace, pod, workload.service)
+            children = self._finished[key] = (self._requests.labels(*labels),
+                                              self._duration.labels(*labels))
+        children[0].inc()
+        children[1].observe(duration_ms)
 
     def replicas(self) -> Iterator[tuple[Workload, str, BusyMeter]]:
         for (_, pod), (workload, meter) in list(self._replicas.items()):

@@ -19,7 +19,8 @@ from testbed.metrics.collector import ServiceCollector
 from testbed.metrics.exposition import BalancerMetrics
 from testbed.metrics.mesh import MeshMetrics, Workload
 from testbed.metrics.meter import BUSY_S_HEADER, HOP_BY_HOP, SERVER_MS_HEADER
-from testbed.metrics.proxy import Dropped, Head, Refused, UpstreamPool, response
+from testbed.metrics.proxy import Head, response
+from testbed.metrics.upstream import Dropped, Refused, UpstreamPool
 from testbed.metrics.window import WindowMetrics
 from testbed.profiles import ServiceProfile
 
@@ -62,6 +63,7 @@ class ServiceBalancer:
         # latencies are measured in wall time; the SLO threshold shrinks with the time scale
         self.collector = ServiceCollector(service, clock.wall(profile.slo_ms), profile.capacity)
         self.backends: dict[str, Backend] = {}
+        self._ready: list[Backend] = []  # those in rotation, kept as they change (read per request)
         self._rr = 0
         self._pool = pool
         self.upstream_timeout_s = upstream_timeout_s
@@ -81,14 +83,22 @@ class ServiceBalancer:
         self._busy_now = 0.0  # u(t) now
         self._any_ready = False
         self._busy_since = time.monotonic()
+        # labelled children looked up once (labels() locks and builds a key on each call)
+        self._requests_by_status: dict[int, Any] = {}
+        self._violations_by_reason: dict[str, Any] = {}
+        self._duration = metrics.duration.labels(service)
         metrics.capacity.labels(service).set(profile.capacity)
         metrics.ready.labels(service).set(0)
 
     def rotation(self) -> list[Backend]:
-        return [b for b in self.backends.values() if b.in_rotation]
+        return list(self._ready)
+
+    def _rotation_changed(self) -> None:
+        self._ready = [b for b in self.backends.values() if b.in_rotation]
 
     def add(self, replica: str, url: str) -> None:
         self.backends[replica] = Backend(replica, url.rstrip("/"))
+        self._rotation_changed()
         if self.mesh is not None:
             self.mesh.replica(self.workload, replica, self.profile.capacity)
         self._busy_changed()
@@ -100,6 +110,7 @@ class ServiceBalancer:
         b = self.backends.get(replica)
         if b is not None:
             b.in_rotation = False
+            self._rotation_changed()
             self._busy_changed()
             if self.mesh is not None:
                 self.mesh.unready(self.service, replica)
@@ -127,7 +138,7 @@ class ServiceBalancer:
                 self.metrics.in_flight.remove(self.service, b.replica)
 
     def _pick(self) -> Backend | None:
-        ready = self.rotation()
+        ready = self._ready
         if not ready:
             return None
         self._rr = (self._rr + 1) % len(ready)
@@ -143,7 +154,7 @@ class ServiceBalancer:
             self._ready_time += dt
         self._busy_since = now
         cap = self.profile.capacity
-        ready = self.rotation()
+        ready = self._ready
         self._any_ready = bool(ready)
         self._busy_now = (sum(min(b.in_flight, cap) / cap for b in ready if b.busy_s is None)
                           / len(ready) if ready else 0.0)
@@ -158,8 +169,7 @@ class ServiceBalancer:
         if busy is not None:
             self._busy_changed()  # u(t) up to now as it stood
             if b.busy_s is not None and b.in_rotation and busy > b.busy_s:
-                ready = self.rotation()
-                self._busy_area += (busy - b.busy_s) / len(ready)
+                self._busy_area += (busy - b.busy_s) / len(self._ready)
             b.busy_s = busy if b.busy_s is None else max(b.busy_s, busy)
             self._busy_changed()  # from now on without its in-flight count
             if self.mesh is not None:
@@ -280,9 +290,14 @@ class ServiceBalancer:
         violated = self.collector.completion(latency_ms, ok=status < 400, dropped=status == 503,
                                              upload_ms=upload_ms)
         if violated:
-            self.metrics.violations.labels(self.service, reason or "slow").inc()
-        self.metrics.requests.labels(self.service, str(status)).inc()
-        self.metrics.duration.labels(self.service).observe(latency_ms / 1000.0)
+            why = reason or "slow"
+            if why not in self._violations_by_reason:
+                self._violations_by_reason[why] = self.metrics.violations.labels(self.service, why)
+            self._violations_by_reason[why].inc()
+        if status not in self._requests_by_status:
+            self._requests_by_status[status] = self.metrics.requests.labels(self.service, str(status))
+        self._requests_by_status[status].inc()
+        self._duration.observe(latency_ms / 1000.0)
         if self.mesh is not None:
             self.mesh.finished(self.workload, served_by, status, latency_ms)
 
