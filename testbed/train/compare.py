@@ -7,8 +7,9 @@ the SLO per second, Eq. 3.2's reward with share units in place of instances (the
 DRAFAS's 25 % slices), decision time per step, and the share bound (`oracle.share_bound`).
 With declared pipelines the simulator routes each chain (`GpuSimCluster(chains=...)`) and the row
 adds per chain its end-to-end latency, violation rate (late or dropped anywhere) and requests
-completed within the chain's SLA. `prepare_comparison` checks and builds every run of the command
-before the first one starts; `run_comparison` runs them table by table.
+completed within the chain's SLA. A joint planner asked for some of its model's services runs
+beside the others (`testbed.train.partners`). `prepare_comparison` checks and builds every run of
+the command before the first one starts; `run_comparison` runs them table by table.
 """
 
 from __future__ import annotations
@@ -396,9 +397,9 @@ def run_comparison(
     stage: Callable[[str], AbstractContextManager] = lambda _what: nullcontext(),
     on_result: Callable[[str, PolicyResult], None] | None = None,
 ) -> list[dict]:
-    """Every policy at every table's load, the share bound first: the report's rows (with the
-    share series). `stage(what)` wraps each step (a status line); `on_result(name, result)` gets
-    each run as it ends."""
+    """Every policy at every table's load, each after the share bound on its services' draws (a
+    joint planner's with its partners): the report's rows (with the share series). `stage(what)`
+    wraps each step (a status line); `on_result(name, result)` gets each run as it ends."""
     c, settings = comparison, comparison.settings
     rows = []
     for key in c.loads.tables:
