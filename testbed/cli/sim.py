@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.table import Table
 
-from testbed.cli import TracesOpt, app, checks, console
+from testbed.cli import TracesOpt, app, checks, console, err_console
 from testbed.cli.sim_inputs import (
     RATE_LIMIT_HELP,
     ChosenTraces,
@@ -252,7 +252,9 @@ def sim_compare(
     service: list[str] = typer.Option(
         ["all"], help="Services compared, sharing the GPUs (repeatable or comma-separated): any "
         "registered one or one of --profiles; all: the paper's three. A service the table does not "
-        "list takes ratio 1; fa2, gslice, inss and ddpg need its profile's gpu: curve."),
+        "list takes ratio 1; fa2, gslice, inss and ddpg need its profile's gpu: curve. inss and ddpg, "
+        "asked for some of the services their model plans, run the others beside them (their "
+        "partners) and report only those asked."),
     models: Path = typer.Option(Path("models"), help="Directory with ddpg.zip, inss.zip (and PPO's)."),
     profiles: Path = typer.Option(None, "--profiles", help="Profile file merged over the registry's "
                                   "(gpu curves; services of your own)."),
@@ -279,6 +281,7 @@ def sim_compare(
     used over time and a Pareto plot.
 
     Example: testbed sim compare --table 5.1 --policies fa2,rule_v2,ddpg
+    Example: testbed sim compare --service imgcls --policies inss,rule_v2
     Example: testbed sim compare --service mysvc --profiles mysvc.yaml --trace mysvc=day.txt
     """
     import time as _time
@@ -295,11 +298,15 @@ def sim_compare(
         report_note,
         run_comparison,
     )
+    from testbed.train.partners import check_partners, joint_runs, partner_services
 
     known = known_profiles(profiles)
     services = chosen_services(service, known)
-    note_left_out(known, services, profiles)
     names = policy_names(policies, models, services)
+    joint = joint_runs(names, models, services)  # a joint planner runs beside its partners
+    check_partners(joint, services, known, profiles)
+    partners = partner_services(joint.values())
+    note_left_out(known, [*services, *partners], profiles)
     if scale <= 0:
         raise ConfigError([ConfigProblem("--scale", None, "scale", f"must be > 0, got {scale:g}")])
     initial, layout_gpus = (layout_targets(layout, services) if layout is not None
@@ -309,13 +316,18 @@ def sim_compare(
             raise ConfigError([ConfigProblem("--table", None, "table",
                                              f"unknown {key!r}; use 5.1, 5.2 or 5.3")])
     pipes = [parse_pipeline(pipeline, Pipeline, services)] if pipeline else []
-    tr = chosen_traces(trace, traces, services, trace_time_unit, trace_rate_unit)
+    every = chosen_traces(trace, traces, [*services, *partners], trace_time_unit, trace_rate_unit,
+                          why={p: next(r.why(services) for r in joint.values() if p in r.partners)
+                               for p in partners})
+    tr = every.of(services)  # what the table's title names: the compared services' traces
     comparison = prepare_comparison(  # everything is checked before anything runs
         names, LoadChoice(tables=tuple(load), scale=scale, layout_gpus=layout_gpus,
                           trace_label="" if tr.paper else tr.label()),
-        tr.traces, models=models, services=services, profiles=known, profiles_path=profiles,
+        every.traces, models=models, services=services, profiles=known, profiles_path=profiles,
         settings=RunSettings(seed=seed, interference=interference, max_steps=steps, initial=initial,
                              pipelines=tuple(pipes), plan_chain=plan_chain))
+    for run in joint.values():  # on stderr: --json output stays clean
+        err_console.print(f"note: {run.note(services, every.traces)}", highlight=False, markup=False)
     started = _time.perf_counter()
     rows = run_comparison(comparison, stage=console.status,
                           on_result=lambda name, r: _print_compare_run(name, r, as_json))

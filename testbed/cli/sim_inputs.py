@@ -110,6 +110,11 @@ class ChosenTraces:
             return "the test day"
         return ", ".join(names) + ("" if len(self.own) == len(self.traces) else " and the test day")
 
+    def of(self, services: Sequence[str]) -> ChosenTraces:
+        """These traces for `services` only (the compared ones, without a planner's partners)."""
+        return ChosenTraces({s: self.traces[s] for s in services},
+                            {s: f for s, f in self.own.items() if s in services})
+
 
 def trace_choice(texts: Sequence[str] | None, services: Sequence[str]
                  ) -> tuple[Path | None, dict[str, Path]]:
@@ -141,10 +146,12 @@ def trace_choice(texts: Sequence[str] | None, services: Sequence[str]
 
 
 def chosen_traces(texts: Sequence[str] | None, traces_dir: Path | None, services: Sequence[str],
-                  time_unit: str | None = None, rate_unit: str | None = None) -> ChosenTraces:
+                  time_unit: str | None = None, rate_unit: str | None = None,
+                  why: Mapping[str, str] | None = None) -> ChosenTraces:
     """Each service's trace: its `--trace SERVICE=FILE`, else the bare `--trace FILE`, else its
     test day in `traces_dir` (the paper's three only; None: the traces shipped with testbed);
-    time_unit, rate_unit: CSV files' units where their header states none."""
+    time_unit, rate_unit: CSV files' units where their header states none; why: why a service
+    runs that `--service` did not name (a joint planner's partner), for the error without a trace."""
     from testbed.load.trace import load_trace  # numpy: not for `--help`
 
     checks.trace_units(time_unit, rate_unit)
@@ -154,9 +161,10 @@ def chosen_traces(texts: Sequence[str] | None, traces_dir: Path | None, services
     need_day = [s for s in services if s not in own]
     no_day = [s for s in need_day if s not in paper.TEST_SHIFT_HOURS]
     if no_day:
+        reasons = "".join(f" ({why[s]})" for s in no_day if s in (why or {}))
         raise ConfigError([ConfigProblem(
-            "--trace", None, "trace", f"no trace for {', '.join(no_day)}: the test day has the "
-            f"paper's services only; pass --trace {no_day[0]}=FILE (or --trace FILE for all)")])
+            "--trace", None, "trace", f"no trace for {', '.join(no_day)}{reasons}: the test day has "
+            f"the paper's services only; pass --trace {no_day[0]}=FILE (or --trace FILE for all)")])
     loaded = {f: load_trace(f, time_unit=time_unit, rate_unit=rate_unit)
               for f in set(files.values()) if f is not None}
     show_traces(loaded[f] for f in sorted(loaded))

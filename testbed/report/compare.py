@@ -97,7 +97,7 @@ def _share_over_time(rows: Sequence[dict[str, Any]], path: Path, load: str) -> P
                 linestyle="-" if k < 10 else "--")
     ax.set_xlabel("hour of the test day")
     ax.set_ylabel("GPU share held (units of 25 %)")
-    ax.set_title(f"Share held by all services, mean of the last 30 min ({load})")
+    ax.set_title(f"Share held by the services compared, mean of the last 30 min ({load})")
     ax.grid(alpha=0.3)
     ax.legend(ncol=4, fontsize=8, loc="upper left")
     fig.tight_layout()

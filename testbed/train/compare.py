@@ -7,8 +7,9 @@ the SLO per second, Eq. 3.2's reward with share units in place of instances (the
 DRAFAS's 25 % slices), decision time per step, and the share bound (`oracle.share_bound`).
 With declared pipelines the simulator routes each chain (`GpuSimCluster(chains=...)`) and the row
 adds per chain its end-to-end latency, violation rate (late or dropped anywhere) and requests
-completed within the chain's SLA. `prepare_comparison` checks and builds every run of the command
-before the first one starts; `run_comparison` runs them table by table.
+completed within the chain's SLA. A joint planner asked for some of its model's services runs
+beside the others (`testbed.train.partners`). `prepare_comparison` checks and builds every run of
+the command before the first one starts; `run_comparison` runs them table by table.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from testbed.cluster.base import ServiceTarget
@@ -32,6 +33,7 @@ from testbed.scaler.registry import PolicyEntry, entries, resolve
 from testbed.sim.gpu import UNIT_PCT, GpuSimCluster
 from testbed.train.evaluate import default_ratio, test_day_traces
 from testbed.train.oracle import share_bound
+from testbed.train.partners import JointRun, check_partners, joint_runs, partner_services
 
 TABLE_GPUS = {"5.1": 2, "5.2": 2, "5.3": 32}  # table -> GPUs (8, 8 and 128 units of 25 %)
 
@@ -46,6 +48,8 @@ class RunSettings:
     initial: Mapping[str, ServiceTarget] | None = None  # the layout's targets to start from
     pipelines: tuple[Pipeline, ...] = ()  # routed by the simulator
     plan_chain: bool = True  # False: fa2 plans every service alone under its own SLO
+    report: tuple[str, ...] = ()  # the services a row reports (empty: all it runs; a joint
+    # planner's partners run beside them unreported, testbed.train.partners)
 
 
 DEFAULT_SETTINGS = RunSettings()
@@ -88,11 +92,14 @@ class PolicyResult:
     per_service: dict[str, dict[str, float]] = field(default_factory=dict)
     chains: list[dict] = field(default_factory=list)  # GpuSimCluster.chain_results, + on_time_rps
     share_series: list[float] = field(default_factory=list)  # share units held, per step
+    partners: list[str] = field(default_factory=list)  # run beside the reported ones, unreported
 
     def as_json(self, with_series: bool = False) -> dict:
         d = asdict(self)
         if not with_series:
             d.pop("share_series")
+        if not self.partners:
+            d.pop("partners")
         return d
 
 
@@ -145,8 +152,8 @@ def run_policy(
     bounds: Mapping[str, float] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> PolicyResult:
-    """Run one policy over the traces at `load`; `settings.pipelines` are routed (a later stage
-    ignores its trace)."""
+    """Run one policy over the traces at `load` on every service of `policies`, the row reporting
+    those of `settings.report`; `settings.pipelines` are routed (a later stage ignores its trace)."""
     services = list(policies)
     cluster = GpuSimCluster(
         {s: profiles[s] for s in services},
@@ -164,7 +171,8 @@ def run_policy(
     total_steps = int(min(traces[s].seconds for s in services if s in traces) // cluster.step_seconds)
     if settings.max_steps is not None:
         total_steps = min(total_steps, settings.max_steps)
-    tally = _Tally(services, total_units)
+    tally = _Tally(services, total_units,
+                   [s for s in services if not settings.report or s in settings.report])
     started = time.perf_counter()
     steps = 0
     while steps < total_steps and not cluster.done:
@@ -182,6 +190,7 @@ class _Tally:
 
     services: list[str]
     total_units: int
+    shown: list[str]  # the services the row reports
     sums: dict[str, dict[str, float]] = field(init=False)
     series: list[float] = field(default_factory=list)  # share units held, per step
     decide_ms: float = 0.0
@@ -192,7 +201,7 @@ class _Tally:
     def add_step(self, cluster: GpuSimCluster, loop: ScalerLoop, policies: Mapping) -> None:
         """One step's decisions, on the share held as the step began (before they apply)."""
         held = {s: cluster.share_used_pct(s) / UNIT_PCT for s in self.services}
-        self.series.append(sum(held.values()))
+        self.series.append(sum(held[s] for s in self.shown))
         # a target policy's decision carries the time it took for all its services: count it once
         seen_groups: set[int] = set()
         for d in loop.decide_all():
@@ -216,9 +225,9 @@ class _Tally:
             s: {"slo_violation_rate": a["slo"] / n, "share_units": a["share"] / n,
                 "throughput": a["on_time"] / seconds, "reward": a["reward"] / n,
                 **({"bound": bounds[s]} if bounds else {})}
-            for s, a in self.sums.items()
+            for s, a in self.sums.items() if s in self.shown
         }
-        k = len(self.services)
+        k = len(self.shown)
         chains = [{**c, "on_time_rps": c["on_time"] / seconds} for c in cluster.chain_results()]
         return PolicyResult(
             policy=name,
@@ -317,6 +326,7 @@ class Comparison:
     traces: dict[str, Trace]
     policies: dict[tuple[str, str], dict]  # (table, policy name) -> its policy object per service
     settings: RunSettings
+    joint: dict[str, JointRun] = field(default_factory=dict)  # a planner's partners, by its name
 
     def gpus(self, table: str) -> int:
         return self.loads.layout_gpus or TABLE_GPUS[table]
@@ -331,9 +341,10 @@ class Comparison:
 
     def ratios(self, table: str) -> dict[str, float]:
         """Each compared service's request ratio at `table`'s load (a service the table does not
-        list: its trace's counts as they are), times `scale`."""
+        list: its trace's counts as they are), times `scale`; a joint planner's partners too."""
         given = PAPER_TABLES[table].ratios
-        return {s: given.get(s, default_ratio(s)) * self.loads.scale for s in self.services}
+        return {s: given.get(s, default_ratio(s)) * self.loads.scale
+                for s in [*self.services, *partner_services(self.joint.values())]}
 
     def load(self, table: str) -> TableLoad:
         return TableLoad(self.label(table), self.gpus(table), self.ratios(table))
@@ -353,7 +364,8 @@ def prepare_comparison(
     """Load the profiles (unless given: those of `profiles_path` over the registry's) and the
     traces (a folder: its test day; or each service's own, named by `loads.trace_label`) and build
     every policy at every table's units for `services`, so a bad profile or a missing model stops
-    the command before anything runs."""
+    the command before anything runs. A joint planner asked for some of its model's services runs
+    on all of them (`testbed.train.partners`), its partners' traces among `traces`."""
     source = str(profiles_path) if profiles_path else PACKAGED_PROFILES
     profiles = dict(profiles) if profiles is not None else load_profiles(profiles_path)
     services = list(services)
@@ -361,16 +373,22 @@ def prepare_comparison(
                 for n in names}  # each name once for the command
     planners = [n for n in names if resolved[n].sets_shares]
     check_gpu_curves(profiles, profiles_path, planners, services)
-    traces = (test_day_traces(traces, services) if isinstance(traces, Path)
-              else {s: traces[s] for s in services})
+    joint = joint_runs(names, models, services)
+    check_partners(joint, services, profiles, profiles_path,
+                   None if isinstance(traces, Path) else traces)
+    everyone = [*services, *partner_services(joint.values())]
+    traces = (test_day_traces(traces, everyone) if isinstance(traces, Path)
+              else {s: traces[s] for s in everyone})
     built = {}
     for key in loads.tables:
         units = (loads.layout_gpus or TABLE_GPUS[key]) * 4
         for name in names:
-            built[key, name] = comparison_policies(name, services, profiles, total_units=units,
+            run = joint[name].services() if name in joint else services
+            built[key, name] = comparison_policies(name, run, profiles, total_units=units,
                                                    models=models, settings=settings,
                                                    profile_source=source, entry=resolved[name])
-    return Comparison(names, loads, services, profiles, traces, built, settings)
+    return Comparison(names, loads, services, profiles, traces, built,
+                      replace(settings, report=tuple(services)), joint)
 
 
 def run_comparison(
@@ -379,23 +397,28 @@ def run_comparison(
     stage: Callable[[str], AbstractContextManager] = lambda _what: nullcontext(),
     on_result: Callable[[str, PolicyResult], None] | None = None,
 ) -> list[dict]:
-    """Every policy at every table's load, the share bound first: the report's rows (with the
-    share series). `stage(what)` wraps each step (a status line); `on_result(name, result)` gets
-    each run as it ends."""
+    """Every policy at every table's load, each after the share bound on its services' draws (a
+    joint planner's with its partners): the report's rows (with the share series). `stage(what)`
+    wraps each step (a status line); `on_result(name, result)` gets each run as it ends."""
     c, settings = comparison, comparison.settings
     rows = []
     for key in c.loads.tables:
         load = c.load(key)
-        with stage(f"{load.label}: share bound"):
-            bounds = bounds_for(c.profiles, c.traces, load.ratios, gpus=load.gpus,
-                                max_steps=settings.max_steps, seed=settings.seed,
-                                services=c.services, pipelines=settings.pipelines)
+        bounds: dict[tuple[str, ...], dict[str, float]] = {}  # the services run -> their bounds
         for name in c.names:
+            run = tuple(c.policies[key, name])  # a joint planner's: its partners' draws too
+            if run not in bounds:
+                with stage(f"{load.label}: share bound"):
+                    bounds[run] = bounds_for(c.profiles, c.traces, load.ratios, gpus=load.gpus,
+                                             max_steps=settings.max_steps, seed=settings.seed,
+                                             services=run, pipelines=settings.pipelines)
             with stage(f"{load.label}: {name}"):
                 result = run_policy(name, c.policies[key, name], c.profiles, c.traces, load,
-                                    settings=settings, bounds=bounds)
+                                    settings=settings, bounds={s: bounds[run][s] for s in c.services})
             if name == "fa2" and settings.pipelines and not settings.plan_chain:
                 result.policy = "fa2 (per service)"
+            if name in c.joint:
+                result.partners = list(c.joint[name].partners)
             rows.append(result.as_json(with_series=True))
             if on_result is not None:
                 on_result(name, result)
@@ -414,6 +437,8 @@ def report_note(comparison: Comparison, seconds: float, runs: int) -> str:
                  + (" (fa2 plans the chain)" if settings.plan_chain
                     else " (fa2 plans each service alone)")
                  + "; a later stage takes no arrivals from its own trace.")
+    for run in c.joint.values():
+        note += f" Partners: {run.note(c.services, c.traces)}."
     return note
 
 
