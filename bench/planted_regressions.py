@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Every timed test still fails on a real regression while a CPU-bound process runs beside it
-(prints figures; not a test). Needs root for the scenario files.
+"""Every timed test, and each check of ppo-testbed-ci, still fails on a real regression while a
+CPU-bound process runs beside it (prints figures; not a test). Needs root for the scenario files.
 
 Each case plants one regression (bench/plants/sitecustomize.py: a client loop that stalls, a
 replica that wakes early or late or spends 4 ms of CPU per request, a balancer that waits before
-it forwards) into every Python process of a pytest run of the timed tests it should break, with
+it forwards; and, not timing, a PPO agent that never acts or releases all the mask allows) into
+every Python process of a pytest run of the tests it should break, with
 `python3 -c "while True: pass"` beside it and CI's `--machine-behind fail`. A planted test that
-passes is a timed test that lost its power to fail: the script then exits 1. `--control` runs the
+passes is a test that lost its power to fail: the script then exits 1. `--control` runs the
 same tests without the plant (they must pass beside the same busy process).
 
     python3 bench/planted_regressions.py [--only client-stall,replica-cpu] [--control] [--no-busy]
@@ -52,6 +53,9 @@ CASES: dict[str, list[str]] = {  # plant -> the timed tests it must break
         "tests/metrics/test_balancer_replica_time.py::"
         "test_the_window_counts_the_replicas_time_and_busy_seconds_not_the_network",
     ],
+    # not timing: the agent's behaviour, each plant failing one of ppo-testbed-ci's two checks
+    "ppo-holds": ["scenarios/ppo-testbed-ci.yaml"],
+    "ppo-scales-down": ["scenarios/ppo-testbed-ci.yaml"],
 }
 
 

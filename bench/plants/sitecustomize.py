@@ -13,6 +13,9 @@ regresses.
   replica alone).
 - balancer-slow-forward: the local balancer's request to a replica takes 25 ms longer (its
   upstream pool waits before sending), inside the span the balancer times.
+- ppo-holds / ppo-scales-down: every Maskable PPO agent, whatever it reads, holds its replicas /
+  releases as many as the mask allows (-2, else -1): an agent that never acts, and one that reads
+  no load (not timing: what ppo-testbed-ci's two checks must catch).
 """
 
 from __future__ import annotations
@@ -80,12 +83,28 @@ def _balancer_slow(module: ModuleType) -> None:
     module.UpstreamPool.exchange = planted
 
 
+def _ppo_acts(choose: Callable[[tuple[int, ...]], int]) -> Callable[[ModuleType], None]:
+    def patch(module: ModuleType) -> None:
+        act = module.MaskablePpoPolicy.act
+
+        @functools.wraps(act)
+        def planted(self, observation, action_mask):  # type: ignore[no-untyped-def]
+            return choose(tuple(action_mask))
+
+        module.MaskablePpoPolicy.act = planted
+
+    return patch
+
+
 PLANTS: dict[str, tuple[str, Callable[[ModuleType], None]]] = {
     "client-stall": ("testbed.load.client", _client_stall),
     "replica-wakes-early": ("testbed.timer", _wakes_off(-0.004)),
     "replica-wakes-late": ("testbed.timer", _wakes_off(0.006)),
     "replica-cpu": ("testbed.cluster.handlers", _replica_cpu),
     "balancer-slow-forward": ("testbed.metrics.proxy", _balancer_slow),
+    # action indices of testbed.scaler.actions.ACTIONS (-2..+2): 2 holds, 0 and 1 scale down
+    "ppo-holds": ("testbed.scaler.ppo", _ppo_acts(lambda mask: 2)),
+    "ppo-scales-down": ("testbed.scaler.ppo", _ppo_acts(lambda mask: 0 if mask[0] else 1 if mask[1] else 2)),
 }
 
 
