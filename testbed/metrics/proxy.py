@@ -140,9 +140,6 @@ class MessageBuffer:
         self.current: Head | None = None  # the head of the message being received
         self._body_at = 0
 
-    def __len__(self) -> int:
-        return len(self.data)
-
     def feed(self, data: bytes) -> None:
         self.data += data
 
