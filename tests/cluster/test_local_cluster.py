@@ -115,7 +115,11 @@ def test_a_replica_taken_out_gets_its_sigterm_once_the_balancers_requests_to_it_
     assert len(stopped) == 1 and ("unreachable" not in {k for _, k in events})
 
 
+@pytest.mark.timed
 def test_sigkilled_replica_is_detected_and_replaced():
+    """A replica killed outright is out of rotation at once and replaced; every request after
+    it is answered by a replica alive (routing, not latency: the client waits up to 30 s, since
+    on a loaded CI machine the replacement's start-up and the other workers hold the cores)."""
     async def main():
         config = LocalClusterConfig(
             services=["tts"],
@@ -130,7 +134,8 @@ def test_sigkilled_replica_is_detected_and_replaced():
             await c.wait_for(lambda: any(e.kind == "died" for e in c.events), 5)
             assert c.ready_replicas("tts") == 1  # out of rotation at once
             records = []
-            async with LoadClient(ClientConfig("tts", c.endpoint("tts")), [records.append]) as cl:
+            client = ClientConfig("tts", c.endpoint("tts"), timeout_s=30.0)
+            async with LoadClient(client, [records.append]) as cl:
                 await cl.run_open_loop(constant_schedule(20, 0.25))
             await c.wait_ready(15)
             return victim.name, c.events, records
@@ -140,7 +145,7 @@ def test_sigkilled_replica_is_detected_and_replaced():
     assert [e.replica for e in died] == [victim] and "SIGKILL" in died[0].detail
     replaced = [e for e in events if e.kind == "replaced"]
     assert len(replaced) == 1 and victim in replaced[0].detail
-    assert all(r.ok for r in records)
+    assert all(r.ok for r in records), [(r.status, r.error, round(r.latency_ms)) for r in records]
 
 
 def test_a_lost_client_connection_is_one_event_and_a_count():

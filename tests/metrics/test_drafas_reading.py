@@ -73,7 +73,9 @@ def test_a_real_prometheus_answers_the_drafas_window(tmp_path: Path):
     statuses, h, d = asyncio.run(main())
     assert statuses == [200] * 28 and h.completed == 28
     assert d.arrivals == pytest.approx(28, rel=0.15) and d.completed == pytest.approx(28, rel=0.15)
-    assert d.slo_violation_rate == pytest.approx(h.slo_violation_rate, abs=0.02)
+    # increase() extrapolates each bucket's series on its own (it stops at the counter's zero), so
+    # the ratio of two of them may be one request of the 28 off (1/28 = 0.036), never more
+    assert d.slo_violation_rate == pytest.approx(h.slo_violation_rate, abs=0.04)
     assert h.violations > 0  # the queued tails: the two ways agree on something that happened
     assert d.instances == 3 and h.instances == 2
     # sampled in-flight over 3 counted pods, against the integral over the 2 ready ones
