@@ -208,6 +208,28 @@ def test_share_and_batch_reach_the_replicas_and_a_share_change_restarts_beside_t
     assert asyncio.run(main()) == (2, 50.0, 401)
 
 
+def test_more_replicas_while_a_share_change_is_under_way_apply_what_fits():
+    """A planner (inss, policies-ci) that asks for more replicas of a service whose new share is
+    still starting beside its old replicas gets as many as fit, not a StateError: the retiring
+    replicas hold their share but are not counted as the service's."""
+    from testbed.cluster.base import ServiceTarget
+    from testbed.profiles import default_profiles
+
+    async def main():
+        profiles = {"imgcls": default_profiles()["imgcls"].replace(startup_ms=40000)}
+        config = LocalClusterConfig(profiles=profiles, services=["imgcls"], total_units=8,
+                                    time_scale=20, initial={"imgcls": 2})
+        async with LocalCluster(config) as c:
+            await c.wait_ready(15)
+            c.configure("imgcls", ServiceTarget(1, 50.0, 4))  # two 25 % retire beside one 50 %
+            assert c.gpu_free_pct() == [0.0, 100.0]
+            c.configure("imgcls", ServiceTarget(4, 50.0, 4))  # two more 50 % fit, not three
+            new = [r for r in c.replicas("imgcls") if not r.retiring]
+            return len(new), c.gpu_free_pct()
+
+    assert asyncio.run(main()) == (3, [0.0, 0.0])
+
+
 def test_replicas_on_one_emulated_gpu_are_told_their_interference_and_when_neighbours_go():
     """interference=True: two replicas on the one GPU each report 1 + InSS's term for the other;
     when the neighbour has exited the survivor is told 1.0. A policy's placement is honoured."""

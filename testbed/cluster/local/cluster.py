@@ -204,7 +204,9 @@ class LocalCluster:
         self._table.batch[service] = target.batch  # ready replicas are told at the _notify() below
         if target.share_pct != self._table.share[service]:
             return self._reshare(service, target)
-        active = self._table.active(service)
+        # counted as scale() counts them: replicas retiring after a share change are not the
+        # service's any more (they stop once the new ones are ready), though they hold their share
+        active = [r for r in self._table.active(service) if not r.retiring]
         fits = self._placement.fits(target.share_pct, target.replicas - len(active))
         with self._placement.preferring(service, list(target.gpus[len(active):]) if target.gpus else []):
             self.scale(service, len(active) + fits if target.replicas > len(active) else target.replicas)
