@@ -11,8 +11,8 @@ from testbed.scenario.machine import host_line, starved_seconds, starved_service
 IMGCLS = default_profiles()["imgcls"]  # 70 ms of processing, a 500 ms SLO
 
 
-def _second(t: float, wait_ms: float, others: float, replicas: int = 2) -> dict:
-    return {"t": t, "seconds": 1.0, "steal": 0.0, "busy": 0.9, "others": others,
+def _second(t: float, wait_ms: float, others: float, replicas: int = 2, busy: float = 0.9) -> dict:
+    return {"t": t, "seconds": 1.0, "steal": 0.0, "busy": busy, "others": others,
             "wait_ms": {"replicas:imgcls": wait_ms * replicas},
             "procs": {"replicas:imgcls": replicas}}
 
@@ -44,6 +44,17 @@ def test_the_harness_filling_the_cores_itself_is_the_products():
     harness's own processes (a product whose requests cost more CPU), which is its result."""
     seconds = [_second(20.0, 300, 0.05)]
     assert _judge(_late_in([20.0]), seconds) == {}
+
+
+def test_full_cores_with_a_tenth_held_by_other_work_are_the_machines():
+    """In a second the CPUs were full, a smaller share held by other work starved the replicas
+    (slicing-ci beside a busy process: 100 % busy, others 13-49 %, 1.4 s waited per replica); at
+    5 % (a quiet host's daemons) the full cores are still the harness's own."""
+    full = [_second(20.0, 300, 0.10, busy=1.0)]
+    [line] = _judge(_late_in([20.0]), full).values()
+    assert "other work held up to 10 % of the CPUs" in line
+    assert _judge(_late_in([20.0]), [_second(20.0, 300, 0.05, busy=1.0)]) == {}
+    assert _judge(_late_in([20.0]), [_second(20.0, 300, 0.10, busy=0.9)]) == {}
 
 
 def test_violations_outside_the_starved_seconds_are_the_products():
