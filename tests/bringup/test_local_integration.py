@@ -18,6 +18,7 @@ from testbed.errors import StateError
 from testbed.net.cmd import Runner, in_ns
 from testbed.net.iperf import IperfSession
 from testbed.net.state import load_state, recorded_names
+from testbed.pytest_plugin import MachineBehind
 from tests.conftest import namespaces_with_prefix
 
 pytestmark = pytest.mark.needs_root
@@ -93,21 +94,29 @@ def test_slice_guarantee_holds_against_many_flows(tb_name):
     _assert_nothing_left(tb_name)
 
 
-_BURST = ("import socket, sys\n"
+_BURST = ("import socket, sys, time\n"
           "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
           "s.bind((sys.argv[1], int(sys.argv[4])))\n"
+          "t = time.perf_counter()\n"
           "for _ in range(int(sys.argv[5])):\n"
-          "    s.sendto(bytes(int(sys.argv[3])), (sys.argv[2], 9))\n")
+          "    s.sendto(bytes(int(sys.argv[3])), (sys.argv[2], 9))\n"
+          "print(time.perf_counter() - t)\n")
 
 
 def _burst_into_flow_queues(tb: LocalTestbed, payload: int, kind: str, *, slice_: str = "ai",
-                            port: int = 0, count: int = 60) -> list[dict]:
+                            port: int = 0, count: int = 60, within_s: float | None = None
+                            ) -> list[dict]:
     """`count` datagrams of `payload` bytes from a UE of `slice_` (from `port`; 0: any) in one
-    go; the uplink flow-queue leaves of qdisc `kind` with their counters afterwards."""
+    go; the uplink flow-queue leaves of qdisc `kind` with their counters afterwards. A burst
+    that took longer than `within_s` to send (its sender waited for a core) is the machine's."""
     ue = tb.topology.ues_of_slice(slice_)[0]
-    Runner().run(in_ns(ue.host.name, [sys.executable, "-c", _BURST, str(ue.address),
-                                      str(tb.topology.dn_addr), str(payload), str(port),
-                                      str(count)]))
+    took = float(Runner().run(in_ns(ue.host.name, [
+        sys.executable, "-c", _BURST, str(ue.address), str(tb.topology.dn_addr), str(payload),
+        str(port), str(count)])).stdout)
+    if within_s is not None and took > within_s:
+        raise MachineBehind(f"the burst of {count} datagrams took {1000 * took:.1f} ms to send, "
+                            f"over {1000 * within_s:.1f} ms: the bottleneck drained it meanwhile",
+                            {})
     time.sleep(0.2)
     raw = Runner().run(["tc", "-n", tb.topology.upf.name, "-s", "-j", "qdisc", "show",
                         "dev", tb.shapers[0].device]).stdout
@@ -140,7 +149,9 @@ def test_flow_queue_packets_drops_a_burst_over_it(tb_name, depth, drop, dropped)
                  flow_queue_drop=drop, slicing=False)
     kind = {"tail": "pfifo", "head": "pfifo_head_drop"}[drop]
     with LocalTestbed(spec) as tb:
-        leaves = _burst_into_flow_queues(tb, 1200, kind)
+        # sent within the time the 10 Mbit/s uplink passes 10 of them (0.96 ms each), the
+        # tolerance below; a sender held up longer lets the bottleneck drain the burst
+        leaves = _burst_into_flow_queues(tb, 1200, kind, within_s=0.0096)
     assert len(leaves) == 4 and all(q["options"]["limit"] == depth for q in leaves)
     drops = sum(q["drops"] for q in leaves)
     if dropped:

@@ -19,6 +19,7 @@ from testbed.net.state import (
     remove_state,
     save_state,
 )
+from testbed.pytest_plugin import MachineBehind
 
 
 def _state(name: str = "x1") -> TestbedState:
@@ -157,8 +158,24 @@ def test_a_replica_started_without_preexec_ends_with_its_killed_harness():
                               env={**os.environ, "PYTHONPATH": str(root)})
     child = int(parent.stdout.readline())
     assert parent.stdout.readline().strip() == "up"  # the replica serves
+    waited_before = _cpu_wait_s(child)
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()
     # at once, by the signal (its own watch of the parent would notice within a second)
     state = _state_within(child, 0.5)
+    if state not in ("gone", "Z", "X"):
+        waited = _cpu_wait_s(child) - waited_before
+        if waited > 0.25:  # its SIGTERM handler had no core to run on: the machine's
+            _state_within(child, 10.0)
+            raise MachineBehind(f"the replica waited {waited:.2f} s for a core in the 0.5 s after "
+                                "its harness was killed", {})
     assert state in ("gone", "Z", "X"), f"replica {child} still {state} after its harness was killed"
+
+
+def _cpu_wait_s(pid: int) -> float:
+    """Seconds process `pid` has waited for a core (its schedstat's run delay; 0 once gone)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0

@@ -101,7 +101,11 @@ def test_a_real_run_measures_the_trace_window_after_its_warmup(tmp_path: Path):
     run, cell = run_scenario_cli(scn, out)
     assert run.returncode == 0, run.stdout + run.stderr
     info = json.loads((cell / "cell.json").read_text())
-    assert info["status"] == "ok", info["problems"]
+    # a cell the machine fell behind in (its replicas waited for a core beside the suite's other
+    # workers) still measures the window it is asked to: what this test is about
+    assert info["status"] in ("ok", "behind"), info["problems"]
+    if info["status"] == "behind":
+        assert all("the machine's" in p or "fell behind" in p for p in info["problems"]), info
     assert info["planned_requests"] == {"imgcls": 104}
     assert info["warmup_requests"] == {"imgcls-ai-0.jsonl": 40}
     sent = [json.loads(line) for line in (cell / "requests/imgcls-ai-0.jsonl").read_text().split()]
