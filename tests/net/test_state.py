@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from testbed.errors import StateError
+from testbed.metrics.host import task_times
 from testbed.net.state import (
     ProcessRecord,
     TestbedState,
@@ -173,9 +174,6 @@ def test_a_replica_started_without_preexec_ends_with_its_killed_harness():
 
 
 def _cpu_wait_s(pid: int) -> float:
-    """Seconds process `pid` has waited for a core (its schedstat's run delay; 0 once gone)."""
-    try:
-        with open(f"/proc/{pid}/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0
+    """Seconds process `pid` has waited for a core (testbed.metrics.host; 0 once gone)."""
+    times = task_times(pid)
+    return times[1] / 1000 if times is not None else 0.0
