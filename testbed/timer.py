@@ -61,6 +61,8 @@ class PreciseWake:
         self._armed: float | None = None
         self._fd = -1
         self._libc = _libc()
+        self._spec = _Itimerspec()  # filled in place by each arming: no ctypes objects per wait
+        self._spec_ref = ctypes.byref(self._spec)
         # loop.time() is time.monotonic(), CLOCK_MONOTONIC on Linux: the timerfd's clock
         if self._libc is not None and loop.time.__func__ is asyncio.BaseEventLoop.time \
                 and time.get_clock_info("monotonic").implementation.startswith("clock_gettime"):
@@ -80,8 +82,9 @@ class PreciseWake:
         nsec = math.ceil((when - sec) * 1e9)  # up: a wake is never early
         if nsec >= 1_000_000_000:
             sec, nsec = sec + 1, nsec - 1_000_000_000
-        spec = _Itimerspec(_Timespec(0, 0), _Timespec(sec, nsec))
-        if self._libc.timerfd_settime(self._fd, TFD_TIMER_ABSTIME, ctypes.byref(spec), None) != 0:
+        value = self._spec.it_value
+        value.tv_sec, value.tv_nsec = sec, nsec
+        if self._libc.timerfd_settime(self._fd, TFD_TIMER_ABSTIME, self._spec_ref, None) != 0:
             raise OSError(ctypes.get_errno(), "timerfd_settime")
         self._armed = when
 

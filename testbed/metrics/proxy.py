@@ -162,7 +162,9 @@ class MessageBuffer:
         if length >= 0:
             if len(self.data) - at < length:
                 return None
-            body, end = bytes(self.data[at:at + length]), at + length
+            end = at + length
+            with memoryview(self.data) as view:  # one copy (a bytearray's slice is a second)
+                body = bytes(view[at:end])
         elif length == CHUNKED:
             got = take_chunked(self.data, at)
             if got is None:
@@ -172,7 +174,10 @@ class MessageBuffer:
             if not eof:
                 return None
             body, end = bytes(self.data[at:]), len(self.data)
-        del self.data[:end]
+        if end == len(self.data):
+            self.data = bytearray()  # the common case: nothing of the next message yet
+        else:
+            del self.data[:end]
         self.current = None
         return body
 
