@@ -15,7 +15,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from aiohttp import web
 
@@ -43,6 +43,10 @@ class Handler(Protocol):
 
     method: str  # "GET" or "POST"
     path: str  # e.g. "/api/generate"
+    # optional: True where prepare() reads only the request's method, path, query, headers,
+    # content_type and body (read/text/json); the replica then serves it with its own HTTP server
+    # (testbed.cluster.wire.PlainRequest), at half the CPU of aiohttp's (docs/pace.md)
+    # plain_request: bool
 
     async def prepare(self, request: web.Request, replica: EmulatedReplica) -> Work | web.StreamResponse:
         """Read `request`; return the work to run under `replica`'s admission, or an answer now."""
@@ -53,6 +57,7 @@ class ChatbotHandler:
     """Ollama's `POST /api/generate` (stream false): an answer text and Ollama's fields."""
 
     method, path = "POST", "/api/generate"
+    plain_request = True
 
     async def prepare(self, request: web.Request, replica: EmulatedReplica) -> Work | web.StreamResponse:
         try:
@@ -86,6 +91,7 @@ class ImgclsHandler:
     """The ResNet152 server's `POST /classify_batch`: multipart JPEGs in, a label per image out."""
 
     method, path = "POST", "/classify_batch"
+    plain_request = True
 
     async def prepare(self, request: web.Request, replica: EmulatedReplica) -> Work | web.StreamResponse:
         # the raw Content-Type and one split of the body: aiohttp's multipart reader parses each
@@ -117,6 +123,7 @@ class TtsHandler:
     """Coqui TTS's `GET /api/tts?text=...`: a WAV file (espeak-ng, or a tone without it)."""
 
     method, path = "GET", "/api/tts"
+    plain_request = True
 
     async def prepare(self, request: web.Request, replica: EmulatedReplica) -> Work | web.StreamResponse:
         text = request.query.get("text", "")
@@ -142,6 +149,7 @@ class SizedHandler:
     method: str
     path: str
     response_bytes: int
+    plain_request: ClassVar[bool] = True
 
     @classmethod
     def for_request(cls, service: str, spec: RequestSpec) -> SizedHandler:

@@ -1,4 +1,4 @@
-"""One emulated replica of an AI service: an aiohttp server speaking the service's real API, with
+"""One emulated replica of an AI service: an HTTP server speaking the service's real API, with
 the profile's capacity, queue limit, processing time and startup time (divided by a time-scale
 factor). Run as a process: `python3 -m testbed.cluster.replica --service imgcls --profile-file PATH`
 (or `--profile JSON`).
@@ -29,6 +29,7 @@ from aiohttp import web
 
 from testbed.clock import REAL_TIME, ScenarioClock
 from testbed.cluster.handlers import handler_for
+from testbed.cluster.wire import PlainServer
 from testbed.metrics.meter import BUSY_S_HEADER, DUE_HEADER, SERVER_MS_HEADER
 from testbed.net.cmd import exit_with_parent
 from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
@@ -101,8 +102,11 @@ class EmulatedReplica:
         self.started = time.monotonic() - (max(0.0, time.time() - launched_at) if launched_at else 0.0)
         self.ready_at = self.started + clock.wall(profile.startup_ms / 1000.0)
         self.draining = False
-        self.in_process = 0
-        self.waiting = 0
+        self._working = 0  # requests holding a slot (real work)
+        self._queued = 0  # requests waiting for a slot (real work)
+        # a sleeping replica's requests, each reserved on the schedule when it arrives: key ->
+        # (start, end), kept until its answer leaves (end, plus the hold of its placement)
+        self._reserved: dict[object, tuple[float, float]] = {}
         self.served = 0
         self.dropped = 0
         self._slots = asyncio.Semaphore(profile.capacity)
@@ -131,6 +135,18 @@ class EmulatedReplica:
         return self.profile.gpu.ref_share_pct if self.profile.gpu else 25.0 * self.profile.units
 
     @property
+    def in_process(self) -> int:
+        """Requests in process now: holding a slot, or on the schedule between start and end."""
+        now = time.monotonic()
+        return self._working + sum(1 for s, e in self._reserved.values() if s <= now < e)
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a slot now (on the schedule: not started yet)."""
+        now = time.monotonic()
+        return self._queued + sum(1 for s, _ in self._reserved.values() if now < s)
+
+    @property
     def ready(self) -> bool:
         return not self.draining and time.monotonic() >= self.ready_at
 
@@ -139,6 +155,12 @@ class EmulatedReplica:
         within HEADER_TIMEOUT_S, or stays idle that long, is closed."""
         return web.AppRunner(self.app(), access_log=None, handle_signals=False,
                              keepalive_timeout=HEADER_TIMEOUT_S)
+
+    def plain_routes(self) -> dict:  # type: ignore[type-arg]
+        """The app's routes for testbed.cluster.wire's server ((method, path) -> route)."""
+        return {("GET", "/healthz"): self.healthz, ("GET", "/"): self.healthz,
+                ("POST", "/_config"): self.set_config,
+                (self.handler.method, self.handler.path): self.serve_request}
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -196,26 +218,73 @@ class EmulatedReplica:
         return web.json_response({"batch": self.batch, "share_pct": self.share_pct,
                                   "stretch": self.stretch})
 
-    async def _run(self, work, arrived: float):  # type: ignore[no-untyped-def]
-        """Admit, wait for a slot, do the work, wait until the schedule's end. Returns the answer
-        and that end (monotonic s)."""
+    async def _run(self, work, arrived: float, hold: float = 0.0):  # type: ignore[no-untyped-def]
+        """Admit, wait for a slot, do the work, wait until the schedule's end (and `hold` s
+        after it). Returns the answer and that end (monotonic s)."""
         if self._batched:
-            return await self._run_batched(work, arrived)
-        if not self.ready:
+            response, end = await self._run_batched(work, arrived)
+        elif not self.ready:
             return web.json_response(
                 {"error": "not ready" if not self.draining else "shutting down"}, status=503
             ), time.monotonic()
-        if self.in_process + self.waiting >= self.profile.capacity + self.profile.queue_limit:
+        elif self._open() >= self.profile.capacity + self.profile.queue_limit:
             self.dropped += 1
             return web.json_response({"error": "queue full"}, status=503), time.monotonic()
-        self.waiting += 1
+        elif self.sleep_only:
+            return await self._run_reserved(work, arrived, hold)
+        else:
+            response, end = await self._run_in_slot(work, arrived)
+        if hold > 0.0:
+            await self._wait_until(end + hold)
+        return response, end
+
+    def _open(self) -> int:
+        """Requests admitted and not done on the schedule (in a slot, waiting for one, or
+        reserved with an end still ahead)."""
+        now = time.monotonic()
+        return self._working + self._queued + sum(1 for _, e in self._reserved.values() if e > now)
+
+    async def _run_reserved(self, work, arrived: float, hold: float):  # type: ignore[no-untyped-def]
+        """A sleeping replica's request: its slot is taken on the schedule as it arrives (the
+        earliest free one, as the slots' queue would hand it on), its work (next to none) done,
+        and its answer sent at the schedule's end plus `hold`, in one wake. A slot's queue of
+        real work wakes at the end, then again after the hold: two more turns of the event loop
+        per request, a fifth of a sleeping replica's CPU at time scale 16 (docs/pace.md)."""
+        self._idle.clear()
+        start = max(arrived, heapq.heappop(self._free_at))
+        lo, hi = self.profile.proc_time_ms
+        end = start + self.clock.wall(self.rng.uniform(lo, hi) * self.stretch / 1000.0)
+        heapq.heappush(self._free_at, end)
+        key = object()
+        self._reserved[key] = self._busy_open[key] = (start, end)
+        try:
+            began = time.monotonic()
+            result = await work()
+            if time.monotonic() - began > end - start:  # work that outlasts its draw is the replica's
+                later = start + (time.monotonic() - began)
+                self._free_at[self._free_at.index(end)] = later
+                heapq.heapify(self._free_at)
+                end = later
+                self._reserved[key] = self._busy_open[key] = (start, end)
+            await self._wait_until(end + hold)
+            self.served += 1
+            return result, end
+        finally:
+            del self._reserved[key], self._busy_open[key]
+            self._busy_done += end - start
+            if not self._reserved and self._working == 0 and self._queued == 0:
+                self._idle.set()
+
+    async def _run_in_slot(self, work, arrived: float):  # type: ignore[no-untyped-def]
+        """Real work: wait for a slot, do the work, wait until the schedule's end."""
+        self._queued += 1
         self._idle.clear()
         admitted = False
         try:
             async with self._slots:
-                self.waiting -= 1
+                self._queued -= 1
                 admitted = True
-                self.in_process += 1
+                self._working += 1
                 start = max(arrived, heapq.heappop(self._free_at))
                 lo, hi = self.profile.proc_time_ms
                 end = start + self.clock.wall(self.rng.uniform(lo, hi) * self.stretch / 1000.0)
@@ -234,11 +303,11 @@ class EmulatedReplica:
                     del self._busy_open[key]
                     self._busy_done += end - start
                     heapq.heappush(self._free_at, end)
-                    self.in_process -= 1
+                    self._working -= 1
         finally:
             if not admitted:
-                self.waiting -= 1  # cancelled (client went away) while queued
-            if self.in_process == 0 and self.waiting == 0:
+                self._queued -= 1  # cancelled (client went away) while queued
+            if self._working == 0 and self._queued == 0 and not self._reserved:
                 self._idle.set()
 
     def busy_seconds(self, now: float) -> float:
@@ -268,7 +337,7 @@ class EmulatedReplica:
             return web.json_response({"error": "queue full"}, status=503), time.monotonic()
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._queue.append((arrived, fut, work))
-        self.waiting += 1
+        self._queued += 1
         self._idle.clear()
         self._kick.set()
         if self._batcher is None or self._batcher.done():
@@ -286,8 +355,8 @@ class EmulatedReplica:
                 with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                     await asyncio.wait_for(self._kick.wait(), first + wait_s - time.monotonic())
             take, self._queue = self._queue[: self.batch], self._queue[self.batch :]
-            self.waiting -= len(take)
-            self.in_process = len(take)
+            self._queued -= len(take)
+            self._working = len(take)
             # on the schedule, a batch closes when full (its last arrival) or a quarter of the
             # SLO after its first, and not before the previous batch's end
             closed = min(first + wait_s, take[-1][0]) if len(take) == self.batch else first + wait_s
@@ -316,7 +385,7 @@ class EmulatedReplica:
                 else:
                     self.served += 1
                     fut.set_result((res, end))
-            self.in_process = 0
+            self._working = 0
         self._idle.set()
 
     async def serve_request(self, request: web.Request) -> web.StreamResponse:
@@ -327,9 +396,7 @@ class EmulatedReplica:
             return prepared
         arrived = time.monotonic()
         placed, hold = self._placed(request, arrived)
-        response, end = await self._run(prepared, placed)
-        if hold > 0.0:
-            await self._wait_until(end + hold)
+        response, end = await self._run(prepared, placed, hold)
         # the replica's own time on its schedule (queue, work): what a time scale compresses; the
         # client counts the rest (the network, the balancer, a late wake) at its real duration
         response.headers[SERVER_MS_HEADER] = f"{(end - placed) * 1000.0:.3f}"
@@ -364,6 +431,38 @@ class EmulatedReplica:
         await self._idle.wait()
 
 
+@dataclass
+class Listening:
+    """A replica's server, listening: the port bound, and how to stop it."""
+
+    port: int
+    server: PlainServer | web.AppRunner
+
+    async def close(self) -> None:
+        """Stop listening and close its connections (drain the replica first)."""
+        if isinstance(self.server, PlainServer):
+            await self.server.close()
+        else:
+            await self.server.cleanup()
+
+
+async def listen(replica: EmulatedReplica, host: str, port: int, *,
+                 plain: bool | None = None) -> Listening:
+    """Start the replica's HTTP server on host:port (0: any free port). A handler that reads only a
+    request's line, headers and body (`plain_request`) is served by testbed.cluster.wire's server,
+    any other by aiohttp's; `plain` chooses instead."""
+    if plain is None:
+        plain = bool(getattr(replica.handler, "plain_request", False))
+    if plain:
+        server = PlainServer(replica.plain_routes(), idle_timeout_s=HEADER_TIMEOUT_S)
+        return Listening(await server.start(host, port), server)
+    runner = replica.runner()
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024)
+    await site.start()
+    return Listening(site._server.sockets[0].getsockname()[1], runner)  # type: ignore[union-attr]
+
+
 async def serve(
     replica: EmulatedReplica,
     host: str,
@@ -372,12 +471,8 @@ async def serve(
     parent_pid: int | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT (or the parent process is gone), then drain gracefully and exit."""
-    runner = replica.runner()
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024)
-    await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    announce(f"LISTENING {bound}")
+    listening = await listen(replica, host, port)
+    announce(f"LISTENING {listening.port}")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -389,7 +484,7 @@ async def serve(
     finally:
         if orphan_watch is not None:
             orphan_watch.cancel()
-        await runner.cleanup()
+        await listening.close()
 
 
 async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:

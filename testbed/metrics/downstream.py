@@ -138,6 +138,10 @@ class ClientConnection(asyncio.Protocol):
             self._idle.cancel()
             self._idle = None
 
+    def close(self) -> None:
+        """Close the connection now (an answer in progress is not sent)."""
+        self._close()
+
     def _close(self) -> None:
         self._cancel_idle()
         if self._transport is not None:

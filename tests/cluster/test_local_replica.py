@@ -9,10 +9,10 @@ import wave
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
+from yarl import URL
 
 from testbed.clock import ScenarioClock
-from testbed.cluster.replica import EmulatedReplica, GpuPlacement, HandlerWork
+from testbed.cluster.replica import EmulatedReplica, GpuPlacement, HandlerWork, listen
 from testbed.load.api import build_request, check_response
 from testbed.load.content import ContentSet
 from testbed.profiles import ServiceProfile
@@ -31,8 +31,38 @@ async def call(session, base, req):
         return r.status, await r.read()
 
 
+@pytest.fixture(autouse=True, params=["plain", "aiohttp"])
+def server_kind(request, monkeypatch):
+    """Every test against both of the replica's servers: its own (testbed.cluster.wire, for the
+    built-in handlers) and aiohttp's (for a handler that is not plain)."""
+    monkeypatch.setattr(Served, "plain", request.param == "plain")
+    return request.param
+
+
+class Served:
+    """A replica listening on a free port, as `testbed.cluster.replica.serve` starts it."""
+
+    plain = True
+
+    def __init__(self, replica: EmulatedReplica):
+        self.replica = replica
+        self.port = 0
+        self._listening = None
+
+    async def __aenter__(self):
+        self._listening = await listen(self.replica, "127.0.0.1", 0, plain=self.plain)
+        self.port = self._listening.port
+        return self
+
+    async def __aexit__(self, *exc):
+        await self._listening.close()
+
+    def make_url(self, path: str) -> URL:
+        return URL(f"http://127.0.0.1:{self.port}{path}")
+
+
 def serve(replica):
-    return TestServer(replica.app(), host="127.0.0.1")
+    return Served(replica)
 
 
 def answers(**replica_options) -> dict[str, tuple[int, bytes, str | None]]:
@@ -89,10 +119,12 @@ def test_bad_requests_get_400_not_500():
     assert asyncio.run(main()) == (400, 400)
 
 
-def test_capacity_and_queue_limit_drop_the_excess():
+@pytest.mark.parametrize("work", [HandlerWork(), HandlerWork(sleep_only=True)],
+                         ids=["slot-queue", "reserved"])
+def test_capacity_and_queue_limit_drop_the_excess(work):
     async def main():
         # 100 ms each, 1 at a time, 2 queued
-        replica = EmulatedReplica("chatbot", FAST, clock=ScenarioClock(1.0))
+        replica = EmulatedReplica("chatbot", FAST, clock=ScenarioClock(1.0), work=work)
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             base = str(server.make_url("")).rstrip("/")
             req = build_request("chatbot", ContentSet())
@@ -104,10 +136,13 @@ def test_capacity_and_queue_limit_drop_the_excess():
     assert replica.served == 3 and replica.dropped == 2
 
 
-def test_startup_then_ready_then_draining():
+@pytest.mark.parametrize("work", [HandlerWork(), HandlerWork(sleep_only=True)],
+                         ids=["slot-queue", "reserved"])
+def test_startup_then_ready_then_draining(work):
     async def main():
         prof = FAST.replace(startup_ms=5000, proc_time_ms=(1000, 1000))
-        replica = EmulatedReplica("chatbot", prof, clock=ScenarioClock(10))  # ready after 0.5 s, 100 ms each
+        # ready after 0.5 s, 100 ms each
+        replica = EmulatedReplica("chatbot", prof, clock=ScenarioClock(10), work=work)
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             health = str(server.make_url("/healthz"))
             t0 = asyncio.get_running_loop().time()
@@ -155,15 +190,11 @@ def test_malformed_multipart_and_missing_content_type_get_400(monkeypatch):
     monkeypatch.setattr(replica_module, "HEADER_TIMEOUT_S", 1.0)
 
     async def main():
-        from aiohttp import web
 
         rep = EmulatedReplica("imgcls", FAST, clock=ScenarioClock(100), seed=1,
                               work=HandlerWork(use_espeak=False))
-        runner = rep.runner()
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
+        served = await Served(rep).__aenter__()
+        port = served.port
         try:
             body = b"--b\r\nContent-Dispositionform-data\r\n\r\nxx\r\n--b--\r\n"
             bad_part = await _raw(port, b"POST /classify_batch HTTP/1.1\r\nHost: x\r\nContent-Type: "
@@ -178,7 +209,7 @@ def test_malformed_multipart_and_missing_content_type_get_400(monkeypatch):
             w.close()
             return bad_part, no_type, closed
         finally:
-            await runner.cleanup()
+            await served.__aexit__()
 
     bad_part, no_type, closed = asyncio.run(main())
     assert bad_part == b"HTTP/1.1 400 Bad Request"
