@@ -157,17 +157,16 @@ class EmulatedReplica:
                              keepalive_timeout=HEADER_TIMEOUT_S)
 
     def plain_routes(self) -> dict:  # type: ignore[type-arg]
-        """The app's routes for testbed.cluster.wire's server ((method, path) -> route)."""
+        """Its routes ((method, path) -> route), for either server: testbed.cluster.wire's or
+        aiohttp's (`app`)."""
         return {("GET", "/healthz"): self.healthz, ("GET", "/"): self.healthz,
                 ("POST", "/_config"): self.set_config,
                 (self.handler.method, self.handler.path): self.serve_request}
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/", self.healthz)
-        app.router.add_post("/_config", self.set_config)
-        app.router.add_route(self.handler.method, self.handler.path, self.serve_request)
+        for (method, path), route in self.plain_routes().items():
+            app.router.add_route(method, path, route)
         return app
 
     async def healthz(self, request: web.Request) -> web.Response:
@@ -238,6 +237,12 @@ class EmulatedReplica:
             await self._wait_until(end + hold)
         return response, end
 
+    def _drawn_end(self, start: float) -> float:
+        """A request's end on the schedule: `start` plus a processing time drawn from the
+        profile, stretched by the interference, on the run's clock (monotonic s)."""
+        lo, hi = self.profile.proc_time_ms
+        return start + self.clock.wall(self.rng.uniform(lo, hi) * self.stretch / 1000.0)
+
     def _open(self) -> int:
         """Requests admitted and not done on the schedule (in a slot, waiting for one, or
         reserved with an end still ahead)."""
@@ -252,8 +257,7 @@ class EmulatedReplica:
         per request, a fifth of a sleeping replica's CPU at time scale 16 (docs/pace.md)."""
         self._idle.clear()
         start = max(arrived, heapq.heappop(self._free_at))
-        lo, hi = self.profile.proc_time_ms
-        end = start + self.clock.wall(self.rng.uniform(lo, hi) * self.stretch / 1000.0)
+        end = self._drawn_end(start)
         heapq.heappush(self._free_at, end)
         key = object()
         self._reserved[key] = self._busy_open[key] = (start, end)
@@ -286,8 +290,7 @@ class EmulatedReplica:
                 admitted = True
                 self._working += 1
                 start = max(arrived, heapq.heappop(self._free_at))
-                lo, hi = self.profile.proc_time_ms
-                end = start + self.clock.wall(self.rng.uniform(lo, hi) * self.stretch / 1000.0)
+                end = self._drawn_end(start)
                 key = object()
                 self._busy_open[key] = (start, end)
                 try:
