@@ -73,6 +73,21 @@ class ScenarioClock:
         the replica's part as it is, the rest (at its real duration) divided by the scale."""
         return server_ms + (latency_ms - server_ms) / self.scale
 
+    def placed(self, due: float, arrived: float) -> tuple[float, float]:
+        """Where a request that arrived at `arrived` lies on an emulated replica's compressed
+        schedule, and how long its answer is held after that schedule's end (monotonic s; `due`:
+        when its client was due to send it). At a time scale it arrives that long after `due`
+        compressed by the scale: its path's real duration (the client, the network, the balancer)
+        then counts once, at that duration, in its latency, and the path's jitter (a fraction of
+        a millisecond, `scale` times that in scenario time) no longer spaces the arrivals unevenly
+        in a queue. The answer is held by what the compression took off, so that the client,
+        counting the replica's time `scale` times and the rest at its real duration, finds the
+        path's own. In real time, or with a `due` not before the arrival: as it arrived."""
+        if self.real_time or not math.isfinite(due) or due >= arrived:
+            return arrived, 0.0
+        placed = due + self.wall(arrived - due)
+        return placed, arrived - placed
+
     def argv(self) -> list[str]:
         """The command-line option that carries this clock to a replica process."""
         return ["--time-scale", repr(self.scale)]

@@ -50,3 +50,14 @@ def test_no_module_converts_time_with_a_raw_time_scale():
                     and (names_a_time_scale(node.left) or names_a_time_scale(node.right))):
                 found.append(f"{path.relative_to(root)}:{node.lineno}")
     assert not found, found
+
+
+def test_a_request_is_placed_on_the_compressed_schedule_and_held_by_what_it_took_off():
+    """Due at 100, arrived at 100.004 (4 ms of path) at time scale 4: placed 1 ms after its due
+    moment and its answer held the other 3 ms, so the client sees the path's 4 ms once; in real
+    time, or with a due moment at or after the arrival (a skewed clock), as it arrived."""
+    placed, hold = ScenarioClock(4).placed(100.0, 100.004)
+    assert placed == pytest.approx(100.001) and hold == pytest.approx(0.003)
+    assert REAL_TIME.placed(100.0, 100.004) == (100.004, 0.0)
+    assert ScenarioClock(4).placed(100.01, 100.004) == (100.004, 0.0)
+    assert ScenarioClock(4).placed(float("nan"), 100.004) == (100.004, 0.0)

@@ -1,7 +1,7 @@
 """One emulated replica of an AI service: an HTTP server speaking the service's real API, with
 the profile's capacity, queue limit, processing time and startup time (divided by a time-scale
-factor). Run as a process: `python3 -m testbed.cluster.replica --service imgcls --profile-file PATH`
-(or `--profile JSON`).
+factor). testbed.cluster.serving runs one as a process (`python3 -m testbed.cluster.serving
+--service imgcls --profile-file PATH`).
 
 `POST /_config` changes the batch size and the interference stretch of a running replica (the
 cluster tells it when its neighbours on the emulated GPU change); it needs
@@ -10,29 +10,21 @@ environment, not the command line that every user can read). A replica without o
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import heapq
 import hmac
-import json
 import math
-import os
 import random
-import signal
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from aiohttp import web
 
 from testbed.clock import REAL_TIME, ScenarioClock
 from testbed.cluster.handlers import handler_for
-from testbed.cluster.wire import PlainServer
 from testbed.metrics.meter import BUSY_S_HEADER, DUE_HEADER, SERVER_MS_HEADER
-from testbed.net.cmd import exit_with_parent
-from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
+from testbed.profiles import ServiceProfile
 from testbed.timer import PreciseWake
 
 TOKEN_ENV = "TESTBED_REPLICA_TOKEN"  # the cluster's token for /_config
@@ -94,8 +86,8 @@ class EmulatedReplica:
         self._busy_done = 0.0  # busy slot-seconds on that schedule of the requests (batches) done
         self._busy_open: dict[object, tuple[float, float]] = {}  # (start, end) in process, by key
         self.late_s = 0.0  # how late the replica's own last wake came (s): the machine's lag
-        # a wake at the drawn time to the microsecond, where asyncio's sleep overruns by up to a
-        # millisecond (testbed.timer): at time scale 16 that millisecond is 16 of the profile's
+        # wakes to the microsecond (testbed.timer): asyncio's sleep overruns by up to a ms, which
+        # at time scale 16 is 16 of the profile's
         self._wake: PreciseWake | None = None
         # Startup counts from the launch (epoch seconds from the cluster), so the interpreter's own
         # start-up is part of it rather than added to it.
@@ -107,8 +99,7 @@ class EmulatedReplica:
         # a sleeping replica's requests, each reserved on the schedule when it arrives: key ->
         # (start, end), kept until its answer leaves (end, plus the hold of its placement)
         self._reserved: dict[object, tuple[float, float]] = {}
-        self.served = 0
-        self.dropped = 0
+        self.served = self.dropped = 0
         self._slots = asyncio.Semaphore(profile.capacity)
         self._idle = asyncio.Event()
         self._idle.set()
@@ -149,12 +140,6 @@ class EmulatedReplica:
     @property
     def ready(self) -> bool:
         return not self.draining and time.monotonic() >= self.ready_at
-
-    def runner(self) -> web.AppRunner:
-        """The app's runner; a connection that has not sent a whole request (headers included)
-        within HEADER_TIMEOUT_S, or stays idle that long, is closed."""
-        return web.AppRunner(self.app(), access_log=None, handle_signals=False,
-                             keepalive_timeout=HEADER_TIMEOUT_S)
 
     def plain_routes(self) -> dict:  # type: ignore[type-arg]
         """Its routes ((method, path) -> route), for either server: testbed.cluster.wire's or
@@ -407,139 +392,15 @@ class EmulatedReplica:
         return response
 
     def _placed(self, request: web.Request, arrived: float) -> tuple[float, float]:
-        """Where a request's arrival lies on the replica's schedule, and how long its answer is
-        held after the schedule's end (monotonic s). At a time scale, a request that says when
-        its client was due to send it (DUE_HEADER) arrives on the schedule that long after that
-        moment compressed by the scale: its path's real duration (the client, the network, the
-        balancer) then counts once, at that duration, in its latency, and the path's jitter
-        (a fraction of a millisecond, 16 times that at time scale 16) no longer spaces the
-        arrivals unevenly in a queue. The answer is held by what the compression took off, so
-        that the client, counting the replica's time N times and the rest at its real duration,
-        finds the path's own. Otherwise (time scale 1, no such header): as it arrived."""
-        due = request.headers.get(DUE_HEADER)
-        if self.clock.real_time or due is None:
-            return arrived, 0.0
+        """Where a request's arrival lies on the replica's schedule and how long its answer is
+        held after the schedule's end (monotonic s): ScenarioClock.placed, from DUE_HEADER."""
         try:
-            due_at = float(due) - (time.time() - time.monotonic())  # its epoch on this clock
-        except ValueError:
+            due = float(request.headers[DUE_HEADER]) - (time.time() - time.monotonic())
+        except (KeyError, ValueError):
             return arrived, 0.0
-        if not math.isfinite(due_at) or due_at >= arrived:
-            return arrived, 0.0
-        placed = due_at + self.clock.wall(arrived - due_at)
-        return placed, arrived - placed
+        return self.clock.placed(due, arrived)
 
     async def drain(self) -> None:
         """Refuse new requests (and report not ready), then wait for admitted ones to finish."""
         self.draining = True
         await self._idle.wait()
-
-
-@dataclass
-class Listening:
-    """A replica's server, listening: the port bound, and how to stop it."""
-
-    port: int
-    server: PlainServer | web.AppRunner
-
-    async def close(self) -> None:
-        """Stop listening and close its connections (drain the replica first)."""
-        if isinstance(self.server, PlainServer):
-            await self.server.close()
-        else:
-            await self.server.cleanup()
-
-
-async def listen(replica: EmulatedReplica, host: str, port: int, *,
-                 plain: bool | None = None) -> Listening:
-    """Start the replica's HTTP server on host:port (0: any free port). A handler that reads only a
-    request's line, headers and body (`plain_request`) is served by testbed.cluster.wire's server,
-    any other by aiohttp's; `plain` chooses instead."""
-    if plain is None:
-        plain = bool(getattr(replica.handler, "plain_request", False))
-    if plain:
-        server = PlainServer(replica.plain_routes(), idle_timeout_s=HEADER_TIMEOUT_S)
-        return Listening(await server.start(host, port), server)
-    runner = replica.runner()
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024)
-    await site.start()
-    return Listening(site._server.sockets[0].getsockname()[1], runner)  # type: ignore[union-attr]
-
-
-async def serve(
-    replica: EmulatedReplica,
-    host: str,
-    port: int,
-    announce=print,  # type: ignore[no-untyped-def]
-    parent_pid: int | None = None,
-) -> None:
-    """Serve until SIGTERM/SIGINT (or the parent process is gone), then drain gracefully and exit."""
-    listening = await listen(replica, host, port)
-    announce(f"LISTENING {listening.port}")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    orphan_watch = asyncio.create_task(_watch_parent(parent_pid, stop)) if parent_pid else None
-    try:
-        await stop.wait()
-        await replica.drain()
-    finally:
-        if orphan_watch is not None:
-            orphan_watch.cancel()
-        await listening.close()
-
-
-async def _watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
-    # A cluster killed with SIGKILL cannot stop its replicas; they notice and stop themselves.
-    while os.getppid() == parent_pid:
-        await asyncio.sleep(1.0)
-    stop.set()
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m testbed.cluster.replica", description=__doc__)
-    ap.add_argument("--service", required=True, help="the service's name (its profile says what it does)")
-    given = ap.add_mutually_exclusive_group(required=True)
-    given.add_argument("--profile", help="ServiceProfile as JSON")
-    given.add_argument("--profile-file", help="a file holding the ServiceProfile as JSON")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=0, help="0 = any free port (announced on stdout)")
-    ap.add_argument("--time-scale", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--no-espeak", action="store_true")
-    ap.add_argument("--sleep-only", action="store_true",
-                    help="spend the profile's time without the handler's work (decoding, synthesis)")
-    ap.add_argument("--launched-at", type=float, default=None, help="epoch seconds the launch began")
-    ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
-    ap.add_argument("--batch", type=int, default=1, help="batch size (needs the profile's gpu curve)")
-    ap.add_argument("--share", type=float, default=None, help="MPS share, %% of one GPU (gpu curve)")
-    ap.add_argument("--stretch", type=float, default=1.0,
-                    help="1 + interference from the neighbours on its emulated GPU")
-    args = ap.parse_args(argv)
-    if args.parent_pid:  # a SIGKILLed harness leaves no replica behind
-        exit_with_parent(args.parent_pid)
-    text = args.profile if args.profile is not None else Path(args.profile_file).read_text()
-    profile = ServiceProfile.model_validate(json.loads(text))
-
-    async def run() -> None:
-        replica = EmulatedReplica(
-            args.service,
-            profile,
-            clock=ScenarioClock(args.time_scale),
-            seed=args.seed,
-            work=HandlerWork(use_espeak=not args.no_espeak, sleep_only=args.sleep_only),
-            launched_at=args.launched_at,
-            gpu=GpuPlacement(batch=args.batch, share_pct=args.share, stretch=args.stretch),
-            admin_token=os.environ.get(TOKEN_ENV) or None,
-        )
-        await serve(
-            replica, args.host, args.port, announce=lambda s: print(s, flush=True), parent_pid=args.parent_pid
-        )
-
-    asyncio.run(run())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

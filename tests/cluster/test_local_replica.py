@@ -12,7 +12,8 @@ import pytest
 from yarl import URL
 
 from testbed.clock import ScenarioClock
-from testbed.cluster.replica import EmulatedReplica, GpuPlacement, HandlerWork, listen
+from testbed.cluster.replica import EmulatedReplica, GpuPlacement, HandlerWork
+from testbed.cluster.serving import listen
 from testbed.load.api import build_request, check_response
 from testbed.load.content import ContentSet
 from testbed.profiles import ServiceProfile
@@ -40,7 +41,7 @@ def server_kind(request, monkeypatch):
 
 
 class Served:
-    """A replica listening on a free port, as `testbed.cluster.replica.serve` starts it."""
+    """A replica listening on a free port, as `testbed.cluster.serving.serve` starts it."""
 
     plain = True
 
@@ -185,7 +186,7 @@ def _raw(port, data):
 def test_malformed_multipart_and_missing_content_type_get_400(monkeypatch):
     """Issue 13: a malformed part header or a POST without Content-Type is the client's fault;
     a connection that never finishes its headers is closed after HEADER_TIMEOUT_S."""
-    import testbed.cluster.replica as replica_module
+    import testbed.cluster.serving as replica_module
 
     monkeypatch.setattr(replica_module, "HEADER_TIMEOUT_S", 1.0)
 

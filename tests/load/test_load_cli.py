@@ -18,7 +18,7 @@ def start_replica():
         [
             sys.executable,
             "-m",
-            "testbed.cluster.replica",
+            "testbed.cluster.serving",
             "--service",
             "chatbot",
             "--profile",

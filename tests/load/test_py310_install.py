@@ -88,7 +88,7 @@ def test_load_client_installs_and_runs_on_python310(tmp_path: Path) -> None:
     is_310, imported = which.stdout.split()
     assert is_310 == "True" and Path(imported).is_relative_to(venv), which.stdout
 
-    replica = subprocess.Popen([sys.executable, "-m", "testbed.cluster.replica", "--service", "chatbot",
+    replica = subprocess.Popen([sys.executable, "-m", "testbed.cluster.serving", "--service", "chatbot",
                                 "--profile", PROFILE.model_dump_json()], stdout=subprocess.PIPE, cwd=ROOT)
     out = tmp_path / "records.jsonl"
     try:

@@ -150,7 +150,7 @@ def test_a_replica_started_without_preexec_ends_with_its_killed_harness():
 
     root = Path(__file__).resolve().parents[2]
     code = ("import os, subprocess, sys, time; "
-            "p = subprocess.Popen([sys.executable, '-m', 'testbed.cluster.replica', '--service', "
+            "p = subprocess.Popen([sys.executable, '-m', 'testbed.cluster.serving', '--service', "
             "'chatbot', '--profile', '{\"capacity\": 1, \"queue_limit\": 1, \"proc_time_ms\": "
             "[1, 2], \"startup_ms\": 0, \"slo_ms\": 100}', '--parent-pid', str(os.getpid())], "
             "stdout=subprocess.PIPE); print(p.pid, flush=True); p.stdout.readline(); "

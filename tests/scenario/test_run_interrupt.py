@@ -58,6 +58,6 @@ def test_ctrl_c_keeps_records_writes_report_and_cleans_up(tmp_path: Path):
     name = info["testbed"]["name"]
     assert namespaces_with_prefix(f"tb-{name}-") == []
     # replicas of this run (other runs on the machine have other parents)
-    leftover = subprocess.run(["pgrep", "-f", f"testbed.cluster.replica .*--parent-pid {proc.pid} "],
+    leftover = subprocess.run(["pgrep", "-f", f"testbed.cluster.serving .*--parent-pid {proc.pid} "],
                               capture_output=True, text=True).stdout.split()
     assert leftover == []

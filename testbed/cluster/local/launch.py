@@ -61,7 +61,7 @@ class ReplicaLauncher:
         args = [
             sys.executable,
             "-m",
-            "testbed.cluster.replica",
+            "testbed.cluster.serving",
             "--service",
             r.service,
             "--profile-file",
