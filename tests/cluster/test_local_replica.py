@@ -552,3 +552,47 @@ def test_at_a_time_scale_a_request_arrives_on_the_schedule_its_client_was_due():
 
     times = asyncio.run(main())
     assert times == pytest.approx(drawn, abs=0.05), (times, drawn)
+
+
+def test_a_sleeping_replicas_work_that_outlasts_its_draw_is_the_replicas_own_time():
+    """A sleeping replica reserves a request's slot for its drawn time (4 ms here: 40 ms at time
+    scale 10), but work that takes longer (50 ms: a machine too slow for even the little a
+    sleeping handler does) ends the request when it ends: its answer's server time and the
+    replica's busy seconds count the 50 ms, and the replica is idle after it (drains at once)."""
+    profile = ServiceProfile(capacity=1, queue_limit=2, proc_time_ms=(40, 40), startup_ms=0,
+                             slo_ms=5000)
+
+    async def main():
+        from aiohttp import web
+
+        content = ContentSet(seed=1, n_images=1)
+        replica = EmulatedReplica("imgcls", profile, clock=ScenarioClock(10), seed=3,
+                                  work=HandlerWork(sleep_only=True))
+        prepare = replica.handler.prepare
+
+        async def slow_prepare(request, rep):
+            work = await prepare(request, rep)
+            if isinstance(work, web.StreamResponse):
+                return work
+
+            async def slower():
+                await asyncio.sleep(0.050)
+                return await work()
+            return slower
+
+        replica.handler.prepare = slow_prepare
+        async with serve(replica) as server, aiohttp.ClientSession() as s:
+            req = build_request("imgcls", content)
+            async with s.request(req.method, str(server.make_url(req.target)), data=req.body,
+                                 headers=req.headers) as r:
+                await r.read()
+                got = r.status, float(r.headers["X-Testbed-Server-Ms"]), \
+                    float(r.headers["X-Testbed-Busy-S"]) * 1000.0
+            await asyncio.wait_for(replica.drain(), 1.0)
+            return (*got, replica.in_process, replica.waiting)
+
+    status, server_ms, busy_ms, in_process, waiting = asyncio.run(main())
+    assert status == 200
+    assert 50.0 <= server_ms < 200.0, server_ms  # not the 4 ms drawn
+    assert busy_ms == pytest.approx(server_ms, abs=0.01)
+    assert (in_process, waiting) == (0, 0)
