@@ -20,6 +20,7 @@ over the floor's is the ratio DESIGN.md's "Pace and the clock" asks to keep smal
 1.5x at time scale 16).
 
     python3 bench/request_cost.py [--time-scale 16] [--duration 10] [--rates 30,125,30]
+    python3 bench/request_cost.py --haproxy            # also the floor through HAProxy
     python3 bench/request_cost.py --profile imgcls     # also py-spy an imgcls replica (needs py-spy)
     python3 bench/pyspy_top.py request_cost.pyspy.txt   # where its samples fall
 """
@@ -127,9 +128,76 @@ async def canned_answers(cluster) -> dict[str, tuple[str, str]]:
     return out
 
 
+def log_reader_main(path: str) -> None:
+    """HAProxy's log reader: the Python a balancer built on HAProxy keeps, reading one log line per
+    request (its captured X-Testbed-Server-Ms) as the harness's balancer records each request."""
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    seen = 0
+    while True:
+        line = sock.recv(4096)
+        fields = line.split(b" {", 1)
+        if len(fields) == 2:  # the captured response header: {server ms}
+            seen += 1
+
+
+HAPROXY_CONFIG = """global
+    nbthread 1
+    maxconn 4096
+    log unix@{log} len 2048 local0
+defaults
+    mode http
+    log global
+    option httplog
+    option http-keep-alive
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+frontend clients
+    bind 127.0.0.1:{port}
+    capture response header X-Testbed-Server-Ms len 16
+    default_backend replicas
+backend replicas
+    balance leastconn
+    server bare 127.0.0.1:{upstream} maxconn 512
+"""
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def start_haproxy(tmp: Path, upstream: str) -> tuple[str, list[subprocess.Popen]]:
+    """HAProxy in front of the bare server at `upstream` (its port), logging each request to a
+    Python log reader: (its URL, [haproxy, the reader])."""
+    log = tmp / "haproxy-log.sock"
+    reader = subprocess.Popen([sys.executable, __file__, "--log-reader", str(log)])
+    while not log.exists():
+        await asyncio.sleep(0.02)
+    port = free_port()
+    cfg = tmp / "haproxy.cfg"
+    cfg.write_text(HAPROXY_CONFIG.format(log=log, port=port, upstream=upstream))
+    proxy = subprocess.Popen(["haproxy", "-db", "-f", str(cfg)])
+    for _ in range(200):
+        try:
+            _, w = await asyncio.open_connection("127.0.0.1", port)
+            w.close()
+            break
+        except OSError:
+            await asyncio.sleep(0.02)
+    return f"http://127.0.0.1:{port}", [proxy, reader]
+
+
 async def measure_floor(args: argparse.Namespace, answers: dict[str, tuple[str, str]],
-                        rates: dict[str, float]) -> dict:
-    """The same clients against the bare server: CPU seconds of the clients and the server."""
+                        rates: dict[str, float], via_haproxy: bool = False) -> dict:
+    """The same clients against the bare server (`via_haproxy`: through HAProxy and its log
+    reader): CPU seconds of the clients, the server (and HAProxy, and the reader)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,29 +205,37 @@ async def measure_floor(args: argparse.Namespace, answers: dict[str, tuple[str, 
         port_file = Path(tmp) / "port"
         server = subprocess.Popen([sys.executable, __file__, "--bare-server",
                                    str(Path(tmp) / "answers.json"), str(port_file)])
+        extra: list[subprocess.Popen] = []
         try:
             while not port_file.exists() or not port_file.read_text():
                 await asyncio.sleep(0.05)
             url = f"http://127.0.0.1:{port_file.read_text()}"
+            if via_haproxy:
+                url, extra = await start_haproxy(Path(tmp), port_file.read_text())
             lead = 1.0
             clients = {s: subprocess.Popen(
                 [sys.executable, __file__, "--client", s, url, str(rates[s]), str(args.duration),
                  str(lead)], stdout=subprocess.PIPE, text=True) for s in SERVICES}
             await asyncio.sleep(lead * 0.8)
             pids = {"bare server": [server.pid], "clients": [p.pid for p in clients.values()]}
+            if extra:
+                pids |= {"haproxy": [extra[0].pid], "haproxy log reader": [extra[1].pid]}
             before = {g: sum(cpu_s(p) for p in ps) for g, ps in pids.items()}
             sirq0, w0 = softirq_s(), time.monotonic()
             await asyncio.sleep(args.duration * 0.85)
             after = {g: sum(cpu_s(p) for p in ps) for g, ps in pids.items()}
             sirq1, w1 = softirq_s(), time.monotonic()
             for p in clients.values():
-                await asyncio.to_thread(p.communicate)
+                await asyncio.to_thread(p.wait)
+            seen = [json.loads(p.stdout.read().strip().splitlines()[-1]) for p in clients.values()]
         finally:
-            server.kill()
-            server.wait()
+            for proc in (server, *extra):
+                proc.kill()
+                proc.wait()
     n = sum(rates.values()) * (w1 - w0)
     return {"requests": n, "cpu_s": {g: after[g] - before[g] for g in pids},
-            "softirq_s": sirq1 - sirq0, "wall_s": w1 - w0}
+            "softirq_s": sirq1 - sirq0, "wall_s": w1 - w0,
+            "errors": sum(c["errors"] for c in seen)}
 
 
 async def measure(args: argparse.Namespace) -> dict:
@@ -207,11 +283,13 @@ async def measure(args: argparse.Namespace) -> dict:
     # requests completed in the measured stretch: the constant rate over its length
     n = sum(rates.values()) * (w1 - w0)
     floor = await measure_floor(args, answers, rates) if answers else None
+    proxied = await measure_floor(args, answers, rates, via_haproxy=True) \
+        if answers and args.haproxy else None
     return {"time_scale": args.time_scale, "rates": rates, "wall_s": w1 - w0, "requests": n,
             "cpu_s": {g: after[g] - before[g] for g in pids}, "softirq_s": sirq1 - sirq0,
             "sys_s": {g: sys1[g] - sys0[g] for g in pids}, "clients": done,
             "loadavg": Path("/proc/loadavg").read_text().split()[:3],
-            "floor": floor}
+            "floor": floor, "haproxy": proxied}
 
 
 def show(res: dict) -> None:
@@ -245,6 +323,16 @@ def show(res: dict) -> None:
               f"{f_ms:.3f} ms/request")
         print(f"harness / floor: {h_ms:.3f} / {f_ms:.3f} = {h_ms / f_ms:.2f}x (issue 54's goal: "
               "within 1.5x)")
+    proxied = res.get("haproxy")
+    if proxied:
+        per = {g: 1000 * c / proxied["requests"] for g, c in proxied["cpu_s"].items()}
+        print("the floor through HAProxy (leastconn, keep-alive, one log line per request read by "
+              "Python): " + ", ".join(f"{g} {v:.3f}" for g, v in per.items())
+              + f", softirq {1000 * proxied['softirq_s'] / proxied['requests']:.3f} ms/request; "
+              f"client errors {proxied['errors']}")
+        hop = per["haproxy"] + per["haproxy log reader"]
+        print(f"a hop through HAProxy and its log reader: {hop:.3f} ms/request, against this "
+              f"harness's balancer {1000 * res['cpu_s']['balancer'] / n:.3f}")
     for s, c in res["clients"].items():
         late = c["p99_lateness_ms"]
         print(f"client {s:<8} requests {c['requests']:>6}  errors {c['errors']:>5}  "
@@ -256,6 +344,9 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
         s, url, rate, dur, lead = sys.argv[2:7]
         client_main(s, url, float(rate), float(dur), float(lead))
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--log-reader":
+        log_reader_main(sys.argv[2])
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--bare-server":
         bare_server_main(sys.argv[2], sys.argv[3])
@@ -272,11 +363,16 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--no-floor", dest="floor", action="store_false",
                     help="skip the floor (the same clients against a bare server)")
+    ap.add_argument("--haproxy", action="store_true",
+                    help="also the floor through HAProxy (Debian's haproxy on PATH) and a Python "
+                         "reader of its per-request log: what a C proxy's hop would cost")
     ap.add_argument("--rounds", type=int, default=1,
                     help="harness and floor this many times in turn; the median of the ratios "
                          "(each round's harness against the floor right after it, so a machine "
                          "whose load drifts moves both)")
     args = ap.parse_args()
+    if args.haproxy and shutil.which("haproxy") is None:
+        ap.error("--haproxy needs haproxy on PATH (apt-get install haproxy)")
     if args.profile and shutil.which("py-spy") is None:
         ap.error("--profile needs py-spy on PATH (pip install py-spy)")
     ratios = []
