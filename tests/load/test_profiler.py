@@ -10,6 +10,8 @@ from testbed.cluster.local import LocalCluster, LocalClusterConfig
 from testbed.cluster.replica import EmulatedReplica
 from testbed.load.profiler import measure_startup, profile_service
 from testbed.profiles import ServiceProfile
+from testbed.pytest_plugin import MachineBehind
+from tests.conftest import cpu_wait_s
 
 KNOWN = ServiceProfile(capacity=2, queue_limit=50, proc_time_ms=(40, 60), startup_ms=0, slo_ms=500)
 
@@ -26,10 +28,18 @@ def test_processing_range_and_capacity_of_a_known_replica():
                 "chatbot", str(srv.make_url("")).rstrip("/"), requests=30, step_s=1.0
             )
 
+    waited = cpu_wait_s()
     res = asyncio.run(main())
+    waited = cpu_wait_s() - waited
     lo, hi = res.proc_range_ms
     assert 38 <= lo <= 50 and 50 <= hi <= 75, (lo, hi)
-    assert res.capacity == 2, res.sweep
+    # capacity 2 reads only where the fourth step (37 req/s against 40) is served in full; its
+    # client and replica share this thread, and under the suite's workers it served 20 of 37 per
+    # second while the thread waited for a core: the machine's, not the profiler's
+    if res.capacity != 2 and waited > 0.2:
+        raise MachineBehind(f"capacity read {res.capacity} (sweep {res.sweep}) while the thread "
+                            f"waited {waited:.2f} s for a core", {"chatbot": waited * 1000.0})
+    assert res.capacity == 2, (res.sweep, f"waited for a core {waited:.2f} s")
     prof = res.to_profile(KNOWN.replace(capacity=1))
     assert prof.capacity == 2 and prof.slo_ms == 500
 
