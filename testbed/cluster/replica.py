@@ -39,7 +39,7 @@ class HandlerWork:
 
 
 @dataclass(frozen=True)
-class GpuPlacement:
+class ReplicaGpu:
     """A replica's place on its emulated GPU: batch size and MPS share (issue 15; either needs
     the profile's gpu curve) and 1 + InSS's interference term for its neighbours there (the
     cluster computes it from the placement: every processing time is multiplied by it)."""
@@ -49,7 +49,7 @@ class GpuPlacement:
     stretch: float = 1.0
 
 
-ALONE = GpuPlacement()
+ALONE = ReplicaGpu()
 FULL_WORK = HandlerWork()
 
 
@@ -65,7 +65,7 @@ class EmulatedReplica:
         seed: int | None = None,
         work: HandlerWork = FULL_WORK,
         launched_at: float | None = None,
-        gpu: GpuPlacement = ALONE,
+        gpu: ReplicaGpu = ALONE,
         admin_token: str | None = None,
     ):
         self.service = service

@@ -18,7 +18,7 @@ from pathlib import Path
 from aiohttp import web
 
 from testbed.clock import ScenarioClock
-from testbed.cluster.replica import TOKEN_ENV, EmulatedReplica, GpuPlacement, HandlerWork
+from testbed.cluster.replica import TOKEN_ENV, EmulatedReplica, HandlerWork, ReplicaGpu
 from testbed.cluster.wire import PlainServer
 from testbed.net.cmd import exit_with_parent
 from testbed.profiles import HEADER_TIMEOUT_S, ServiceProfile
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             work=HandlerWork(use_espeak=not args.no_espeak, sleep_only=args.sleep_only),
             launched_at=args.launched_at,
-            gpu=GpuPlacement(batch=args.batch, share_pct=args.share, stretch=args.stretch),
+            gpu=ReplicaGpu(batch=args.batch, share_pct=args.share, stretch=args.stretch),
             admin_token=os.environ.get(TOKEN_ENV) or None,
         )
         await serve(

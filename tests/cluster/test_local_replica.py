@@ -12,7 +12,7 @@ import pytest
 from yarl import URL
 
 from testbed.clock import ScenarioClock
-from testbed.cluster.replica import EmulatedReplica, GpuPlacement, HandlerWork
+from testbed.cluster.replica import EmulatedReplica, HandlerWork, ReplicaGpu
 from testbed.cluster.serving import listen
 from testbed.load.api import build_request, check_response
 from testbed.load.content import ContentSet
@@ -228,7 +228,7 @@ def test_a_replica_with_a_batch_size_serves_requests_together_and_takes_the_curv
 
     async def main(batch, share):
         content = ContentSet(seed=1, n_images=1)
-        replica = EmulatedReplica("chatbot", prof, seed=1, gpu=GpuPlacement(batch=batch, share_pct=share),
+        replica = EmulatedReplica("chatbot", prof, seed=1, gpu=ReplicaGpu(batch=batch, share_pct=share),
                                   admin_token="t0ken")
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             base = str(server.make_url("")).rstrip("/")
@@ -273,7 +273,7 @@ def test_the_interference_stretch_lengthens_processing_and_arrives_by_token_guar
     async def main(share):
         content = ContentSet(seed=1, n_images=1)
         replica = EmulatedReplica("chatbot", prof, clock=ScenarioClock(1), seed=1,
-                                  gpu=GpuPlacement(share_pct=share),
+                                  gpu=ReplicaGpu(share_pct=share),
                                   admin_token="s3cret")
         async with serve(replica) as server, aiohttp.ClientSession() as s:
             base = str(server.make_url("")).rstrip("/")
