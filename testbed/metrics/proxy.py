@@ -6,7 +6,8 @@ millisecond of CPU a request (docs/pace.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Container
+from dataclasses import dataclass, field
 
 MAX_HEAD = 64 * 1024  # a head larger than this is refused (431)
 MAX_BODY = 64 * 1024 * 1024  # the balancer's largest body, as its aiohttp server allowed
@@ -29,13 +30,25 @@ class Head:
 
     line: tuple[str, str, str]  # (method, target, version) or (version, status, reason)
     headers: list[tuple[str, str]]
+    # each header's name in lower case, in order, and the first value of each: made once, on the
+    # first lookup (the balancer looks up about eight names a request, and filters the rest)
+    _lower: list[str] | None = field(default=None, init=False, repr=False, compare=False)
+    _first: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _index(self) -> list[str]:
+        if self._lower is None:
+            self._lower = [k.lower() for k, _ in self.headers]
+            for name, (_, v) in zip(reversed(self._lower), reversed(self.headers), strict=True):
+                self._first[name] = v
+        return self._lower
 
     def get(self, name: str, default: str | None = None) -> str | None:
-        name = name.lower()
-        for k, v in self.headers:
-            if k.lower() == name:
-                return v
-        return default
+        self._index()
+        return self._first.get(name.lower(), default)
+
+    def without(self, names: Container[str]) -> list[tuple[str, str]]:
+        """Its headers but those whose lower-case name is in `names` (a proxy's hop-by-hop ones)."""
+        return [kv for name, kv in zip(self._index(), self.headers, strict=True) if name not in names]
 
     @property
     def keep_alive(self) -> bool:

@@ -10,7 +10,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,12 +159,12 @@ class ServiceBalancer:
         self._busy_now = (sum(min(b.in_flight, cap) / cap for b in ready if b.busy_s is None)
                           / len(ready) if ready else 0.0)
 
-    def _replica_reported(self, b: Backend, headers: Mapping[str, str]) -> float | None:
+    def _replica_reported(self, b: Backend, answer: Head) -> float | None:
         """Take a replica's answer's busy seconds into u(t) (and its mesh series); return its
         server time (ms) for the request, or None where it gives none."""
         try:
-            busy = float(headers[BUSY_S_HEADER])
-        except (KeyError, ValueError):
+            busy = float(answer.get(BUSY_S_HEADER))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
             busy = None
         if busy is not None:
             self._busy_changed()  # u(t) up to now as it stood
@@ -175,8 +175,8 @@ class ServiceBalancer:
             if self.mesh is not None:
                 self.mesh.replica(self.workload, b.replica, self.profile.capacity).reported(busy)
         try:
-            return float(headers[SERVER_MS_HEADER])
-        except (KeyError, ValueError):
+            return float(answer.get(SERVER_MS_HEADER))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
             return None
 
     def sample(self) -> None:
@@ -211,7 +211,7 @@ class ServiceBalancer:
         start = time.monotonic() - upload_s
         upload_ms = upload_s * 1000.0
         method, target = head.line[0], head.line[1]
-        headers = [(k, v) for k, v in head.headers if k.lower() not in HOP_BY_HOP]
+        headers = head.without(HOP_BY_HOP)
         status, reason = 0, ""
         served_by = ""  # the replica that answered; none for "no replica" (the mesh's pod label)
         server_ms: float | None = None
@@ -229,9 +229,9 @@ class ServiceBalancer:
                 up, data = await self._pool.exchange(b.url, method, target, headers, body,
                                                      self.upstream_timeout_s)
                 status = int(up.line[1])
-                out = [(k, v) for k, v in up.headers if k.lower() not in HOP_BY_HOP]
+                out = up.without(HOP_BY_HOP)
                 answer = response(status, out, data, close=not head.keep_alive)
-                server_ms = self._replica_reported(b, dict(up.headers))
+                server_ms = self._replica_reported(b, up)
                 reason = "" if status < 400 else ("dropped" if status == 503 else f"http_{status // 100}xx")
                 break
             except Refused:

@@ -24,26 +24,28 @@ PROFILE = ServiceProfile(capacity=1, queue_limit=10, proc_time_ms=(50, 50), star
                          slo_ms=100)
 
 
-def fake_replica_behind_a_slow_network() -> web.Application:
+def fake_replica_behind_a_slow_network(name=str) -> web.Application:
     """A fake replica for this unit test of the balancer: it answers 20 ms after each request
-    (the network's time, say) and reports 5 ms of its own time and 5 ms more busy seconds each."""
+    (the network's time, say) and reports 5 ms of its own time and 5 ms more busy seconds each,
+    under header names as `name` spells them (header names are case-blind)."""
     served = [0]
 
     async def answer(_request: web.Request) -> web.Response:
         await asyncio.sleep(NETWORK_S)
         served[0] += 1
         return web.json_response({"ok": True}, headers={
-            SERVER_MS_HEADER: f"{SERVER_MS:.3f}",
-            BUSY_S_HEADER: f"{served[0] * SERVER_MS / 1000.0:.6f}"})
+            name(SERVER_MS_HEADER): f"{SERVER_MS:.3f}",
+            name(BUSY_S_HEADER): f"{served[0] * SERVER_MS / 1000.0:.6f}"})
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", answer)
     return app
 
 
-def test_the_window_counts_the_replicas_time_and_busy_seconds_not_the_network():
+@pytest.mark.parametrize("name", [str, str.lower], ids=["as-sent", "lower-case"])
+def test_the_window_counts_the_replicas_time_and_busy_seconds_not_the_network(name):
     async def main():
-        async with TestServer(fake_replica_behind_a_slow_network(), host="127.0.0.1") as upstream, \
+        async with TestServer(fake_replica_behind_a_slow_network(name), host="127.0.0.1") as upstream, \
                 LoadBalancer({"chatbot": PROFILE}, sample_interval_s=0.05,
                              clock=ScenarioClock(SCALE)) as lb, aiohttp.ClientSession() as session:
             lb.services["chatbot"].add("chatbot-0", str(upstream.make_url("")))
