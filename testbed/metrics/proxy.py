@@ -38,13 +38,21 @@ class Head:
     def _index(self) -> list[str]:
         if self._lower is None:
             self._lower = [k.lower() for k, _ in self.headers]
-            for name, (_, v) in zip(reversed(self._lower), reversed(self.headers), strict=True):
-                self._first[name] = v
+            for name, (_, v) in zip(self._lower, self.headers, strict=True):
+                self._first.setdefault(name, v)
         return self._lower
 
     def get(self, name: str, default: str | None = None) -> str | None:
         self._index()
         return self._first.get(name.lower(), default)
+
+    def number(self, name: str) -> float | None:
+        """The header's value as a number; None where it is absent or not one."""
+        value = self.get(name)
+        try:
+            return None if value is None else float(value)
+        except ValueError:
+            return None
 
     def without(self, names: Container[str]) -> list[tuple[str, str]]:
         """Its headers but those whose lower-case name is in `names` (a proxy's hop-by-hop ones)."""

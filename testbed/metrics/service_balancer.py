@@ -162,10 +162,7 @@ class ServiceBalancer:
     def _replica_reported(self, b: Backend, answer: Head) -> float | None:
         """Take a replica's answer's busy seconds into u(t) (and its mesh series); return its
         server time (ms) for the request, or None where it gives none."""
-        try:
-            busy = float(answer.get(BUSY_S_HEADER))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            busy = None
+        busy = answer.number(BUSY_S_HEADER)
         if busy is not None:
             self._busy_changed()  # u(t) up to now as it stood
             if b.busy_s is not None and b.in_rotation and busy > b.busy_s:
@@ -174,10 +171,7 @@ class ServiceBalancer:
             self._busy_changed()  # from now on without its in-flight count
             if self.mesh is not None:
                 self.mesh.replica(self.workload, b.replica, self.profile.capacity).reported(busy)
-        try:
-            return float(answer.get(SERVER_MS_HEADER))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            return None
+        return answer.number(SERVER_MS_HEADER)
 
     def sample(self) -> None:
         # Time-weighted over the interval: one instantaneous reading per interval aliases with

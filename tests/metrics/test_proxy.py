@@ -11,6 +11,8 @@ def test_a_header_is_found_whatever_its_case_and_a_repeated_one_gives_its_first_
     assert head.get("X-TESTBED-DUE") == "1.5"
     assert head.get("host") == "a:1"
     assert head.get("absent") is None and head.get("absent", "d") == "d"
+    assert head.number("X-TESTBED-DUE") == 1.5  # the replica's reported times are read so
+    assert head.number("host") is None and head.number("absent") is None
 
 
 def test_hop_by_hop_headers_are_left_out_in_any_case_and_the_rest_kept_in_order():
