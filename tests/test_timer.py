@@ -10,7 +10,9 @@ import sys
 
 import pytest
 
+from testbed.pytest_plugin import MachineBehind
 from testbed.timer import PreciseWake
+from tests.conftest import cpu_wait_s
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd is Linux's"),
               pytest.mark.timed]  # wake times: testbed.pytest_plugin.timed_priority
@@ -32,17 +34,26 @@ def test_a_wake_is_never_early_and_beats_asyncios_millisecond():
         loop = asyncio.get_running_loop()
         with PreciseWake(loop) as wake:
             assert wake.precise
+            waited[0] = cpu_wait_s()
             precise = await _lateness(wake.until)
+            waited[0] = cpu_wait_s() - waited[0]
 
         async def sleep_until(when: float) -> None:
             await asyncio.sleep(when - loop.time())
 
         return precise, await _lateness(sleep_until)
 
+    waited = [0.0]  # seconds the thread waited for a core over the timerfd's wakes
     precise, rounded = asyncio.run(both())
     assert min(precise) >= 0.0
     # the same machine, the same moment: only the millisecond rounding differs (about 0.5 ms at
-    # the median for asyncio's sleep; tens of microseconds for the timerfd)
+    # the median for asyncio's sleep; tens of microseconds for the timerfd). Under the suite's
+    # workers a wake can wait for a core: 0.1 ms a wake on average is the machine's, not the timer's
+    late_ms = 1000 * statistics.median(precise)
+    if late_ms >= 0.4 * 1000 * statistics.median(rounded) and waited[0] / len(precise) >= 1e-4:
+        raise MachineBehind(f"timerfd wakes {late_ms:.3f} ms late at the median while the thread "
+                            f"waited {1000 * waited[0]:.1f} ms for a core over {len(precise)} wakes",
+                            {"timer": late_ms})
     assert statistics.median(precise) < 0.4 * statistics.median(rounded), (
         statistics.median(precise), statistics.median(rounded))
 

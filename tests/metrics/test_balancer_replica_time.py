@@ -15,6 +15,8 @@ from testbed.clock import ScenarioClock
 from testbed.metrics.balancer import LoadBalancer
 from testbed.metrics.meter import BUSY_S_HEADER, SERVER_MS_HEADER, BusyMeter
 from testbed.profiles import ServiceProfile
+from testbed.pytest_plugin import MachineBehind
+from tests.conftest import cpu_wait_s
 
 pytestmark = pytest.mark.timed  # asserts on times: testbed.pytest_plugin.timed_priority
 
@@ -55,12 +57,20 @@ def test_the_window_counts_the_replicas_time_and_busy_seconds_not_the_network(na
             await asyncio.sleep(0.1)
             return lb.window(100)["chatbot"]  # scenario seconds
 
+    waited = cpu_wait_s()  # the client, balancer and fake replica all run in this thread
     w = asyncio.run(main())
+    waited_ms = 1000 * (cpu_wait_s() - waited)
     assert w.completed == 20
     # in scenario ms: the 5 ms the replica claims, times 10, plus the rest of the 20+ ms it took
     # at their real duration: within the SLO (whole, 200+ ms: all violate)
     rest = NETWORK_S * 1000 - SERVER_MS
-    assert w.violations == 0, w
+    # a request violates only once the rest took its slack (35 ms) more: under the suite's
+    # workers one did while the thread waited for a core; that long a wait is the machine's
+    slack_ms = PROFILE.slo_ms - (SERVER_MS * SCALE + rest)
+    if w.violations and waited_ms >= slack_ms:
+        raise MachineBehind(f"{w.violations} of 20 over the SLO while the thread waited "
+                            f"{waited_ms:.0f} ms for a core", {"chatbot": waited_ms})
+    assert w.violations == 0, (w, f"waited for a core {waited_ms:.0f} ms")
     assert SERVER_MS * SCALE + rest <= w.mean_latency_ms < SERVER_MS * SCALE + rest + 20.0, w
     # 5 ms busy in each 20+ ms: a quarter at most, where its in-flight time is nearly all of it
     assert 0.05 < w.utilization < 0.3, w
