@@ -24,16 +24,20 @@ def host_section(cells: list[dict[str, Any]]) -> Section | None:
         rows.append([f"{c.get('label', c.get('slug', '?'))} rep {c.get('rep', 0)}",
                      str(c.get("status", "")), f"{h['seconds']:.0f}",
                      f"{100 * h.get('steal_share', 0.0):.1f}", f"{100 * h.get('others_share', 0.0):.0f}",
+                     f"{100 * h.get('yielding_share', 0.0):.0f}",
                      f"{100 * h.get('busy_share', 0.0):.0f}",
                      *(f"{waits[g] / 1000:.2f}" if g in waits else "–" for g in GROUPS)])
     sec = Section("The host during each cell", paragraphs=[
         "Over each cell's measured window (testbed.metrics.host, from /proc): the share of all "
         "CPUs' time the hypervisor stole, the share other work held (neither the harness's "
-        "processes nor its packets), how busy the host was, and how many seconds each process "
-        "group waited for a core. A cell whose clients fell behind, or whose SLO violations fell "
-        "in seconds its replicas were starved while other work held the CPUs, is the machine's "
-        "(status behind: MACHINE BEHIND), never the product's result."],
-        tables=[TableData(["cell", "status", "seconds", "steal %", "other work %", "busy %",
+        "processes nor its packets) and how much of it ran at a lower priority than the harness "
+        "(a positive nice: it only takes what the harness leaves idle), how busy the host was, "
+        "and how many seconds each process group waited for a core. A cell whose clients fell "
+        "behind, or whose SLO violations fell in seconds its replicas were starved while other "
+        "work at the harness's priority or above held the CPUs, is the machine's (status behind: "
+        "MACHINE BEHIND), never the product's result."],
+        tables=[TableData(["cell", "status", "seconds", "steal %", "other work %",
+                           "of it lower priority %", "busy %",
                            *(f"{g} waited s" for g in GROUPS)], rows)])
     sec.bullets = [line for c in metered for line in (c.get("behind") or {}).values()]
     return sec

@@ -1,7 +1,8 @@
 """Whether a timed cell's figures are the machine's rather than the product's: its replicas starved
 of a core in the seconds that hold its SLO violations, while work other than the harness's (the
-hypervisor's steal, a process beside the run) held the CPUs; and the host's figures said in one
-line beside every such verdict (testbed.metrics.host measures them)."""
+hypervisor's steal, a process beside the run) held the CPUs at the harness's priority or above
+(work at a lower priority only takes what the harness leaves idle); and the host's figures said in
+one line beside every such verdict (testbed.metrics.host measures them)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ def host_line(host: Mapping[str, Any], group: str | None = None) -> str:
         return ""
     parts = [f"the hypervisor stole {100 * host.get('steal_share', 0.0):.1f} %",
              f"other work held {100 * host.get('others_share', 0.0):.0f} % of the CPUs"]
+    yielding = host.get("yielding_share", 0.0)
+    if yielding >= 0.005:
+        parts[-1] += f" ({100 * yielding:.0f} % at a lower priority than the harness)"
     if group is not None and group in (host.get("wait_ms") or {}):
         parts.append(f"{group} waited {host['wait_ms'][group] / 1000:.2f} s for a core")
     return "host: " + ", ".join(parts)
@@ -38,8 +42,9 @@ def host_line(host: Mapping[str, Any], group: str | None = None) -> str:
 def starved_seconds(seconds: Sequence[Mapping[str, Any]], service: str, proc_ms: float
                     ) -> list[Mapping[str, Any]]:
     """The host seconds (host.jsonl rows) in which the service's replicas each waited for a core
-    longer than one request's processing time (`proc_ms`, wall), while other work held at least
-    OTHERS_SHARE of the CPUs (SATURATED_OTHERS_SHARE in a second the CPUs were full)."""
+    longer than one request's processing time (`proc_ms`, wall), while other work at the
+    harness's priority or above (`_taking`) held at least OTHERS_SHARE of the CPUs
+    (SATURATED_OTHERS_SHARE in a second the CPUs were full)."""
     group = f"replicas:{service}"
     out = []
     for s in seconds:
@@ -49,8 +54,14 @@ def starved_seconds(seconds: Sequence[Mapping[str, Any]], service: str, proc_ms:
     return out
 
 
+def _taking(second: Mapping[str, Any]) -> float:
+    """The share of the CPUs other work took from the harness in a host second: its "taking"
+    (rows before it was measured: all of "others")."""
+    return second.get("taking", second.get("others", 0.0))
+
+
 def _others_held(second: Mapping[str, Any]) -> bool:
-    others = second.get("others", 0.0)
+    others = _taking(second)
     return others >= OTHERS_SHARE or (second.get("busy", 0.0) >= SATURATED_BUSY
                                       and others >= SATURATED_OTHERS_SHARE)
 
@@ -90,12 +101,12 @@ def starved_services(records: Mapping[str, list[dict[str, Any]]], seconds: Seque
             continue
         group = f"replicas:{service}"
         waited = max((s["wait_ms"][group] / s["procs"][group] for s in starved), default=0.0)
-        others = max(s.get("others", 0.0) for s in starved)
+        others = max(_taking(s) for s in starved)
         steal = max(s.get("steal", 0.0) for s in starved)
         out[service] = (
             f"{service}: its replicas were starved of a core in {len(starved)} second(s) "
             f"(up to {waited:.0f} ms waiting each, against {proc_ms:.0f} ms of processing) while "
-            f"other work held up to {100 * others:.0f} % of the CPUs (steal up to "
+            f"other work at its priority or above held up to {100 * others:.0f} % of the CPUs (steal up to "
             f"{100 * steal:.1f} %); {hit} of its {len(late)} SLO violations fall in them: the "
             "machine's, not the product's")
     return out
