@@ -65,6 +65,7 @@ class EmulatedReplica:
         seed: int | None = None,
         work: HandlerWork = FULL_WORK,
         launched_at: float | None = None,
+        warm: bool = False,
         gpu: ReplicaGpu = ALONE,
         admin_token: str | None = None,
     ):
@@ -92,7 +93,7 @@ class EmulatedReplica:
         # Startup counts from the launch (epoch seconds from the cluster), so the interpreter's own
         # start-up is part of it rather than added to it.
         self.started = time.monotonic() - (max(0.0, time.time() - launched_at) if launched_at else 0.0)
-        self.ready_at = self.started + clock.wall(profile.startup_ms / 1000.0)
+        self.ready_at = self.started + (0.0 if warm else clock.wall(profile.startup_ms / 1000.0))
         self.draining = False
         self._working = 0  # requests holding a slot (real work)
         self._queued = 0  # requests waiting for a slot (real work)

@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sleep-only", action="store_true",
                     help="spend the profile's time without the handler's work (decoding, synthesis)")
     ap.add_argument("--launched-at", type=float, default=None, help="epoch seconds the launch began")
+    ap.add_argument("--warm", action="store_true",
+                    help="ready once listening, without the profile's startup (a run's initial replica)")
     ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
     ap.add_argument("--batch", type=int, default=1, help="batch size (needs the profile's gpu curve)")
     ap.add_argument("--share", type=float, default=None, help="MPS share, %% of one GPU (gpu curve)")
@@ -118,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             work=HandlerWork(use_espeak=not args.no_espeak, sleep_only=args.sleep_only),
             launched_at=args.launched_at,
+            warm=args.warm,
             gpu=ReplicaGpu(batch=args.batch, share_pct=args.share, stretch=args.stretch),
             admin_token=os.environ.get(TOKEN_ENV) or None,
         )

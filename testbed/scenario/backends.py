@@ -259,6 +259,10 @@ class LocalProfile:
             seed=scn.seed + job.rep,
             interference=scn.interference,
             sleep_only=scn.replica_work == "sleep",
+            # the cell waits for its initial replicas before its load, as the DRAFAS testbed's
+            # runs began with their deployments up: their startup (TTS's 21 s, 10.5 s of wall
+            # time at time scale 2) was wall time spent on nothing. A replica the scaler adds pays it.
+            initial_warm=True,
         )
         cluster = LocalCluster(config, on_event=on_event)
         # the traffic's clients and iperf3 sessions stop on the way out, whatever happened (the

@@ -303,3 +303,26 @@ def test_replicas_import_the_package_of_the_harness_that_starts_them():
 
     path = _child_env("token")["PYTHONPATH"].split(os.pathsep)[0]
     assert (Path(path) / "testbed" / "__init__.py").resolve() == Path(testbed.__file__).resolve()
+
+
+def test_warm_initial_replicas_are_ready_without_their_startup_and_a_scaled_up_one_pays_it():
+    """`initial_warm` (a cell's cluster): the initial replica answers its first request well
+    before its profile's 20 s of startup, while the one the scaler adds is still starting 3 s
+    after it was asked for."""
+    long_start = ServiceProfile(capacity=1, queue_limit=20, proc_time_ms=(5, 5), startup_ms=20000,
+                                slo_ms=2500)
+
+    async def main():
+        config = LocalClusterConfig(profiles={"chatbot": long_start}, services=["chatbot"],
+                                    initial={"chatbot": 1}, initial_warm=True)
+        async with LocalCluster(config) as c:
+            t0 = asyncio.get_running_loop().time()
+            await c.wait_ready(15)
+            warm_s = asyncio.get_running_loop().time() - t0
+            c.scale("chatbot", 2)
+            await asyncio.sleep(3.0)
+            return warm_s, c.ready_replicas("chatbot"), c.desired_replicas("chatbot")
+
+    warm_s, ready, desired = asyncio.run(main())
+    assert warm_s < 15, warm_s
+    assert (ready, desired) == (1, 2)

@@ -98,7 +98,7 @@ class LocalCluster:
         try:
             await self.lb.start()
             for s in self._names:
-                self.scale(s, self._initial[s])
+                self.scale(s, self._initial[s], warm=self.config.initial_warm)
         except BaseException:
             await self.aclose()
             raise
@@ -144,9 +144,10 @@ class LocalCluster:
     def endpoint(self, service: str) -> str:
         return self.lb.endpoint(self._check(service))
 
-    def scale(self, service: str, replicas: int) -> None:
+    def scale(self, service: str, replicas: int, *, warm: bool = False) -> None:
         """Start or gracefully stop replicas so that `replicas` are wanted. A replica holds its
-        units until its process has exited, so a scale-up right after a scale-down may not fit."""
+        units until its process has exited, so a scale-up right after a scale-down may not fit.
+        `warm` replicas started here skip their profile's startup (the cluster's initial ones)."""
         self._check(service)
         if self._closing:
             raise StateError("the cluster is shutting down")
@@ -158,7 +159,7 @@ class LocalCluster:
             self._check_room(service, replicas, extra)
         self._table.desired[service] = replicas
         for _ in range(max(0, extra)):
-            self._supervisor.spawn(service)
+            self._supervisor.spawn(service, warm=warm)
         if extra < 0:
             # Newest first, and not-yet-ready ones before ready ones (they serve nobody yet).
             victims = [r for r in reversed(active) if r.state == "starting"] + [

@@ -26,7 +26,9 @@ class LocalClusterConfig:
     The balancer listens on `host` (`ports` per service, `metrics_port`; 0: any free one) and
     advertises `advertise_host`; replicas listen on `replica_host`, log into `log_dir`, use
     espeak-ng for speech unless `use_espeak` is off, and emulate GPU `interference`. A replica
-    that dies is replaced while `replace_dead`; `seed` fixes the replicas' drawn times."""
+    that dies is replaced while `replace_dead`; `seed` fixes the replicas' drawn times. With
+    `initial_warm` the initial replicas are ready once their servers listen, without their
+    profile's startup (a run that waits for them before its load: a cell)."""
 
     profiles: dict[str, ServiceProfile] = None  # type: ignore[assignment]  # None: the registry's
     services: list[str] | None = None
@@ -44,6 +46,7 @@ class LocalClusterConfig:
     use_espeak: bool = True
     sleep_only: bool = False
     interference: bool = False
+    initial_warm: bool = False
 
     def __post_init__(self) -> None:
         if self.profiles is None:

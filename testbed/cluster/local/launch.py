@@ -80,6 +80,8 @@ class ReplicaLauncher:
             args.append("--no-espeak")
         if self.sleep_only:
             args.append("--sleep-only")
+        if r.warm:
+            args.append("--warm")
         if batch != 1 or r.share != 25.0:
             args += ["--batch", str(batch), "--share", repr(r.share)]
         if r.stretch != 1.0:

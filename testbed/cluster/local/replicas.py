@@ -23,6 +23,7 @@ class ReplicaProcess:
     retiring: bool = False  # replaced by replicas with a new share: stops once they are ready
     stretch: float = 1.0  # 1 + interference from its GPU's neighbours (interference=True)
     told: tuple[int, float] | None = None  # (batch, stretch) the process has, as far as we know
+    warm: bool = False  # ready once its server listens (an initial replica of a cell)
 
     @property
     def live(self) -> bool:

@@ -93,11 +93,12 @@ class ReplicaSupervisor:
         for waiting in list(self._terminating):  # their replicas are gone by now
             waiting.cancel()
 
-    def spawn(self, service: str, replaces: str | None = None) -> None:
-        """A new replica of the service, at the service's share, started in the background."""
+    def spawn(self, service: str, replaces: str | None = None, *, warm: bool = False) -> None:
+        """A new replica of the service, at the service's share, started in the background
+        (`warm`: ready once its server listens, without its profile's startup)."""
         share = self._table.share[service]
         r = ReplicaProcess(service, f"{service}-{next(self._counter)}",
-                           gpu=self._placement.place(service, share), share=share)
+                           gpu=self._placement.place(service, share), share=share, warm=warm)
         self._table.by_service[service].append(r)
         r.task = asyncio.get_running_loop().create_task(self._run(r, replaces))
 
