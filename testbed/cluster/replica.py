@@ -57,10 +57,7 @@ class EmulatedReplica:
     """Admission (capacity + queue limit), timing and readiness of one replica."""
 
     def __init__(
-        self,
-        service: str,
-        profile: ServiceProfile,
-        *,
+        self, service: str, profile: ServiceProfile, *,
         clock: ScenarioClock = REAL_TIME,
         seed: int | None = None,
         work: HandlerWork = FULL_WORK,
