@@ -14,7 +14,9 @@ import pytest
 from rich.console import Console
 
 from testbed.lab.runner import PLAYBOOKS_DIR, PlaybookFailed, run_playbook
-from tests.interpreters import python310
+from testbed.lab.traffic import REMOTE_LOAD
+from testbed.profiles import ServiceProfile
+from tests.interpreters import python310, ubuntu_jammy_venv
 
 FAKE_MODPROBE = f"""#!{sys.executable}
 # FAKE modprobe for the common role's tests: logs its arguments and answers as
@@ -135,6 +137,9 @@ LOAD_CLIENT_PLAY = """---
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # pip fetches numpy, matplotlib & co. on a machine with an empty cache
 def test_load_client_role_installs_into_a_python310_venv_and_again_only_on_change(tmp_path: Path) -> None:
+    """The role on Ubuntu 22.04's Python (3.10) and pip: check mode changes nothing, the install
+    runs the load client against a real replica, a second run changes nothing, a changed file
+    installs again. (One install serves all four: each costs a minute or two of pip.)"""
     _runner_or_skip()
     if os.geteuid() != 0:
         pytest.skip("the role makes its files root's (owner: root)")
@@ -152,6 +157,9 @@ def test_load_client_role_installs_into_a_python310_venv_and_again_only_on_chang
     checked = run_playbook("play.yml", inventory=inv, run_dir=tmp_path / "check", extravars=where,
                            playbooks_dir=pb, console=Console(quiet=True), check=True)
     assert checked.changed == {"ue_host": 1} and not opt.exists()  # would make the directories
+    # the venv as Ubuntu 22.04 has it when the role's pip task makes it: the role's own command,
+    # with the pip that `python3 -m venv` puts there (python3-pip-whl); the role installs into it
+    venv_python = ubuntu_jammy_venv(py310, opt / "venv")
     first = run_playbook("play.yml", inventory=inv, run_dir=tmp_path / "run1", extravars=where,
                          playbooks_dir=pb, console=Console(quiet=True))
     assert _results(first.events_file, "Install the load client into its virtual environment") == \
@@ -162,6 +170,7 @@ def test_load_client_role_installs_into_a_python310_venv_and_again_only_on_chang
     is_310, imported = which.stdout.split()
     assert is_310 == "True" and Path(imported).is_relative_to(opt / "venv"), which.stdout
     assert (tmp_path / "runs").is_dir()
+    load_runs_against_a_real_replica(venv_python, tmp_path)
 
     again = run_playbook("play.yml", inventory=inv, run_dir=tmp_path / "run2", extravars=where,
                          playbooks_dir=pb, console=Console(quiet=True))
@@ -176,3 +185,30 @@ def test_load_client_role_installs_into_a_python310_venv_and_again_only_on_chang
         {"ue_host": "changed"}
     installed = Path(imported).parent / "load" / "__init__.py"
     assert installed.read_text().endswith("# changed by the test\n")
+
+
+def load_runs_against_a_real_replica(python: Path, cwd: Path) -> None:
+    """`python -m testbed load` from the role's venv (`python`) against a real local replica, as
+    the lab runs it on a UE host: every record answered, in its slice, numbered once."""
+    profile = ServiceProfile(capacity=4, queue_limit=100, proc_time_ms=(5, 10), startup_ms=0, slo_ms=500)
+    replica = subprocess.Popen([sys.executable, "-m", "testbed.cluster.serving", "--service", "chatbot",
+                                "--profile", profile.model_dump_json()], stdout=subprocess.PIPE,
+                               cwd=PLAYBOOKS_DIR.parent)
+    out = cwd / "records.jsonl"
+    try:
+        line = replica.stdout.readline().decode()
+        assert line.startswith("LISTENING "), line
+        url = f"http://127.0.0.1:{int(line.split()[1])}"
+        # run outside the checkout, so that the venv's copy is imported and not ./testbed
+        load = subprocess.run([str(python), *REMOTE_LOAD[1:], "chatbot", "--url", url, "--rate", "20",
+                               "--duration", "1.5", "--out", str(out), "--quiet", "--slice", "embb",
+                               "--source", "127.0.0.1"],
+                              capture_output=True, text=True, cwd=cwd, timeout=120)
+    finally:
+        replica.terminate()
+        replica.wait(10)
+    assert load.returncode == 0, load.stdout[-2000:] + load.stderr[-2000:]
+    records = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(records) >= 25  # 20 req/s for 1.5 s
+    assert {(r["service"], r["slice"], r["error"]) for r in records} == {("chatbot", "embb", None)}
+    assert len({r["seq"] for r in records}) == len(records)
