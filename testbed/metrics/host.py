@@ -37,13 +37,19 @@ def cpu_ticks(proc: Path = PROC) -> tuple[int, int, int, int, int] | None:
             ticks[_NICE])
 
 
+def _after_comm(stat: str) -> list[str]:
+    """The fields of a /proc/PID/stat line after "(comm)" (a name may hold spaces and
+    parentheses): the state first, then ppid, ... (field 3 onwards)."""
+    return stat[stat.rindex(")") + 2:].split()
+
+
 def process_nice(pid: int, proc: Path = PROC) -> int | None:
     """The nice value of process `pid` (its main thread's), None when it is gone."""
     try:
         stat = (proc / str(pid) / "stat").read_text()
     except OSError:
         return None
-    return int(stat[stat.rindex(")") + 2:].split()[16])  # field 19, counted after "(comm)"
+    return int(_after_comm(stat)[16])  # field 19
 
 
 def task_times(pid: int, proc: Path = PROC) -> tuple[float, float] | None:
@@ -74,7 +80,7 @@ def descendants(pid: int, proc: Path = PROC) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        ppid = int(stat[stat.rindex(")") + 2:].split(maxsplit=2)[1])  # after "(comm) S"
+        ppid = int(_after_comm(stat)[1])
         children.setdefault(ppid, []).append(int(entry.name))
     out, todo = [], [pid]
     while todo:
@@ -208,9 +214,10 @@ class HostMeter:
                 if pid not in self._last:
                     self._note_nice(pid, group)
                 before = self._last.get(pid, (0.0, 0.0))  # new: from its start
-                run[group] = run.get(group, 0.0) + max(0.0, times[0] - before[0])
+                ran = max(0.0, times[0] - before[0])
+                run[group] = run.get(group, 0.0) + ran
                 if pid in self._niced_helpers:
-                    helpers_ms += max(0.0, times[0] - before[0])
+                    helpers_ms += ran
                 wait[group] = wait.get(group, 0.0) + max(0.0, times[1] - before[1])
                 procs[group] = procs.get(group, 0) + 1
                 self._last[pid] = times
