@@ -62,9 +62,9 @@ def test_the_harness_is_every_descendant_and_others_are_the_rest():
     assert total > idle >= 0 and steal >= 0 and irq >= 0 and niced >= 0
 
 
-def _beside(nice: int, harness_nice: int = 0) -> Second:
+def _beside(nice: int, harness_nice: int = 0) -> tuple[Second, float]:
     """A Second of a meter whose one harness process sleeps (at `harness_nice`) while a process
-    that is not the harness's spins at `nice`."""
+    that is not the harness's spins at `nice`, and the spinner's share of all CPUs in it."""
     spin = subprocess.Popen([sys.executable, "-c", SPIN],
                             preexec_fn=lambda: os.setpriority(os.PRIO_PROCESS, 0, nice))
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"],
@@ -73,27 +73,32 @@ def _beside(nice: int, harness_nice: int = 0) -> Second:
         meter = HostMeter(lambda: {"replicas:x": [sleeper.pid]}, every_s=0.5)
         time.sleep(0.2)
         meter.start()
+        spun_before = task_times(spin.pid)
         time.sleep(1.0)
         second = meter.sample()
+        spun_after = task_times(spin.pid)
     finally:
         for p in (spin, sleeper):
             p.kill()
             p.wait()
-    assert second is not None
-    return second
+    assert second is not None and spun_before is not None and spun_after is not None
+    spun = (spun_after[0] - spun_before[0]) / (1000.0 * second.seconds * second.cpus)
+    assert spun >= 0.05, spun  # it got a core now and then, beside whatever else runs
+    return second, spun
 
 
 def test_other_work_at_a_positive_nice_yields_and_at_the_harnesss_priority_takes():
     """A spinner at nice 10 beside a harness at nice 0 is other work that yields (the kernel's
     nice column); the same spinner at nice 0 takes; once a harness process is niced itself, no
-    other work is counted as yielding to it. (Beside a suite's workers, at nice 10 themselves,
-    the spinner gets a third of a core or more: the bounds leave them room.)"""
-    niced = _beside(10)
-    assert niced.yielding_share >= 0.15, niced
-    level = _beside(0)
-    assert level.taking_share >= niced.taking_share + 0.2, (niced, level)
-    lowered = _beside(10, harness_nice=5)
-    assert lowered.yielding_share == 0.0 and lowered.taking_share >= 0.15, lowered
+    other work is counted as yielding to it. Each bound is the spinner's own share (schedstat),
+    less the kernel's tick-sampled accounting's slack: a suite's other workers beside it only
+    add to the side they run on."""
+    niced, spun = _beside(10)
+    assert niced.yielding_share >= 0.7 * spun, (niced, spun)
+    level, spun = _beside(0)
+    assert level.taking_share >= 0.7 * spun, (level, spun)
+    lowered, spun = _beside(10, harness_nice=5)
+    assert lowered.yielding_share == 0.0 and lowered.taking_share >= 0.7 * spun, (lowered, spun)
 
 
 def test_others_share_is_what_neither_the_harness_nor_its_packets_took():
