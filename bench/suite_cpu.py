@@ -2,11 +2,12 @@
 """What the README's test command costs in CPU, test by test, and what that predicts for its
 time beside a busy process (prints figures; not a test).
 
-Runs `python3 -m pytest -q -n 3` (or the pytest arguments given after `--`) with this file loaded
-as a pytest plugin in every worker: per test it records the worker's CPU seconds and those of the
-children it waited for (getrusage; a daemon nobody waits for is left out), and its wall time. It
-reads the host's /proc/stat over the run (busy core-seconds, steal) and, with `--busy N`, starts
-N processes spinning at the harness's priority beside it, as a user's other work.
+Runs `python3 -m pytest -q -n 3` (or the pytest arguments given after `--`) with a recorder
+(bench/pytest_plugins/suite_cpu_recorder.py) loaded in every worker: per test it records the
+worker's CPU seconds and those of the children it waited for (getrusage; a daemon nobody waits
+for is left out), and its wall time. It reads the host's /proc/stat over the run (busy
+core-seconds, steal) and, with `--busy N`, starts N processes spinning at the harness's priority
+beside it, as a user's other work.
 
 Then per group of tests (the serial testbed scenarios, the tests beside them, the simulator's
 scenario files, the rest) their CPU and wall time, the tests that cost most, and the suite's CPU
@@ -24,46 +25,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
-OUT_ENV = "TESTBED_SUITE_CPU_DIR"  # where each worker appends its rows (the plugin's side)
+PLUGINS = ROOT / "bench" / "pytest_plugins"  # the recorder, alone on the workers' PYTHONPATH
+sys.path.insert(0, str(PLUGINS))
+from suite_cpu_recorder import OUT_ENV  # noqa: E402 (where each worker appends its rows)
+
 TICK = os.sysconf("SC_CLK_TCK")
 
-
-# --- the plugin (loaded in each pytest process with `-p suite_cpu`) ---------------------------
-
-def _cpu_s() -> tuple[float, float]:
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    out = os.environ.get(OUT_ENV)
-    own0, kids0 = _cpu_s()
-    t0 = time.monotonic()
-    yield
-    if not out:
-        return
-    own1, kids1 = _cpu_s()
-    row = {"id": item.nodeid, "own_s": own1 - own0, "children_s": kids1 - kids0,
-           "wall_s": time.monotonic() - t0, "worker": os.environ.get("PYTEST_XDIST_WORKER", "-")}
-    with open(Path(out) / f"rows-{os.getpid()}.jsonl", "a") as f:
-        f.write(json.dumps(row) + "\n")
-
-
-# --- the runner --------------------------------------------------------------------------------
 
 def host_ticks() -> tuple[int, int, int]:
     """(total, idle incl. iowait, steal) ticks of the host so far (/proc/stat's cpu line)."""
@@ -87,11 +62,11 @@ def run(out: Path, busy: int, pytest_args: list[str]) -> dict:
     for old in out.glob("rows-*.jsonl"):
         old.unlink()
     env = dict(os.environ, **{OUT_ENV: str(out)},
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "bench"), os.environ.get("PYTHONPATH")])))
+               PYTHONPATH=os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])))
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
     ticks0, t0 = host_ticks(), time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_cpu", *pytest_args],
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_cpu_recorder", *pytest_args],
                               cwd=ROOT, env=env)
     finally:
         for s in spinners:
