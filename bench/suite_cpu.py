@@ -33,6 +33,10 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from testbed.metrics.host import cpu_ticks  # noqa: E402
+from testbed.pytest_plugin import BESIDE_GROUP, TESTBED_GROUP  # noqa: E402
+
 PLUGINS = ROOT / "bench" / "pytest_plugins"  # the recorder, alone on the workers' PYTHONPATH
 sys.path.insert(0, str(PLUGINS))
 from suite_cpu_recorder import OUT_ENV  # noqa: E402 (where each worker appends its rows)
@@ -40,18 +44,12 @@ from suite_cpu_recorder import OUT_ENV  # noqa: E402 (where each worker appends 
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def host_ticks() -> tuple[int, int, int]:
-    """(total, idle incl. iowait, steal) ticks of the host so far (/proc/stat's cpu line)."""
-    v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    return sum(v), v[3] + v[4], v[7]
-
-
 def group(nodeid: str) -> str:
     """Which of the suite's groups a test is in, from the xdist group its node id carries."""
     tail = nodeid.rsplit("@", 1)[-1] if nodeid.rfind("@") > nodeid.rfind("]") else ""
-    if tail == "testbed-scenarios":
+    if tail == TESTBED_GROUP:
         return "testbed scenarios (serial)"
-    if tail == "testbed-beside":
+    if tail == BESIDE_GROUP:
         return "beside the scenarios"
     return "simulator scenario files" if tail.startswith("sim:") else "the other tests"
 
@@ -64,7 +62,7 @@ def run(out: Path, busy: int, pytest_args: list[str]) -> dict:
     env = dict(os.environ, **{OUT_ENV: str(out)},
                PYTHONPATH=os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])))
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
-    ticks0, t0 = host_ticks(), time.monotonic()
+    ticks0, t0 = cpu_ticks(), time.monotonic()
     try:
         proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_cpu_recorder", *pytest_args],
                               cwd=ROOT, env=env)
@@ -72,7 +70,7 @@ def run(out: Path, busy: int, pytest_args: list[str]) -> dict:
         for s in spinners:
             s.kill()
             s.wait()
-    ticks1, wall = host_ticks(), time.monotonic() - t0
+    ticks1, wall = cpu_ticks(), time.monotonic() - t0
     total = (ticks1[0] - ticks0[0]) or 1
     figures = {"pytest_args": pytest_args, "busy": busy, "exit": proc.returncode, "wall_s": wall,
                "host_busy_core_s": (total - (ticks1[1] - ticks0[1])) / TICK,
